@@ -1,0 +1,5 @@
+//! openshell-conformance: an end-to-end conformance and chaos harness for NVIDIA OpenShell on
+//! Kubernetes. The library holds the domain (topologies, scenarios, targets, timelines, checks),
+//! the engine that runs cases and the reporters; the `emulate` module is the embedded target.
+
+pub mod emulate;

@@ -3,3 +3,4 @@
 //! the engine that runs cases and the reporters; the `emulate` module is the embedded target.
 
 pub mod emulate;
+pub mod models;

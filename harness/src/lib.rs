@@ -2,4 +2,6 @@
 //! Kubernetes. The library holds the domain (topologies, scenarios, targets, timelines, checks),
 //! the engine that runs cases and the reporters; the `emulate` module is the embedded target.
 
+pub mod checks;
 pub mod emulate;
+pub mod timeline;

@@ -4,4 +4,7 @@
 
 pub mod checks;
 pub mod emulate;
+pub mod error;
+pub mod schedule;
 pub mod timeline;
+pub mod topology;

@@ -4,7 +4,11 @@
 
 pub mod checks;
 pub mod emulate;
+pub mod engine;
 pub mod error;
+pub mod junit;
+pub mod scenario;
 pub mod schedule;
+pub mod target;
 pub mod timeline;
 pub mod topology;

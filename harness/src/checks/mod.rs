@@ -527,7 +527,7 @@ impl Verdict {
 }
 
 pub(crate) fn fmt_ms(ms: u64) -> String {
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{:.3}s", ms as f64 / 1000.0)
@@ -611,11 +611,15 @@ fn eval_eventually(t: &Timeline, p: &Predicate, after: &Anchor, within_ms: u64) 
 
 /// Walks the window, calling `bad` on the world at the window start and after every entry in
 /// it; returns the first instant at which `bad` is true.
-fn scan_window(
-    t: &Timeline,
-    w: &Window,
-    bad: impl Fn(&World) -> bool,
-) -> Result<(WindowMs, Option<(u64, World)>, World), Verdict> {
+struct Scan {
+    window: WindowMs,
+    /// When `bad` first held, and the world then.
+    first_bad: Option<(u64, World)>,
+    /// The world at the end of the window.
+    end: World,
+}
+
+fn scan_window(t: &Timeline, w: &Window, bad: impl Fn(&World) -> bool) -> Result<Scan, Verdict> {
     let i = w.from.resolve(t).ok_or_else(|| missing_anchor(&w.from))?;
     let k = w.to.resolve(t).ok_or_else(|| missing_anchor(&w.to))?;
     let window = WindowMs {
@@ -634,27 +638,43 @@ fn scan_window(
             world.apply(&t.entries[j].event);
         }
         if bad(&world) {
-            return Ok((window, Some((t.entries[j].at_ms, world.clone())), world));
+            return Ok(Scan {
+                window,
+                first_bad: Some((t.entries[j].at_ms, world.clone())),
+                end: world,
+            });
         }
     }
-    Ok((window, None, world))
+    Ok(Scan {
+        window,
+        first_bad: None,
+        end: world,
+    })
 }
 
 fn eval_never(t: &Timeline, p: &Predicate, during: &Window) -> Verdict {
     let sel = p.selectors();
     match scan_window(t, during, |w| p.holds(w)) {
         Err(v) => v,
-        Ok((window, Some((at, world)), _)) => Verdict {
+        Ok(Scan {
+            window,
+            first_bad: Some((at, world)),
+            ..
+        }) => Verdict {
             passed: false,
             window: Some(window),
             message: format!("it held at {}", fmt_ms(at)),
             last_seen: seen(&world, &sel),
         },
-        Ok((window, None, world)) => Verdict {
+        Ok(Scan {
+            window,
+            first_bad: None,
+            end,
+        }) => Verdict {
             passed: true,
             window: Some(window),
             message: "it never held".to_string(),
-            last_seen: seen(&world, &sel),
+            last_seen: seen(&end, &sel),
         },
     }
 }
@@ -664,17 +684,25 @@ fn eval_holds_until(t: &Timeline, p: &Predicate, from: &Anchor, until: &Anchor) 
     let w = Window::new(from.clone(), until.clone());
     match scan_window(t, &w, |world| !p.holds(world)) {
         Err(v) => v,
-        Ok((window, Some((at, world)), _)) => Verdict {
+        Ok(Scan {
+            window,
+            first_bad: Some((at, world)),
+            ..
+        }) => Verdict {
             passed: false,
             window: Some(window),
             message: format!("it stopped holding at {}", fmt_ms(at)),
             last_seen: seen(&world, &sel),
         },
-        Ok((window, None, world)) => Verdict {
+        Ok(Scan {
+            window,
+            first_bad: None,
+            end,
+        }) => Verdict {
             passed: true,
             window: Some(window),
             message: "it held throughout".to_string(),
-            last_seen: seen(&world, &sel),
+            last_seen: seen(&end, &sel),
         },
     }
 }

@@ -7,6 +7,7 @@ pub mod emulate;
 pub mod engine;
 pub mod error;
 pub mod junit;
+pub mod observe;
 pub mod scenario;
 pub mod schedule;
 pub mod target;

@@ -1,0 +1,700 @@
+//! Every check kind, passing and failing, on hand-built timelines.
+
+use super::*;
+use crate::timeline::{
+    ActionRecord, ConditionState, ContainerState, FaultRecord, GATEWAY_SANDBOX_KIND, SentinelOp,
+    SentinelRecord, SentinelResult,
+};
+
+/// Builds a timeline by hand with explicit stamps.
+#[derive(Default)]
+struct Tb {
+    t: Timeline,
+}
+
+impl Tb {
+    fn push(mut self, at_s: f64, event: Event) -> Self {
+        let seq = self.t.entries.len() as u64 + 1;
+        self.t.entries.push(Entry {
+            seq,
+            at_ms: (at_s * 1000.0) as u64,
+            event,
+        });
+        self
+    }
+
+    fn phase(self, at_s: f64, name: &str, phase: &str) -> Self {
+        let mut o = ObjectState::new(GATEWAY_SANDBOX_KIND, None, name);
+        o.phase = Some(phase.to_string());
+        self.push(at_s, Event::Object(o))
+    }
+
+    fn pod(self, at_s: f64, name: &str, uid: &str, phase: &str, restarts: u32) -> Self {
+        let mut o = ObjectState::new("Pod", Some("openshell"), name);
+        o.uid = Some(uid.to_string());
+        o.phase = Some(phase.to_string());
+        o.containers.push(ContainerState {
+            name: "agent".into(),
+            state: if phase == "Failed" {
+                "terminated"
+            } else {
+                "running"
+            }
+            .into(),
+            reason: None,
+            exit_code: (phase == "Failed").then_some(1),
+            restart_count: restarts,
+        });
+        o.conditions.push(ConditionState {
+            type_: "Ready".into(),
+            status: if phase == "Running" { "True" } else { "False" }.into(),
+            reason: (phase == "Failed").then(|| "PodFailed".to_string()),
+            message: None,
+        });
+        self.push(at_s, Event::Object(o))
+    }
+
+    fn deleted(self, at_s: f64, kind: &str, ns: Option<&str>, name: &str) -> Self {
+        let mut o = ObjectState::new(kind, ns, name);
+        o.deleted = true;
+        self.push(at_s, Event::Object(o))
+    }
+
+    fn fault(self, at_s: f64, id: &str, phase: FaultPhase) -> Self {
+        self.push(
+            at_s,
+            Event::Fault(FaultRecord {
+                id: id.into(),
+                kind: "gateway-stop".into(),
+                phase,
+                subject: None,
+                requested_ms: None,
+                detail: None,
+            }),
+        )
+    }
+
+    fn outage(self, from_s: f64, to_s: f64) -> Self {
+        self.fault(from_s, "f1", FaultPhase::Started)
+            .fault(to_s, "f1", FaultPhase::Ended)
+    }
+
+    fn action(self, at_s: f64, name: &str, status: ActionStatus) -> Self {
+        self.push(
+            at_s,
+            Event::Action(ActionRecord {
+                id: 1,
+                name: name.into(),
+                subject: None,
+                status,
+                detail: None,
+            }),
+        )
+    }
+
+    fn sentinel(self, at_s: f64, key: &str, op: SentinelOp, result: SentinelResult) -> Self {
+        self.push(
+            at_s,
+            Event::Sentinel(SentinelRecord {
+                key: key.into(),
+                sandbox: "a".into(),
+                op,
+                result,
+            }),
+        )
+    }
+
+    fn observed(self, at_s: f64, key: &str, value: serde_json::Value) -> Self {
+        self.push(
+            at_s,
+            Event::Observation {
+                key: key.into(),
+                subject: None,
+                value,
+            },
+        )
+    }
+
+    fn mark(self, at_s: f64, label: &str) -> Self {
+        self.push(
+            at_s,
+            Event::Marker {
+                label: label.into(),
+            },
+        )
+    }
+
+    /// Entries may be pushed out of order for readability; the timeline is ordered by stamp.
+    fn build(mut self) -> Timeline {
+        self.t.entries.sort_by_key(|e| e.at_ms);
+        for (i, e) in self.t.entries.iter_mut().enumerate() {
+            e.seq = i as u64 + 1;
+        }
+        self.t
+    }
+}
+
+fn sandbox() -> Selector {
+    Selector::named(GATEWAY_SANDBOX_KIND, "a")
+}
+
+fn ready_within(secs: u64) -> Check {
+    Check::eventually(
+        "sandbox returns to Ready",
+        &["R9"],
+        Predicate::phase(sandbox(), &["Ready"]),
+        Anchor::fault_end("f1"),
+        Duration::from_secs(secs),
+    )
+}
+
+#[test]
+fn eventually_passes_when_the_predicate_holds_inside_the_deadline() {
+    let t = Tb::default()
+        .phase(0.0, "a", "Ready")
+        .outage(10.0, 40.0)
+        .phase(20.0, "a", "Provisioning")
+        .phase(55.0, "a", "Ready")
+        .build();
+    let o = ready_within(60).evaluate(&t);
+    assert!(o.passed, "{}", o.diagnosis());
+    assert_eq!(o.message, "held at 55s, 15s after fault f1 ended");
+    assert_eq!(
+        o.window,
+        Some(WindowMs {
+            from_ms: 40_000,
+            to_ms: 100_000
+        })
+    );
+}
+
+#[test]
+fn eventually_fails_when_the_predicate_holds_only_after_the_deadline() {
+    let t = Tb::default()
+        .phase(0.0, "a", "Ready")
+        .outage(10.0, 40.0)
+        .phase(20.0, "a", "Error")
+        .phase(200.0, "a", "Ready")
+        .build();
+    let o = ready_within(60).evaluate(&t);
+    assert!(!o.passed);
+    assert_eq!(o.message, "did not hold by the deadline at 100s");
+    assert_eq!(o.last_seen.len(), 1);
+    assert_eq!(o.last_seen[0].phase.as_deref(), Some("Error"));
+    let d = o.diagnosis();
+    assert!(
+        d.contains("check 'sandbox returns to Ready' [R9] FAILED in window 40s .. 100s"),
+        "{d}"
+    );
+    assert!(d.contains("OpenShellSandbox/a phase=Error"), "{d}");
+}
+
+#[test]
+fn eventually_says_when_the_run_ended_before_the_deadline() {
+    let t = Tb::default()
+        .outage(10.0, 40.0)
+        .phase(41.0, "a", "Error")
+        .build();
+    let o = ready_within(60).evaluate(&t);
+    assert!(!o.passed);
+    assert!(o.message.contains("end of the run at 41s"), "{}", o.message);
+}
+
+#[test]
+fn a_check_anchored_on_an_event_that_never_happened_fails_and_says_so() {
+    let t = Tb::default().phase(0.0, "a", "Ready").build();
+    let o = ready_within(60).evaluate(&t);
+    assert!(!o.passed);
+    assert_eq!(
+        o.message,
+        "fault f1 ended never happened in this run, so the check could not be evaluated"
+    );
+}
+
+#[test]
+fn never_passes_when_the_predicate_stays_false_in_the_window() {
+    let t = Tb::default()
+        .phase(0.0, "a", "Ready")
+        .outage(10.0, 40.0)
+        .phase(20.0, "a", "Provisioning")
+        .phase(45.0, "a", "Error") // after the window: not this check's business
+        .build();
+    let c = Check::never(
+        "no Error during the outage",
+        &["R9"],
+        Predicate::phase(sandbox(), &["Error"]),
+        Window::fault("f1"),
+    );
+    let o = c.evaluate(&t);
+    assert!(o.passed, "{}", o.diagnosis());
+}
+
+#[test]
+fn never_fails_at_the_first_instant_the_predicate_holds() {
+    let t = Tb::default()
+        .phase(0.0, "a", "Ready")
+        .outage(10.0, 40.0)
+        .phase(21.5, "a", "Error")
+        .build();
+    let c = Check::never(
+        "no Error during the outage",
+        &["R9"],
+        Predicate::phase(sandbox(), &["Error"]),
+        Window::fault("f1"),
+    );
+    let o = c.evaluate(&t);
+    assert!(!o.passed);
+    assert_eq!(o.message, "it held at 21.500s");
+    assert_eq!(o.last_seen[0].phase.as_deref(), Some("Error"));
+}
+
+#[test]
+fn holds_until_passes_when_the_predicate_holds_across_the_whole_span() {
+    let t = Tb::default()
+        .pod(0.0, "p", "u1", "Running", 0)
+        .outage(10.0, 40.0)
+        .pod(20.0, "p", "u1", "Running", 0)
+        .mark(50.0, "checked")
+        .pod(60.0, "p", "u1", "Failed", 0)
+        .build();
+    let c = Check::holds_until(
+        "pod keeps running",
+        &["R9"],
+        Predicate::phase(Selector::named("Pod", "p"), &["Running"]),
+        Anchor::fault_start("f1"),
+        Anchor::marker("checked"),
+    );
+    assert!(c.evaluate(&t).passed);
+}
+
+#[test]
+fn holds_until_fails_when_the_predicate_breaks_inside_the_span() {
+    let t = Tb::default()
+        .pod(0.0, "p", "u1", "Running", 0)
+        .outage(10.0, 40.0)
+        .pod(30.0, "p", "u1", "Failed", 0)
+        .mark(50.0, "checked")
+        .build();
+    let c = Check::holds_until(
+        "pod keeps running",
+        &["R9"],
+        Predicate::phase(Selector::named("Pod", "p"), &["Running"]),
+        Anchor::fault_start("f1"),
+        Anchor::marker("checked"),
+    );
+    let o = c.evaluate(&t);
+    assert!(!o.passed);
+    assert_eq!(o.message, "it stopped holding at 30s");
+    assert!(o.diagnosis().contains("agent=terminated(1)"));
+}
+
+fn ready_error_sequence() -> Check {
+    Check::phase_sequence(
+        "Ready through the restart",
+        &["R9"],
+        sandbox(),
+        Window::whole_run(),
+        &["Provisioning", "Ready"],
+        &["Provisioning"],
+    )
+}
+
+#[test]
+fn a_phase_sequence_passes_with_allowed_intermediates_and_repeats() {
+    let t = Tb::default()
+        .phase(0.0, "a", "Provisioning")
+        .phase(5.0, "a", "Ready")
+        .phase(10.0, "a", "Provisioning")
+        .phase(15.0, "a", "Provisioning")
+        .phase(30.0, "a", "Ready")
+        .build();
+    let o = ready_error_sequence().evaluate(&t);
+    assert!(o.passed, "{}", o.diagnosis());
+    assert_eq!(
+        o.message,
+        "observed Provisioning@0s -> Ready@5s -> Provisioning@10s -> Ready@30s"
+    );
+}
+
+#[test]
+fn a_phase_sequence_fails_on_a_phase_that_is_not_allowed() {
+    let t = Tb::default()
+        .phase(0.0, "a", "Provisioning")
+        .phase(5.0, "a", "Ready")
+        .phase(10.0, "a", "Error")
+        .phase(30.0, "a", "Ready")
+        .build();
+    let o = ready_error_sequence().evaluate(&t);
+    assert!(!o.passed);
+    assert!(
+        o.message.ends_with(
+            "Error after Ready is neither the next expected phase nor an allowed intermediate"
+        ),
+        "{}",
+        o.message
+    );
+}
+
+#[test]
+fn a_phase_sequence_fails_when_it_stops_short_or_ends_elsewhere() {
+    let stuck = Tb::default()
+        .phase(0.0, "a", "Provisioning")
+        .phase(300.0, "a", "Provisioning")
+        .build();
+    let o = ready_error_sequence().evaluate(&stuck);
+    assert!(!o.passed);
+    assert!(
+        o.message
+            .ends_with("it never reached Ready (stuck after Provisioning)"),
+        "{}",
+        o.message
+    );
+
+    let ends_elsewhere = Tb::default()
+        .phase(0.0, "a", "Provisioning")
+        .phase(5.0, "a", "Ready")
+        .phase(9.0, "a", "Provisioning")
+        .build();
+    let o = ready_error_sequence().evaluate(&ends_elsewhere);
+    assert!(!o.passed);
+    assert!(
+        o.message.ends_with("it ended in Provisioning, not Ready"),
+        "{}",
+        o.message
+    );
+}
+
+#[test]
+fn a_phase_sequence_counts_deletion_as_a_phase() {
+    let t = Tb::default()
+        .phase(0.0, "a", "Provisioning")
+        .phase(5.0, "a", "Ready")
+        .deleted(9.0, GATEWAY_SANDBOX_KIND, None, "a")
+        .build();
+    let c = Check::phase_sequence(
+        "deleted after Ready",
+        &["R13"],
+        sandbox(),
+        Window::whole_run(),
+        &["Provisioning", "Ready", "<deleted>"],
+        &["Deleting"],
+    );
+    assert!(c.evaluate(&t).passed);
+}
+
+#[test]
+fn a_count_of_observed_main_process_starts_passes_at_exactly_one() {
+    let t = Tb::default()
+        .observed(1.0, "main-starts", serde_json::json!(1))
+        .build();
+    let c = Check::count(
+        "main process started once",
+        &["R7"],
+        Counted::Observed {
+            key: "main-starts".into(),
+        },
+        None,
+        Cmp::Eq,
+        1,
+    );
+    assert!(c.evaluate(&t).passed);
+}
+
+#[test]
+fn a_count_fails_on_a_replayed_workload_and_on_a_missing_observation() {
+    let c = Check::count(
+        "main process started once",
+        &["R7"],
+        Counted::Observed {
+            key: "main-starts".into(),
+        },
+        None,
+        Cmp::Eq,
+        1,
+    );
+    let replayed = Tb::default()
+        .observed(1.0, "main-starts", serde_json::json!(1))
+        .observed(90.0, "main-starts", serde_json::json!(2))
+        .build();
+    let o = c.evaluate(&replayed);
+    assert!(!o.passed);
+    assert_eq!(o.message, "counted 2");
+    assert_eq!(o.expected, "exactly 1 observed main-starts");
+
+    let o = c.evaluate(&Tb::default().mark(0.0, "x").build());
+    assert!(!o.passed);
+    assert_eq!(o.message, "main-starts was never observed");
+}
+
+#[test]
+fn a_count_of_incarnations_sees_a_replaced_pod() {
+    let t = Tb::default()
+        .pod(0.0, "p", "u1", "Running", 0)
+        .outage(10.0, 40.0)
+        .pod(12.0, "p", "u2", "Running", 0)
+        .build();
+    let at_most_one = Check::count(
+        "pod never replaced",
+        &["R9"],
+        Counted::Incarnations {
+            object: Selector::named("Pod", "p"),
+        },
+        None,
+        Cmp::AtMost,
+        1,
+    );
+    let o = at_most_one.evaluate(&t);
+    assert!(!o.passed);
+    assert_eq!(o.message, "counted 2");
+    // Within the fault window only the replacement is seen.
+    let in_window = Check::count(
+        "one pod during the outage",
+        &["R9"],
+        Counted::Incarnations {
+            object: Selector::named("Pod", "p"),
+        },
+        Some(Window::fault("f1")),
+        Cmp::Eq,
+        1,
+    );
+    assert!(in_window.evaluate(&t).passed);
+}
+
+#[test]
+fn a_count_of_refused_actions_distinguishes_outcomes() {
+    let t = Tb::default()
+        .action(1.0, "start", ActionStatus::Started)
+        .action(1.5, "start", ActionStatus::Refused)
+        .action(2.0, "start", ActionStatus::Started)
+        .action(2.5, "start", ActionStatus::Ok)
+        .build();
+    let refused = |n| {
+        Check::count(
+            "start refused",
+            &["R8"],
+            Counted::Actions {
+                name: "start".into(),
+                status: Some(ActionStatus::Refused),
+            },
+            None,
+            Cmp::Eq,
+            n,
+        )
+    };
+    assert!(refused(1).evaluate(&t).passed);
+    assert!(!refused(0).evaluate(&t).passed);
+}
+
+#[test]
+fn predicates_on_conditions_containers_and_restarts_read_the_latest_state() {
+    let t = Tb::default().pod(0.0, "p", "u1", "Failed", 4).build();
+    let pod = || Selector::named("Pod", "p");
+    let check = |p: Predicate| {
+        Check::eventually("p", &["R14"], p, Anchor::RunStart, Duration::from_secs(1))
+            .evaluate(&t)
+            .passed
+    };
+    assert!(check(Predicate::Condition {
+        object: pod(),
+        type_: "Ready".into(),
+        status: Some("False".into()),
+        reason: Some("PodFailed".into()),
+    }));
+    assert!(!check(Predicate::Condition {
+        object: pod(),
+        type_: "Ready".into(),
+        status: Some("True".into()),
+        reason: None,
+    }));
+    assert!(check(Predicate::ContainerTerminated {
+        object: pod(),
+        container: Some("agent".into()),
+        exit_code: Some(1),
+    }));
+    assert!(!check(Predicate::ContainerTerminated {
+        object: pod(),
+        container: Some("agent".into()),
+        exit_code: Some(0),
+    }));
+    assert!(check(Predicate::RestartsAbove {
+        object: pod(),
+        max: 3
+    }));
+    assert!(!check(Predicate::RestartsAbove {
+        object: pod(),
+        max: 4
+    }));
+    assert!(check(Predicate::Exists { object: pod() }));
+    assert!(!check(Predicate::Absent { object: pod() }));
+    assert!(check(Predicate::All {
+        predicates: vec![
+            Predicate::Exists { object: pod() },
+            Predicate::phase(pod(), &["Failed"]).negate().negate(),
+        ]
+    }));
+    assert!(!check(Predicate::Any {
+        predicates: vec![Predicate::phase(pod(), &["Running"])]
+    }));
+}
+
+#[test]
+fn absence_holds_once_the_last_matching_object_is_deleted() {
+    let t = Tb::default()
+        .pod(0.0, "p", "u1", "Running", 0)
+        .deleted(5.0, "Pod", Some("openshell"), "p")
+        .build();
+    let c = Check::eventually(
+        "no leaked pods",
+        &["R13"],
+        Predicate::Absent {
+            object: Selector::kind("Pod").with_prefix("p"),
+        },
+        Anchor::RunStart,
+        Duration::from_secs(10),
+    );
+    let o = c.evaluate(&t);
+    assert!(o.passed, "{}", o.diagnosis());
+    assert_eq!(o.message, "held at 5s, 5s after run start");
+}
+
+fn ledger_check() -> Check {
+    Check::sentinels("workspace sentinels retained", &["R6"])
+}
+
+#[test]
+fn sentinels_read_back_intact_are_stable_with_recovery_time() {
+    let t = Tb::default()
+        .sentinel(
+            1.0,
+            "s1",
+            SentinelOp::Write,
+            SentinelResult::Ok("t1".into()),
+        )
+        .sentinel(2.0, "s1", SentinelOp::Read, SentinelResult::Ok("t1".into()))
+        .outage(10.0, 40.0)
+        .sentinel(
+            41.0,
+            "s1",
+            SentinelOp::Read,
+            SentinelResult::Failed("not ready".into()),
+        )
+        .sentinel(
+            47.0,
+            "s1",
+            SentinelOp::Read,
+            SentinelResult::Ok("t1".into()),
+        )
+        .build();
+    let o = ledger_check().evaluate(&t);
+    assert!(o.passed, "{}", o.diagnosis());
+    let s = &Ledger::from_timeline(&t).summaries()[0];
+    assert_eq!(s.class, SentinelClass::Stable);
+    assert_eq!(s.recovery_ms, Some(7_000));
+    assert_eq!(s.failed_reads, 1);
+}
+
+#[test]
+fn sentinels_are_classified_lost_corrupt_and_never_read() {
+    let t = Tb::default()
+        .sentinel(
+            1.0,
+            "lost",
+            SentinelOp::Write,
+            SentinelResult::Ok("a".into()),
+        )
+        .sentinel(
+            1.0,
+            "corrupt",
+            SentinelOp::Write,
+            SentinelResult::Ok("b".into()),
+        )
+        .sentinel(
+            1.0,
+            "unread",
+            SentinelOp::Write,
+            SentinelResult::Ok("c".into()),
+        )
+        .sentinel(
+            1.0,
+            "unacked",
+            SentinelOp::Write,
+            SentinelResult::Failed("exec refused".into()),
+        )
+        .outage(10.0, 40.0)
+        .sentinel(50.0, "lost", SentinelOp::Read, SentinelResult::Missing)
+        .sentinel(
+            50.0,
+            "corrupt",
+            SentinelOp::Read,
+            SentinelResult::Ok("B".into()),
+        )
+        .sentinel(
+            50.0,
+            "unread",
+            SentinelOp::Read,
+            SentinelResult::Failed("no".into()),
+        )
+        .build();
+    let classes: Vec<(String, SentinelClass)> = Ledger::from_timeline(&t)
+        .summaries()
+        .into_iter()
+        .map(|s| (s.key, s.class))
+        .collect();
+    assert_eq!(
+        classes,
+        vec![
+            ("corrupt".to_string(), SentinelClass::Corrupt),
+            ("lost".to_string(), SentinelClass::Lost),
+            ("unread".to_string(), SentinelClass::NeverRead),
+        ]
+    );
+    let o = ledger_check().evaluate(&t);
+    assert!(!o.passed);
+    assert!(
+        o.message.starts_with("3 of 3 sentinels not intact"),
+        "{}",
+        o.message
+    );
+    assert!(o.message.contains("a:lost LOST"), "{}", o.message);
+    assert!(
+        o.message
+            .contains("first bad read at 50s: read \"B\", wrote \"b\""),
+        "{}",
+        o.message
+    );
+}
+
+#[test]
+fn a_run_that_wrote_no_sentinel_fails_the_ledger_check() {
+    let o = ledger_check().evaluate(&Tb::default().mark(0.0, "x").build());
+    assert!(!o.passed);
+    assert_eq!(o.message, "no sentinel was written");
+}
+
+#[test]
+fn checks_survive_a_round_trip_through_json() {
+    let checks = vec![
+        ready_within(60),
+        ready_error_sequence(),
+        ledger_check(),
+        Check::never(
+            "n",
+            &["R1"],
+            Predicate::Any {
+                predicates: vec![Predicate::Absent {
+                    object: Selector::kind("Pod").with_label("a", "b"),
+                }],
+            },
+            Window::new(
+                Anchor::marker("m"),
+                Anchor::ActionEnd {
+                    name: "x".into(),
+                    nth: 2,
+                },
+            ),
+        ),
+    ];
+    let text = serde_json::to_string(&checks).unwrap();
+    let back: Vec<Check> = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, checks);
+}

@@ -1,0 +1,507 @@
+//! The engine: runs (scenario, topology) cases against a target, stage by stage, each step
+//! under a deadline; restores every fault on every exit path; evaluates the checks over the
+//! recorded timeline; and classifies the outcome.
+
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use serde::{Deserialize, Serialize};
+
+use crate::checks::{CheckOutcome, evaluate_all};
+use crate::scenario::{Case, Ctx, Stage, StepError, restore_fault};
+use crate::target::{Target, TargetError, TargetFactory, TargetInfo};
+use crate::timeline::{Event, RunInfo, StageRecord, StageStatus, Timeline};
+
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    /// How often waits poll the target.
+    pub poll: Duration,
+    /// Deadline for restoring one fault after the steps end.
+    pub restore_deadline: Duration,
+    /// The sweep seed, recorded in every timeline and report.
+    pub seed: Option<u64>,
+    /// Leave the sandboxes of failed cases in place for a person to inspect.
+    pub keep_on_failure: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            poll: Duration::from_secs(1),
+            restore_deadline: Duration::from_secs(10 * 60),
+            seed: None,
+            keep_on_failure: false,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", content = "reason", rename_all = "snake_case")]
+pub enum Outcome {
+    Passed,
+    /// The product broke a requirement; the reason names the first thing that broke.
+    Failed(String),
+    /// The harness or infrastructure could not run the case.
+    Error(String),
+    Skipped(String),
+}
+
+impl Outcome {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Passed => "passed",
+            Self::Failed(_) => "failed",
+            Self::Error(_) => "error",
+            Self::Skipped(_) => "skipped",
+        }
+    }
+
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Self::Passed => None,
+            Self::Failed(r) | Self::Error(r) | Self::Skipped(r) => Some(r),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StageReport {
+    pub stage: Stage,
+    pub status: StageStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Time spent in the stage, in the run's own (possibly virtual) time.
+    pub duration_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CaseReport {
+    pub case_id: String,
+    pub scenario: String,
+    pub title: String,
+    pub topology: String,
+    pub requirements: Vec<String>,
+    pub target: TargetInfo,
+    pub params: BTreeMap<String, String>,
+    pub outcome: Outcome,
+    pub stages: Vec<StageReport>,
+    pub checks: Vec<CheckOutcome>,
+    /// Duration in the run's own time (virtual on the emulated target).
+    pub virtual_ms: u64,
+    /// Duration on the wall clock.
+    pub wall_ms: u64,
+    #[serde(skip)]
+    pub timeline: Timeline,
+}
+
+impl CaseReport {
+    pub fn failed_checks(&self) -> impl Iterator<Item = &CheckOutcome> {
+        self.checks.iter().filter(|c| !c.passed)
+    }
+}
+
+/// Runs cases against targets made by a factory.
+pub struct Engine {
+    factory: Arc<dyn TargetFactory>,
+    opts: EngineOptions,
+}
+
+/// Tracks stage boundaries while a case runs.
+struct Stages {
+    rec: crate::timeline::Recorder,
+    reports: Vec<StageReport>,
+    current: Option<(Stage, u64)>,
+}
+
+impl Stages {
+    fn begin(&mut self, stage: Stage) {
+        if self.current.is_some_and(|(s, _)| s == stage) {
+            return;
+        }
+        self.end(StageStatus::Passed, None);
+        self.rec.record(Event::Stage(StageRecord {
+            stage: stage.name().into(),
+            status: StageStatus::Started,
+            message: None,
+        }));
+        self.current = Some((stage, self.rec.elapsed().as_millis() as u64));
+    }
+
+    fn end(&mut self, status: StageStatus, message: Option<String>) {
+        if let Some((stage, start)) = self.current.take() {
+            self.rec.record(Event::Stage(StageRecord {
+                stage: stage.name().into(),
+                status,
+                message: message.clone(),
+            }));
+            self.reports.push(StageReport {
+                stage,
+                status,
+                message,
+                duration_ms: self.rec.elapsed().as_millis() as u64 - start,
+            });
+        }
+    }
+
+    fn skip(&mut self, stage: Stage, reason: &str) {
+        self.rec.record(Event::Stage(StageRecord {
+            stage: stage.name().into(),
+            status: StageStatus::Skipped,
+            message: Some(reason.to_string()),
+        }));
+        self.reports.push(StageReport {
+            stage,
+            status: StageStatus::Skipped,
+            message: Some(reason.to_string()),
+            duration_ms: 0,
+        });
+    }
+}
+
+fn status_of(e: &StepError) -> StageStatus {
+    match e {
+        StepError::Failed(_) | StepError::Deadline { .. } => StageStatus::Failed,
+        StepError::Infra(_) => StageStatus::Error,
+        StepError::Skip(_) => StageStatus::Skipped,
+    }
+}
+
+fn target_step_error(e: TargetError) -> StepError {
+    match e {
+        TargetError::Unsupported(m) => StepError::Skip(m),
+        other => StepError::Infra(other.to_string()),
+    }
+}
+
+impl Engine {
+    pub fn new(factory: Arc<dyn TargetFactory>, opts: EngineOptions) -> Self {
+        Self { factory, opts }
+    }
+
+    pub fn target_info(&self) -> TargetInfo {
+        self.factory.info()
+    }
+
+    /// Runs the cases one after another.
+    pub async fn run_all(&self, cases: &[Case]) -> Vec<CaseReport> {
+        let mut out = Vec::with_capacity(cases.len());
+        for case in cases {
+            out.push(self.run_case(case).await);
+        }
+        out
+    }
+
+    pub async fn run_case(&self, case: &Case) -> CaseReport {
+        let wall_start = std::time::SystemTime::now(); // wall time is reported, never waited on
+        let rec = crate::timeline::Recorder::new();
+        let info = self.factory.info();
+        let scenario = &case.scenario;
+        let case_info = case.info(info.clone());
+        let mut versions = info.versions.clone();
+        versions.insert("harness".into(), env!("CARGO_PKG_VERSION").into());
+        rec.record(Event::RunStarted(RunInfo {
+            scenario: scenario.id.clone(),
+            title: scenario.title.clone(),
+            topology: case.topology.name.clone(),
+            target: info.kind.clone(),
+            model: info.model.clone(),
+            defects: info.defects.clone(),
+            seed: case
+                .params
+                .schedule
+                .as_ref()
+                .map(|s| s.seed)
+                .or(self.opts.seed),
+            requirements: scenario.requirements.clone(),
+            params: case.params.as_text(),
+            versions,
+        }));
+        let mut stages = Stages {
+            rec: rec.clone(),
+            reports: Vec::new(),
+            current: None,
+        };
+        let (outcome, checks) = self.drive(case, &case_info, &rec, &mut stages).await;
+        rec.record(Event::RunFinished {
+            outcome: outcome.name().to_string(),
+        });
+        let timeline = rec.snapshot();
+        let wall_ms = wall_start.elapsed().map_or(0, |d| d.as_millis() as u64);
+        CaseReport {
+            case_id: case.id(),
+            scenario: scenario.id.clone(),
+            title: scenario.title.clone(),
+            topology: case.topology.name.clone(),
+            requirements: scenario.requirements.clone(),
+            target: info,
+            params: case.params.as_text(),
+            outcome,
+            stages: stages.reports,
+            checks,
+            virtual_ms: timeline.duration().as_millis() as u64,
+            wall_ms,
+            timeline,
+        }
+    }
+
+    async fn drive(
+        &self,
+        case: &Case,
+        case_info: &crate::scenario::CaseInfo,
+        rec: &crate::timeline::Recorder,
+        stages: &mut Stages,
+    ) -> (Outcome, Vec<CheckOutcome>) {
+        let scenario = &case.scenario;
+        let all_stages = [Stage::Provision, Stage::Install]
+            .into_iter()
+            .chain(scenario.steps.iter().map(|s| s.stage))
+            .chain([Stage::Teardown])
+            .fold(Vec::new(), |mut v, s| {
+                if !v.contains(&s) {
+                    v.push(s);
+                }
+                v
+            });
+        let skip_rest = |stages: &mut Stages, from: usize, why: &str| {
+            for s in &all_stages[from..] {
+                stages.skip(*s, why);
+            }
+        };
+
+        if let Some(reason) = case_info
+            .target
+            .skip_reason(&case.topology, &scenario.requires)
+        {
+            skip_rest(stages, 0, &reason);
+            return (Outcome::Skipped(reason), Vec::new());
+        }
+
+        // Provision and install.
+        stages.begin(Stage::Provision);
+        let provision = self.factory.provision(&case.topology, rec);
+        let target: Arc<dyn Target> = match with_deadline(
+            Stage::Provision,
+            "the cluster",
+            Stage::Provision.default_deadline(),
+            rec,
+            provision,
+        )
+        .await
+        {
+            Ok(t) => t,
+            Err(e) => {
+                let status = status_of(&e);
+                stages.end(status, Some(e.to_string()));
+                skip_rest(stages, 1, "not reached: provisioning did not complete");
+                return (classify_step_error(e), Vec::new());
+            }
+        };
+        stages.begin(Stage::Install);
+        let install = target.install(&case.topology);
+        if let Err(e) = with_deadline(
+            Stage::Install,
+            "the installation",
+            Stage::Install.default_deadline(),
+            rec,
+            install,
+        )
+        .await
+        {
+            stages.end(status_of(&e), Some(e.to_string()));
+            skip_rest(stages, 2, "not reached: installation did not complete");
+            let _ = target.teardown().await;
+            return (classify_step_error(e), Vec::new());
+        }
+        let observers = match target.observe(rec.clone()).await {
+            Ok(o) => o,
+            Err(e) => {
+                let e = target_step_error(e);
+                stages.end(status_of(&e), Some(format!("starting observers: {e}")));
+                skip_rest(stages, 2, "not reached: observers did not start");
+                let _ = target.teardown().await;
+                return (classify_step_error(e), Vec::new());
+            }
+        };
+
+        // The check plan goes on the timeline first, so a saved timeline carries its checks.
+        let checks = (scenario.checks)(case_info);
+        rec.record(Event::CheckPlan {
+            checks: checks.clone(),
+        });
+
+        let mut ctx = Ctx::new(
+            target.clone(),
+            rec.clone(),
+            case_info.clone(),
+            self.opts.poll,
+        );
+        let mut step_error: Option<StepError> = None;
+        for step in &scenario.steps {
+            stages.begin(step.stage);
+            ctx.stage = step.stage;
+            let run = AssertUnwindSafe((step.run)(&mut ctx)).catch_unwind();
+            let result = match tokio::time::timeout(step.deadline, run).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(panic)) => Err(StepError::Infra(format!(
+                    "step '{}' panicked: {}",
+                    step.name,
+                    panic_message(&panic)
+                ))),
+                Err(_) => Err(StepError::Deadline {
+                    stage: step.stage,
+                    what: format!("step '{}' to finish", step.name),
+                    deadline: step.deadline,
+                    last_seen: rec.last_states(),
+                }),
+            };
+            if let Err(e) = result {
+                rec.note(format!("step '{}' stopped: {e}", step.name));
+                stages.end(status_of(&e), Some(e.to_string()));
+                step_error = Some(e);
+                break;
+            }
+        }
+
+        // Restores cannot be skipped: whatever ended the steps, every active fault is undone.
+        let mut restore_errors = Vec::new();
+        for active in ctx.take_active_faults() {
+            let r = tokio::time::timeout(
+                self.opts.restore_deadline,
+                restore_fault(&*target, rec, &active),
+            )
+            .await;
+            match r {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => restore_errors.push(e),
+                Err(_) => restore_errors.push(format!(
+                    "restoring {} ({}) did not finish within {}",
+                    active.fault.kind(),
+                    active.id,
+                    humantime::format_duration(self.opts.restore_deadline)
+                )),
+            }
+        }
+
+        // End on fresh states, then judge.
+        if let Ok(states) = target.snapshot().await {
+            for s in states {
+                rec.observe(s);
+            }
+        }
+        drop(observers);
+        let outcomes = evaluate_all(&checks, &rec.snapshot());
+        for o in &outcomes {
+            rec.record(Event::Check(o.clone()));
+        }
+
+        let first_failed_check = outcomes.iter().find(|o| !o.passed);
+        let mut outcome = match (&step_error, first_failed_check) {
+            (Some(StepError::Skip(r)), _) => Outcome::Skipped(r.clone()),
+            (Some(StepError::Infra(m)), _) => Outcome::Error(m.clone()),
+            (Some(e), _) => Outcome::Failed(e.to_string()),
+            (None, Some(c)) => Outcome::Failed(format!(
+                "[{}] {}: {}",
+                c.requirements.join(", "),
+                c.name,
+                c.message
+            )),
+            (None, None) => Outcome::Passed,
+        };
+        if !restore_errors.is_empty() {
+            outcome = Outcome::Error(format!(
+                "the harness could not restore what it broke: {}",
+                restore_errors.join("; ")
+            ));
+        }
+
+        // Steps not reached are reported, not silently dropped.
+        let current = stages.current.map(|(s, _)| s);
+        for s in scenario.steps.iter().map(|s| s.stage) {
+            if current != Some(s) && !stages.reports.iter().any(|r| r.stage == s) {
+                stages.skip(s, "not reached: an earlier step stopped the case");
+            }
+        }
+
+        stages.begin(Stage::Teardown);
+        let keep = self.opts.keep_on_failure && matches!(outcome, Outcome::Failed(_));
+        if keep {
+            rec.note(
+                "keeping the sandboxes of this failed case for inspection (--keep-on-failure)",
+            );
+            stages.end(StageStatus::Skipped, Some("kept for inspection".into()));
+        } else if let Err(e) = target.teardown().await {
+            stages.end(StageStatus::Error, Some(e.to_string()));
+            if matches!(outcome, Outcome::Passed) {
+                outcome = Outcome::Error(format!("teardown: {e}"));
+            }
+        } else {
+            stages.end(StageStatus::Passed, None);
+        }
+        (outcome, outcomes)
+    }
+}
+
+fn classify_step_error(e: StepError) -> Outcome {
+    match e {
+        StepError::Skip(r) => Outcome::Skipped(r),
+        StepError::Infra(m) => Outcome::Error(m),
+        // A provision or install that times out is the environment's problem, not the product's.
+        e @ StepError::Deadline { .. } => Outcome::Error(e.to_string()),
+        StepError::Failed(m) => Outcome::Failed(m),
+    }
+}
+
+async fn with_deadline<T>(
+    stage: Stage,
+    what: &str,
+    deadline: Duration,
+    rec: &crate::timeline::Recorder,
+    fut: impl std::future::Future<Output = Result<T, TargetError>>,
+) -> Result<T, StepError> {
+    match tokio::time::timeout(deadline, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(target_step_error(e)),
+        Err(_) => Err(StepError::Deadline {
+            stage,
+            what: what.to_string(),
+            deadline,
+            last_seen: rec.last_states(),
+        }),
+    }
+}
+
+fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string())
+}
+
+/// The verdicts of re-running a saved timeline's check plan, and whether they agree with the
+/// verdicts recorded in it.
+#[derive(Clone, Debug)]
+pub struct Recheck {
+    pub outcomes: Vec<CheckOutcome>,
+    pub agrees: bool,
+}
+
+pub fn recheck(t: &Timeline) -> Recheck {
+    // Judge the timeline as it was when the checks first ran: up to the first recorded verdict.
+    let cut = t
+        .entries
+        .iter()
+        .position(|e| matches!(e.event, Event::Check(_)))
+        .unwrap_or(t.entries.len());
+    let judged = Timeline {
+        entries: t.entries[..cut].to_vec(),
+    };
+    let outcomes = evaluate_all(&t.check_plan(), &judged);
+    let recorded: Vec<CheckOutcome> = t.check_outcomes().into_iter().cloned().collect();
+    Recheck {
+        agrees: recorded == outcomes,
+        outcomes,
+    }
+}

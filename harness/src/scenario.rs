@@ -1,0 +1,655 @@
+//! Scenarios: data (id, title, requirements, parameters, checks) plus small step functions.
+//! Steps act only through [`Ctx`], which records every action on the timeline, bounds every
+//! wait with a deadline, and tracks injected faults so the engine can restore them on any exit.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+use crate::checks::Check;
+use crate::schedule::{FaultSchedule, InjectionPoint};
+use crate::target::{
+    Capability, ExecResult, Fault, SandboxSpec, SandboxView, Target, TargetError, TargetInfo,
+};
+use crate::timeline::{
+    ActionStatus, Event, FaultPhase, FaultRecord, ObjectState, Recorder, SentinelOp,
+    SentinelRecord, SentinelResult,
+};
+use crate::topology::Topology;
+
+/// The stages of a case; each becomes a JUnit test case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    Provision,
+    Install,
+    /// Create sandboxes, write sentinels, start workloads.
+    Seed,
+    /// Inject faults and act while they last.
+    Fault,
+    /// Recover and read back what the checks need.
+    Verify,
+    Teardown,
+}
+
+impl Stage {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Provision => "provision",
+            Self::Install => "install",
+            Self::Seed => "seed",
+            Self::Fault => "fault",
+            Self::Verify => "verify",
+            Self::Teardown => "teardown",
+        }
+    }
+
+    /// Default deadline for one step of this stage. Generous for real clusters; in virtual
+    /// time it costs nothing.
+    pub fn default_deadline(self) -> Duration {
+        match self {
+            Self::Provision | Self::Install => Duration::from_secs(15 * 60),
+            Self::Seed | Self::Verify | Self::Teardown => Duration::from_secs(10 * 60),
+            Self::Fault => Duration::from_secs(30 * 60),
+        }
+    }
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a step stopped early.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum StepError {
+    /// The product did something the scenario cannot go on from (a product failure).
+    #[error("{0}")]
+    Failed(String),
+    /// A wait ran out: names the stage, what was awaited, the deadline and the last states.
+    #[error("{stage}: gave up waiting for {what} after {}; last seen: {}", humantime::format_duration(*deadline), if last_seen.is_empty() { "nothing".to_string() } else { last_seen.iter().map(ObjectState::summary).collect::<Vec<_>>().join("; ") })]
+    Deadline {
+        stage: Stage,
+        what: String,
+        deadline: Duration,
+        last_seen: Vec<ObjectState>,
+    },
+    /// The harness or infrastructure failed; the case is an error, not a product failure.
+    #[error("infrastructure: {0}")]
+    Infra(String),
+    /// The target cannot run this; the case is skipped with this reason.
+    #[error("skipped: {0}")]
+    Skip(String),
+}
+
+impl From<TargetError> for StepError {
+    fn from(e: TargetError) -> Self {
+        match e {
+            TargetError::Refused { .. } => Self::Failed(format!("unexpectedly refused: {e}")),
+            TargetError::Unsupported(m) => Self::Skip(m),
+            TargetError::Infra(m) => Self::Infra(m),
+        }
+    }
+}
+
+pub type StepResult = Result<(), StepError>;
+pub type StepFn = for<'a> fn(&'a mut Ctx) -> BoxFuture<'a, StepResult>;
+
+#[derive(Clone)]
+pub struct Step {
+    pub stage: Stage,
+    pub name: String,
+    pub deadline: Duration,
+    pub run: StepFn,
+}
+
+impl Step {
+    pub fn new(stage: Stage, name: &str, run: StepFn) -> Self {
+        Self {
+            stage,
+            name: name.to_string(),
+            deadline: stage.default_deadline(),
+            run,
+        }
+    }
+
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+}
+
+/// Parameters of one case: what varies between cases of a scenario.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Params {
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "opt_ms")]
+    pub outage: Option<Duration>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub point: Option<InjectionPoint>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<FaultSchedule>,
+    /// Anything else a scenario varies on (exit code, restart policy, fault variant).
+    #[serde(default)]
+    pub values: BTreeMap<String, String>,
+}
+
+impl Params {
+    pub fn with_outage(mut self, d: Duration) -> Self {
+        self.outage = Some(d);
+        self
+    }
+
+    pub fn with(mut self, key: &str, value: &str) -> Self {
+        self.values.insert(key.to_string(), value.to_string());
+        self
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.values.get(key).map(String::as_str)
+    }
+
+    /// A short label for case ids: `outage=30s,exit=1`.
+    pub fn label(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(o) = self.outage {
+            parts.push(format!("outage={}", humantime::format_duration(o)));
+        }
+        if let Some(p) = self.point {
+            parts.push(format!("point={p}"));
+        }
+        if let Some(s) = &self.schedule {
+            parts.push(format!("seed={}", s.seed));
+        }
+        for (k, v) in &self.values {
+            parts.push(format!("{k}={v}"));
+        }
+        parts.join(",")
+    }
+
+    /// As text for the timeline and JUnit properties.
+    pub fn as_text(&self) -> BTreeMap<String, String> {
+        let mut m = self.values.clone();
+        if let Some(o) = self.outage {
+            m.insert("outage".into(), humantime::format_duration(o).to_string());
+        }
+        if let Some(p) = self.point {
+            m.insert("point".into(), p.to_string());
+        }
+        if let Some(s) = &self.schedule {
+            m.insert("seed".into(), s.seed.to_string());
+            m.insert("schedule".into(), s.describe());
+        }
+        m
+    }
+}
+
+mod opt_ms {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&(d.as_millis() as u64)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
+    }
+}
+
+/// Builds the checks of a case; they may depend on the case (sandbox names, outage length).
+pub type ChecksFn = fn(&CaseInfo) -> Vec<Check>;
+
+/// One scenario: runs unchanged against any target and topology.
+#[derive(Clone)]
+pub struct Scenario {
+    pub id: String,
+    pub title: String,
+    pub requirements: Vec<String>,
+    pub requires: Vec<Capability>,
+    pub steps: Vec<Step>,
+    pub checks: ChecksFn,
+}
+
+impl std::fmt::Debug for Scenario {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scenario")
+            .field("id", &self.id)
+            .field("requirements", &self.requirements)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One (scenario, topology, parameters) combination.
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub scenario: Arc<Scenario>,
+    pub topology: Topology,
+    pub params: Params,
+}
+
+impl Case {
+    pub fn new(scenario: Arc<Scenario>, topology: Topology, params: Params) -> Self {
+        Self {
+            scenario,
+            topology,
+            params,
+        }
+    }
+
+    /// `scenario[topology,outage=30s]`: stable, readable, unique within a run.
+    pub fn id(&self) -> String {
+        let label = self.params.label();
+        if label.is_empty() {
+            format!("{}[{}]", self.scenario.id, self.topology.name)
+        } else {
+            format!("{}[{},{label}]", self.scenario.id, self.topology.name)
+        }
+    }
+
+    pub fn info(&self, target: TargetInfo) -> CaseInfo {
+        CaseInfo {
+            case_id: self.id(),
+            scenario: self.scenario.id.clone(),
+            topology: self.topology.clone(),
+            params: self.params.clone(),
+            target,
+        }
+    }
+}
+
+/// What a step or a checks function knows about its case.
+#[derive(Clone, Debug)]
+pub struct CaseInfo {
+    pub case_id: String,
+    pub scenario: String,
+    pub topology: Topology,
+    pub params: Params,
+    pub target: TargetInfo,
+}
+
+impl CaseInfo {
+    /// A sandbox name unique to this case and role, valid as a DNS label once OpenShell adds
+    /// its `<workspace>--` prefix (63 characters at most, k8s-objects.md §5 item 1).
+    pub fn sandbox_name(&self, role: &str) -> String {
+        let hash = fnv1a(self.case_id.as_bytes());
+        let mut base: String = format!("{}-{role}", self.scenario)
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        base.truncate(40);
+        format!("{}-{hash:08x}", base.trim_end_matches('-'))
+    }
+
+    /// The content written into a sentinel: unique per case and key, so a sentinel from another
+    /// case or an earlier run cannot pass for this one.
+    pub fn sentinel_value(&self, key: &str) -> String {
+        format!(
+            "{key}-{:08x}",
+            fnv1a(format!("{}/{key}", self.case_id).as_bytes())
+        )
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// Where sentinels live inside a sandbox: on the workspace volume (`/sandbox`,
+/// openshell-k8s.md §3.4), in a directory of their own.
+pub const SENTINEL_DIR: &str = "/sandbox/.conformance";
+
+/// A fault the case injected and has not yet restored.
+#[derive(Clone, Debug)]
+pub struct ActiveFault {
+    pub id: String,
+    pub fault: Fault,
+}
+
+/// The context a step runs in.
+pub struct Ctx {
+    pub target: Arc<dyn Target>,
+    pub rec: Recorder,
+    pub case: CaseInfo,
+    pub stage: Stage,
+    /// How often waits poll the target.
+    pub poll: Duration,
+    active: Vec<ActiveFault>,
+    next_fault: u32,
+    /// Free-form state steps hand to later steps.
+    pub vars: BTreeMap<String, String>,
+}
+
+impl Ctx {
+    pub fn new(target: Arc<dyn Target>, rec: Recorder, case: CaseInfo, poll: Duration) -> Self {
+        Self {
+            target,
+            rec,
+            case,
+            stage: Stage::Seed,
+            poll,
+            active: Vec::new(),
+            next_fault: 1,
+            vars: BTreeMap::new(),
+        }
+    }
+
+    pub fn sandbox_name(&self, role: &str) -> String {
+        self.case.sandbox_name(role)
+    }
+
+    pub fn params(&self) -> &crate::scenario::Params {
+        &self.case.params
+    }
+
+    pub fn mark(&self, label: &str) {
+        self.rec.mark(label);
+    }
+
+    pub fn observe_value(&self, key: &str, subject: Option<&str>, value: serde_json::Value) {
+        self.rec.record(Event::Observation {
+            key: key.to_string(),
+            subject: subject.map(str::to_string),
+            value,
+        });
+    }
+
+    /// Sleeps in tokio time (virtual in emulated runs).
+    pub async fn sleep(&self, d: Duration) {
+        tokio::time::sleep(d).await;
+    }
+
+    /// Runs one target call as a recorded action. Refusals by the product are returned to the
+    /// step, which decides whether they are expected.
+    pub async fn act<T, F>(&self, name: &str, subject: Option<&str>, f: F) -> Result<T, TargetError>
+    where
+        F: std::future::Future<Output = Result<T, TargetError>>,
+        T: std::fmt::Debug,
+    {
+        let id = self.rec.action_start(name, subject);
+        let result = f.await;
+        let (status, detail) = match &result {
+            Ok(_) => (ActionStatus::Ok, None),
+            Err(e @ TargetError::Refused { .. }) => (ActionStatus::Refused, Some(e.to_string())),
+            Err(e) => (ActionStatus::Error, Some(e.to_string())),
+        };
+        self.rec.action_end(id, name, subject, status, detail);
+        result
+    }
+
+    pub async fn create_sandbox(&self, spec: &SandboxSpec) -> Result<SandboxView, TargetError> {
+        let t = self.target.clone();
+        let view = self
+            .act("create", Some(&spec.name), t.create_sandbox(spec))
+            .await?;
+        self.rec.observe(view.to_state());
+        Ok(view)
+    }
+
+    pub async fn stop_sandbox(&self, name: &str) -> Result<(), TargetError> {
+        self.act("stop", Some(name), self.target.stop_sandbox(name))
+            .await
+    }
+
+    pub async fn start_sandbox(&self, name: &str) -> Result<(), TargetError> {
+        self.act("start", Some(name), self.target.start_sandbox(name))
+            .await
+    }
+
+    pub async fn delete_sandbox(&self, name: &str) -> Result<(), TargetError> {
+        self.act("delete", Some(name), self.target.delete_sandbox(name))
+            .await
+    }
+
+    /// Runs a shell command in the sandbox (`sh -c SCRIPT`).
+    pub async fn sh(&self, sandbox: &str, script: &str) -> Result<ExecResult, TargetError> {
+        let argv = vec!["sh".to_string(), "-c".to_string(), script.to_string()];
+        self.act("exec", Some(sandbox), self.target.exec(sandbox, &argv))
+            .await
+    }
+
+    /// Reads the gateway's view of a sandbox and records it.
+    pub async fn get_sandbox(&self, name: &str) -> Result<Option<SandboxView>, TargetError> {
+        let v = self.target.get_sandbox(name).await?;
+        match &v {
+            Some(view) => {
+                self.rec.observe(view.to_state());
+            }
+            None => {
+                if let Some(mut last) = self.rec.last_state(&crate::timeline::ObjectRef {
+                    kind: crate::timeline::GATEWAY_SANDBOX_KIND.into(),
+                    namespace: None,
+                    name: name.to_string(),
+                }) && !last.deleted
+                {
+                    last.deleted = true;
+                    self.rec.observe(last);
+                }
+            }
+        }
+        Ok(v)
+    }
+
+    /// Polls until `probe` returns Some, or the deadline passes. The error names the stage,
+    /// what was awaited, the deadline, and the last states recorded for the case.
+    pub async fn wait_for<T, F, Fut>(
+        &self,
+        what: &str,
+        deadline: Duration,
+        mut probe: F,
+    ) -> Result<T, StepError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<Option<T>, StepError>>,
+    {
+        let until = tokio::time::Instant::now() + deadline;
+        loop {
+            if let Some(v) = probe().await? {
+                return Ok(v);
+            }
+            if tokio::time::Instant::now() >= until {
+                return Err(StepError::Deadline {
+                    stage: self.stage,
+                    what: what.to_string(),
+                    deadline,
+                    last_seen: self.relevant_last_states(),
+                });
+            }
+            tokio::time::sleep(
+                self.poll
+                    .min(until - tokio::time::Instant::now())
+                    .max(Duration::from_millis(1)),
+            )
+            .await;
+        }
+    }
+
+    /// Waits until the gateway reports the sandbox in one of `phases`.
+    pub async fn wait_phase(
+        &self,
+        name: &str,
+        phases: &[&str],
+        deadline: Duration,
+    ) -> Result<SandboxView, StepError> {
+        let what = format!("sandbox {name} to be {}", phases.join(" or "));
+        self.wait_for(&what, deadline, || async {
+            match self.get_sandbox(name).await {
+                Ok(Some(v)) if phases.contains(&v.phase.as_str()) => Ok(Some(v)),
+                Ok(_) => Ok(None),
+                // An unreachable gateway is a state to wait through, not a harness failure.
+                Err(TargetError::Refused { .. }) | Err(TargetError::Infra(_)) => Ok(None),
+                Err(e) => Err(e.into()),
+            }
+        })
+        .await
+    }
+
+    /// Waits until the gateway no longer knows the sandbox.
+    pub async fn wait_gone(&self, name: &str, deadline: Duration) -> Result<(), StepError> {
+        self.wait_for(
+            &format!("sandbox {name} to be deleted"),
+            deadline,
+            || async {
+                match self.get_sandbox(name).await {
+                    Ok(None) => Ok(Some(())),
+                    Ok(Some(_)) | Err(TargetError::Refused { .. }) | Err(TargetError::Infra(_)) => {
+                        Ok(None)
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            },
+        )
+        .await
+    }
+
+    fn relevant_last_states(&self) -> Vec<ObjectState> {
+        self.rec.last_states()
+    }
+
+    /// Writes a sentinel into the sandbox's workspace and records the write.
+    pub async fn write_sentinel(&self, sandbox: &str, key: &str) -> Result<(), TargetError> {
+        let value = self.case.sentinel_value(key);
+        let script =
+            format!("mkdir -p {SENTINEL_DIR} && printf %s '{value}' > {SENTINEL_DIR}/{key}");
+        let result = match self.sh(sandbox, &script).await {
+            Ok(r) if r.exit_code == 0 => SentinelResult::Ok(value),
+            Ok(r) => SentinelResult::Failed(format!("exit {}: {}", r.exit_code, r.stderr.trim())),
+            Err(e) => SentinelResult::Failed(e.to_string()),
+        };
+        let failed = matches!(result, SentinelResult::Failed(_));
+        self.rec.record(Event::Sentinel(SentinelRecord {
+            key: key.to_string(),
+            sandbox: sandbox.to_string(),
+            op: SentinelOp::Write,
+            result: result.clone(),
+        }));
+        match result {
+            SentinelResult::Failed(m) if failed => Err(TargetError::Infra(format!(
+                "could not write sentinel {key} into {sandbox}: {m}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Reads a sentinel back and records what came back: its content, missing, or a failure
+    /// to run the read at all.
+    pub async fn read_sentinel(&self, sandbox: &str, key: &str) -> SentinelResult {
+        let script = format!("cat {SENTINEL_DIR}/{key}");
+        let result = match self.sh(sandbox, &script).await {
+            Ok(r) if r.exit_code == 0 => SentinelResult::Ok(r.stdout),
+            Ok(r) if r.stderr.contains("No such file") => SentinelResult::Missing,
+            Ok(r) => SentinelResult::Failed(format!("exit {}: {}", r.exit_code, r.stderr.trim())),
+            Err(e) => SentinelResult::Failed(e.to_string()),
+        };
+        self.rec.record(Event::Sentinel(SentinelRecord {
+            key: key.to_string(),
+            sandbox: sandbox.to_string(),
+            op: SentinelOp::Read,
+            result: result.clone(),
+        }));
+        result
+    }
+
+    /// Injects a fault and returns its id. The engine restores every fault still active when
+    /// the steps end, whatever way they end.
+    pub async fn inject(&mut self, fault: Fault) -> Result<String, StepError> {
+        self.inject_for(fault, None).await
+    }
+
+    /// Injects a fault meant to last `hold` (recorded as the requested window).
+    pub async fn inject_for(
+        &mut self,
+        fault: Fault,
+        hold: Option<Duration>,
+    ) -> Result<String, StepError> {
+        let id = format!("f{}", self.next_fault);
+        self.next_fault += 1;
+        self.record_fault(&id, &fault, FaultPhase::Requested, hold);
+        // Registered before the call: a fault that half-applied must still be restored.
+        self.active.push(ActiveFault {
+            id: id.clone(),
+            fault: fault.clone(),
+        });
+        match self.target.inject(&fault).await {
+            Ok(()) => {
+                self.record_fault(&id, &fault, FaultPhase::Started, None);
+                Ok(id)
+            }
+            Err(e) => Err(StepError::Infra(format!("injecting {}: {e}", fault.kind()))),
+        }
+    }
+
+    /// Restores one fault now.
+    pub async fn restore(&mut self, id: &str) -> Result<(), StepError> {
+        let Some(pos) = self.active.iter().position(|a| a.id == id) else {
+            return Ok(());
+        };
+        let active = self.active.remove(pos);
+        restore_fault(&*self.target, &self.rec, &active)
+            .await
+            .map_err(StepError::Infra)
+    }
+
+    /// Stops the gateway for `hold`, running nothing meanwhile, then restores it.
+    pub async fn outage(&mut self, hold: Duration) -> Result<String, StepError> {
+        let id = self.inject_for(Fault::GatewayStop, Some(hold)).await?;
+        tokio::time::sleep(hold).await;
+        self.restore(&id).await?;
+        Ok(id)
+    }
+
+    pub fn active_faults(&self) -> &[ActiveFault] {
+        &self.active
+    }
+
+    pub(crate) fn take_active_faults(&mut self) -> Vec<ActiveFault> {
+        std::mem::take(&mut self.active)
+    }
+
+    fn record_fault(&self, id: &str, fault: &Fault, phase: FaultPhase, hold: Option<Duration>) {
+        self.rec.record(Event::Fault(FaultRecord {
+            id: id.to_string(),
+            kind: fault.kind().to_string(),
+            phase,
+            subject: fault.subject().map(str::to_string),
+            requested_ms: hold.map(|d| d.as_millis() as u64),
+            detail: None,
+        }));
+    }
+}
+
+/// Restores a fault and records the end of its window, or the failure to restore.
+pub(crate) async fn restore_fault(
+    target: &dyn Target,
+    rec: &Recorder,
+    active: &ActiveFault,
+) -> Result<(), String> {
+    let result = target.restore(&active.fault).await;
+    let (phase, detail) = match &result {
+        Ok(()) => (FaultPhase::Ended, None),
+        Err(e) => (FaultPhase::RestoreFailed, Some(e.to_string())),
+    };
+    rec.record(Event::Fault(FaultRecord {
+        id: active.id.clone(),
+        kind: active.fault.kind().to_string(),
+        phase,
+        subject: active.fault.subject().map(str::to_string),
+        requested_ms: None,
+        detail,
+    }));
+    result.map_err(|e| format!("restoring {} ({}): {e}", active.fault.kind(), active.id))
+}

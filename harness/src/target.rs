@@ -1,0 +1,324 @@
+//! The target: the system under test as scenarios see it. A scenario acts (create, exec, stop,
+//! start, delete), observes (sandbox phases, Kubernetes objects) and breaks things (faults)
+//! only through this trait, so one scenario runs unchanged against the emulated cluster, kind,
+//! k3d or an existing cluster.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use semver::Version;
+use serde::{Deserialize, Serialize};
+
+use crate::timeline::{ObjectState, Recorder};
+use crate::topology::Topology;
+
+/// What a target can do beyond the basics; scenarios that need more are skipped, with a reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Capability {
+    /// `--restart-policy` on create (OpenShell 0.1.x; openshell-k8s.md §8).
+    RestartPolicy,
+    /// A main command given at create time becomes the canonical main process.
+    MainCommand,
+    GatewayStop,
+    GatewayRestart,
+    SandboxPodReplace,
+    SupervisorKill,
+    MainProcessKill,
+    /// Make the sandbox's gateway credentials or CA wrong, for permanent bootstrap errors.
+    BootstrapCredentialFault,
+}
+
+impl Capability {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::RestartPolicy => "restart-policy",
+            Self::MainCommand => "main-command",
+            Self::GatewayStop => "gateway-stop",
+            Self::GatewayRestart => "gateway-restart",
+            Self::SandboxPodReplace => "sandbox-pod-replace",
+            Self::SupervisorKill => "supervisor-kill",
+            Self::MainProcessKill => "main-process-kill",
+            Self::BootstrapCredentialFault => "bootstrap-credential-fault",
+        }
+    }
+}
+
+impl std::fmt::Display for Capability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Describes a target before and after provisioning: labels for reports, and what it supports.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TargetInfo {
+    /// `emulated`, `kind`, `k3d`, `existing`, or a test double's name.
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub defects: Vec<String>,
+    /// The OpenShell version under test, when known; gates topologies and capabilities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub openshell: Option<Version>,
+    /// Versions of the parts under test (openshell, agent-sandbox, chart), for reports.
+    #[serde(default)]
+    pub versions: BTreeMap<String, String>,
+    #[serde(default)]
+    pub capabilities: BTreeSet<Capability>,
+}
+
+impl TargetInfo {
+    /// Why this target cannot run a case on `topology` needing `requires`, if it cannot.
+    pub fn skip_reason(&self, topology: &Topology, requires: &[Capability]) -> Option<String> {
+        if let Some(v) = &self.openshell
+            && !topology.supports(v)
+        {
+            return Some(format!(
+                "topology {} needs OpenShell {} or newer; the target runs {v}",
+                topology.name, topology.min_openshell
+            ));
+        }
+        let missing: Vec<&str> = requires
+            .iter()
+            .filter(|c| !self.capabilities.contains(c))
+            .map(|c| c.name())
+            .collect();
+        if missing.is_empty() {
+            None
+        } else {
+            Some(format!(
+                "{} lacks {}{}",
+                self.label(),
+                missing.join(", "),
+                self.openshell
+                    .as_ref()
+                    .map(|v| format!(" (OpenShell {v})"))
+                    .unwrap_or_default()
+            ))
+        }
+    }
+
+    pub fn label(&self) -> String {
+        match &self.model {
+            Some(m) => format!("target {} (model {m})", self.kind),
+            None => format!("target {}", self.kind),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RestartPolicy {
+    Never,
+    OnFailure,
+    Always,
+}
+
+/// What to create. Sandboxes are persistent (a workspace PVC) on Kubernetes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    pub name: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// The canonical main process; None keeps the image's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_policy: Option<RestartPolicy>,
+}
+
+/// The gateway's view of a sandbox (`openshell sandbox get`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SandboxView {
+    pub name: String,
+    pub phase: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+}
+
+impl SandboxView {
+    /// As a timeline object of kind [`crate::timeline::GATEWAY_SANDBOX_KIND`].
+    pub fn to_state(&self) -> ObjectState {
+        let mut s = ObjectState::new(crate::timeline::GATEWAY_SANDBOX_KIND, None, &self.name);
+        s.phase = Some(self.phase.clone());
+        if self.reason.is_some() || self.message.is_some() {
+            s.conditions.push(crate::timeline::ConditionState {
+                type_: "Ready".into(),
+                status: if self.phase == "Ready" {
+                    "True"
+                } else {
+                    "False"
+                }
+                .into(),
+                reason: self.reason.clone(),
+                message: self.message.clone(),
+            });
+        }
+        if let Some(code) = self.exit_code {
+            s.containers.push(crate::timeline::ContainerState {
+                name: "main".into(),
+                state: "terminated".into(),
+                reason: None,
+                exit_code: Some(code),
+                restart_count: 0,
+            });
+        }
+        s
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecResult {
+    pub exit_code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// A fault the harness can inject. `inject` returns once the fault is in effect; `restore`
+/// returns once the system is back as the harness found it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "fault", rename_all = "kebab-case")]
+pub enum Fault {
+    /// Scale the gateway to zero and wait for its pods to be gone; restore scales it back.
+    GatewayStop,
+    /// Delete the gateway pod; restore waits for the replacement to be ready.
+    GatewayRestart,
+    /// Delete the sandbox pod so a replacement boots (and bootstraps again).
+    SandboxPodReplace { sandbox: String },
+    /// Kill the supervisor where the topology runs it (container or pod).
+    SupervisorKill { sandbox: String },
+    /// Kill the sandbox's main process.
+    MainProcessKill { sandbox: String },
+    /// Give the sandbox credentials the gateway rejects (`credentials`) or a gateway
+    /// certificate the sandbox must reject (`certificate`); restore puts the right ones back.
+    BootstrapCredentials { sandbox: String, what: String },
+}
+
+impl Fault {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::GatewayStop => "gateway-stop",
+            Self::GatewayRestart => "gateway-restart",
+            Self::SandboxPodReplace { .. } => "sandbox-pod-replace",
+            Self::SupervisorKill { .. } => "supervisor-kill",
+            Self::MainProcessKill { .. } => "main-process-kill",
+            Self::BootstrapCredentials { .. } => "bootstrap-credentials",
+        }
+    }
+
+    pub fn subject(&self) -> Option<&str> {
+        match self {
+            Self::GatewayStop | Self::GatewayRestart => None,
+            Self::SandboxPodReplace { sandbox }
+            | Self::SupervisorKill { sandbox }
+            | Self::MainProcessKill { sandbox }
+            | Self::BootstrapCredentials { sandbox, .. } => Some(sandbox),
+        }
+    }
+
+    pub fn capability(&self) -> Capability {
+        match self {
+            Self::GatewayStop => Capability::GatewayStop,
+            Self::GatewayRestart => Capability::GatewayRestart,
+            Self::SandboxPodReplace { .. } => Capability::SandboxPodReplace,
+            Self::SupervisorKill { .. } => Capability::SupervisorKill,
+            Self::MainProcessKill { .. } => Capability::MainProcessKill,
+            Self::BootstrapCredentials { .. } => Capability::BootstrapCredentialFault,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    /// The system under test refused the request (for example `FailedPrecondition`). This is
+    /// product behaviour, recorded on the timeline and judged by checks.
+    #[error("{code}: {message}")]
+    Refused { code: String, message: String },
+    /// The target cannot do this at all; the case is skipped with this reason.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// The harness could not carry the request out (tool missing, cluster unreachable).
+    #[error("{0}")]
+    Infra(String),
+}
+
+impl TargetError {
+    pub fn refused(code: &str, message: impl Into<String>) -> Self {
+        Self::Refused {
+            code: code.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+pub type TargetResult<T> = Result<T, TargetError>;
+
+/// Aborts the observer tasks when dropped, so observation ends with the case on every path.
+#[derive(Default)]
+pub struct Observers {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Observers {
+    pub fn push(&mut self, task: tokio::task::JoinHandle<()>) {
+        self.tasks.push(task);
+    }
+}
+
+impl Drop for Observers {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// The system under test, provisioned for one topology.
+#[async_trait]
+pub trait Target: Send + Sync {
+    fn info(&self) -> TargetInfo;
+
+    /// Installs what the topology needs (controller, chart, values) and waits until ready.
+    async fn install(&self, topology: &Topology) -> TargetResult<()>;
+
+    /// Starts feeding the recorder with every object state the target can see: sandbox
+    /// resources, pods, PVCs, events, the gateway workload and the gateway's sandbox phases.
+    async fn observe(&self, rec: Recorder) -> TargetResult<Observers>;
+
+    /// The current state of everything observed, once; recorded at the end of a case so the
+    /// timeline ends on fresh states even if a watch lags.
+    async fn snapshot(&self) -> TargetResult<Vec<ObjectState>>;
+
+    async fn create_sandbox(&self, spec: &SandboxSpec) -> TargetResult<SandboxView>;
+    /// None when the gateway does not know the sandbox.
+    async fn get_sandbox(&self, name: &str) -> TargetResult<Option<SandboxView>>;
+    async fn exec(&self, sandbox: &str, argv: &[String]) -> TargetResult<ExecResult>;
+    async fn stop_sandbox(&self, name: &str) -> TargetResult<()>;
+    async fn start_sandbox(&self, name: &str) -> TargetResult<()>;
+    async fn delete_sandbox(&self, name: &str) -> TargetResult<()>;
+
+    async fn inject(&self, fault: &Fault) -> TargetResult<()>;
+    async fn restore(&self, fault: &Fault) -> TargetResult<()>;
+
+    /// Removes what the case left behind (sandboxes, releases), unless told to keep it.
+    async fn teardown(&self) -> TargetResult<()>;
+}
+
+/// Makes a provisioned target for a topology: a fresh emulated cluster per case, or a shared
+/// real cluster.
+#[async_trait]
+pub trait TargetFactory: Send + Sync {
+    /// What the target will be, before anything is provisioned (for skip decisions).
+    fn info(&self) -> TargetInfo;
+
+    /// Brings up (or connects to) the cluster for one case.
+    async fn provision(&self, topology: &Topology, rec: &Recorder)
+    -> TargetResult<Arc<dyn Target>>;
+}

@@ -1,0 +1,727 @@
+//! The timeline: the ordered record of one run. Everything the harness saw (object states),
+//! did (actions, sentinel writes and reads), broke (fault windows) and concluded (stages and
+//! checks) lands here, stamped with time since run start. Time is tokio time, so a run in paused
+//! (virtual) time gets exact, reproducible stamps. Timelines are written as JSON lines and read
+//! back losslessly, which is what lets `check` re-run the checks offline.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::checks::{Check, CheckOutcome};
+
+/// One line of a timeline.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Position in the run, strictly increasing; orders entries with the same stamp.
+    pub seq: u64,
+    /// Milliseconds since run start.
+    pub at_ms: u64,
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    RunStarted(RunInfo),
+    /// An observed state of one object (a Kubernetes object, or the gateway's view of a sandbox).
+    Object(ObjectState),
+    Action(ActionRecord),
+    Fault(FaultRecord),
+    Sentinel(SentinelRecord),
+    /// A value the harness measured, such as the number of main-process starts.
+    Observation {
+        key: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        subject: Option<String>,
+        value: serde_json::Value,
+    },
+    /// A named point a scenario marks, for checks to anchor on.
+    Marker {
+        label: String,
+    },
+    Stage(StageRecord),
+    /// The checks that will be evaluated over this timeline, stored so that a saved timeline
+    /// can be re-checked offline without the scenario code.
+    CheckPlan {
+        checks: Vec<Check>,
+    },
+    Check(CheckOutcome),
+    Note {
+        message: String,
+    },
+    RunFinished {
+        outcome: String,
+    },
+}
+
+/// What identifies a run: enough to reproduce it and to label reports.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    pub scenario: String,
+    pub title: String,
+    pub topology: String,
+    pub target: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub defects: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    #[serde(default)]
+    pub requirements: Vec<String>,
+    /// Scenario parameters as text (outage durations, injection points), for reports.
+    #[serde(default)]
+    pub params: BTreeMap<String, String>,
+    /// Versions of what was tested (OpenShell, Agent Sandbox, harness).
+    #[serde(default)]
+    pub versions: BTreeMap<String, String>,
+}
+
+/// Names an object independently of its incarnation (a replaced pod keeps its ref, not its uid).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ObjectRef {
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl std::fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{}/{}/{}", self.kind, ns, self.name),
+            None => write!(f, "{}/{}", self.kind, self.name),
+        }
+    }
+}
+
+/// Kind used for the gateway's own view of a sandbox (`openshell sandbox get`), as opposed to
+/// the Agent Sandbox custom resource of kind `Sandbox`.
+pub const GATEWAY_SANDBOX_KIND: &str = "OpenShellSandbox";
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ObjectState {
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<ConditionState>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub containers: Vec<ContainerState>,
+    /// Desired and ready replicas, for workloads such as the gateway StatefulSet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<Replicas>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Set on the last state of an object that was deleted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+}
+
+impl ObjectState {
+    pub fn new(kind: &str, namespace: Option<&str>, name: &str) -> Self {
+        Self {
+            kind: kind.to_string(),
+            namespace: namespace.map(str::to_string),
+            name: name.to_string(),
+            ..Self::default()
+        }
+    }
+
+    pub fn object_ref(&self) -> ObjectRef {
+        ObjectRef {
+            kind: self.kind.clone(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+
+    pub fn condition(&self, type_: &str) -> Option<&ConditionState> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+
+    /// A one-line summary for failure messages: `Pod/ns/name uid=… phase=Failed Ready=False(PodFailed) agent=terminated(1)`.
+    pub fn summary(&self) -> String {
+        let mut s = self.object_ref().to_string();
+        if let Some(uid) = &self.uid {
+            s.push_str(&format!(" uid={uid}"));
+        }
+        if self.deleted {
+            s.push_str(" deleted");
+        }
+        if let Some(p) = &self.phase {
+            s.push_str(&format!(" phase={p}"));
+        }
+        for c in &self.conditions {
+            s.push_str(&format!(" {}={}", c.type_, c.status));
+            if let Some(r) = &c.reason {
+                s.push_str(&format!("({r})"));
+            }
+        }
+        for c in &self.containers {
+            s.push_str(&format!(" {}={}", c.name, c.state));
+            if let Some(code) = c.exit_code {
+                s.push_str(&format!("({code})"));
+            }
+            if c.restart_count > 0 {
+                s.push_str(&format!(" restarts={}", c.restart_count));
+            }
+        }
+        if let Some(r) = &self.replicas {
+            s.push_str(&format!(" replicas={}/{}", r.ready, r.desired));
+        }
+        s
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ConditionState {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ContainerState {
+    pub name: String,
+    /// `waiting`, `running` or `terminated`.
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub restart_count: u32,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replicas {
+    pub desired: u32,
+    pub ready: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionStatus {
+    Started,
+    Ok,
+    /// The system under test refused or failed the action (for example FailedPrecondition).
+    Refused,
+    /// The harness could not carry the action out (infrastructure).
+    Error,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ActionRecord {
+    /// Pairs the `started` entry with its outcome.
+    pub id: u64,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    pub status: ActionStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultPhase {
+    /// The harness asked for the fault (the requested window starts).
+    Requested,
+    /// The fault is in effect (for a gateway stop: its pods are gone).
+    Started,
+    /// Restore finished (for a gateway stop: ready again).
+    Ended,
+    /// Restore could not be completed; the journal keeps what is left to undo.
+    RestoreFailed,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FaultRecord {
+    pub id: String,
+    pub kind: String,
+    pub phase: FaultPhase,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// The requested hold, in milliseconds, for faults that last a duration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SentinelOp {
+    Write,
+    Read,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "result", content = "value", rename_all = "snake_case")]
+pub enum SentinelResult {
+    /// The write succeeded, or the read returned this content.
+    Ok(String),
+    /// The read ran and the file was not there.
+    Missing,
+    /// The operation could not run (sandbox not usable); says nothing about the data.
+    Failed(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SentinelRecord {
+    pub key: String,
+    pub sandbox: String,
+    pub op: SentinelOp,
+    #[serde(flatten)]
+    pub result: SentinelResult,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageStatus {
+    Started,
+    Passed,
+    Failed,
+    Error,
+    Skipped,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StageRecord {
+    pub stage: String,
+    pub status: StageStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The whole record of one run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timeline {
+    pub entries: Vec<Entry>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TimelineError {
+    #[error("cannot read timeline: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("timeline line {line}: {message}")]
+    Parse { line: usize, message: String },
+}
+
+impl Timeline {
+    pub fn run_info(&self) -> Option<&RunInfo> {
+        self.entries.iter().find_map(|e| match &e.event {
+            Event::RunStarted(info) => Some(info),
+            _ => None,
+        })
+    }
+
+    pub fn check_plan(&self) -> Vec<Check> {
+        self.entries
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::CheckPlan { checks } => Some(checks.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+
+    pub fn check_outcomes(&self) -> Vec<&CheckOutcome> {
+        self.entries
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::Check(o) => Some(o),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Stamp of the last entry: how long the run lasted in its own (possibly virtual) time.
+    pub fn duration(&self) -> Duration {
+        Duration::from_millis(self.entries.last().map_or(0, |e| e.at_ms))
+    }
+
+    pub fn write_jsonl(&self, mut out: impl Write) -> std::io::Result<()> {
+        for entry in &self.entries {
+            serde_json::to_writer(&mut out, entry)?;
+            out.write_all(b"\n")?;
+        }
+        Ok(())
+    }
+
+    pub fn to_jsonl(&self) -> String {
+        let mut buf = Vec::new();
+        self.write_jsonl(&mut buf)
+            .expect("writing to a Vec cannot fail");
+        String::from_utf8(buf).expect("serde_json writes UTF-8")
+    }
+
+    pub fn read_jsonl(input: impl BufRead) -> Result<Self, TimelineError> {
+        let mut entries = Vec::new();
+        for (i, line) in input.lines().enumerate() {
+            let line = line?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let entry = serde_json::from_str(&line).map_err(|e| TimelineError::Parse {
+                line: i + 1,
+                message: e.to_string(),
+            })?;
+            entries.push(entry);
+        }
+        Ok(Self { entries })
+    }
+
+    pub fn from_jsonl(text: &str) -> Result<Self, TimelineError> {
+        Self::read_jsonl(text.as_bytes())
+    }
+}
+
+/// The latest known state of every object, as of some point in a timeline.
+#[derive(Clone, Debug, Default)]
+pub struct World {
+    objects: BTreeMap<ObjectRef, ObjectState>,
+}
+
+impl World {
+    pub fn apply(&mut self, event: &Event) {
+        if let Event::Object(state) = event {
+            self.objects.insert(state.object_ref(), state.clone());
+        }
+    }
+
+    pub fn get(&self, r: &ObjectRef) -> Option<&ObjectState> {
+        self.objects.get(r)
+    }
+
+    /// Every object ever seen, deleted ones included (with `deleted` set).
+    pub fn all(&self) -> impl Iterator<Item = &ObjectState> {
+        self.objects.values()
+    }
+
+    /// Objects that currently exist.
+    pub fn live(&self) -> impl Iterator<Item = &ObjectState> {
+        self.objects.values().filter(|o| !o.deleted)
+    }
+}
+
+/// The write side of a timeline, shared by the engine, the scenario's steps and the target's
+/// observers. Cheap to clone; stamps each entry with tokio time since the recorder was created.
+#[derive(Clone)]
+pub struct Recorder {
+    inner: Arc<Mutex<RecorderInner>>,
+}
+
+struct RecorderInner {
+    start: tokio::time::Instant,
+    entries: Vec<Entry>,
+    next_action: u64,
+    /// Last state per object, so observers that report the same state twice (a relist, a
+    /// poller) do not clutter the timeline.
+    last_state: BTreeMap<ObjectRef, ObjectState>,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Recorder {
+    pub fn new() -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(RecorderInner {
+                start: tokio::time::Instant::now(),
+                entries: Vec::new(),
+                next_action: 1,
+                last_state: BTreeMap::new(),
+            })),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, RecorderInner> {
+        // A panic while holding the lock leaves plain data behind; keep recording.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Time since run start.
+    pub fn elapsed(&self) -> Duration {
+        self.lock().start.elapsed()
+    }
+
+    pub fn record(&self, event: Event) -> Entry {
+        let mut inner = self.lock();
+        Self::push(&mut inner, event)
+    }
+
+    fn push(inner: &mut RecorderInner, event: Event) -> Entry {
+        let entry = Entry {
+            seq: inner.entries.len() as u64 + 1,
+            at_ms: inner.start.elapsed().as_millis() as u64,
+            event,
+        };
+        inner.entries.push(entry.clone());
+        entry
+    }
+
+    /// Records an object state unless it equals the last one recorded for that object
+    /// (resourceVersion aside). Returns whether it was recorded.
+    pub fn observe(&self, state: ObjectState) -> bool {
+        let mut inner = self.lock();
+        let key = state.object_ref();
+        if let Some(prev) = inner.last_state.get(&key) {
+            let mut a = prev.clone();
+            a.resource_version = None;
+            let mut b = state.clone();
+            b.resource_version = None;
+            if a == b {
+                return false;
+            }
+        }
+        inner.last_state.insert(key, state.clone());
+        Self::push(&mut inner, Event::Object(state));
+        true
+    }
+
+    /// The last recorded state of every object, for failure messages.
+    pub fn last_states(&self) -> Vec<ObjectState> {
+        self.lock().last_state.values().cloned().collect()
+    }
+
+    pub fn last_state(&self, r: &ObjectRef) -> Option<ObjectState> {
+        self.lock().last_state.get(r).cloned()
+    }
+
+    /// Records the start of an action and returns its id for [`Recorder::action_end`].
+    pub fn action_start(&self, name: &str, subject: Option<&str>) -> u64 {
+        let mut inner = self.lock();
+        let id = inner.next_action;
+        inner.next_action += 1;
+        Self::push(
+            &mut inner,
+            Event::Action(ActionRecord {
+                id,
+                name: name.to_string(),
+                subject: subject.map(str::to_string),
+                status: ActionStatus::Started,
+                detail: None,
+            }),
+        );
+        id
+    }
+
+    pub fn action_end(
+        &self,
+        id: u64,
+        name: &str,
+        subject: Option<&str>,
+        status: ActionStatus,
+        detail: Option<String>,
+    ) {
+        self.record(Event::Action(ActionRecord {
+            id,
+            name: name.to_string(),
+            subject: subject.map(str::to_string),
+            status,
+            detail,
+        }));
+    }
+
+    pub fn mark(&self, label: &str) {
+        self.record(Event::Marker {
+            label: label.to_string(),
+        });
+    }
+
+    pub fn note(&self, message: impl Into<String>) {
+        self.record(Event::Note {
+            message: message.into(),
+        });
+    }
+
+    pub fn snapshot(&self) -> Timeline {
+        Timeline {
+            entries: self.lock().entries.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checks::{Anchor, CheckKind, Predicate, Selector};
+
+    fn sample() -> Timeline {
+        let rec = Recorder::new();
+        rec.record(Event::RunStarted(RunInfo {
+            scenario: "gateway-restart".into(),
+            title: "Gateway restart with Ready sandboxes".into(),
+            topology: "sidecar".into(),
+            target: "emulated".into(),
+            model: Some("contract".into()),
+            defects: vec!["gateway-restart-marks-error".into()],
+            seed: Some(u64::MAX),
+            requirements: vec!["R9".into()],
+            params: [("outage".to_string(), "30s".to_string())].into(),
+            versions: [("openshell".to_string(), "0.0.111".to_string())].into(),
+        }));
+        let mut pod = ObjectState::new("Pod", Some("openshell"), "default--a");
+        pod.uid = Some("u-1".into());
+        pod.phase = Some("Failed".into());
+        pod.conditions.push(ConditionState {
+            type_: "Ready".into(),
+            status: "False".into(),
+            reason: Some("PodFailed".into()),
+            message: Some("Pod failed: \"quoted\" & <tagged>".into()),
+        });
+        pod.containers.push(ContainerState {
+            name: "agent".into(),
+            state: "terminated".into(),
+            reason: Some("Error".into()),
+            exit_code: Some(-1),
+            restart_count: 3,
+        });
+        pod.replicas = Some(Replicas {
+            desired: 1,
+            ready: 0,
+        });
+        pod.labels.insert("a".into(), "b".into());
+        pod.deleted = true;
+        rec.observe(pod);
+        let id = rec.action_start("stop", Some("a"));
+        rec.action_end(
+            id,
+            "stop",
+            Some("a"),
+            ActionStatus::Refused,
+            Some("FailedPrecondition: sandbox must be Ready to stop".into()),
+        );
+        rec.record(Event::Fault(FaultRecord {
+            id: "f1".into(),
+            kind: "gateway-stop".into(),
+            phase: FaultPhase::Requested,
+            subject: None,
+            requested_ms: Some(30_000),
+            detail: None,
+        }));
+        for result in [
+            SentinelResult::Ok("tok\nen".into()),
+            SentinelResult::Missing,
+            SentinelResult::Failed("not ready".into()),
+        ] {
+            rec.record(Event::Sentinel(SentinelRecord {
+                key: "s1".into(),
+                sandbox: "a".into(),
+                op: SentinelOp::Read,
+                result,
+            }));
+        }
+        rec.record(Event::Observation {
+            key: "main-starts".into(),
+            subject: Some("a".into()),
+            value: serde_json::json!(1),
+        });
+        rec.record(Event::CheckPlan {
+            checks: vec![Check {
+                name: "ready".into(),
+                requirements: vec!["R9".into()],
+                kind: CheckKind::Eventually {
+                    predicate: Predicate::Phase {
+                        object: Selector::named(GATEWAY_SANDBOX_KIND, "a"),
+                        any_of: vec!["Ready".into()],
+                    },
+                    after: Anchor::FaultEnd { id: "f1".into() },
+                    within_ms: 60_000,
+                },
+            }],
+        });
+        rec.record(Event::Stage(StageRecord {
+            stage: "fault".into(),
+            status: StageStatus::Failed,
+            message: Some("deadline".into()),
+        }));
+        rec.mark("gateway-back");
+        rec.record(Event::RunFinished {
+            outcome: "failed".into(),
+        });
+        rec.snapshot()
+    }
+
+    #[test]
+    fn a_timeline_written_as_json_lines_reads_back_identical() {
+        let t = sample();
+        let text = t.to_jsonl();
+        assert_eq!(text.lines().count(), t.entries.len());
+        let back = Timeline::from_jsonl(&text).unwrap();
+        assert_eq!(back, t);
+        assert_eq!(back.to_jsonl(), text);
+    }
+
+    #[test]
+    fn a_malformed_timeline_line_is_reported_with_its_number() {
+        let text = format!(
+            "{}\n{{not json}}\n",
+            sample().to_jsonl().lines().next().unwrap()
+        );
+        match Timeline::from_jsonl(&text) {
+            Err(TimelineError::Parse { line, .. }) => assert_eq!(line, 2),
+            other => panic!("expected a parse error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_recorder_skips_an_object_state_identical_to_the_last_one() {
+        let rec = Recorder::new();
+        let mut s = ObjectState::new("Pod", Some("ns"), "p");
+        s.phase = Some("Running".into());
+        s.resource_version = Some("1".into());
+        assert!(rec.observe(s.clone()));
+        s.resource_version = Some("2".into());
+        assert!(!rec.observe(s.clone()));
+        s.phase = Some("Failed".into());
+        assert!(rec.observe(s));
+        assert_eq!(rec.snapshot().entries.len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn entries_are_stamped_with_virtual_time_since_run_start() {
+        let rec = Recorder::new();
+        rec.mark("start");
+        tokio::time::sleep(Duration::from_secs(330)).await;
+        rec.mark("end");
+        let t = rec.snapshot();
+        assert_eq!(t.entries[0].at_ms, 0);
+        assert_eq!(t.entries[1].at_ms, 330_000);
+        assert_eq!(t.entries[1].seq, 2);
+    }
+
+    #[test]
+    fn an_object_summary_names_phase_conditions_and_containers() {
+        let t = sample();
+        let Event::Object(pod) = &t.entries[1].event else {
+            panic!("second entry is the pod")
+        };
+        assert_eq!(
+            pod.summary(),
+            "Pod/openshell/default--a uid=u-1 deleted phase=Failed Ready=False(PodFailed) agent=terminated(-1) restarts=3 replicas=0/1"
+        );
+    }
+}

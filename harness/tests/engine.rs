@@ -1,0 +1,812 @@
+//! Proves the engine with a small in-test target: outcomes, deadlines, restores on every exit
+//! path, JUnit parsed back, and timelines re-checked after a round trip through JSON lines.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::future::BoxFuture;
+use openshell_conformance::checks::{Anchor, Check, Predicate, Selector, Window};
+use openshell_conformance::engine::{Engine, EngineOptions, Outcome, recheck};
+use openshell_conformance::junit;
+use openshell_conformance::scenario::{
+    Case, CaseInfo, Ctx, Params, Scenario, Stage, Step, StepResult,
+};
+use openshell_conformance::target::{
+    Capability, ExecResult, Fault, Observers, SandboxSpec, SandboxView, Target, TargetError,
+    TargetFactory, TargetInfo, TargetResult,
+};
+use openshell_conformance::timeline::{
+    Event, FaultPhase, GATEWAY_SANDBOX_KIND, ObjectState, Recorder, SentinelResult, Timeline,
+};
+use openshell_conformance::topology::{Topologies, Topology};
+use quick_junit::{NonSuccessKind, Report, TestCaseStatus};
+
+/// How the fake misbehaves.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Quirk {
+    None,
+    /// A gateway outage makes Ready sandboxes Error for good (the reported bug).
+    ErrorOnOutage,
+    /// Workspace files vanish when the gateway comes back.
+    LosesFiles,
+    /// Installation fails (a missing tool, say).
+    InstallFails,
+}
+
+#[derive(Default)]
+struct Sandbox {
+    phase: String,
+    files: BTreeMap<String, String>,
+}
+
+struct FakeState {
+    gateway_up: bool,
+    sandboxes: BTreeMap<String, Sandbox>,
+}
+
+/// A target whose sandboxes become Ready 2 s after create and 5 s after the gateway returns.
+struct Fake {
+    quirk: Quirk,
+    state: Arc<Mutex<FakeState>>,
+    restores: Arc<AtomicUsize>,
+}
+
+impl Fake {
+    fn view(&self, name: &str) -> Option<SandboxView> {
+        let st = self.state.lock().unwrap();
+        st.sandboxes.get(name).map(|s| SandboxView {
+            name: name.to_string(),
+            phase: s.phase.clone(),
+            ..SandboxView::default()
+        })
+    }
+
+    fn set_phase_later(&self, name: String, after: Duration, from: &'static str, to: &'static str) {
+        let state = self.state.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            let mut st = state.lock().unwrap();
+            if let Some(s) = st.sandboxes.get_mut(&name)
+                && s.phase == from
+            {
+                s.phase = to.to_string();
+            }
+        });
+    }
+
+    fn states(&self) -> Vec<ObjectState> {
+        let st = self.state.lock().unwrap();
+        let mut out: Vec<ObjectState> = st
+            .sandboxes
+            .iter()
+            .map(|(name, s)| {
+                let mut o = ObjectState::new(GATEWAY_SANDBOX_KIND, None, name);
+                o.phase = Some(s.phase.clone());
+                o
+            })
+            .collect();
+        let mut gw = ObjectState::new("StatefulSet", Some("openshell"), "openshell");
+        gw.replicas = Some(openshell_conformance::timeline::Replicas {
+            desired: u32::from(st.gateway_up),
+            ready: u32::from(st.gateway_up),
+        });
+        out.push(gw);
+        out
+    }
+}
+
+#[async_trait]
+impl Target for Fake {
+    fn info(&self) -> TargetInfo {
+        info()
+    }
+
+    async fn install(&self, _t: &Topology) -> TargetResult<()> {
+        if self.quirk == Quirk::InstallFails {
+            return Err(TargetError::Infra(
+                "helm not found on PATH; install helm 3".into(),
+            ));
+        }
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        Ok(())
+    }
+
+    async fn observe(&self, rec: Recorder) -> TargetResult<Observers> {
+        let me = Fake {
+            quirk: self.quirk,
+            state: self.state.clone(),
+            restores: self.restores.clone(),
+        };
+        let mut obs = Observers::default();
+        obs.push(tokio::spawn(async move {
+            loop {
+                for s in me.states() {
+                    rec.observe(s);
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }));
+        Ok(obs)
+    }
+
+    async fn snapshot(&self) -> TargetResult<Vec<ObjectState>> {
+        Ok(self.states())
+    }
+
+    async fn create_sandbox(&self, spec: &SandboxSpec) -> TargetResult<SandboxView> {
+        self.state.lock().unwrap().sandboxes.insert(
+            spec.name.clone(),
+            Sandbox {
+                phase: "Provisioning".into(),
+                ..Sandbox::default()
+            },
+        );
+        self.set_phase_later(
+            spec.name.clone(),
+            Duration::from_secs(2),
+            "Provisioning",
+            "Ready",
+        );
+        Ok(self.view(&spec.name).unwrap())
+    }
+
+    async fn get_sandbox(&self, name: &str) -> TargetResult<Option<SandboxView>> {
+        if !self.state.lock().unwrap().gateway_up {
+            return Err(TargetError::Infra(
+                "gateway unreachable: connection refused".into(),
+            ));
+        }
+        Ok(self.view(name))
+    }
+
+    async fn exec(&self, sandbox: &str, argv: &[String]) -> TargetResult<ExecResult> {
+        let mut st = self.state.lock().unwrap();
+        let s = st
+            .sandboxes
+            .get_mut(sandbox)
+            .ok_or_else(|| TargetError::refused("NotFound", "sandbox not found"))?;
+        if s.phase != "Ready" {
+            return Err(TargetError::refused(
+                "FailedPrecondition",
+                "sandbox is not ready",
+            ));
+        }
+        // Just enough shell for sentinels: `... printf %s 'V' > PATH` and `cat PATH`.
+        let script = &argv[2];
+        if let Some((_, rest)) = script.split_once("printf %s '") {
+            let (value, path) = rest.split_once("' > ").unwrap();
+            s.files.insert(path.to_string(), value.to_string());
+            return Ok(ExecResult::default());
+        }
+        if let Some(path) = script.strip_prefix("cat ") {
+            return Ok(match s.files.get(path) {
+                Some(v) => ExecResult {
+                    exit_code: 0,
+                    stdout: v.clone(),
+                    stderr: String::new(),
+                },
+                None => ExecResult {
+                    exit_code: 1,
+                    stdout: String::new(),
+                    stderr: format!("cat: {path}: No such file or directory"),
+                },
+            });
+        }
+        Ok(ExecResult {
+            exit_code: 127,
+            stdout: String::new(),
+            stderr: "sh: 1: unknown: not found".into(),
+        })
+    }
+
+    async fn stop_sandbox(&self, _name: &str) -> TargetResult<()> {
+        Err(TargetError::Unsupported("stop".into()))
+    }
+
+    async fn start_sandbox(&self, _name: &str) -> TargetResult<()> {
+        Err(TargetError::Unsupported("start".into()))
+    }
+
+    async fn delete_sandbox(&self, name: &str) -> TargetResult<()> {
+        self.state.lock().unwrap().sandboxes.remove(name);
+        Ok(())
+    }
+
+    async fn inject(&self, fault: &Fault) -> TargetResult<()> {
+        match fault {
+            Fault::GatewayStop => {
+                tokio::time::sleep(Duration::from_secs(5)).await; // pods terminating
+                let mut st = self.state.lock().unwrap();
+                st.gateway_up = false;
+                let broken = if self.quirk == Quirk::ErrorOnOutage {
+                    "Error"
+                } else {
+                    "Provisioning"
+                };
+                for s in st.sandboxes.values_mut() {
+                    if s.phase == "Ready" {
+                        s.phase = broken.into();
+                    }
+                }
+                Ok(())
+            }
+            other => Err(TargetError::Unsupported(other.kind().into())),
+        }
+    }
+
+    async fn restore(&self, fault: &Fault) -> TargetResult<()> {
+        assert_eq!(fault, &Fault::GatewayStop);
+        tokio::time::sleep(Duration::from_secs(3)).await; // gateway becoming ready
+        self.restores.fetch_add(1, Ordering::SeqCst);
+        let names: Vec<String> = {
+            let mut st = self.state.lock().unwrap();
+            st.gateway_up = true;
+            if self.quirk == Quirk::LosesFiles {
+                for s in st.sandboxes.values_mut() {
+                    s.files.clear();
+                }
+            }
+            st.sandboxes.keys().cloned().collect()
+        };
+        for n in names {
+            self.set_phase_later(n, Duration::from_secs(5), "Provisioning", "Ready");
+        }
+        Ok(())
+    }
+
+    async fn teardown(&self) -> TargetResult<()> {
+        self.state.lock().unwrap().sandboxes.clear();
+        Ok(())
+    }
+}
+
+fn info() -> TargetInfo {
+    TargetInfo {
+        kind: "fake".into(),
+        model: Some("in-test".into()),
+        capabilities: [Capability::GatewayStop].into(),
+        versions: [("openshell".to_string(), "0.0.111".to_string())].into(),
+        ..TargetInfo::default()
+    }
+}
+
+struct Factory {
+    quirk: Quirk,
+    restores: Arc<AtomicUsize>,
+}
+
+impl Factory {
+    fn new(quirk: Quirk) -> Arc<Self> {
+        Arc::new(Self {
+            quirk,
+            restores: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+}
+
+#[async_trait]
+impl TargetFactory for Factory {
+    fn info(&self) -> TargetInfo {
+        info()
+    }
+
+    async fn provision(&self, _t: &Topology, _rec: &Recorder) -> TargetResult<Arc<dyn Target>> {
+        Ok(Arc::new(Fake {
+            quirk: self.quirk,
+            state: Arc::new(Mutex::new(FakeState {
+                gateway_up: true,
+                sandboxes: BTreeMap::new(),
+            })),
+            restores: self.restores.clone(),
+        }))
+    }
+}
+
+// ---- the scenario under test ------------------------------------------------------------
+
+fn seed(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name("main");
+        ctx.create_sandbox(&SandboxSpec {
+            name: name.clone(),
+            ..SandboxSpec::default()
+        })
+        .await?;
+        ctx.wait_phase(&name, &["Ready"], Duration::from_secs(60))
+            .await?;
+        ctx.write_sentinel(&name, "s1").await?;
+        Ok(())
+    })
+}
+
+fn outage(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let hold = ctx.params().outage.unwrap();
+        ctx.outage(hold).await?;
+        Ok(())
+    })
+}
+
+fn verify(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name("main");
+        ctx.wait_phase(&name, &["Ready"], Duration::from_secs(120))
+            .await?;
+        ctx.read_sentinel(&name, "s1").await;
+        Ok(())
+    })
+}
+
+fn checks(case: &CaseInfo) -> Vec<Check> {
+    let sandbox = Selector::named(GATEWAY_SANDBOX_KIND, &case.sandbox_name("main"));
+    vec![
+        Check::eventually(
+            "sandbox returns to Ready after the outage",
+            &["R9"],
+            Predicate::phase(sandbox.clone(), &["Ready"]),
+            Anchor::fault_end("f1"),
+            Duration::from_secs(60),
+        ),
+        Check::never(
+            "sandbox never Error during the outage",
+            &["R9"],
+            Predicate::phase(sandbox, &["Error"]),
+            Window::fault("f1"),
+        ),
+        Check::sentinels("workspace sentinels retained", &["R6"]),
+    ]
+}
+
+fn scenario(steps: Vec<Step>, requires: Vec<Capability>) -> Arc<Scenario> {
+    Arc::new(Scenario {
+        id: "outage-demo".into(),
+        title: "A Ready sandbox through a gateway outage".into(),
+        requirements: vec!["R6".into(), "R9".into()],
+        requires,
+        steps,
+        checks,
+    })
+}
+
+fn standard_steps() -> Vec<Step> {
+    vec![
+        Step::new(Stage::Seed, "create and seed", seed),
+        Step::new(Stage::Fault, "gateway outage", outage),
+        Step::new(Stage::Verify, "read back", verify),
+    ]
+}
+
+fn topology() -> Topology {
+    Topologies::builtin().get("combined").unwrap().clone()
+}
+
+fn case(steps: Vec<Step>) -> Case {
+    Case::new(
+        scenario(steps, vec![Capability::GatewayStop]),
+        topology(),
+        Params::default().with_outage(Duration::from_secs(30)),
+    )
+}
+
+fn engine(f: Arc<Factory>) -> Engine {
+    Engine::new(f, EngineOptions::default())
+}
+
+fn fault_phases(t: &Timeline) -> Vec<(u64, FaultPhase)> {
+    t.entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Fault(f) => Some((e.at_ms, f.phase)),
+            _ => None,
+        })
+        .collect()
+}
+
+// ---- tests ------------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn a_correct_target_passes_every_stage_and_check() {
+    let r = engine(Factory::new(Quirk::None))
+        .run_case(&case(standard_steps()))
+        .await;
+    assert_eq!(r.outcome, Outcome::Passed, "{:#?}", r.checks);
+    assert_eq!(r.case_id, "outage-demo[combined,outage=30s]");
+    let stages: Vec<&str> = r.stages.iter().map(|s| s.stage.name()).collect();
+    assert_eq!(
+        stages,
+        [
+            "provision",
+            "install",
+            "seed",
+            "fault",
+            "verify",
+            "teardown"
+        ]
+    );
+    assert!(r.checks.iter().all(|c| c.passed));
+    // The outage window is exact in virtual time: requested at 23 s (20 s install, 2 s to
+    // Ready, a 1 s poll), in effect 5 s later, held 30 s, ready again 3 s after restore.
+    assert_eq!(
+        fault_phases(&r.timeline),
+        vec![
+            (23_000, FaultPhase::Requested),
+            (28_000, FaultPhase::Started),
+            (61_000, FaultPhase::Ended)
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_left_in_error_fails_with_the_stage_deadline_and_last_state() {
+    let r = engine(Factory::new(Quirk::ErrorOnOutage))
+        .run_case(&case(standard_steps()))
+        .await;
+    let Outcome::Failed(reason) = &r.outcome else {
+        panic!("expected a product failure, got {:?}", r.outcome)
+    };
+    let name = r.timeline.run_info().map(|_| "outage-demo-main").unwrap();
+    assert!(
+        reason.starts_with(&format!("verify: gave up waiting for sandbox {name}")),
+        "{reason}"
+    );
+    assert!(reason.contains("to be Ready after 2m"), "{reason}");
+    assert!(reason.contains("phase=Error"), "{reason}");
+    let failed: Vec<&str> = r.failed_checks().map(|c| c.name.as_str()).collect();
+    assert_eq!(
+        failed,
+        [
+            "sandbox returns to Ready after the outage",
+            "sandbox never Error during the outage",
+            "workspace sentinels retained"
+        ]
+    );
+    let never = r.checks.iter().find(|c| c.name.contains("never")).unwrap();
+    assert_eq!(never.message, "it held at 28s");
+    assert!(
+        never
+            .diagnosis()
+            .contains("[R9] FAILED in window 28s .. 61s"),
+        "{}",
+        never.diagnosis()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn lost_workspace_files_fail_the_sentinel_check_only() {
+    let r = engine(Factory::new(Quirk::LosesFiles))
+        .run_case(&case(standard_steps()))
+        .await;
+    let Outcome::Failed(reason) = &r.outcome else {
+        panic!("{:?}", r.outcome)
+    };
+    assert!(
+        reason.starts_with("[R6] workspace sentinels retained: 1 of 1 sentinels not intact"),
+        "{reason}"
+    );
+    assert!(reason.contains("LOST"), "{reason}");
+    assert_eq!(r.failed_checks().count(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_install_failure_is_an_error_and_later_stages_are_skipped_with_a_reason() {
+    let r = engine(Factory::new(Quirk::InstallFails))
+        .run_case(&case(standard_steps()))
+        .await;
+    assert_eq!(
+        r.outcome,
+        Outcome::Error("helm not found on PATH; install helm 3".into())
+    );
+    let statuses: Vec<(String, String)> = r
+        .stages
+        .iter()
+        .map(|s| (s.stage.name().to_string(), format!("{:?}", s.status)))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            ("provision", "Passed"),
+            ("install", "Error"),
+            ("seed", "Skipped"),
+            ("fault", "Skipped"),
+            ("verify", "Skipped"),
+            ("teardown", "Skipped")
+        ]
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+    );
+    assert_eq!(
+        r.stages[2].message.as_deref(),
+        Some("not reached: installation did not complete")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_target_without_a_required_capability_skips_the_case_with_the_reason() {
+    let c = Case::new(
+        scenario(standard_steps(), vec![Capability::RestartPolicy]),
+        topology(),
+        Params::default(),
+    );
+    let r = engine(Factory::new(Quirk::None)).run_case(&c).await;
+    assert_eq!(
+        r.outcome,
+        Outcome::Skipped("target fake (model in-test) lacks restart-policy".into())
+    );
+    assert!(
+        r.stages
+            .iter()
+            .all(|s| s.message.as_deref() == r.outcome.reason())
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_topology_newer_than_the_target_is_skipped_not_passed() {
+    let factory = Factory::new(Quirk::None);
+    struct Old(Arc<Factory>);
+    #[async_trait]
+    impl TargetFactory for Old {
+        fn info(&self) -> TargetInfo {
+            TargetInfo {
+                openshell: Some("0.0.111".parse().unwrap()),
+                ..info()
+            }
+        }
+        async fn provision(&self, t: &Topology, r: &Recorder) -> TargetResult<Arc<dyn Target>> {
+            self.0.provision(t, r).await
+        }
+    }
+    let c = Case::new(
+        scenario(standard_steps(), vec![]),
+        Topologies::builtin().get("gateway").unwrap().clone(),
+        Params::default(),
+    );
+    let r = Engine::new(Arc::new(Old(factory)), EngineOptions::default())
+        .run_case(&c)
+        .await;
+    assert_eq!(
+        r.outcome,
+        Outcome::Skipped(
+            "topology gateway needs OpenShell 0.1.5 or newer; the target runs 0.0.111".into()
+        )
+    );
+}
+
+fn panics_mid_outage(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        ctx.inject(Fault::GatewayStop).await?;
+        panic!("scenario bug while the gateway is down");
+    })
+}
+
+fn hangs_mid_outage(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        ctx.inject(Fault::GatewayStop).await?;
+        futures::future::pending::<()>().await;
+        Ok(())
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_step_that_panics_during_a_fault_still_gets_the_fault_restored() {
+    let f = Factory::new(Quirk::None);
+    let steps = vec![
+        Step::new(Stage::Seed, "create and seed", seed),
+        Step::new(Stage::Fault, "buggy step", panics_mid_outage),
+    ];
+    let r = engine(f.clone()).run_case(&case(steps)).await;
+    assert_eq!(f.restores.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        r.outcome,
+        Outcome::Error("step 'buggy step' panicked: scenario bug while the gateway is down".into())
+    );
+    let phases: Vec<FaultPhase> = fault_phases(&r.timeline)
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect();
+    assert_eq!(
+        phases,
+        [
+            FaultPhase::Requested,
+            FaultPhase::Started,
+            FaultPhase::Ended
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_step_that_hangs_during_a_fault_hits_its_deadline_and_the_fault_is_restored() {
+    let f = Factory::new(Quirk::None);
+    let steps = vec![
+        Step::new(Stage::Seed, "create and seed", seed),
+        Step::new(Stage::Fault, "stuck step", hangs_mid_outage)
+            .with_deadline(Duration::from_secs(90)),
+    ];
+    let r = engine(f.clone()).run_case(&case(steps)).await;
+    assert_eq!(f.restores.load(Ordering::SeqCst), 1);
+    let Outcome::Failed(reason) = &r.outcome else {
+        panic!("{:?}", r.outcome)
+    };
+    assert!(
+        reason.starts_with(
+            "fault: gave up waiting for step 'stuck step' to finish after 1m 30s; last seen:"
+        ),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("StatefulSet/openshell/openshell replicas=0/0"),
+        "{reason}"
+    );
+    // The fault window closes after the deadline: requested at 23 s, deadline at 113 s, +3 s.
+    assert_eq!(
+        fault_phases(&r.timeline).last().unwrap(),
+        &(116_000, FaultPhase::Ended)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeline_saved_as_json_lines_is_rechecked_offline_with_the_same_verdicts() {
+    for quirk in [Quirk::None, Quirk::ErrorOnOutage, Quirk::LosesFiles] {
+        let r = engine(Factory::new(quirk))
+            .run_case(&case(standard_steps()))
+            .await;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("timeline.jsonl");
+        std::fs::write(&path, r.timeline.to_jsonl()).unwrap();
+        let back =
+            Timeline::read_jsonl(std::io::BufReader::new(std::fs::File::open(&path).unwrap()))
+                .unwrap();
+        assert_eq!(back, r.timeline);
+        let again = recheck(&back);
+        assert!(again.agrees, "{quirk:?}");
+        assert_eq!(again.outcomes, r.checks);
+        assert_eq!(back.check_plan().len(), 3);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tampered_timeline_no_longer_agrees_with_its_recorded_verdicts() {
+    let r = engine(Factory::new(Quirk::None))
+        .run_case(&case(standard_steps()))
+        .await;
+    let mut t = r.timeline.clone();
+    for e in &mut t.entries {
+        if let Event::Sentinel(s) = &mut e.event
+            && let SentinelResult::Ok(v) = &mut s.result
+            && s.op == openshell_conformance::timeline::SentinelOp::Read
+        {
+            v.push('!');
+        }
+    }
+    let again = recheck(&t);
+    assert!(!again.agrees);
+    assert!(
+        again
+            .outcomes
+            .iter()
+            .any(|o| !o.passed && o.message.contains("CORRUPT"))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_same_case_run_twice_gives_byte_identical_timelines() {
+    let a = engine(Factory::new(Quirk::ErrorOnOutage))
+        .run_case(&case(standard_steps()))
+        .await;
+    let b = engine(Factory::new(Quirk::ErrorOnOutage))
+        .run_case(&case(standard_steps()))
+        .await;
+    assert_eq!(a.timeline.to_jsonl(), b.timeline.to_jsonl());
+}
+
+#[tokio::test(start_paused = true)]
+async fn junit_has_a_suite_per_case_and_a_testcase_per_stage_and_check() {
+    let e = engine(Factory::new(Quirk::ErrorOnOutage));
+    let failing = e.run_case(&case(standard_steps())).await;
+    let passing = engine(Factory::new(Quirk::None))
+        .run_case(&case(standard_steps()))
+        .await;
+    let skipped = e
+        .run_case(&Case::new(
+            scenario(standard_steps(), vec![Capability::RestartPolicy]),
+            topology(),
+            Params::default(),
+        ))
+        .await;
+    let errored = engine(Factory::new(Quirk::InstallFails))
+        .run_case(&case(standard_steps()))
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reports/junit.xml");
+    let cases = [failing, passing, skipped, errored];
+    junit::write(&path, "openshell-conformance", &cases).unwrap();
+    let xml = std::fs::read_to_string(&path).unwrap();
+    // Deterministic: the same reports give the same bytes.
+    assert_eq!(
+        xml,
+        junit::report("openshell-conformance", &cases)
+            .to_string()
+            .unwrap()
+    );
+
+    let report = Report::deserialize_from_str(&xml).unwrap();
+    assert_eq!(report.test_suites.len(), 4);
+    let failing = &report.test_suites[0];
+    assert_eq!(failing.name.as_str(), "outage-demo[combined,outage=30s]");
+    let props: BTreeMap<String, String> = failing
+        .properties
+        .iter()
+        .map(|p| (p.name.to_string(), p.value.to_string()))
+        .collect();
+    assert_eq!(props["topology"], "combined");
+    assert_eq!(props["target"], "fake");
+    assert_eq!(props["model"], "in-test");
+    assert_eq!(props["param.outage"], "30s");
+    assert_eq!(props["version.openshell"], "0.0.111");
+    assert_eq!(props["outcome"], "failed");
+    let names: Vec<&str> = failing.test_cases.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "stage: provision",
+            "stage: install",
+            "stage: seed",
+            "stage: fault",
+            "stage: verify",
+            "stage: teardown",
+            "check: sandbox returns to Ready after the outage [R9]",
+            "check: sandbox never Error during the outage [R9]",
+            "check: workspace sentinels retained [R6]",
+        ]
+    );
+    let kind = |tc: &quick_junit::TestCase| match &tc.status {
+        TestCaseStatus::Success { .. } => "success".to_string(),
+        TestCaseStatus::NonSuccess { kind, .. } => match kind {
+            NonSuccessKind::Failure => "failure".to_string(),
+            NonSuccessKind::Error => "error".to_string(),
+        },
+        TestCaseStatus::Skipped { .. } => "skipped".to_string(),
+    };
+    assert_eq!(kind(&failing.test_cases[4]), "failure");
+    assert_eq!(kind(&failing.test_cases[7]), "failure");
+    let TestCaseStatus::NonSuccess {
+        message,
+        description,
+        ..
+    } = &failing.test_cases[7].status
+    else {
+        unreachable!()
+    };
+    assert_eq!(message.as_ref().unwrap().as_str(), "it held at 28s");
+    assert!(
+        description
+            .as_ref()
+            .unwrap()
+            .as_str()
+            .contains("last seen:")
+    );
+
+    assert!(
+        report.test_suites[1]
+            .test_cases
+            .iter()
+            .all(|t| kind(t) == "success")
+    );
+    let skipped = &report.test_suites[2];
+    assert!(skipped.test_cases.iter().all(|t| kind(t) == "skipped"));
+    let TestCaseStatus::Skipped { message, .. } = &skipped.test_cases[0].status else {
+        unreachable!()
+    };
+    assert_eq!(
+        message.as_ref().unwrap().as_str(),
+        "target fake (model in-test) lacks restart-policy"
+    );
+    let errored = &report.test_suites[3];
+    assert_eq!(kind(&errored.test_cases[1]), "error");
+    assert_eq!(
+        errored.test_cases.len(),
+        6,
+        "no checks ran, so none are reported"
+    );
+}

@@ -475,3 +475,99 @@ async fn a_replacement_pod_of_the_same_name_starts_with_an_empty_log() {
     running_pod(&c, "gw", &["gateway"]).await;
     assert_eq!(pods.logs("gw", &LogParams::default()).await.unwrap(), "");
 }
+
+/// A Running pod with a PVC mounted at /workspace and an emptyDir at /scratch.
+async fn pod_with_volumes(c: &Cluster, name: &str) -> Pod {
+    let pods: Api<Pod> = Api::default_namespaced(c.client());
+    let p: Pod = serde_json::from_value(json!({"metadata": {"name": name}, "spec": {
+        "containers": [{"name": "agent", "image": "i:1", "env": [{"name": "WHO", "value": "agent"}],
+                        "volumeMounts": [{"name": "workspace", "mountPath": "/workspace"}, {"name": "scratch", "mountPath": "/scratch"}]}],
+        "volumes": [{"name": "workspace", "persistentVolumeClaim": {"claimName": "workspace-sb"}}, {"name": "scratch", "emptyDir": {}}]}}))
+    .unwrap();
+    pods.create(&PostParams::default(), &p).await.unwrap();
+    c.bind_pod("default", name, "node-1").unwrap();
+    let st = json!({"status": {"phase": "Running", "containerStatuses": [{"name": "agent", "ready": true, "restartCount": 0,
+        "image": "i:1", "imageID": "", "state": {"running": {}}}]}});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(st))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_default_exec_handler_runs_the_shell_with_the_container_env_and_exit_codes() {
+    let c = Cluster::new(ClusterConfig::default());
+    pod_with_volumes(&c, "sb").await;
+    let pods: Api<Pod> = Api::default_namespaced(c.client());
+    let (out, _, status) = exec(
+        &pods,
+        "sb",
+        &["sh", "-c", "echo hello $WHO"],
+        &AttachParams::default(),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (out.as_str(), status.status.as_deref()),
+        ("hello agent\n", Some("Success"))
+    );
+    let (_, _, status) = exec(
+        &pods,
+        "sb",
+        &["sh", "-c", "exit 7"],
+        &AttachParams::default(),
+        None,
+    )
+    .await;
+    assert_eq!(status.reason.as_deref(), Some("NonZeroExitCode"));
+    assert_eq!(
+        status.details.unwrap().causes.unwrap()[0]
+            .message
+            .as_deref(),
+        Some("7")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn pvc_files_survive_pod_replacement_and_empty_dir_and_root_files_do_not() {
+    let c = Cluster::new(ClusterConfig::default());
+    pod_with_volumes(&c, "sb").await;
+    let pods: Api<Pod> = Api::default_namespaced(c.client());
+    let write =
+        "echo kept > /workspace/.sentinel; echo lost > /scratch/tmp; echo lost > /root-file";
+    let (_, err, status) = exec(
+        &pods,
+        "sb",
+        &["sh", "-c", write],
+        &AttachParams::default(),
+        None,
+    )
+    .await;
+    assert_eq!(status.status.as_deref(), Some("Success"), "{err}");
+    assert_eq!(
+        c.pvc_volume("default", "workspace-sb").read("/.sentinel"),
+        Some(b"kept\n".to_vec()),
+        "models see the PVC's files"
+    );
+    pods.delete("sb", &kube::api::DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    pod_with_volumes(&c, "sb").await;
+    let (out, _, _) = exec(
+        &pods,
+        "sb",
+        &["cat", "/workspace/.sentinel"],
+        &AttachParams::default(),
+        None,
+    )
+    .await;
+    assert_eq!(out, "kept\n");
+    for gone in ["/scratch/tmp", "/root-file"] {
+        let (_, _, status) =
+            exec(&pods, "sb", &["cat", gone], &AttachParams::default(), None).await;
+        assert_eq!(
+            status.status.as_deref(),
+            Some("Failure"),
+            "{gone} must not survive the pod"
+        );
+    }
+}

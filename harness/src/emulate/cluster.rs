@@ -96,16 +96,19 @@ pub(crate) struct Volumes {
     pub root: BTreeMap<(String, String), Volume>,
 }
 
+type ExecRegistry = BTreeMap<(String, String, String), Arc<dyn ExecHandler>>;
+type PortRegistry = BTreeMap<(String, String, u16), Arc<dyn PortForwardHandler>>;
+
 pub(crate) struct Inner {
     pub state: Mutex<State>,
     pub changes: watch::Sender<u64>,
     pub config: ClusterConfig,
-    pub exec: Mutex<BTreeMap<(String, String, String), Arc<dyn ExecHandler>>>,
+    pub exec: Mutex<ExecRegistry>,
     pub hooks: Mutex<BTreeMap<(String, String), Arc<dyn ShellHooks>>>,
     pub volumes: Mutex<Volumes>,
     pub logs: Mutex<LogStore>,
     pub log_changes: watch::Sender<u64>,
-    pub ports: Mutex<BTreeMap<(String, String, u16), Arc<dyn PortForwardHandler>>>,
+    pub ports: Mutex<PortRegistry>,
 }
 
 /// The emulated cluster. Create it inside a tokio runtime (its clock starts at creation).
@@ -464,7 +467,7 @@ impl Cluster {
         lock(&self.inner.volumes)
             .pvc
             .entry((ns.into(), claim.into()))
-            .or_insert_with(Volume::new)
+            .or_default()
             .clone()
     }
 
@@ -473,7 +476,7 @@ impl Cluster {
         lock(&self.inner.volumes)
             .empty_dir
             .entry((pod_uid.into(), volume.into()))
-            .or_insert_with(Volume::new)
+            .or_default()
             .clone()
     }
 
@@ -482,7 +485,7 @@ impl Cluster {
         lock(&self.inner.volumes)
             .root
             .entry((pod_uid.into(), container.into()))
-            .or_insert_with(Volume::new)
+            .or_default()
             .clone()
     }
 

@@ -79,7 +79,7 @@ pub(crate) fn prepare(
             "you must specify at least one command for the container",
         ));
     }
-    if !container_state(&pod, &container).is_some_and(|s| s.get("running").is_some()) {
+    if container_state(&pod, &container).is_none_or(|s| s.get("running").is_none()) {
         return Err(ApiError::bad_request(format!(
             "unable to upgrade connection: container not found (\"{container}\")"
         )));

@@ -85,6 +85,7 @@ impl ResourceDef {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn builtin(
     group: &str,
     version: &str,
@@ -119,7 +120,7 @@ fn builtin(
         } else {
             vec![]
         },
-        has_generation: group != "",
+        has_generation: !group.is_empty(),
         custom: false,
     }
 }
@@ -279,7 +280,7 @@ impl Resources {
             }
         }
         for (_, vs) in out.iter_mut() {
-            vs.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+            vs.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
         }
         out
     }
@@ -378,7 +379,7 @@ fn def_from_crd(crd: &Value) -> Option<ResourceDef> {
     if versions.is_empty() {
         return None;
     }
-    versions.sort_by(|a, b| version_priority(&b.name).cmp(&version_priority(&a.name)));
+    versions.sort_by_key(|v| std::cmp::Reverse(version_priority(&v.name)));
     Some(ResourceDef {
         group: s(spec, "group")?,
         versions,

@@ -8,5 +8,8 @@
 //! stopped by the kubelet) and [`network`] (in-process connections to pod ports through
 //! Services, available only while a ready pod backs them).
 
+pub mod agent_sandbox;
+pub mod kube;
+pub mod kubelet;
 pub mod network;
 pub mod program;

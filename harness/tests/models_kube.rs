@@ -91,9 +91,11 @@ impl Env {
         what: &str,
         pred: impl Fn(&Value) -> bool,
     ) -> Value {
-        self.until(&ResourceRef::pods(), ns, name, what, |p| p.is_some_and(&pred))
-            .await
-            .expect("present")
+        self.until(&ResourceRef::pods(), ns, name, what, |p| {
+            p.is_some_and(&pred)
+        })
+        .await
+        .expect("present")
     }
 
     async fn pod_gone(&self, ns: &str, name: &str) {
@@ -172,7 +174,10 @@ async fn a_pod_running_sleep_is_scheduled_and_becomes_running_and_ready_after_th
     assert_eq!(phase(&p), "Running");
     assert_eq!(p.pointer("/spec/nodeName"), Some(&json!("emulated-node")));
     assert_eq!(p.pointer("/status/podIP"), Some(&json!("10.244.0.2")));
-    assert_eq!(p.pointer("/status/podIPs"), Some(&json!([{"ip": "10.244.0.2"}])));
+    assert_eq!(
+        p.pointer("/status/podIPs"),
+        Some(&json!([{"ip": "10.244.0.2"}]))
+    );
     let types: Vec<&str> = p["status"]["conditions"]
         .as_array()
         .unwrap()
@@ -216,7 +221,10 @@ async fn a_command_that_exits_1_with_restart_policy_never_ends_failed_without_re
     assert_eq!(env.elapsed(), Duration::from_secs(1));
     let cs = container_status(&p, "main");
     assert_eq!(cs.pointer("/state/terminated/exitCode"), Some(&json!(1)));
-    assert_eq!(cs.pointer("/state/terminated/reason"), Some(&json!("Error")));
+    assert_eq!(
+        cs.pointer("/state/terminated/reason"),
+        Some(&json!("Error"))
+    );
     assert_eq!(cs["restartCount"], json!(0));
     assert_eq!(cs["ready"], json!(false));
     let ready = condition(&p, "Ready").unwrap();
@@ -237,7 +245,11 @@ async fn on_failure_restarts_a_failing_container_with_crash_loop_back_off_and_ke
     let env = start();
     create_pod(
         &env,
-        pod_json("crasher", "OnFailure", &["sh", "-c", "echo attempt; exit 3"]),
+        pod_json(
+            "crasher",
+            "OnFailure",
+            &["sh", "-c", "echo attempt; exit 3"],
+        ),
     )
     .await;
     // Starts at 1 s, fails; restart 1 at once, restart 2 after 10 s, restart 3 after 20 s more.
@@ -308,8 +320,7 @@ async fn always_restarts_a_container_even_when_it_exits_0() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn init_containers_run_in_order_before_the_containers_and_a_failing_one_fails_a_never_pod()
-{
+async fn init_containers_run_in_order_before_the_containers_and_a_failing_one_fails_a_never_pod() {
     let env = start();
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "inits"},
@@ -332,8 +343,14 @@ async fn init_containers_run_in_order_before_the_containers_and_a_failing_one_fa
         .await;
     assert_eq!(cond_status(&p, "Initialized"), "True");
     let inits = p.pointer("/status/initContainerStatuses").unwrap();
-    assert_eq!(inits[0]["state"]["terminated"]["reason"], json!("Completed"));
-    assert_eq!(inits[1]["state"]["terminated"]["reason"], json!("Completed"));
+    assert_eq!(
+        inits[0]["state"]["terminated"]["reason"],
+        json!("Completed")
+    );
+    assert_eq!(
+        inits[1]["state"]["terminated"]["reason"],
+        json!("Completed")
+    );
     let out = env
         .cluster
         .exec(
@@ -410,8 +427,10 @@ async fn a_gated_pod_stays_pending_and_scheduling_gated_until_the_gate_is_remove
 async fn deleting_a_pod_sends_term_and_removes_it_as_soon_as_the_program_exits() {
     let env = start();
     create_pod(&env, pod_json("web", "Always", &["sleep", "3600"])).await;
-    env.pod_until("default", "web", "Ready", |p| cond_status(p, "Ready") == "True")
-        .await;
+    env.pod_until("default", "web", "Ready", |p| {
+        cond_status(p, "Ready") == "True"
+    })
+    .await;
     let pods: Api<Pod> = Api::default_namespaced(env.cluster.client());
     let t = env.elapsed();
     pods.delete("web", &DeleteParams::default()).await.unwrap();
@@ -478,13 +497,7 @@ async fn kill_1_inside_exec_terminates_the_first_container_and_always_restarts_i
     .await;
     let out = env
         .cluster
-        .exec(
-            "default",
-            "victim",
-            None,
-            &["kill".into(), "1".into()],
-            b"",
-        )
+        .exec("default", "victim", None, &["kill".into(), "1".into()], b"")
         .await
         .unwrap();
     assert_eq!(out.exit_code, 0, "{}", String::from_utf8_lossy(&out.stderr));
@@ -499,18 +512,16 @@ async fn kill_1_inside_exec_terminates_the_first_container_and_always_restarts_i
     );
     let out = env
         .cluster
-        .exec(
-            "default",
-            "victim",
-            None,
-            &["kill".into(), "2".into()],
-            b"",
-        )
+        .exec("default", "victim", None, &["kill".into(), "2".into()], b"")
         .await
         .unwrap();
     assert_eq!(out.exit_code, 1);
     // The handle kills too: exit 137, then the back-off (10 s) before restart 2.
-    assert!(env.models.kubelet().kill_container("default", "victim", "main"));
+    assert!(
+        env.models
+            .kubelet()
+            .kill_container("default", "victim", "main")
+    );
     let t = env.elapsed();
     let p = env
         .pod_until("default", "victim", "restarted twice", |p| {

@@ -101,7 +101,12 @@ pub struct KubeModels {
 impl KubeModels {
     /// Starts the kubelet, the workload controllers and the Agent Sandbox controller. Call it
     /// inside a tokio runtime (paused time works: everything waits on tokio time or on changes).
-    pub fn start(cluster: &Cluster, network: &Network, programs: Programs, config: KubeConfig) -> Self {
+    pub fn start(
+        cluster: &Cluster,
+        network: &Network,
+        programs: Programs,
+        config: KubeConfig,
+    ) -> Self {
         let kubelet = Kubelet::new(cluster.clone(), network.clone(), programs, config.clone());
         let tasks = vec![kubelet.spawn()];
         Self { kubelet, tasks }

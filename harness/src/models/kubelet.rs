@@ -325,7 +325,11 @@ impl Inner {
                 return;
             }
         }
-        if self.cluster.bind_pod(ns, name, &self.config.node_name).is_ok() {
+        if self
+            .cluster
+            .bind_pod(ns, name, &self.config.node_name)
+            .is_ok()
+        {
             for c in &claims {
                 self.bind_claim(ns, c);
             }
@@ -411,7 +415,9 @@ impl Inner {
     }
 
     fn start_worker(self: &Arc<Self>, pod: Value) -> PodEntry {
-        let ns = s(&pod, "/metadata/namespace").unwrap_or_default().to_string();
+        let ns = s(&pod, "/metadata/namespace")
+            .unwrap_or_default()
+            .to_string();
         let name = s(&pod, "/metadata/name").unwrap_or_default().to_string();
         let (exits_tx, exits_rx) = mpsc::unbounded_channel();
         let (cmds_tx, cmds_rx) = mpsc::unbounded_channel();
@@ -444,9 +450,17 @@ impl Inner {
             ns: ns.clone(),
             name: name.clone(),
             uid: s(&pod, "/metadata/uid").unwrap_or_default().to_string(),
-            restart_policy: s(&pod, "/spec/restartPolicy").unwrap_or("Always").to_string(),
-            init: containers("initContainers").iter().map(|c| mk(c, true)).collect(),
-            main: containers("containers").iter().map(|c| mk(c, false)).collect(),
+            restart_policy: s(&pod, "/spec/restartPolicy")
+                .unwrap_or("Always")
+                .to_string(),
+            init: containers("initContainers")
+                .iter()
+                .map(|c| mk(c, true))
+                .collect(),
+            main: containers("containers")
+                .iter()
+                .map(|c| mk(c, false))
+                .collect(),
             pod,
             shared: shared.clone(),
             exits: exits_rx,
@@ -798,7 +812,10 @@ impl Worker {
         }
         c.run = run;
         c.ran_since = Some(Instant::now());
-        c.container_id = Some(format!("containerd://{}", hex64(&format!("{uid}/{}/{run}", c.name))));
+        c.container_id = Some(format!(
+            "containerd://{}",
+            hex64(&format!("{uid}/{}/{run}", c.name))
+        ));
         c.state = CState::Running { started: now };
         c.ready.store(false, Ordering::SeqCst);
         let argv: Vec<String> = ["command", "args"]
@@ -862,7 +879,12 @@ impl Worker {
     fn env_of(&self, i: usize) -> BTreeMap<String, String> {
         let spec = &self.ctr(i).spec;
         let mut env = BTreeMap::new();
-        for e in spec.get("env").and_then(Value::as_array).into_iter().flatten() {
+        for e in spec
+            .get("env")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             let Some(name) = s(e, "/name") else { continue };
             let value = if let Some(v) = s(e, "/value") {
                 Some(v.to_string())
@@ -927,7 +949,10 @@ impl Worker {
         };
         {
             let mut procs = lock(&self.shared.procs);
-            if procs.get(&exit.container).is_some_and(|p| p.run == exit.run) {
+            if procs
+                .get(&exit.container)
+                .is_some_and(|p| p.run == exit.run)
+            {
                 procs.remove(&exit.container);
             }
         }
@@ -956,7 +981,9 @@ impl Worker {
         if !restart {
             return;
         }
-        if c.ran_since.is_some_and(|t| t.elapsed() >= cfg.restart_backoff_reset) {
+        if c.ran_since
+            .is_some_and(|t| t.elapsed() >= cfg.restart_backoff_reset)
+        {
             c.backoff_n = 0;
         }
         c.backoff_n += 1;
@@ -1048,7 +1075,11 @@ impl Worker {
             Stage::Creating(_) | Stage::Init(_) => "Pending",
             Stage::Done if self.main.iter().all(|c| c.run == 0) => {
                 // Never got past the init containers (or never started).
-                if self.init.iter().any(|c| c.exit_code().is_some_and(|e| e != 0)) {
+                if self
+                    .init
+                    .iter()
+                    .any(|c| c.exit_code().is_some_and(|e| e != 0))
+                {
                     "Failed"
                 } else {
                     "Pending"
@@ -1070,7 +1101,12 @@ impl Worker {
         }
     }
 
-    fn condition(&mut self, type_: &'static str, ok: bool, reason: Option<(&str, String)>) -> Value {
+    fn condition(
+        &mut self,
+        type_: &'static str,
+        ok: bool,
+        reason: Option<(&str, String)>,
+    ) -> Value {
         let now = self.k.cluster.now_rfc3339();
         let entry = self
             .transitions
@@ -1121,15 +1157,23 @@ impl Worker {
         };
         let init_reason = (
             "ContainersNotInitialized",
-            format!("containers with incomplete status: [{}]", incomplete.join(" ")),
+            format!(
+                "containers with incomplete status: [{}]",
+                incomplete.join(" ")
+            ),
         );
         let scheduled = self
             .pod
             .pointer("/status/conditions")
             .and_then(Value::as_array)
-            .and_then(|cs| cs.iter().find(|c| c.get("type") == Some(&json!("PodScheduled"))))
+            .and_then(|cs| {
+                cs.iter()
+                    .find(|c| c.get("type") == Some(&json!("PodScheduled")))
+            })
             .cloned()
-            .unwrap_or_else(|| json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null}));
+            .unwrap_or_else(
+                || json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null}),
+            );
         let conditions = vec![
             self.condition("PodReadyToStartContainers", sandbox, None),
             self.condition("Initialized", initialized, Some(init_reason)),
@@ -1187,10 +1231,10 @@ impl Worker {
             return;
         }
         let body = json!({"metadata": {"name": self.name, "namespace": self.ns}, "status": status});
-        if let Ok(p) = self
-            .k
-            .cluster
-            .update_status(&ResourceRef::pods(), Some(&self.ns), &self.name, body)
+        if let Ok(p) =
+            self.k
+                .cluster
+                .update_status(&ResourceRef::pods(), Some(&self.ns), &self.name, body)
         {
             self.pod = p;
         }
@@ -1209,7 +1253,10 @@ fn base64_decode(text: &str) -> Option<String> {
     const ALPHA: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = Vec::new();
     let (mut acc, mut bits) = (0u32, 0u32);
-    for b in text.bytes().filter(|b| !b.is_ascii_whitespace() && *b != b'=') {
+    for b in text
+        .bytes()
+        .filter(|b| !b.is_ascii_whitespace() && *b != b'=')
+    {
         let v = ALPHA.iter().position(|&a| a == b)? as u32;
         acc = (acc << 6) | v;
         bits += 6;

@@ -59,6 +59,7 @@ pub struct ContainerCtx {
 impl ContainerCtx {
     /// Builds a context by hand (the kubelet does this; tests of programs may too). Returns the
     /// sender that delivers signals and the readiness flag the program sets.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         cluster: Cluster,
         network: Network,

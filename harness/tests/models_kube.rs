@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, LogParams, Patch, PatchParams, PostParams};
 use openshell_conformance::emulate::{Cluster, ClusterConfig, ResourceRef, WatchParams};
@@ -533,4 +534,295 @@ async fn kill_1_inside_exec_terminates_the_first_container_and_always_restarts_i
         container_status(&p, "main").pointer("/lastState/terminated/exitCode"),
         Some(&json!(137))
     );
+}
+
+// -------------------------------------------------------------------------------------------
+// workloads
+// -------------------------------------------------------------------------------------------
+
+fn pvc_ref() -> ResourceRef {
+    ResourceRef::new("", "v1", "persistentvolumeclaims")
+}
+
+async fn gateway_statefulset(env: &Env) {
+    env.cluster
+        .create(
+            &ResourceRef::new("", "v1", "namespaces"),
+            None,
+            json!({"metadata": {"name": "openshell"}}),
+        )
+        .unwrap();
+    let sts: StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": "openshell", "namespace": "openshell"},
+        "spec": {"replicas": 1, "serviceName": "openshell",
+            "selector": {"matchLabels": {"app.kubernetes.io/name": "openshell"}},
+            "template": {"metadata": {"labels": {"app.kubernetes.io/name": "openshell"}},
+                "spec": {"terminationGracePeriodSeconds": 5, "containers": [{"name": "openshell-gateway",
+                    "image": "ghcr.io/nvidia/openshell/gateway:0.0.111", "command": ["sleep", "infinity"],
+                    "volumeMounts": [{"name": "openshell-data", "mountPath": "/var/openshell"}]}]}},
+            "volumeClaimTemplates": [{"metadata": {"name": "openshell-data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]}
+    }))
+    .unwrap();
+    let api: Api<StatefulSet> = Api::namespaced(env.cluster.client(), "openshell");
+    api.create(&PostParams::default(), &sts).await.unwrap();
+}
+
+fn sts_status(env: &Env, field: &str) -> i64 {
+    env.cluster
+        .get(
+            &ResourceRef::new("apps", "v1", "statefulsets"),
+            Some("openshell"),
+            "openshell",
+        )
+        .unwrap()
+        .pointer(&format!("/status/{field}"))
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_statefulset_scaled_1_0_1_removes_and_recreates_openshell_0_with_the_same_pvc() {
+    let env = start();
+    gateway_statefulset(&env).await;
+    let p = env
+        .pod_until("openshell", "openshell-0", "Ready", |p| {
+            cond_status(p, "Ready") == "True"
+        })
+        .await;
+    assert_eq!(env.elapsed(), Duration::from_secs(1));
+    let first_uid = p["metadata"]["uid"].clone();
+    assert_eq!(
+        p.pointer("/metadata/labels/statefulset.kubernetes.io~1pod-name"),
+        Some(&json!("openshell-0"))
+    );
+    assert_eq!(
+        p["metadata"]["ownerReferences"][0]["kind"],
+        json!("StatefulSet")
+    );
+    assert_eq!(
+        p["metadata"]["ownerReferences"][0]["controller"],
+        json!(true)
+    );
+    let vol = p["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == json!("openshell-data"))
+        .unwrap();
+    assert_eq!(
+        vol.pointer("/persistentVolumeClaim/claimName"),
+        Some(&json!("openshell-data-openshell-0"))
+    );
+    let pvc = env
+        .until(
+            &pvc_ref(),
+            "openshell",
+            "openshell-data-openshell-0",
+            "Bound",
+            |p| p.is_some_and(|p| phase(p) == "Bound"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        pvc.pointer("/spec/storageClassName"),
+        Some(&json!("standard"))
+    );
+    assert_eq!(pvc.pointer("/status/capacity/storage"), Some(&json!("1Gi")));
+    let pvc_uid = pvc["metadata"]["uid"].clone();
+    assert!(pvc.pointer("/spec/volumeName").is_some());
+    // Write to the data volume.
+    env.cluster
+        .exec(
+            "openshell",
+            "openshell-0",
+            None,
+            &[
+                "sh".into(),
+                "-c".into(),
+                "echo db > /var/openshell/openshell.db".into(),
+            ],
+            b"",
+        )
+        .await
+        .unwrap();
+    env.until(
+        &ResourceRef::new("apps", "v1", "statefulsets"),
+        "openshell",
+        "openshell",
+        "ready 1",
+        |s| s.is_some_and(|s| s.pointer("/status/readyReplicas") == Some(&json!(1))),
+    )
+    .await;
+    assert_eq!(sts_status(&env, "availableReplicas"), 1);
+
+    let api: Api<StatefulSet> = Api::namespaced(env.cluster.client(), "openshell");
+    api.patch_scale(
+        "openshell",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 0}})),
+    )
+    .await
+    .unwrap();
+    let t = env.elapsed();
+    env.pod_gone("openshell", "openshell-0").await;
+    assert_eq!(env.elapsed(), t, "sleep exits on TERM at once");
+    env.until(
+        &ResourceRef::new("apps", "v1", "statefulsets"),
+        "openshell",
+        "openshell",
+        "replicas 0",
+        |s| s.is_some_and(|s| s.pointer("/status/replicas") == Some(&json!(0))),
+    )
+    .await;
+    assert_eq!(sts_status(&env, "readyReplicas"), 0);
+    let kept = env
+        .cluster
+        .get(&pvc_ref(), Some("openshell"), "openshell-data-openshell-0")
+        .unwrap();
+    assert_eq!(kept["metadata"]["uid"], pvc_uid);
+
+    api.patch_scale(
+        "openshell",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 1}})),
+    )
+    .await
+    .unwrap();
+    let p = env
+        .pod_until("openshell", "openshell-0", "Ready again", |p| {
+            cond_status(p, "Ready") == "True"
+        })
+        .await;
+    assert_ne!(p["metadata"]["uid"], first_uid);
+    let out = env
+        .cluster
+        .exec(
+            "openshell",
+            "openshell-0",
+            None,
+            &["cat".into(), "/var/openshell/openshell.db".into()],
+            b"",
+        )
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "db\n");
+    let pvc = env
+        .cluster
+        .get(&pvc_ref(), Some("openshell"), "openshell-data-openshell-0")
+        .unwrap();
+    assert_eq!(pvc["metadata"]["uid"], pvc_uid);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deleted_statefulset_pod_is_recreated_with_the_same_name_after_the_old_one_is_gone() {
+    let env = start();
+    gateway_statefulset(&env).await;
+    let p = env
+        .pod_until("openshell", "openshell-0", "Ready", |p| {
+            cond_status(p, "Ready") == "True"
+        })
+        .await;
+    let pods: Api<Pod> = Api::namespaced(env.cluster.client(), "openshell");
+    pods.delete("openshell-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    let uid = p["metadata"]["uid"].clone();
+    let t = env.elapsed();
+    let p = env
+        .pod_until("openshell", "openshell-0", "replaced and Ready", |p| {
+            p["metadata"]["uid"] != uid && cond_status(p, "Ready") == "True"
+        })
+        .await;
+    assert_eq!(env.elapsed() - t, Duration::from_secs(1));
+    assert_eq!(
+        restart_count(&p),
+        -1,
+        "the gateway container is not called main"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deployment_gets_one_replicaset_and_pods_with_deterministic_names_and_statuses() {
+    let env = start();
+    let d: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": "nginx", "command": ["sleep", "infinity"]}]}}}
+    }))
+    .unwrap();
+    let api: Api<Deployment> = Api::default_namespaced(env.cluster.client());
+    api.create(&PostParams::default(), &d).await.unwrap();
+    let dep = env
+        .until(
+            &ResourceRef::new("apps", "v1", "deployments"),
+            "default",
+            "web",
+            "available",
+            |d| d.is_some_and(|d| d.pointer("/status/availableReplicas") == Some(&json!(2))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(env.elapsed(), Duration::from_secs(1));
+    let conds = dep.pointer("/status/conditions").unwrap();
+    assert_eq!(conds[0]["type"], json!("Available"));
+    assert_eq!(conds[0]["status"], json!("True"));
+    assert_eq!(conds[1]["reason"], json!("NewReplicaSetAvailable"));
+    let (rss, _) = env
+        .cluster
+        .list(
+            &ResourceRef::new("apps", "v1", "replicasets"),
+            Some("default"),
+            &Default::default(),
+        )
+        .unwrap();
+    assert_eq!(rss.len(), 1);
+    let rs_name = rss[0]["metadata"]["name"].as_str().unwrap().to_string();
+    let hash = rss[0]
+        .pointer("/metadata/labels/pod-template-hash")
+        .unwrap()
+        .as_str()
+        .unwrap();
+    assert_eq!(rs_name, format!("web-{hash}"));
+    assert_eq!(rss[0].pointer("/status/readyReplicas"), Some(&json!(2)));
+    let (pods, _) = env
+        .cluster
+        .list(&ResourceRef::pods(), Some("default"), &Default::default())
+        .unwrap();
+    let names: Vec<String> = pods
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names.len(), 2);
+    for n in &names {
+        let suffix = n.strip_prefix(&format!("{rs_name}-")).unwrap();
+        assert_eq!(suffix.len(), 5, "{n}");
+    }
+    // Scale to 0: the pods go; back to 1: one pod.
+    api.patch_scale(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 0}})),
+    )
+    .await
+    .unwrap();
+    for n in &names {
+        env.pod_gone("default", n).await;
+    }
+    api.patch_scale(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 1}})),
+    )
+    .await
+    .unwrap();
+    env.until(
+        &ResourceRef::new("apps", "v1", "deployments"),
+        "default",
+        "web",
+        "available 1",
+        |d| d.is_some_and(|d| d.pointer("/status/readyReplicas") == Some(&json!(1))),
+    )
+    .await;
 }

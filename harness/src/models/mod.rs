@@ -13,3 +13,4 @@ pub mod kube;
 pub mod kubelet;
 pub mod network;
 pub mod program;
+pub mod workloads;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use super::agent_sandbox::AgentSandboxVersion;
+use super::agent_sandbox::{AgentSandboxController, AgentSandboxVersion};
 use super::kubelet::Kubelet;
 use super::network::Network;
 use super::program::Programs;
@@ -112,6 +112,7 @@ impl KubeModels {
         let tasks = vec![
             kubelet.spawn(),
             WorkloadControllers::new(cluster.clone()).spawn(),
+            AgentSandboxController::new(cluster.clone(), config.agent_sandbox_version).spawn(),
         ];
         Self { kubelet, tasks }
     }

@@ -9,7 +9,8 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, LogParams, Patch, PatchParams, PostParams};
-use openshell_conformance::emulate::{Cluster, ClusterConfig, ResourceRef, WatchParams};
+use openshell_conformance::emulate::{Cluster, ClusterConfig, PatchKind, ResourceRef, WatchParams};
+use openshell_conformance::models::agent_sandbox::AgentSandboxVersion;
 use openshell_conformance::models::kube::{KubeConfig, KubeModels};
 use openshell_conformance::models::network::Network;
 use openshell_conformance::models::program::{ContainerCtx, ContainerProgram, Programs};
@@ -824,5 +825,389 @@ async fn a_deployment_gets_one_replicaset_and_pods_with_deterministic_names_and_
         "available 1",
         |d| d.is_some_and(|d| d.pointer("/status/readyReplicas") == Some(&json!(1))),
     )
+    .await;
+}
+
+// -------------------------------------------------------------------------------------------
+// Agent Sandbox
+// -------------------------------------------------------------------------------------------
+
+fn sb_ref() -> ResourceRef {
+    ResourceRef::sandboxes("v1beta1")
+}
+
+fn start_version(v: AgentSandboxVersion) -> Env {
+    start_with(
+        Programs::new(),
+        KubeConfig {
+            agent_sandbox_version: v,
+            ..KubeConfig::default()
+        },
+    )
+}
+
+/// A sandbox like OpenShell creates it (k8s-objects.md §3), running `command`.
+fn create_sandbox(env: &Env, name: &str, command: &[&str]) -> Value {
+    env.cluster
+        .create(
+            &sb_ref(),
+            Some("default"),
+            json!({
+                "apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox",
+                "metadata": {"name": name, "labels": {"openshell.ai/managed-by": "openshell"}},
+                "spec": {
+                    "podTemplate": {
+                        "metadata": {"annotations": {"openshell.io/sandbox-id": "sb-1"}},
+                        "spec": {"restartPolicy": "Never", "containers": [{"name": "agent", "image": "base:latest",
+                            "command": command,
+                            "volumeMounts": [{"name": "workspace", "mountPath": "/sandbox"}]}]}},
+                    "volumeClaimTemplates": [{"metadata": {"name": "workspace"},
+                        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "2Gi"}}}}]}
+            }),
+        )
+        .unwrap()
+}
+
+fn conditions(sb: &Value) -> Vec<(String, String, String, String)> {
+    sb.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .map(|cs| {
+            cs.iter()
+                .map(|c| {
+                    let f = |k: &str| c[k].as_str().unwrap_or("").to_string();
+                    (f("type"), f("status"), f("reason"), f("message"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn cond(t: &str, st: &str, r: &str, m: &str) -> (String, String, String, String) {
+    (t.into(), st.into(), r.into(), m.into())
+}
+
+async fn sandbox_until(env: &Env, name: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    env.until(&sb_ref(), "default", name, what, |v| v.is_some_and(&pred))
+        .await
+        .unwrap()
+}
+
+fn is_sb_ready(sb: &Value) -> bool {
+    conditions(sb)
+        .iter()
+        .any(|c| c.0 == "Ready" && c.1 == "True")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_gets_its_workspace_pvc_and_pod_with_the_reference_names_labels_owners_and_annotation()
+ {
+    let env = start();
+    let cr = create_sandbox(&env, "default--demo", &["sleep", "infinity"]);
+    let sb = sandbox_until(&env, "default--demo", "Ready", is_sb_ready).await;
+    assert_eq!(env.elapsed(), Duration::from_secs(1));
+    assert_eq!(
+        conditions(&sb),
+        [cond("Ready", "True", "DependenciesReady", "Pod is Ready")]
+    );
+    assert_eq!(
+        sb["status"]["conditions"][0]["observedGeneration"],
+        json!(1)
+    );
+    assert_eq!(
+        sb.pointer("/status/selector"),
+        Some(&json!("agents.x-k8s.io/sandbox-name-hash=523e82a3"))
+    );
+    assert_eq!(sb.pointer("/status/podIPs"), Some(&json!(["10.244.0.2"])));
+    assert_eq!(
+        sb.pointer("/status/nodeName"),
+        Some(&json!("emulated-node"))
+    );
+    assert_eq!(
+        sb.pointer("/metadata/annotations/agents.x-k8s.io~1pod-name"),
+        Some(&json!("default--demo"))
+    );
+    assert_eq!(sb["metadata"]["generation"], json!(1));
+    let owner = json!([{"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox", "name": "default--demo",
+        "uid": cr["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true}]);
+    let pod = env
+        .cluster
+        .get(&ResourceRef::pods(), Some("default"), "default--demo")
+        .unwrap();
+    assert_eq!(pod["metadata"]["ownerReferences"], owner);
+    assert_eq!(
+        pod.pointer("/metadata/labels/agents.x-k8s.io~1sandbox-name-hash"),
+        Some(&json!("523e82a3"))
+    );
+    assert_eq!(
+        pod.pointer("/metadata/annotations"),
+        Some(&json!({"openshell.io/sandbox-id": "sb-1",
+            "agents.x-k8s.io/propagated-annotations": "openshell.io/sandbox-id"}))
+    );
+    let vols = pod["spec"]["volumes"].as_array().unwrap();
+    assert_eq!(
+        vols.last().unwrap(),
+        &json!({"name": "workspace", "persistentVolumeClaim": {"claimName": "workspace-default--demo"}})
+    );
+    let pvc = env
+        .cluster
+        .get(&pvc_ref(), Some("default"), "workspace-default--demo")
+        .unwrap();
+    assert_eq!(pvc["metadata"]["ownerReferences"], owner);
+    assert_eq!(
+        pvc.pointer("/metadata/labels/agents.x-k8s.io~1sandbox-name-hash"),
+        Some(&json!("523e82a3"))
+    );
+    assert_eq!(phase(&pvc), "Bound");
+    assert!(sb.pointer("/metadata/finalizers").is_none());
+    assert!(pod.pointer("/metadata/finalizers").is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_sandbox_pod_gives_the_v0_5_0_conditions_and_is_never_restarted() {
+    let env = start_version(AgentSandboxVersion::V0_5_0);
+    create_sandbox(&env, "fails", &["sh", "-c", "sleep 11; exit 1"]);
+    let sb = sandbox_until(&env, "fails", "Finished", |sb| {
+        conditions(sb).iter().any(|c| c.0 == "Finished")
+    })
+    .await;
+    assert_eq!(env.elapsed(), Duration::from_secs(12));
+    assert_eq!(
+        conditions(&sb),
+        [
+            cond(
+                "Ready",
+                "False",
+                "DependenciesNotReady",
+                "Pod exists with phase: Failed"
+            ),
+            cond("Finished", "True", "PodFailed", "Pod failed"),
+        ]
+    );
+    let pod = env
+        .cluster
+        .get(&ResourceRef::pods(), Some("default"), "fails")
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    let later = env
+        .cluster
+        .get(&ResourceRef::pods(), Some("default"), "fails")
+        .unwrap();
+    assert_eq!(later["metadata"]["uid"], pod["metadata"]["uid"]);
+    assert_eq!(phase(&later), "Failed");
+    assert_eq!(container_status(&later, "agent")["restartCount"], json!(0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_sandbox_pod_gives_the_v0_5_1_conditions() {
+    let env = start_version(AgentSandboxVersion::V0_5_1);
+    create_sandbox(&env, "fails", &["sh", "-c", "exit 1"]);
+    let sb = sandbox_until(&env, "fails", "Finished", |sb| {
+        conditions(sb).iter().any(|c| c.0 == "Finished")
+    })
+    .await;
+    assert_eq!(
+        conditions(&sb),
+        [
+            cond("Ready", "False", "PodFailed", "Pod failed"),
+            cond("Finished", "True", "PodFailed", "Pod failed"),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deleted_sandbox_pod_is_recreated_with_a_new_uid_and_the_workspace_survives() {
+    let env = start();
+    create_sandbox(&env, "keep", &["sleep", "infinity"]);
+    sandbox_until(&env, "keep", "Ready", is_sb_ready).await;
+    let out = env
+        .cluster
+        .exec(
+            "default",
+            "keep",
+            None,
+            &[
+                "sh".into(),
+                "-c".into(),
+                "echo sentinel > /sandbox/s.txt".into(),
+            ],
+            b"",
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, 0);
+    let old = env
+        .cluster
+        .get(&ResourceRef::pods(), Some("default"), "keep")
+        .unwrap();
+    let pods: Api<Pod> = Api::default_namespaced(env.cluster.client());
+    pods.delete("keep", &DeleteParams::default()).await.unwrap();
+    let new = env
+        .pod_until("default", "keep", "replaced and Ready", |p| {
+            p["metadata"]["uid"] != old["metadata"]["uid"] && cond_status(p, "Ready") == "True"
+        })
+        .await;
+    assert_eq!(new["spec"]["volumes"], old["spec"]["volumes"]);
+    sandbox_until(&env, "keep", "Ready again", is_sb_ready).await;
+    let out = env
+        .cluster
+        .exec(
+            "default",
+            "keep",
+            None,
+            &["cat".into(), "/sandbox/s.txt".into()],
+            b"",
+        )
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "sentinel\n");
+}
+
+#[tokio::test(start_paused = true)]
+async fn suspend_deletes_the_pod_and_keeps_the_pvc_and_resume_recreates_it_v0_5_0() {
+    let env = start();
+    create_sandbox(&env, "nap", &["sleep", "infinity"]);
+    sandbox_until(&env, "nap", "Ready", is_sb_ready).await;
+    let pvc = env
+        .cluster
+        .get(&pvc_ref(), Some("default"), "workspace-nap")
+        .unwrap();
+    env.cluster
+        .patch(
+            &sb_ref(),
+            Some("default"),
+            "nap",
+            PatchKind::Merge,
+            &json!({"spec": {"operatingMode": "Suspended"}}),
+        )
+        .unwrap();
+    let sb = sandbox_until(&env, "nap", "Suspended", |sb| {
+        conditions(sb).iter().any(|c| c.0 == "Suspended")
+    })
+    .await;
+    assert_eq!(
+        conditions(&sb),
+        [
+            cond("Ready", "False", "SandboxSuspended", "Sandbox is suspended"),
+            cond(
+                "Suspended",
+                "True",
+                "PodTerminated",
+                "Pod has been terminated. Sandbox is not operational."
+            ),
+        ]
+    );
+    assert_eq!(
+        sb["status"]["conditions"][1]["observedGeneration"],
+        json!(2)
+    );
+    assert!(
+        sb.pointer("/metadata/annotations/agents.x-k8s.io~1pod-name")
+            .is_none()
+    );
+    env.pod_gone("default", "nap").await;
+    let kept = env
+        .cluster
+        .get(&pvc_ref(), Some("default"), "workspace-nap")
+        .unwrap();
+    assert_eq!(kept["metadata"]["uid"], pvc["metadata"]["uid"]);
+
+    env.cluster
+        .patch(
+            &sb_ref(),
+            Some("default"),
+            "nap",
+            PatchKind::Merge,
+            &json!({"spec": {"operatingMode": "Running"}}),
+        )
+        .unwrap();
+    env.pod_until("default", "nap", "Ready", |p| {
+        cond_status(p, "Ready") == "True"
+    })
+    .await;
+    let sb = sandbox_until(&env, "nap", "Ready", is_sb_ready).await;
+    // v0.5.0 never removes Suspended: it stays stale after a resume (§1.3 hazard).
+    assert_eq!(
+        conditions(&sb),
+        [
+            cond("Ready", "True", "DependenciesReady", "Pod is Ready"),
+            cond(
+                "Suspended",
+                "True",
+                "PodTerminated",
+                "Pod has been terminated. Sandbox is not operational."
+            ),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn v0_5_4_reports_pod_terminating_until_the_pod_is_gone_and_keeps_suspended_first() {
+    let env = start_version(AgentSandboxVersion::V0_5_4);
+    create_sandbox(
+        &env,
+        "nap",
+        &["sh", "-c", "trap 'sleep 3; exit 0' TERM; sleep infinity"],
+    );
+    let sb = sandbox_until(&env, "nap", "Ready", is_sb_ready).await;
+    assert_eq!(
+        conditions(&sb),
+        [
+            cond(
+                "Suspended",
+                "False",
+                "NotSuspended",
+                "Sandbox is not suspended"
+            ),
+            cond("Ready", "True", "DependenciesReady", "Pod is Ready"),
+        ]
+    );
+    env.cluster
+        .patch(
+            &sb_ref(),
+            Some("default"),
+            "nap",
+            PatchKind::Merge,
+            &json!({"spec": {"operatingMode": "Suspended"}}),
+        )
+        .unwrap();
+    let sb = sandbox_until(&env, "nap", "Suspended", |sb| {
+        conditions(sb)
+            .iter()
+            .any(|c| c.0 == "Suspended" && c.1 == "True")
+    })
+    .await;
+    assert_eq!(
+        conditions(&sb),
+        [
+            cond(
+                "Suspended",
+                "True",
+                "PodTerminated",
+                "Pod has been terminated. Sandbox is suspended"
+            ),
+            cond("Ready", "False", "SandboxSuspended", "Sandbox is suspended"),
+        ]
+    );
+    assert!(
+        env.cluster
+            .get(&ResourceRef::pods(), Some("default"), "nap")
+            .is_err()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn deleting_the_sandbox_removes_its_pod_and_pvc() {
+    let env = start();
+    create_sandbox(&env, "bye", &["sleep", "infinity"]);
+    sandbox_until(&env, "bye", "Ready", is_sb_ready).await;
+    let (_, gone) = env
+        .cluster
+        .delete(&sb_ref(), Some("default"), "bye", &Default::default())
+        .unwrap();
+    assert!(gone, "no finalizer: the CR goes at once");
+    env.pod_gone("default", "bye").await;
+    env.until(&pvc_ref(), "default", "workspace-bye", "gone", |p| {
+        p.is_none()
+    })
     .await;
 }

@@ -207,6 +207,14 @@ impl Target for Fake {
         self.exec(sandbox, argv).await
     }
 
+    async fn read_workspace(&self, sandbox: &str, path: &str) -> TargetResult<Option<String>> {
+        let st = self.state.lock().unwrap();
+        Ok(st
+            .sandboxes
+            .get(sandbox)
+            .and_then(|s| s.files.get(&format!("/sandbox/{path}")).cloned()))
+    }
+
     async fn stop_sandbox(&self, _name: &str) -> TargetResult<()> {
         Err(TargetError::Unsupported("stop".into()))
     }

@@ -1,3 +1,5 @@
 //! The conformance catalog: the requirements users asked for and the scenarios that verify them.
 
+pub mod catalog;
 pub mod requirements;
+pub mod scenarios;

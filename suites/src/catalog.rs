@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use openshell_conformance::scenario::{Case, Params, Scenario};
-use openshell_conformance::topology::Topology;
+use crate::scenario::{Case, Params, Scenario};
+use crate::topology::Topology;
 
-use crate::scenarios::{lifecycle, outages, sweep};
+use crate::suites::scenarios::{lifecycle, outages, sweep};
 
 /// A scenario and the parameter sets it runs with.
 pub struct Entry {
@@ -144,7 +144,7 @@ pub fn glob(pattern: &str, text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use openshell_conformance::topology::Topologies;
+    use crate::topology::Topologies;
 
     fn all() -> Vec<Topology> {
         Topologies::builtin().all().cloned().collect()
@@ -168,7 +168,7 @@ mod tests {
             assert!(!e.scenario.requirements.is_empty(), "{}", e.scenario.id);
             for r in &e.scenario.requirements {
                 assert!(
-                    crate::requirements::find(r).is_some(),
+                    crate::suites::requirements::find(r).is_some(),
                     "{} names {r}",
                     e.scenario.id
                 );
@@ -186,7 +186,7 @@ mod tests {
                 covered.extend(check.requirements);
             }
         }
-        for r in crate::requirements::REQUIREMENTS {
+        for r in crate::suites::requirements::REQUIREMENTS {
             assert!(covered.contains(r.id), "no check verifies {}", r.id);
         }
     }

@@ -5,11 +5,11 @@
 
 use std::path::{Path, PathBuf};
 
-use openshell_conformance::engine::{CaseReport, Outcome};
-use openshell_conformance::error::{Error, Result};
+use crate::engine::{CaseReport, Outcome};
+use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::glob;
+use crate::suites::catalog::glob;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -95,7 +95,7 @@ impl Expectations {
             Error::config(origin, field, message)
         })?;
         for (i, f) in e.expected_failures.iter().enumerate() {
-            if crate::requirements::find(&f.requirement).is_none() {
+            if crate::suites::requirements::find(&f.requirement).is_none() {
                 return Err(Error::config(
                     origin,
                     format!("expected_failures[{i}].requirement"),
@@ -174,8 +174,8 @@ impl Expectations {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use openshell_conformance::checks::CheckOutcome;
-    use openshell_conformance::target::TargetInfo;
+    use crate::checks::CheckOutcome;
+    use crate::target::TargetInfo;
 
     fn report(case_id: &str, outcome: Outcome, failed_reqs: &[&str]) -> CaseReport {
         CaseReport {

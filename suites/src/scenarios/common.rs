@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use openshell_conformance::checks::{Anchor, Check, Cmp, Counted, Predicate, Selector, Window};
-use openshell_conformance::scenario::{CaseInfo, Ctx, StepError};
-use openshell_conformance::target::{RestartPolicy, SandboxSpec, TargetError};
-use openshell_conformance::timeline::GATEWAY_SANDBOX_KIND;
-use openshell_conformance::topology::SupervisorPlacement;
+use crate::checks::{Anchor, Check, Cmp, Counted, Predicate, Selector, Window};
+use crate::scenario::{CaseInfo, Ctx, StepError};
+use crate::target::{RestartPolicy, SandboxSpec, TargetError};
+use crate::timeline::GATEWAY_SANDBOX_KIND;
+use crate::topology::SupervisorPlacement;
 
 /// The main-process start marker, relative to the workspace root (`/sandbox`).
 pub const STARTS_FILE: &str = ".conformance/starts";

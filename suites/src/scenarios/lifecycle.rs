@@ -3,13 +3,11 @@
 
 use std::time::Duration;
 
+use crate::checks::{Anchor, Check, Cmp, Counted, Predicate, Selector, Window};
+use crate::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepError, StepResult};
+use crate::target::{Capability, Fault, RestartPolicy, TargetError};
+use crate::timeline::ActionStatus;
 use futures::future::BoxFuture;
-use openshell_conformance::checks::{Anchor, Check, Cmp, Counted, Predicate, Selector, Window};
-use openshell_conformance::scenario::{
-    CaseInfo, Ctx, Scenario, Stage, Step, StepError, StepResult,
-};
-use openshell_conformance::target::{Capability, Fault, RestartPolicy, TargetError};
-use openshell_conformance::timeline::ActionStatus;
 
 use super::common::*;
 

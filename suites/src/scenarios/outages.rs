@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
+use crate::checks::{Anchor, Check, Predicate, Selector, Window};
+use crate::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepResult};
+use crate::target::{Capability, Fault};
 use futures::future::BoxFuture;
-use openshell_conformance::checks::{Anchor, Check, Predicate, Selector, Window};
-use openshell_conformance::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepResult};
-use openshell_conformance::target::{Capability, Fault};
 
 use super::common::*;
 
@@ -249,14 +249,14 @@ fn ready_sandbox_checks(case: &CaseInfo) -> Vec<Check> {
         Check::count(
             "the sandbox pod keeps running: it is never replaced",
             &["R9"],
-            openshell_conformance::checks::Counted::Incarnations {
+            crate::checks::Counted::Incarnations {
                 object: pod.clone(),
             },
             Some(Window::new(
                 Anchor::fault_start("f1"),
                 Anchor::marker("verified"),
             )),
-            openshell_conformance::checks::Cmp::Eq,
+            crate::checks::Cmp::Eq,
             1,
         ),
         Check::never(

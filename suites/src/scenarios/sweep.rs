@@ -4,13 +4,11 @@
 
 use std::time::Duration;
 
+use crate::checks::{Anchor, Check, Window};
+use crate::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepError, StepResult};
+use crate::schedule::{FaultSchedule, InjectionPoint, PlannedFault, ScheduleSpec};
+use crate::target::{Capability, Fault, TargetError};
 use futures::future::BoxFuture;
-use openshell_conformance::checks::{Anchor, Check, Window};
-use openshell_conformance::scenario::{
-    CaseInfo, Ctx, Scenario, Stage, Step, StepError, StepResult,
-};
-use openshell_conformance::schedule::{FaultSchedule, InjectionPoint, PlannedFault, ScheduleSpec};
-use openshell_conformance::target::{Capability, Fault, TargetError};
 
 use super::common::*;
 

@@ -1,6 +1,0 @@
-//! The conformance catalog: the requirements users asked for and the scenarios that verify them.
-
-pub mod catalog;
-pub mod expectations;
-pub mod requirements;
-pub mod scenarios;

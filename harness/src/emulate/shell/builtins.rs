@@ -84,7 +84,8 @@ impl Shell<'_> {
 
     /// Not a builtin: a script file named by a path, or "not found".
     async fn external(&mut self, name: &str, args: &[String]) -> Status {
-        if name.contains('/') && matches!(self.mounts.stat(&self.abs(name)), Ok(Kind::File { .. })) {
+        if name.contains('/') && matches!(self.mounts.stat(&self.abs(name)), Ok(Kind::File { .. }))
+        {
             let mut sh_args = vec![name.to_string()];
             sh_args.extend_from_slice(args);
             return Ok(Box::pin(self.invoke_sh("sh", &sh_args)).await);
@@ -174,9 +175,11 @@ impl Shell<'_> {
                             let arg = next_arg(args).unwrap_or_default();
                             return Some(arg.trim().parse::<usize>().unwrap_or(0).min(MAX_FIELD));
                         }
-                        let digits: String = f[*i..].iter().take_while(|c| c.is_ascii_digit()).collect();
+                        let digits: String =
+                            f[*i..].iter().take_while(|c| c.is_ascii_digit()).collect();
                         *i += digits.len();
-                        (!digits.is_empty()).then(|| digits.parse::<usize>().unwrap_or(MAX_FIELD).min(MAX_FIELD))
+                        (!digits.is_empty())
+                            .then(|| digits.parse::<usize>().unwrap_or(MAX_FIELD).min(MAX_FIELD))
                     };
                     let width = number(&mut i, args).unwrap_or(0);
                     let precision = if i < f.len() && f[i] == '.' {
@@ -239,7 +242,9 @@ impl Shell<'_> {
                                 _ => n.unsigned_abs().to_string(),
                             };
                             let body = match precision {
-                                Some(p) if body.len() < p => format!("{}{body}", "0".repeat(p - body.len())),
+                                Some(p) if body.len() < p => {
+                                    format!("{}{body}", "0".repeat(p - body.len()))
+                                }
                                 _ => body,
                             };
                             let sign = if matches!(conv, 'd' | 'i') {
@@ -274,13 +279,17 @@ impl Shell<'_> {
                                 'E' => format!("{:.*E}", p, v.abs()),
                                 _ => format!("{}", v.abs()),
                             };
-                            let sign = if v.is_sign_negative() && v != 0.0 { "-" } else { "" };
+                            let sign = if v.is_sign_negative() && v != 0.0 {
+                                "-"
+                            } else {
+                                ""
+                            };
                             pad_number(sign, &body, width, left, zero)
                         }
                         _ => {
                             let directive: String = f[start..i].iter().collect();
                             self.diag(format!("printf: {directive}: invalid directive"));
-                            *status = 1;
+                            *status = 2;
                             return Err(());
                         }
                     };
@@ -304,7 +313,11 @@ impl Shell<'_> {
     }
 
     fn cat(&mut self, args: &[String]) -> i32 {
-        let mut files: Vec<&str> = args.iter().map(String::as_str).filter(|a| *a != "-u").collect();
+        let mut files: Vec<&str> = args
+            .iter()
+            .map(String::as_str)
+            .filter(|a| *a != "-u")
+            .collect();
         if files.is_empty() {
             files.push("-");
         }
@@ -426,7 +439,10 @@ impl Shell<'_> {
             "/dev/null" | "/dev/stdin" | "/dev/stdout" | "/dev/stderr" => None,
             _ => self.mounts.stat(&self.abs(s)).ok(),
         };
-        let is_dev = matches!(s, "/dev/null" | "/dev/stdin" | "/dev/stdout" | "/dev/stderr");
+        let is_dev = matches!(
+            s,
+            "/dev/null" | "/dev/stdin" | "/dev/stdout" | "/dev/stderr"
+        );
         Ok(match op {
             "-z" => s.is_empty(),
             "-n" => !s.is_empty(),
@@ -473,7 +489,10 @@ impl Shell<'_> {
         let mut status = 0;
         for dir in dirs {
             if let Err(e) = self.mounts.mkdir(&self.abs(dir), parents) {
-                self.err_line(format!("mkdir: cannot create directory '{dir}': {}", e.message()));
+                self.err_line(format!(
+                    "mkdir: cannot create directory '{dir}': {}",
+                    e.message()
+                ));
                 status = 1;
             }
         }
@@ -514,7 +533,9 @@ impl Shell<'_> {
         for path in paths {
             let abs = self.abs(path);
             if matches!(path.rsplit('/').find(|c| !c.is_empty()), Some("." | "..")) {
-                self.err_line(format!("rm: refusing to remove '.' or '..' directory: skipping '{path}'"));
+                self.err_line(format!(
+                    "rm: refusing to remove '.' or '..' directory: skipping '{path}'"
+                ));
                 status = 1;
                 continue;
             }
@@ -606,7 +627,10 @@ impl Shell<'_> {
 
     fn touch(&mut self, args: &[String]) -> i32 {
         let no_create = args.iter().any(|a| a == "-c");
-        let files: Vec<&String> = args.iter().filter(|a| !a.starts_with('-') || *a == "-").collect();
+        let files: Vec<&String> = args
+            .iter()
+            .filter(|a| !a.starts_with('-') || *a == "-")
+            .collect();
         if files.is_empty() {
             self.err_line("touch: missing file operand");
             return 1;
@@ -701,7 +725,9 @@ impl Shell<'_> {
         for arg in args {
             match arg.as_str() {
                 "-u" | "--utc" | "--universal" => {}
-                "-R" | "--rfc-email" | "--rfc-2822" => format = "%a, %d %b %Y %H:%M:%S +0000".into(),
+                "-R" | "--rfc-email" | "--rfc-2822" => {
+                    format = "%a, %d %b %Y %H:%M:%S +0000".into()
+                }
                 a if a.starts_with('+') => format = a[1..].to_string(),
                 a if a.starts_with('-') => {
                     self.err_line(format!("date: unsupported option '{a}' (emulated shell)"));
@@ -753,7 +779,9 @@ impl Shell<'_> {
                 Ok(data) => {
                     let counts = [
                         data.iter().filter(|b| **b == b'\n').count(),
-                        data.split(|b| b.is_ascii_whitespace()).filter(|w| !w.is_empty()).count(),
+                        data.split(|b| b.is_ascii_whitespace())
+                            .filter(|w| !w.is_empty())
+                            .count(),
                         data.len(),
                     ];
                     rows.push((counts, (!from_stdin).then(|| file.clone())));
@@ -781,7 +809,10 @@ impl Shell<'_> {
         } else if from_stdin {
             7
         } else {
-            rows.iter().flat_map(|(c, _)| c.iter()).max().map_or(1, |m| m.to_string().len())
+            rows.iter()
+                .flat_map(|(c, _)| c.iter())
+                .max()
+                .map_or(1, |m| m.to_string().len())
         };
         let mut out = String::new();
         for (counts, name) in rows {
@@ -819,14 +850,20 @@ impl Shell<'_> {
                 match iter.next() {
                     Some(n) => count = n.clone(),
                     None => {
-                        self.err_line(format!("{cmd}: option requires an argument -- '{}'", &a[1..]));
+                        self.err_line(format!(
+                            "{cmd}: option requires an argument -- '{}'",
+                            &a[1..]
+                        ));
                         return 1;
                     }
                 }
             } else if let Some(n) = a.strip_prefix("-n").or_else(|| a.strip_prefix("-c")) {
                 bytes = a.starts_with("-c");
                 count = n.to_string();
-            } else if a.len() > 1 && a.starts_with('-') && a[1..].bytes().all(|b| b.is_ascii_digit()) {
+            } else if a.len() > 1
+                && a.starts_with('-')
+                && a[1..].bytes().all(|b| b.is_ascii_digit())
+            {
                 count = a[1..].to_string();
             } else {
                 files.push(a.to_string());
@@ -848,7 +885,10 @@ impl Shell<'_> {
             let data = match self.read_path(file) {
                 Ok(d) => d,
                 Err(e) => {
-                    self.err_line(format!("{cmd}: cannot open '{file}' for reading: {}", e.message()));
+                    self.err_line(format!(
+                        "{cmd}: cannot open '{file}' for reading: {}",
+                        e.message()
+                    ));
                     status = 1;
                     continue;
                 }
@@ -877,10 +917,23 @@ impl Shell<'_> {
     }
 
     fn cd(&mut self, args: &[String]) -> i32 {
-        let args: Vec<&String> = args.iter().filter(|a| !matches!(a.as_str(), "-L" | "-P")).collect();
+        let args: Vec<&String> = args
+            .iter()
+            .filter(|a| !matches!(a.as_str(), "-L" | "-P"))
+            .collect();
         let target = match args.first().map(|s| s.as_str()) {
-            None => self.vars.map.get("HOME").cloned().unwrap_or_else(|| "/".into()),
-            Some("-") => self.vars.map.get("OLDPWD").cloned().unwrap_or_else(|| self.vars.cwd.clone()),
+            None => self
+                .vars
+                .map
+                .get("HOME")
+                .cloned()
+                .unwrap_or_else(|| "/".into()),
+            Some("-") => self
+                .vars
+                .map
+                .get("OLDPWD")
+                .cloned()
+                .unwrap_or_else(|| self.vars.cwd.clone()),
             Some(dir) => dir.to_string(),
         };
         let abs = self.abs(&target);
@@ -932,7 +985,11 @@ impl Shell<'_> {
 
     fn read(&mut self, args: &[String]) -> i32 {
         let raw = args.iter().any(|a| a == "-r");
-        let mut names: Vec<&str> = args.iter().filter(|a| !a.starts_with('-')).map(String::as_str).collect();
+        let mut names: Vec<&str> = args
+            .iter()
+            .filter(|a| !a.starts_with('-'))
+            .map(String::as_str)
+            .collect();
         if names.is_empty() {
             names.push("REPLY");
         }
@@ -1063,7 +1120,11 @@ impl Shell<'_> {
             return Ok(0);
         }
         let n = n.min(self.loop_depth);
-        Err(if name == "break" { Flow::Break(n) } else { Flow::Continue(n) })
+        Err(if name == "break" {
+            Flow::Break(n)
+        } else {
+            Flow::Continue(n)
+        })
     }
 
     async fn eval(&mut self, args: &[String]) -> Status {
@@ -1099,8 +1160,24 @@ impl Shell<'_> {
 fn is_unary(op: &str) -> bool {
     matches!(
         op,
-        "-e" | "-f" | "-d" | "-s" | "-z" | "-n" | "-r" | "-w" | "-x" | "-L" | "-h" | "-b" | "-c"
-            | "-p" | "-S" | "-t" | "-g" | "-u" | "-k"
+        "-e" | "-f"
+            | "-d"
+            | "-s"
+            | "-z"
+            | "-n"
+            | "-r"
+            | "-w"
+            | "-x"
+            | "-L"
+            | "-h"
+            | "-b"
+            | "-c"
+            | "-p"
+            | "-S"
+            | "-t"
+            | "-g"
+            | "-u"
+            | "-k"
     )
 }
 
@@ -1147,7 +1224,10 @@ fn parse_printf_int(s: &str) -> Result<i64, i64> {
         Some(d) => (true, d),
         None => (false, t.strip_prefix('+').unwrap_or(t)),
     };
-    let (radix, digits) = if let Some(h) = digits.strip_prefix("0x").or_else(|| digits.strip_prefix("0X")) {
+    let (radix, digits) = if let Some(h) = digits
+        .strip_prefix("0x")
+        .or_else(|| digits.strip_prefix("0X"))
+    {
         (16, h)
     } else if digits.len() > 1 && digits.starts_with('0') {
         (8, &digits[1..])
@@ -1155,7 +1235,8 @@ fn parse_printf_int(s: &str) -> Result<i64, i64> {
         (10, digits)
     };
     let valid: String = digits.chars().take_while(|c| c.is_digit(radix)).collect();
-    let value = i64::from_str_radix(&valid, radix).unwrap_or(if valid.is_empty() { 0 } else { i64::MAX });
+    let value =
+        i64::from_str_radix(&valid, radix).unwrap_or(if valid.is_empty() { 0 } else { i64::MAX });
     let value = if neg { -value } else { value };
     if !valid.is_empty() && valid.len() == digits.len() {
         Ok(value)
@@ -1230,7 +1311,11 @@ fn pad(s: &str, width: usize, left: bool) -> String {
         return s.to_string();
     }
     let fill = " ".repeat(width - len);
-    if left { format!("{s}{fill}") } else { format!("{fill}{s}") }
+    if left {
+        format!("{s}{fill}")
+    } else {
+        format!("{fill}{s}")
+    }
 }
 
 fn pad_number(sign: &str, body: &str, width: usize, left: bool, zero: bool) -> String {
@@ -1277,7 +1362,11 @@ fn parse_duration(arg: &str) -> Option<Duration> {
     {
         return None;
     }
-    let secs: u64 = if int.is_empty() { 0 } else { int.parse().unwrap_or(u64::MAX) };
+    let secs: u64 = if int.is_empty() {
+        0
+    } else {
+        int.parse().unwrap_or(u64::MAX)
+    };
     let mut nanos: u64 = 0;
     for (i, d) in frac.bytes().take(9).enumerate() {
         nanos += u64::from(d - b'0') * 10u64.pow(8 - i as u32);
@@ -1303,10 +1392,28 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 
 /// The `date +FORMAT` directives a script is likely to use, in UTC.
 fn strftime(format: &str, unix: u64) -> String {
-    const DAYS: [&str; 7] = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"];
+    const DAYS: [&str; 7] = [
+        "Sunday",
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+        "Thursday",
+        "Friday",
+        "Saturday",
+    ];
     const MONTHS: [&str; 12] = [
-        "January", "February", "March", "April", "May", "June", "July", "August", "September",
-        "October", "November", "December",
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
     ];
     let secs = i64::try_from(unix).unwrap_or(i64::MAX);
     let days = secs.div_euclid(86_400);

@@ -127,7 +127,11 @@ fn write_node(root: &mut Node, comps: &[String], data: &[u8], append: bool) -> R
 
 fn mkdir_node(root: &mut Node, comps: &[String], parents: bool) -> Result<(), FsError> {
     if comps.is_empty() {
-        return if parents { Ok(()) } else { Err(FsError::Exists) };
+        return if parents {
+            Ok(())
+        } else {
+            Err(FsError::Exists)
+        };
     }
     if parents {
         let mut cur = root;
@@ -194,7 +198,9 @@ impl Volume {
     fn lock(&self) -> MutexGuard<'_, Node> {
         // A panic elsewhere while holding the lock cannot leave the tree half-updated (every
         // mutation is a single insert/remove/extend), so a poisoned lock is still usable.
-        self.root.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.root
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Read a file by its path inside the volume ("/a/b" or "a/b"). None if absent or a
@@ -399,7 +405,11 @@ impl Mounts {
 
     pub(crate) fn mkdir(&self, abs: &[String], parents: bool) -> Result<(), FsError> {
         if self.resolve(abs).is_none() && !self.mount_children(abs).is_empty() {
-            return if parents { Ok(()) } else { Err(FsError::Exists) };
+            return if parents {
+                Ok(())
+            } else {
+                Err(FsError::Exists)
+            };
         }
         self.mutate(abs, true, |root, rel| mkdir_node(root, rel, parents))
     }

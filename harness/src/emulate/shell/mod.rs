@@ -201,7 +201,10 @@ impl Input {
         if rest.is_empty() {
             return None;
         }
-        let len = rest.iter().position(|b| *b == b'\n').map_or(rest.len(), |i| i + 1);
+        let len = rest
+            .iter()
+            .position(|b| *b == b'\n')
+            .map_or(rest.len(), |i| i + 1);
         let line = rest[..len].to_vec();
         self.pos += len;
         Some(line)
@@ -460,7 +463,9 @@ impl<'a> Shell<'a> {
                         }
                         continue;
                     }
-                    Part::Param { name, op, quoted } => (self.param_value(name, op).await?, *quoted),
+                    Part::Param { name, op, quoted } => {
+                        (self.param_value(name, op).await?, *quoted)
+                    }
                     Part::Subst { body, quoted } => (self.command_subst(body).await?, *quoted),
                 };
                 if quoted || whole {
@@ -507,8 +512,12 @@ impl<'a> Shell<'a> {
                 false => {
                     let mut msg = self.expand_string(word).await?;
                     if msg.is_empty() {
-                        msg = if *colon { "parameter null or not set" } else { "parameter not set" }
-                            .into();
+                        msg = if *colon {
+                            "parameter null or not set"
+                        } else {
+                            "parameter not set"
+                        }
+                        .into();
                     }
                     self.diag(format!("{name}: {msg}"));
                     return Err(Flow::Exit(2));
@@ -556,7 +565,12 @@ impl<'a> Shell<'a> {
         Ok(Some(saved))
     }
 
-    fn apply_redirect(&mut self, r: &Redir, target: &str, saved: &mut SavedFds) -> Result<(), String> {
+    fn apply_redirect(
+        &mut self,
+        r: &Redir,
+        target: &str,
+        saved: &mut SavedFds,
+    ) -> Result<(), String> {
         let sink = match r.op {
             RedirOp::Out | RedirOp::Append => self.open_out(target, r.op == RedirOp::Append)?,
             RedirOp::DupOut => match target {
@@ -619,7 +633,9 @@ impl<'a> Shell<'a> {
                 }
                 match self.mounts.read(&abs) {
                     Ok(data) => Ok(data),
-                    Err(fs::FsError::NotFound) => Err(format!("cannot open {target}: No such file")),
+                    Err(fs::FsError::NotFound) => {
+                        Err(format!("cannot open {target}: No such file"))
+                    }
                     Err(e) => Err(format!("cannot open {target}: {}", e.message())),
                 }
             }
@@ -863,7 +879,12 @@ impl<'a> Shell<'a> {
         Ok(status)
     }
 
-    async fn exec_simple(&mut self, assigns: &[(String, Word)], words: &[Word], redirs: &[Redir]) -> Status {
+    async fn exec_simple(
+        &mut self,
+        assigns: &[(String, Word)],
+        words: &[Word],
+        redirs: &[Redir],
+    ) -> Status {
         self.subst_status = None;
         let argv = self.expand_fields(words).await?;
         let Some(saved) = self.redirect(redirs).await? else {
@@ -893,7 +914,11 @@ impl<'a> Shell<'a> {
         let mut previous = Vec::with_capacity(values.len());
         for (name, value) in values {
             let was_exported = !self.vars.exported.insert(name.clone());
-            previous.push((name.clone(), self.vars.map.insert(name, value), was_exported));
+            previous.push((
+                name.clone(),
+                self.vars.map.insert(name, value),
+                was_exported,
+            ));
         }
         let result = self.run_cmd(argv).await;
         for (name, old, was_exported) in previous.into_iter().rev() {
@@ -964,7 +989,9 @@ impl<'a> Shell<'a> {
             (script, file.clone(), rest[1..].to_vec())
         };
         if self.call_depth >= CALL_DEPTH_LIMIT {
-            self.diag(format!("{name}: too many nested shells (emulated shell limit)"));
+            self.diag(format!(
+                "{name}: too many nested shells (emulated shell limit)"
+            ));
             return 2;
         }
         let exported = &self.vars.exported;

@@ -56,10 +56,22 @@ pub(crate) enum ParamOp {
     Plain,
     Length,
     /// `${X-w}`/`${X:-w}` and friends; `colon` also treats an empty value as unset.
-    Default { colon: bool, word: Vec<Part> },
-    Assign { colon: bool, word: Vec<Part> },
-    Alt { colon: bool, word: Vec<Part> },
-    Error { colon: bool, word: Vec<Part> },
+    Default {
+        colon: bool,
+        word: Vec<Part>,
+    },
+    Assign {
+        colon: bool,
+        word: Vec<Part>,
+    },
+    Alt {
+        colon: bool,
+        word: Vec<Part>,
+    },
+    Error {
+        colon: bool,
+        word: Vec<Part>,
+    },
 }
 
 pub(crate) type List = Vec<AndOr>;
@@ -522,7 +534,10 @@ impl Parser {
             }
             Some(c) if c == '_' || c.is_ascii_alphabetic() => {
                 let mut name = String::new();
-                while let Some(c) = self.peek_char().filter(|c| *c == '_' || c.is_ascii_alphanumeric()) {
+                while let Some(c) = self
+                    .peek_char()
+                    .filter(|c| *c == '_' || c.is_ascii_alphanumeric())
+                {
                     self.bump();
                     name.push(c);
                 }
@@ -537,14 +552,18 @@ impl Parser {
     }
 
     fn lex_brace_param(&mut self, quoted: bool) -> PResult<Part> {
-        let length = self.peek_char() == Some('#') && self.peek_char_at(1).is_some_and(|c| c != '}');
+        let length =
+            self.peek_char() == Some('#') && self.peek_char_at(1).is_some_and(|c| c != '}');
         if length {
             self.bump();
         }
         let mut name = String::new();
         match self.peek_char() {
             Some(c) if c == '_' || c.is_ascii_alphabetic() => {
-                while let Some(c) = self.peek_char().filter(|c| *c == '_' || c.is_ascii_alphanumeric()) {
+                while let Some(c) = self
+                    .peek_char()
+                    .filter(|c| *c == '_' || c.is_ascii_alphanumeric())
+                {
                     self.bump();
                     name.push(c);
                 }
@@ -890,6 +909,9 @@ fn split_assignment(w: &Word) -> Option<(String, Word)> {
         parts.push(Part::Lit(rest.to_string()));
     }
     parts.extend(w.parts[1..].iter().cloned());
-    let raw = w.raw.split_once('=').map_or(String::new(), |(_, r)| r.to_string());
+    let raw = w
+        .raw
+        .split_once('=')
+        .map_or(String::new(), |(_, r)| r.to_string());
     Some((name.to_string(), Word { parts, raw }))
 }

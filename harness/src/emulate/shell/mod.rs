@@ -129,8 +129,11 @@ fn base_name(name: &str) -> &str {
 
 /// Commands run without sleeping before the shell gives up (see the module docs).
 const BUSY_LIMIT: u64 = 1_000_000;
-/// Nested `sh`/`eval`/script invocations allowed (each adds to the stack depth).
+/// Nested `sh`/`eval`/script invocations allowed.
 const CALL_DEPTH_LIMIT: u32 = 8;
+/// Nested command lists being run at once (each costs stack: a debug build overflows a 2 MiB
+/// thread stack, tokio's default, somewhere above 120).
+const NESTING_LIMIT: u32 = 40;
 /// Output kept per stream; more is dropped rather than exhausting memory.
 const OUTPUT_LIMIT: usize = 64 << 20;
 
@@ -270,6 +273,8 @@ pub(crate) struct Shell<'a> {
     /// Set once the busy limit is hit, so that every enclosing loop stops too.
     aborted: bool,
     call_depth: u32,
+    /// Command lists being run inside one another (see `exec_list`).
+    nesting: u32,
     loop_depth: u32,
     /// Above zero while running a condition, where `set -e` does not apply.
     no_errexit: u32,
@@ -313,6 +318,7 @@ impl<'a> Shell<'a> {
             busy_steps: 0,
             aborted: false,
             call_depth: 0,
+            nesting: 0,
             loop_depth: 0,
             no_errexit: 0,
             direct: false,
@@ -440,6 +446,24 @@ impl<'a> Shell<'a> {
         whole: bool,
     ) -> BoxFuture<'s, Result<(), Flow>> {
         Box::pin(async move {
+            if self.nesting >= NESTING_LIMIT {
+                self.diag("nesting too deep (emulated shell limit)");
+                return Err(Flow::Exit(2));
+            }
+            self.nesting += 1;
+            let result = self.expand_parts_inner(parts, fields, whole).await;
+            self.nesting -= 1;
+            result
+        })
+    }
+
+    async fn expand_parts_inner(
+        &mut self,
+        parts: &[Part],
+        fields: &mut Fields,
+        whole: bool,
+    ) -> Result<(), Flow> {
+        {
             let ifs = self.ifs();
             for part in parts {
                 let (value, quoted) = match part {
@@ -475,7 +499,7 @@ impl<'a> Shell<'a> {
                 }
             }
             Ok(())
-        })
+        }
     }
 
     async fn param_value(&mut self, name: &str, op: &ParamOp) -> Result<String, Flow> {
@@ -691,13 +715,24 @@ impl<'a> Shell<'a> {
         }
     }
 
+    /// Every recursion of the interpreter (compound commands, substitutions, `eval`, nested
+    /// `sh`) passes through here, so this is where the nesting depth is bounded.
     fn exec_list<'s>(&'s mut self, list: &'s [AndOr]) -> BoxFuture<'s, Status> {
         Box::pin(async move {
-            let mut status = self.vars.status;
-            for and_or in list {
-                status = self.exec_and_or(and_or).await?;
+            if self.nesting >= NESTING_LIMIT {
+                self.diag("nesting too deep (emulated shell limit)");
+                return Err(Flow::Exit(2));
             }
-            Ok(status)
+            self.nesting += 1;
+            let mut status = Ok(self.vars.status);
+            for and_or in list {
+                status = self.exec_and_or(and_or).await;
+                if status.is_err() {
+                    break;
+                }
+            }
+            self.nesting -= 1;
+            status
         })
     }
 

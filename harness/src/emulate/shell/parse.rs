@@ -7,7 +7,7 @@
 
 /// Deepest nesting of compound commands and substitutions accepted; keeps both the parser and
 /// the (recursive) executor far from the end of a 2 MiB thread stack.
-const MAX_DEPTH: usize = 64;
+const MAX_DEPTH: usize = 32;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct SyntaxError {

@@ -611,7 +611,7 @@ async fn deep_nesting_is_an_error_not_a_stack_overflow() {
 
 #[tokio::test]
 async fn moderate_nesting_works() {
-    let script = format!("{}echo x{}", "( ".repeat(40), " )".repeat(40));
+    let script = format!("{}echo x{}", "( ".repeat(30), " )".repeat(30));
     check(&sh(&script).await, "x\n", "", 0);
     let nested = "sh -c 'sh -c \"sh -c \\\"echo deep\\\"\"'";
     check(&sh(nested).await, "deep\n", "", 0);
@@ -1362,4 +1362,36 @@ impl Mounts {
         self.read(&fs::components(path))
             .unwrap_or_else(|e| e.message().as_bytes().to_vec())
     }
+}
+
+/// Runs a script on a thread with half of tokio's default 2 MiB worker stack, so the nesting
+/// limits are shown to leave a twofold margin even in a debug build.
+fn run_on_small_stack(script: String) -> ExecOutput {
+    let thread = std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(sh(&script))
+        })
+        .expect("thread");
+    thread.join().expect("the shell overflowed a 1 MiB stack")
+}
+
+#[rstest]
+#[case::subshells(format!("{}echo x{}", "( ".repeat(31), " )".repeat(31)), 0)]
+#[case::groups_and_eval(format!("{}eval '{}echo x{}'{}", "{ ".repeat(25), "( ".repeat(25), " )".repeat(25), "; }".repeat(25)), 2)]
+#[case::substitutions(format!("echo {}x{}", "$(echo ".repeat(31), ")".repeat(31)), 0)]
+#[case::backquotes_in_subshells(format!("{}echo `echo x`{}", "( ".repeat(31), " )".repeat(31)), 0)]
+#[case::parameter_defaults(format!("echo {}x{}", "${u:-".repeat(31), "}".repeat(31)), 0)]
+#[case::recursive_script("echo 'sh /r.sh' > /r.sh; sh /r.sh".to_string(), 2)]
+#[case::recursive_eval("c='eval \"$c\"'; eval \"$c\"".to_string(), 2)]
+fn the_deepest_accepted_nesting_fits_in_half_of_tokios_default_stack(
+    #[case] script: String,
+    #[case] code: i32,
+) {
+    let out = run_on_small_stack(script);
+    assert_eq!(out.exit_code, code, "{}", text(&out.stderr));
 }

@@ -7,10 +7,11 @@
 //! The language follows dash for the subset it covers: `;`/newline/`&&`/`||` lists, `!`,
 //! pipelines, `{ }` and `( )`, `if`/`while`/`until`/`for`, single/double/backslash quoting,
 //! `#` comments, `$VAR ${VAR} ${VAR:-w} ${VAR:=w} ${VAR:+w} ${VAR:?w} ${#VAR}`, `$0`..`$9`,
-//! `$# $@ $* $? $$ $-`, `$(...)` and backquotes, field splitting of unquoted expansions, and
+//! `$# $@ $* $? $$ $-` (`$$` is a fixed 100), `$(...)`, backquotes, `$((...))` (integers, no
+//! assignment operators), field splitting of unquoted expansions, and
 //! redirections `< > >> >| <> N>&M N<&M` on fds 0-2 (`/dev/null`, `/dev/stdout`,
 //! `/dev/stderr` are special-cased). Not supported (reported as errors, never silently
-//! wrong): `&` background jobs, here-documents, `$((...))`, `case`, functions. No pathname
+//! wrong): `&` background jobs, here-documents, `case`, functions, `${X%pat}`-style patterns. No pathname
 //! (glob) expansion or tilde expansion: `*` and `~` stay literal.
 //!
 //! Model and deliberate differences from a real shell:
@@ -29,6 +30,7 @@
 //! - Nothing blocks except `sleep`, which uses `tokio::time::sleep` and so follows paused
 //!   time exactly. Dropping the future stops the script where it is.
 
+mod arith;
 mod builtins;
 mod fs;
 mod parse;
@@ -491,6 +493,21 @@ impl<'a> Shell<'a> {
                         (self.param_value(name, op).await?, *quoted)
                     }
                     Part::Subst { body, quoted } => (self.command_subst(body).await?, *quoted),
+                    Part::Arith { parts, quoted } => {
+                        let expr = self.expand_string(parts).await?;
+                        let value = arith::eval(&expr, &|name| self.param(name));
+                        match value {
+                            Ok(n) => (n.to_string(), *quoted),
+                            Err(msg) if msg.starts_with("Illegal number") => {
+                                self.diag(msg);
+                                return Err(Flow::Exit(2));
+                            }
+                            Err(msg) => {
+                                self.diag(format!("arithmetic expression: {msg}: \"{expr}\""));
+                                return Err(Flow::Exit(2));
+                            }
+                        }
+                    }
                 };
                 if quoted || whole {
                     fields.push_lit(&value);

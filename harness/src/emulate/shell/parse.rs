@@ -49,6 +49,11 @@ pub(crate) enum Part {
         body: List,
         quoted: bool,
     },
+    /// `$((...))`: the expression's parts, expanded and then evaluated.
+    Arith {
+        parts: Vec<Part>,
+        quoted: bool,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -202,6 +207,8 @@ enum Ctx {
     DQuote,
     /// The word in `${X:-word}`: ends at `}`; `dq` if the expansion itself is in "...".
     Brace { dq: bool },
+    /// An arithmetic expression: all of the input, only `$`, backquotes and `\` special.
+    Arith,
 }
 
 pub(crate) struct Parser {
@@ -432,7 +439,7 @@ impl Parser {
     /// `}` is not).
     fn lex_parts(&mut self, ctx: Ctx) -> PResult<Vec<Part>> {
         let mut parts: Vec<Part> = Vec::new();
-        let quoted = matches!(ctx, Ctx::DQuote | Ctx::Brace { dq: true });
+        let quoted = matches!(ctx, Ctx::DQuote | Ctx::Brace { dq: true } | Ctx::Arith);
         let push_char = |parts: &mut Vec<Part>, c: char, q: bool| match (parts.last_mut(), q) {
             (Some(Part::Lit(s)), false) | (Some(Part::Quoted(s)), true) => s.push(c),
             (_, false) => parts.push(Part::Lit(c.to_string())),
@@ -441,7 +448,7 @@ impl Parser {
         loop {
             let Some(c) = self.peek_char() else {
                 return match ctx {
-                    Ctx::Unquoted => Ok(parts),
+                    Ctx::Unquoted | Ctx::Arith => Ok(parts),
                     Ctx::DQuote => self.err("Unterminated quoted string"),
                     Ctx::Brace { .. } => self.err("Missing '}'"),
                 };
@@ -515,7 +522,34 @@ impl Parser {
         };
         match self.peek_char() {
             Some('(') if self.peek_char_at(1) == Some('(') => {
-                self.err("arithmetic expansion $((...)) is not supported")
+                self.bump();
+                self.bump();
+                let line = self.line;
+                let mut src = String::new();
+                let mut depth = 0usize;
+                loop {
+                    match self.bump() {
+                        Some(')') if depth == 0 && self.peek_char() == Some(')') => {
+                            self.bump();
+                            break;
+                        }
+                        Some(')') if depth == 0 => return self.err("Missing '))'"),
+                        Some(c) => {
+                            match c {
+                                '(' => depth += 1,
+                                ')' => depth -= 1,
+                                _ => {}
+                            }
+                            src.push(c);
+                        }
+                        None => return self.err("Missing '))'"),
+                    }
+                }
+                let mut inner = Parser::with_line(&src, line);
+                inner.depth = self.depth;
+                inner.enter()?;
+                let parts = inner.lex_parts(Ctx::Arith)?;
+                Ok(Some(Part::Arith { parts, quoted }))
             }
             Some('(') => {
                 self.bump();

@@ -572,10 +572,6 @@ async fn set_e_stops_at_the_first_unchecked_failure() {
     "cat <<EOF\nx\nEOF",
     "sh: 1: Syntax error: here-documents (<<) are not supported\n"
 )]
-#[case::arithmetic(
-    "echo $((1+1))",
-    "sh: 1: Syntax error: arithmetic expansion $((...)) is not supported\n"
-)]
 #[case::case(
     "case x in x) ;; esac",
     "sh: 1: Syntax error: \"case\" is not supported by this shell\n"
@@ -1394,4 +1390,50 @@ fn the_deepest_accepted_nesting_fits_in_half_of_tokios_default_stack(
 ) {
     let out = run_on_small_stack(script);
     assert_eq!(out.exit_code, code, "{}", text(&out.stderr));
+}
+
+#[rstest]
+#[case::precedence("echo $((1 + 2 * 3 - 4 / 2))", "5\n")]
+#[case::parentheses_and_unary("echo $(( -(1 + 2) * 2 )) $((!0)) $((~0))", "-6 1 -1\n")]
+#[case::variables_with_and_without_dollar(
+    "i=4; echo $((i + 1)) $(($i * 2)) $((unset + 1))",
+    "5 8 1\n"
+)]
+#[case::counter_loop("i=0; while [ $i -lt 3 ]; do i=$((i+1)); done; echo $i", "3\n")]
+#[case::comparisons_and_logic(
+    "echo $((2 > 1)) $((2 <= 1)) $((1 == 1 && 0 || 1)) $((7 % 3))",
+    "1 0 1 1\n"
+)]
+#[case::hex_and_octal("echo $((0x10 + 010))", "24\n")]
+#[case::quoted("echo \"[$((1+1))]\"", "[2]\n")]
+#[case::command_substitution_inside("echo $(( $(echo 20) + 1 ))", "21\n")]
+#[tokio::test]
+async fn arithmetic_expansion_evaluates_integers(#[case] script: &str, #[case] stdout: &str) {
+    check(&sh(script).await, stdout, "", 0);
+}
+
+#[rstest]
+#[case::division_by_zero(
+    "echo $((1/0)); echo no",
+    "sh: 1: arithmetic expression: division by zero: \"1/0\"\n"
+)]
+#[case::dangling_operator(
+    "echo $((1+))",
+    "sh: 1: arithmetic expression: expecting primary: \"1+\"\n"
+)]
+#[case::not_a_number("x=abc; echo $((x))", "sh: 1: Illegal number: abc\n")]
+#[tokio::test]
+async fn a_bad_arithmetic_expression_aborts_with_status_2(
+    #[case] script: &str,
+    #[case] stderr: &str,
+) {
+    check(&sh(script).await, "", stderr, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn sleep_infinity_waits_until_the_caller_gives_up() {
+    let start = Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(3600), sh("sleep infinity")).await;
+    assert!(result.is_err(), "sleep infinity must not finish");
+    assert_eq!(start.elapsed(), Duration::from_secs(3600));
 }

@@ -11,7 +11,8 @@
 //! assignment operators), field splitting of unquoted expansions, and
 //! redirections `< > >> >| <> N>&M N<&M` on fds 0-2 (`/dev/null`, `/dev/stdout`,
 //! `/dev/stderr` are special-cased). Not supported (reported as errors, never silently
-//! wrong): `&` background jobs, here-documents, `case`, functions, `${X%pat}`-style patterns. No pathname
+//! wrong): `&` background jobs, here-documents, functions. `case` and `${X%p} ${X%%p} ${X#p}
+//! ${X##p}` use `*`, `?`, `[...]` patterns. No pathname
 //! (glob) expansion or tilde expansion: `*` and `~` stay literal.
 //!
 //! Model and deliberate differences from a real shell:
@@ -33,6 +34,7 @@
 mod arith;
 mod builtins;
 mod fs;
+mod glob;
 mod parse;
 #[cfg(test)]
 mod tests;
@@ -519,6 +521,30 @@ impl<'a> Shell<'a> {
         }
     }
 
+    /// A pattern word (`case`, `${X%p}`): unquoted text keeps its glob meaning, quoted text
+    /// and quoted expansions are escaped so they match literally.
+    async fn expand_pattern(&mut self, parts: &[Part]) -> Result<String, Flow> {
+        let mut pattern = String::new();
+        for part in parts {
+            let (text, quoted) = match part {
+                Part::Lit(s) => (s.clone(), false),
+                Part::Quoted(s) => (s.clone(), true),
+                Part::Param { quoted, .. }
+                | Part::Subst { quoted, .. }
+                | Part::Arith { quoted, .. } => (
+                    self.expand_string(std::slice::from_ref(part)).await?,
+                    *quoted,
+                ),
+            };
+            if quoted {
+                pattern.push_str(&glob::escape(&text));
+            } else {
+                pattern.push_str(&text);
+            }
+        }
+        Ok(pattern)
+    }
+
     async fn param_value(&mut self, name: &str, op: &ParamOp) -> Result<String, Flow> {
         let value = self.param(name);
         let set = |colon: bool| match &value {
@@ -548,6 +574,14 @@ impl<'a> Shell<'a> {
                 true => self.expand_string(word).await?,
                 false => String::new(),
             },
+            ParamOp::Trim {
+                suffix,
+                longest,
+                pattern,
+            } => {
+                let pattern = self.expand_pattern(pattern).await?;
+                glob::trim(&value.unwrap_or_default(), &pattern, *suffix, *longest)
+            }
             ParamOp::Error { colon, word } => match set(*colon) {
                 true => value.unwrap_or_default(),
                 false => {
@@ -872,6 +906,21 @@ impl<'a> Shell<'a> {
                 let result = self.exec_loop(*until, cond, body).await;
                 self.loop_depth -= 1;
                 result
+            }
+            CmdKind::Case { word, items } => {
+                let subject = self.expand_string(&word.parts).await?;
+                for (patterns, body) in items {
+                    for pattern in patterns {
+                        let pattern = self.expand_pattern(&pattern.parts).await?;
+                        if glob::matches(&pattern, &subject) {
+                            return match body.is_empty() {
+                                true => Ok(0),
+                                false => self.exec_list(body).await,
+                            };
+                        }
+                    }
+                }
+                Ok(0)
             }
             CmdKind::For { var, items, body } => {
                 let items = match items {

@@ -77,6 +77,12 @@ pub(crate) enum ParamOp {
         colon: bool,
         word: Vec<Part>,
     },
+    /// `${X%p}` (suffix) / `${X#p}` (prefix), `longest` for `%%` / `##`.
+    Trim {
+        suffix: bool,
+        longest: bool,
+        pattern: Vec<Part>,
+    },
 }
 
 pub(crate) type List = Vec<AndOr>;
@@ -123,6 +129,11 @@ pub(crate) enum CmdKind {
         items: Option<Vec<Word>>,
         body: List,
     },
+    /// `case WORD in PATTERN|PATTERN) LIST ;; ... esac`.
+    Case {
+        word: Word,
+        items: Vec<(Vec<Word>, List)>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -149,6 +160,7 @@ enum Tok {
     AndIf,
     OrIf,
     Semi,
+    DSemi,
     Amp,
     Pipe,
     LParen,
@@ -175,6 +187,7 @@ impl Tok {
             Tok::AndIf => "&&".into(),
             Tok::OrIf => "||".into(),
             Tok::Semi => ";".into(),
+            Tok::DSemi => ";;".into(),
             Tok::Amp => "&".into(),
             Tok::Pipe => "|".into(),
             Tok::LParen => "(".into(),
@@ -358,13 +371,7 @@ impl Parser {
             }
             '&' => two(self, Tok::AndIf, '&', Tok::Amp),
             '|' => two(self, Tok::OrIf, '|', Tok::Pipe),
-            ';' => {
-                self.bump();
-                if self.peek_char() == Some(';') {
-                    return self.err("\";;\" unexpected");
-                }
-                Tok::Semi
-            }
+            ';' => two(self, Tok::DSemi, ';', Tok::Semi),
             '(' => {
                 self.bump();
                 Tok::LParen
@@ -636,6 +643,25 @@ impl Parser {
                 quoted,
             });
         }
+        if let (false, Some(c @ ('%' | '#'))) = (colon, op_char) {
+            let longest = self.peek_char() == Some(c);
+            if longest {
+                self.bump();
+            }
+            self.enter()?;
+            let pattern = self.lex_parts(Ctx::Brace { dq: false })?;
+            self.leave();
+            self.bump();
+            return Ok(Part::Param {
+                name,
+                op: ParamOp::Trim {
+                    suffix: c == '%',
+                    longest,
+                    pattern,
+                },
+                quoted,
+            });
+        }
         let make: fn(bool, Vec<Part>) -> ParamOp = match op_char {
             Some('-') => |colon, word| ParamOp::Default { colon, word },
             Some('=') => |colon, word| ParamOp::Assign { colon, word },
@@ -715,7 +741,9 @@ impl Parser {
         self.skip_newlines()?;
         loop {
             let tok = self.peek()?;
-            if matches!(tok, Tok::RParen | Tok::Eof) || ends.iter().any(|e| tok.is_word(e)) {
+            if matches!(tok, Tok::RParen | Tok::DSemi | Tok::Eof)
+                || ends.iter().any(|e| tok.is_word(e))
+            {
                 break;
             }
             list.push(self.and_or()?);
@@ -873,7 +901,53 @@ impl Parser {
                 self.leave();
                 CmdKind::For { var, items, body }
             }
-            (_, Some("case")) => return self.err("\"case\" is not supported by this shell"),
+            (_, Some("case")) => {
+                self.next()?;
+                self.enter()?;
+                let word = match self.next()? {
+                    Tok::Word(w) => w,
+                    other => return self.unexpected(&other, None),
+                };
+                self.skip_newlines()?;
+                self.expect_word("in")?;
+                self.skip_newlines()?;
+                let mut items = Vec::new();
+                while !self.peek()?.is_word("esac") {
+                    if matches!(self.peek()?, Tok::LParen) {
+                        self.next()?;
+                    }
+                    let mut patterns = Vec::new();
+                    loop {
+                        match self.next()? {
+                            Tok::Word(w) => patterns.push(w),
+                            other => return self.unexpected(&other, None),
+                        }
+                        match self.next()? {
+                            Tok::Pipe => continue,
+                            Tok::RParen => break,
+                            other => return self.unexpected(&other, Some(")")),
+                        }
+                    }
+                    self.skip_newlines()?;
+                    let body = if matches!(self.peek()?, Tok::DSemi) || self.peek()?.is_word("esac")
+                    {
+                        Vec::new()
+                    } else {
+                        self.compound_list(&["esac"])?
+                    };
+                    items.push((patterns, body));
+                    if matches!(self.peek()?, Tok::DSemi) {
+                        self.next()?;
+                        self.skip_newlines()?;
+                    } else if !self.peek()?.is_word("esac") {
+                        let tok = self.next()?;
+                        return self.unexpected(&tok, Some("esac"));
+                    }
+                }
+                self.next()?;
+                self.leave();
+                CmdKind::Case { word, items }
+            }
             (_, Some(r)) if RESERVED.contains(&r) => return self.unexpected(&tok, None),
             (Tok::Word(_) | Tok::Redir(..), _) => return self.simple(line),
             (other, _) => return self.unexpected(other, None),

@@ -572,10 +572,6 @@ async fn set_e_stops_at_the_first_unchecked_failure() {
     "cat <<EOF\nx\nEOF",
     "sh: 1: Syntax error: here-documents (<<) are not supported\n"
 )]
-#[case::case(
-    "case x in x) ;; esac",
-    "sh: 1: Syntax error: \"case\" is not supported by this shell\n"
-)]
 #[case::function(
     "f() { :; }",
     "sh: 1: Syntax error: function definitions are not supported\n"
@@ -1436,4 +1432,68 @@ async fn sleep_infinity_waits_until_the_caller_gives_up() {
     let result = tokio::time::timeout(Duration::from_secs(3600), sh("sleep infinity")).await;
     assert!(result.is_err(), "sleep infinity must not finish");
     assert_eq!(start.elapsed(), Duration::from_secs(3600));
+}
+
+#[tokio::test]
+async fn case_runs_the_first_matching_item() {
+    let script = r#"for f in a.log b.txt c "d*" x; do case $f in *.log) echo "$f log";; b.*|c) echo "$f b-or-c" ;; "d*") echo "$f quoted";; [w-y]) echo "$f class";; esac; done"#;
+    check(
+        &sh(script).await,
+        "a.log log\nb.txt b-or-c\nc b-or-c\nd* quoted\nx class\n",
+        "",
+        0,
+    );
+    let multiline = "case abc in\n  (x) echo no ;;\n  a*)\n    echo yes\n    ;;\nesac";
+    check(&sh(multiline).await, "yes\n", "", 0);
+    check(
+        &sh("case z in a) echo no;; esac; echo $?").await,
+        "0\n",
+        "",
+        0,
+    );
+    check(&sh("case a in a) ;; esac").await, "", "", 0);
+}
+
+#[tokio::test]
+async fn a_quoted_case_pattern_matches_literally() {
+    check(
+        &sh("p='*'; case abc in \"$p\") echo lit;; $p) echo glob;; esac").await,
+        "glob\n",
+        "",
+        0,
+    );
+}
+
+#[rstest]
+#[case::shortest_suffix("${f%.*}", "dir/a.tar")]
+#[case::longest_suffix("${f%%.*}", "dir/a")]
+#[case::shortest_prefix("${f#*/}", "a.tar.gz")]
+#[case::longest_prefix("${f##*.}", "gz")]
+#[case::no_match("${f%.zip}", "dir/a.tar.gz")]
+#[case::basename("${f##*/}", "a.tar.gz")]
+#[case::class("${f%[gz]}", "dir/a.tar.g")]
+#[tokio::test]
+async fn prefix_and_suffix_removal_use_patterns(#[case] expr: &str, #[case] stdout: &str) {
+    check(
+        &sh(&format!("f=dir/a.tar.gz; echo {expr}")).await,
+        &format!("{stdout}\n"),
+        "",
+        0,
+    );
+}
+
+#[test]
+fn glob_patterns_match_like_fnmatch() {
+    use super::glob::matches;
+    assert!(matches("*", ""));
+    assert!(matches("a*b*c", "aXXbYYc"));
+    assert!(!matches("a*b*c", "aXXbYY"));
+    assert!(matches("?x", "ax"));
+    assert!(!matches("?x", "x"));
+    assert!(matches("[!a]", "b"));
+    assert!(!matches("[!a]", "a"));
+    assert!(matches("[]]", "]"));
+    assert!(matches("[", "["), "an unclosed bracket is literal");
+    assert!(matches(r"\*", "*"));
+    assert!(!matches(r"\*", "x"));
 }

@@ -5,15 +5,23 @@
 //! interprets a script; any other argv[0] runs one builtin directly without expansion.
 //!
 //! The language follows dash for the subset it covers: `;`/newline/`&&`/`||` lists, `!`,
-//! pipelines, `{ }` and `( )`, `if`/`while`/`until`/`for`, single/double/backslash quoting,
-//! `#` comments, `$VAR ${VAR} ${VAR:-w} ${VAR:=w} ${VAR:+w} ${VAR:?w} ${#VAR}`, `$0`..`$9`,
-//! `$# $@ $* $? $$ $-` (`$$` is a fixed 100), `$(...)`, backquotes, `$((...))` (integers, no
-//! assignment operators), field splitting of unquoted expansions, and
+//! pipelines, `{ }` and `( )`, `if`/`while`/`until`/`for`/`case`, `break`/`continue`,
+//! single/double/backslash quoting, `#` comments, `$VAR ${VAR} ${VAR:-w} ${VAR:=w}
+//! ${VAR:+w} ${VAR:?w} ${#VAR} ${VAR%p} ${VAR%%p} ${VAR#p} ${VAR##p}`, `$0`..`$9`, `${10}`,
+//! `$# $@ "$@" $* $? $$ $-` (`$$` is a fixed 100), `$(...)`, backquotes, `$((...))` (64-bit
+//! integers, no assignment operators), field splitting of unquoted expansions on `$IFS`, and
 //! redirections `< > >> >| <> N>&M N<&M` on fds 0-2 (`/dev/null`, `/dev/stdout`,
-//! `/dev/stderr` are special-cased). Not supported (reported as errors, never silently
-//! wrong): `&` background jobs, here-documents, functions. `case` and `${X%p} ${X%%p} ${X#p}
-//! ${X##p}` use `*`, `?`, `[...]` patterns. No pathname
-//! (glob) expansion or tilde expansion: `*` and `~` stay literal.
+//! `/dev/stderr` are special-cased; other fds are opened, so files get created, but ignored).
+//! `case` and the `%`/`#` operators use `*`, `?`, `[...]` patterns.
+//!
+//! Commands: `echo printf cat test [ mkdir rm ls touch sleep kill exit true false : date wc
+//! head tail cd pwd export unset env printenv read set shift eval break continue sh dash`,
+//! and a path to a script file in a volume (run by `sh`). Anything else is `NAME: not found`,
+//! status 127.
+//!
+//! Not supported, and reported as syntax errors rather than misbehaving silently: `&`
+//! background jobs, here-documents, function definitions. Not done at all: pathname (glob)
+//! expansion and tilde expansion (`*` and `~` stay literal), `set -u`, traps, `exec`.
 //!
 //! Model and deliberate differences from a real shell:
 //! - Output is buffered: a pipeline runs its commands one after another, each reading the
@@ -27,7 +35,9 @@
 //! - When `sh` reads its script from stdin, the whole stdin is the script and the commands
 //!   get an empty stdin.
 //! - A loop that runs a million commands without sleeping is stopped with status 2: in paused
-//!   time nothing else could ever run or time it out.
+//!   time nothing else could ever run or time it out. Nesting (compound commands,
+//!   substitutions, `eval`, nested `sh`) is bounded so that no input can overflow the stack;
+//!   the limit (about 30 levels) is far above what scripts use.
 //! - Nothing blocks except `sleep`, which uses `tokio::time::sleep` and so follows paused
 //!   time exactly. Dropping the future stops the script where it is.
 
@@ -259,7 +269,7 @@ impl Fields {
     }
 }
 
-pub(crate) struct Shell<'a> {
+struct Shell<'a> {
     mounts: &'a Mounts,
     hooks: &'a dyn ShellHooks,
     vars: Vars,

@@ -572,14 +572,6 @@ async fn set_e_stops_at_the_first_unchecked_failure() {
     "cat <<EOF\nx\nEOF",
     "sh: 1: Syntax error: here-documents (<<) are not supported\n"
 )]
-#[case::arithmetic(
-    "echo $((1+1))",
-    "sh: 1: Syntax error: arithmetic expansion $((...)) is not supported\n"
-)]
-#[case::case(
-    "case x in x) ;; esac",
-    "sh: 1: Syntax error: \"case\" is not supported by this shell\n"
-)]
 #[case::function(
     "f() { :; }",
     "sh: 1: Syntax error: function definitions are not supported\n"
@@ -611,7 +603,7 @@ async fn deep_nesting_is_an_error_not_a_stack_overflow() {
 
 #[tokio::test]
 async fn moderate_nesting_works() {
-    let script = format!("{}echo x{}", "( ".repeat(40), " )".repeat(40));
+    let script = format!("{}echo x{}", "( ".repeat(30), " )".repeat(30));
     check(&sh(&script).await, "x\n", "", 0);
     let nested = "sh -c 'sh -c \"sh -c \\\"echo deep\\\"\"'";
     check(&sh(nested).await, "deep\n", "", 0);
@@ -1362,4 +1354,146 @@ impl Mounts {
         self.read(&fs::components(path))
             .unwrap_or_else(|e| e.message().as_bytes().to_vec())
     }
+}
+
+/// Runs a script on a thread with half of tokio's default 2 MiB worker stack, so the nesting
+/// limits are shown to leave a twofold margin even in a debug build.
+fn run_on_small_stack(script: String) -> ExecOutput {
+    let thread = std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(sh(&script))
+        })
+        .expect("thread");
+    thread.join().expect("the shell overflowed a 1 MiB stack")
+}
+
+#[rstest]
+#[case::subshells(format!("{}echo x{}", "( ".repeat(31), " )".repeat(31)), 0)]
+#[case::groups_and_eval(format!("{}eval '{}echo x{}'{}", "{ ".repeat(25), "( ".repeat(25), " )".repeat(25), "; }".repeat(25)), 2)]
+#[case::substitutions(format!("echo {}x{}", "$(echo ".repeat(31), ")".repeat(31)), 0)]
+#[case::backquotes_in_subshells(format!("{}echo `echo x`{}", "( ".repeat(31), " )".repeat(31)), 0)]
+#[case::parameter_defaults(format!("echo {}x{}", "${u:-".repeat(31), "}".repeat(31)), 0)]
+#[case::recursive_script("echo 'sh /r.sh' > /r.sh; sh /r.sh".to_string(), 2)]
+#[case::recursive_eval("c='eval \"$c\"'; eval \"$c\"".to_string(), 2)]
+fn the_deepest_accepted_nesting_fits_in_half_of_tokios_default_stack(
+    #[case] script: String,
+    #[case] code: i32,
+) {
+    let out = run_on_small_stack(script);
+    assert_eq!(out.exit_code, code, "{}", text(&out.stderr));
+}
+
+#[rstest]
+#[case::precedence("echo $((1 + 2 * 3 - 4 / 2))", "5\n")]
+#[case::parentheses_and_unary("echo $(( -(1 + 2) * 2 )) $((!0)) $((~0))", "-6 1 -1\n")]
+#[case::variables_with_and_without_dollar(
+    "i=4; echo $((i + 1)) $(($i * 2)) $((unset + 1))",
+    "5 8 1\n"
+)]
+#[case::counter_loop("i=0; while [ $i -lt 3 ]; do i=$((i+1)); done; echo $i", "3\n")]
+#[case::comparisons_and_logic(
+    "echo $((2 > 1)) $((2 <= 1)) $((1 == 1 && 0 || 1)) $((7 % 3))",
+    "1 0 1 1\n"
+)]
+#[case::hex_and_octal("echo $((0x10 + 010))", "24\n")]
+#[case::quoted("echo \"[$((1+1))]\"", "[2]\n")]
+#[case::command_substitution_inside("echo $(( $(echo 20) + 1 ))", "21\n")]
+#[tokio::test]
+async fn arithmetic_expansion_evaluates_integers(#[case] script: &str, #[case] stdout: &str) {
+    check(&sh(script).await, stdout, "", 0);
+}
+
+#[rstest]
+#[case::division_by_zero(
+    "echo $((1/0)); echo no",
+    "sh: 1: arithmetic expression: division by zero: \"1/0\"\n"
+)]
+#[case::dangling_operator(
+    "echo $((1+))",
+    "sh: 1: arithmetic expression: expecting primary: \"1+\"\n"
+)]
+#[case::not_a_number("x=abc; echo $((x))", "sh: 1: Illegal number: abc\n")]
+#[tokio::test]
+async fn a_bad_arithmetic_expression_aborts_with_status_2(
+    #[case] script: &str,
+    #[case] stderr: &str,
+) {
+    check(&sh(script).await, "", stderr, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn sleep_infinity_waits_until_the_caller_gives_up() {
+    let start = Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(3600), sh("sleep infinity")).await;
+    assert!(result.is_err(), "sleep infinity must not finish");
+    assert_eq!(start.elapsed(), Duration::from_secs(3600));
+}
+
+#[tokio::test]
+async fn case_runs_the_first_matching_item() {
+    let script = r#"for f in a.log b.txt c "d*" x; do case $f in *.log) echo "$f log";; b.*|c) echo "$f b-or-c" ;; "d*") echo "$f quoted";; [w-y]) echo "$f class";; esac; done"#;
+    check(
+        &sh(script).await,
+        "a.log log\nb.txt b-or-c\nc b-or-c\nd* quoted\nx class\n",
+        "",
+        0,
+    );
+    let multiline = "case abc in\n  (x) echo no ;;\n  a*)\n    echo yes\n    ;;\nesac";
+    check(&sh(multiline).await, "yes\n", "", 0);
+    check(
+        &sh("case z in a) echo no;; esac; echo $?").await,
+        "0\n",
+        "",
+        0,
+    );
+    check(&sh("case a in a) ;; esac").await, "", "", 0);
+}
+
+#[tokio::test]
+async fn a_quoted_case_pattern_matches_literally() {
+    check(
+        &sh("p='*'; case abc in \"$p\") echo lit;; $p) echo glob;; esac").await,
+        "glob\n",
+        "",
+        0,
+    );
+}
+
+#[rstest]
+#[case::shortest_suffix("${f%.*}", "dir/a.tar")]
+#[case::longest_suffix("${f%%.*}", "dir/a")]
+#[case::shortest_prefix("${f#*/}", "a.tar.gz")]
+#[case::longest_prefix("${f##*.}", "gz")]
+#[case::no_match("${f%.zip}", "dir/a.tar.gz")]
+#[case::basename("${f##*/}", "a.tar.gz")]
+#[case::class("${f%[gz]}", "dir/a.tar.g")]
+#[tokio::test]
+async fn prefix_and_suffix_removal_use_patterns(#[case] expr: &str, #[case] stdout: &str) {
+    check(
+        &sh(&format!("f=dir/a.tar.gz; echo {expr}")).await,
+        &format!("{stdout}\n"),
+        "",
+        0,
+    );
+}
+
+#[test]
+fn glob_patterns_match_like_fnmatch() {
+    use super::glob::matches;
+    assert!(matches("*", ""));
+    assert!(matches("a*b*c", "aXXbYYc"));
+    assert!(!matches("a*b*c", "aXXbYY"));
+    assert!(matches("?x", "ax"));
+    assert!(!matches("?x", "x"));
+    assert!(matches("[!a]", "b"));
+    assert!(!matches("[!a]", "a"));
+    assert!(matches("[]]", "]"));
+    assert!(matches("[", "["), "an unclosed bracket is literal");
+    assert!(matches(r"\*", "*"));
+    assert!(!matches(r"\*", "x"));
 }

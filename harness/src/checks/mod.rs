@@ -857,6 +857,15 @@ fn eval_count(
             .count() as u64,
         Counted::Incarnations { object } => {
             let mut uids = std::collections::BTreeSet::new();
+            // What already lived when the window opened counts too: an object that never
+            // changed inside the window is still one incarnation.
+            if from > 0 {
+                let world = world_through(t, from - 1);
+                for o in object.live(&world) {
+                    uids.insert(o.uid.clone().unwrap_or_default());
+                    last_seen.push(o.clone());
+                }
+            }
             for e in slice {
                 if let Event::Object(o) = &e.event
                     && object.matches(o)

@@ -446,9 +446,28 @@ fn a_count_of_incarnations_sees_a_replaced_pod() {
     let o = at_most_one.evaluate(&t);
     assert!(!o.passed);
     assert_eq!(o.message, "counted 2");
-    // Within the fault window only the replacement is seen.
+    // Within the fault window: the pod alive when it opened and its replacement.
     let in_window = Check::count(
-        "one pod during the outage",
+        "pods during the outage",
+        &["R9"],
+        Counted::Incarnations {
+            object: Selector::named("Pod", "p"),
+        },
+        Some(Window::fault("f1")),
+        Cmp::Eq,
+        2,
+    );
+    assert!(in_window.evaluate(&t).passed);
+}
+
+#[test]
+fn an_object_unchanged_through_the_window_is_one_incarnation() {
+    let t = Tb::default()
+        .pod(0.0, "p", "u1", "Running", 0)
+        .outage(10.0, 40.0)
+        .build();
+    let c = Check::count(
+        "pod never replaced",
         &["R9"],
         Counted::Incarnations {
             object: Selector::named("Pod", "p"),
@@ -457,7 +476,9 @@ fn a_count_of_incarnations_sees_a_replaced_pod() {
         Cmp::Eq,
         1,
     );
-    assert!(in_window.evaluate(&t).passed);
+    let o = c.evaluate(&t);
+    assert!(o.passed, "{}", o.diagnosis());
+    assert_eq!(o.last_seen[0].uid.as_deref(), Some("u1"));
 }
 
 #[test]

@@ -8,5 +8,14 @@
 //! stopped by the kubelet) and [`network`] (in-process connections to pod ports through
 //! Services, available only while a ready pod backs them).
 
+pub mod client;
+pub mod gateway;
+pub mod install;
+pub mod model;
 pub mod network;
 pub mod program;
+pub mod spec;
+pub mod supervisor;
+// pub mod target; (after merging kube-models)
+
+pub use spec::{DEFECTS, Defect, MODELS, Model, Selection};

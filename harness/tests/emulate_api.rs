@@ -1058,3 +1058,53 @@ async fn in_process_writes_and_http_clients_share_one_store_and_one_resource_ver
     let (items, _) = c.list(&cms, Some("default"), &Default::default()).unwrap();
     assert_eq!(items.len(), 2);
 }
+
+/// A small scenario; returns every watch event it produced, serialized.
+async fn scenario_timeline() -> Vec<String> {
+    let start = tokio::time::Instant::now();
+    let c = cluster();
+    let pods: Api<Pod> = Api::default_namespaced(c.client());
+    let mut events = pods
+        .watch(&WatchParams::default().timeout(100), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let sets: Api<StatefulSet> = Api::default_namespaced(c.client());
+    let owner = sets
+        .create(&PostParams::default(), &sts("gw", 1))
+        .await
+        .unwrap();
+    let mut p = pod("gw-0");
+    p.metadata.generate_name = None;
+    p.metadata.owner_references = Some(vec![
+        serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+        "name": "gw", "uid": owner.metadata.uid, "controller": true, "blockOwnerDeletion": true}))
+        .unwrap(),
+    ]);
+    pods.create(&PostParams::default(), &p).await.unwrap();
+    c.bind_pod("default", "gw-0", "node-1").unwrap();
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    sets.delete("gw", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    let mut out = vec![];
+    while let Some(ev) = events.try_next().await.unwrap() {
+        out.push(format!(
+            "{} {}",
+            start.elapsed().as_secs(),
+            serde_json::to_string(&ev).unwrap()
+        ));
+    }
+    out
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_same_scenario_gives_a_byte_identical_timeline_twice() {
+    let first = scenario_timeline().await;
+    let second = scenario_timeline().await;
+    assert!(
+        first.len() >= 5,
+        "ADDED, bind, terminating, deleted...: {first:#?}"
+    );
+    assert_eq!(first, second);
+}

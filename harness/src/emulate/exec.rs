@@ -215,6 +215,15 @@ pub fn exit_status(argv: &[String], code: i32) -> Value {
     })
 }
 
+/// A close frame with code 1000: clients (kubectl's gorilla websocket) read a close without a
+/// status code (1005) as an error rather than the end of the streams.
+pub(crate) fn normal_close() -> Message {
+    Message::Close(Some(axum::extract::ws::CloseFrame {
+        code: 1000,
+        reason: "".into(),
+    }))
+}
+
 fn frame(channel: u8, data: &[u8]) -> Message {
     let mut v = Vec::with_capacity(data.len() + 1);
     v.push(channel);
@@ -265,5 +274,5 @@ pub(crate) async fn serve_ws(
     }
     let status = serde_json::to_vec(&exit_status(&argv, out.exit_code)).unwrap_or_default();
     let _ = tx.send(frame(3, &status)).await;
-    let _ = tx.send(Message::Close(None)).await;
+    let _ = tx.send(normal_close()).await;
 }

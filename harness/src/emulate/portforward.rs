@@ -4,6 +4,7 @@
 //! pod port as one end of a `tokio::io::duplex` pair.
 
 use super::cluster::Cluster;
+use super::exec::normal_close;
 use axum::extract::ws::{Message, WebSocket};
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, WriteHalf};
@@ -112,7 +113,7 @@ pub(crate) async fn serve_ws(
             Some(_) = done_rx.recv() => {
                 open -= 1;
                 if open == 0 {
-                    let _ = out_tx.send(Message::Close(None)).await;
+                    let _ = out_tx.send(normal_close()).await;
                     break;
                 }
             }

@@ -65,7 +65,15 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
     let addr = listener
         .local_addr()
         .map_err(|e| ServeError::Bind(args.listen, e))?;
-    let cluster = Cluster::new(ClusterConfig::default());
+    // Real time for a person watching: the cluster clock starts at the wall clock.
+    let epoch_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let cluster = Cluster::new(ClusterConfig {
+        epoch_unix,
+        ..ClusterConfig::default()
+    });
     println!("emulated Kubernetes API listening on http://{addr}");
     if let Some(path) = &args.kubeconfig_out {
         write_kubeconfig(path, addr)?;

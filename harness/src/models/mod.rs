@@ -8,14 +8,17 @@
 //! stopped by the kubelet) and [`network`] (in-process connections to pod ports through
 //! Services, available only while a ready pod backs them).
 
+pub mod agent_sandbox;
 pub mod client;
 pub mod gateway;
 pub mod install;
+pub mod kube;
+pub mod kubelet;
 pub mod model;
 pub mod network;
 pub mod program;
 pub mod spec;
 pub mod supervisor;
-// pub mod target; (after merging kube-models)
+pub mod target;
 
 pub use spec::{DEFECTS, Defect, MODELS, Model, Selection};

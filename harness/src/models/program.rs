@@ -52,11 +52,14 @@ pub struct ContainerCtx {
     pub restart_count: u32,
     pub(crate) signals: watch::Receiver<Option<Signal>>,
     pub(crate) ready: Arc<AtomicBool>,
+    /// Woken when `ready` flips, so the kubelet updates the pod status without polling.
+    pub(crate) ready_changed: Arc<tokio::sync::Notify>,
 }
 
 impl ContainerCtx {
     /// Builds a context by hand (the kubelet does this; tests of programs may too). Returns the
     /// sender that delivers signals and the readiness flag the program sets.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         cluster: Cluster,
         network: Network,
@@ -86,6 +89,7 @@ impl ContainerCtx {
                 restart_count: 0,
                 signals: rx,
                 ready: ready.clone(),
+                ready_changed: Arc::new(tokio::sync::Notify::new()),
             },
             tx,
             ready,
@@ -100,7 +104,9 @@ impl ContainerCtx {
 
     /// Reports readiness (the container's `ready` flag and the pod's Ready condition).
     pub fn set_ready(&self, ready: bool) {
-        self.ready.store(ready, Ordering::SeqCst);
+        if self.ready.swap(ready, Ordering::SeqCst) != ready {
+            self.ready_changed.notify_one();
+        }
     }
 
     pub fn is_ready(&self) -> bool {

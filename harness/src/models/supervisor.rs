@@ -506,6 +506,8 @@ impl SupervisorProgram {
         let link = self.model.link(&cr);
         reset_main(&link, &ctx.pod_uid);
         link.bootstrapped.send_replace(0);
+        // No readiness probe: running is ready (k8s-objects.md §5.17).
+        ctx.set_ready(true);
         ctx.log("INFO openshell_sandbox: Starting sandbox supervision (topology=combined)");
         let boundary = self.boundary(&ctx, &cr, &id, true);
         let sup = self.supervise(boundary, link.clone(), &cr);
@@ -558,6 +560,7 @@ impl SupervisorProgram {
             "INFO openshell_sandbox: Starting sandbox supervision (mode={})",
             if sidecar { "network" } else { "boundary" }
         ));
+        ctx.set_ready(true);
         let boundary = self.boundary(&ctx, &cr, &id, sidecar);
         let mut bootstrapped = link.bootstrapped.subscribe();
         let start = *bootstrapped.borrow();
@@ -597,6 +600,7 @@ impl SupervisorProgram {
         ctx.log(&format!(
             "INFO openshell_sandbox: Starting sandbox supervision (mode=process, topology={topo})"
         ));
+        ctx.set_ready(true);
         let go = if topo == "sidecar" {
             Go::ControlSocket
         } else {

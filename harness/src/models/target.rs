@@ -113,9 +113,15 @@ impl TargetFactory for EmulatedFactory {
         _rec: &Recorder,
     ) -> TargetResult<Arc<dyn Target>> {
         let topo = Topo::from_name(&topology.name).ok_or_else(|| {
-            TargetError::Unsupported(format!("the emulated models have no topology {}", topology.name))
+            TargetError::Unsupported(format!(
+                "the emulated models have no topology {}",
+                topology.name
+            ))
         })?;
-        Ok(Arc::new(EmulatedTarget::start(self.selection.clone(), topo)))
+        Ok(Arc::new(EmulatedTarget::start(
+            self.selection.clone(),
+            topo,
+        )))
     }
 }
 
@@ -142,8 +148,14 @@ fn agent_sandbox(v: AgentSandboxVersion) -> super::agent_sandbox::AgentSandboxVe
 impl EmulatedTarget {
     /// A fresh cluster, network and Kubernetes models running the selection's programs.
     pub fn start(selection: Selection, topo: Topo) -> Self {
-        let mut cfg = ClusterConfig::default();
-        cfg.namespaces.push(NAMESPACE.to_string());
+        Self::start_with(selection, topo, ClusterConfig::default())
+    }
+
+    /// As [`EmulatedTarget::start`] on a cluster built from `cfg` (e.g. a wall-clock epoch).
+    pub fn start_with(selection: Selection, topo: Topo, mut cfg: ClusterConfig) -> Self {
+        if !cfg.namespaces.iter().any(|n| n == NAMESPACE) {
+            cfg.namespaces.push(NAMESPACE.to_string());
+        }
         let cluster = Cluster::new(cfg);
         let network = Network::new();
         let agent = agent_sandbox(selection.agent_sandbox);
@@ -220,8 +232,12 @@ impl EmulatedTarget {
             None => "absent".into(),
             Some(p) => format!(
                 "uid={} phase={} ready={} deleting={}",
-                p.pointer("/metadata/uid").and_then(|v| v.as_str()).unwrap_or("?"),
-                p.pointer("/status/phase").and_then(|v| v.as_str()).unwrap_or("?"),
+                p.pointer("/metadata/uid")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("?"),
+                p.pointer("/status/phase")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("?"),
                 is_ready(p),
                 p.pointer("/metadata/deletionTimestamp").is_some()
             ),
@@ -237,7 +253,10 @@ impl EmulatedTarget {
                 "openshell",
             )
             .map_err(|e| e.message)?;
-        let want = sts.pointer("/spec/replicas").and_then(|v| v.as_i64()).unwrap_or(1);
+        let want = sts
+            .pointer("/spec/replicas")
+            .and_then(|v| v.as_i64())
+            .unwrap_or(1);
         let ready = sts
             .pointer("/status/readyReplicas")
             .and_then(|v| v.as_i64())
@@ -368,9 +387,11 @@ impl Target for EmulatedTarget {
                 )
                 .await
                 .map_err(infra)?;
-                self.wait("pod openshell-0 to be gone", |t| match t.pod("openshell-0") {
-                    None => Ok(()),
-                    p => Err(format!("pod openshell-0 {}", Self::pod_summary(p.as_ref()))),
+                self.wait("pod openshell-0 to be gone", |t| {
+                    match t.pod("openshell-0") {
+                        None => Ok(()),
+                        p => Err(format!("pod openshell-0 {}", Self::pod_summary(p.as_ref()))),
+                    }
                 })
                 .await
             }
@@ -384,9 +405,11 @@ impl Target for EmulatedTarget {
             Fault::SandboxPodReplace { sandbox } => {
                 let pods: Api<Pod> = Api::namespaced(kc, NAMESPACE);
                 let name = cr_name(sandbox);
-                let old = self
-                    .pod(&name)
-                    .and_then(|p| p.pointer("/metadata/uid").and_then(|u| u.as_str()).map(String::from));
+                let old = self.pod(&name).and_then(|p| {
+                    p.pointer("/metadata/uid")
+                        .and_then(|u| u.as_str())
+                        .map(String::from)
+                });
                 pods.delete(&name, &DeleteParams::default())
                     .await
                     .map_err(infra)?;
@@ -425,9 +448,10 @@ impl Target for EmulatedTarget {
                     Topo::Gateway => {
                         let pods: Api<Pod> = Api::namespaced(kc, NAMESPACE);
                         let list = pods
-                            .list(&kube::api::ListParams::default().labels(
-                                "app.kubernetes.io/component=supervisor",
-                            ))
+                            .list(
+                                &kube::api::ListParams::default()
+                                    .labels("app.kubernetes.io/component=supervisor"),
+                            )
                             .await
                             .map_err(infra)?;
                         let Some(p) = list.items.first().and_then(|p| p.metadata.name.clone())
@@ -483,8 +507,11 @@ impl Target for EmulatedTarget {
                     .await
             }
             Fault::GatewayRestart => {
-                self.wait("the replacement gateway pod to be ready", Self::gateway_ready)
-                    .await
+                self.wait(
+                    "the replacement gateway pod to be ready",
+                    Self::gateway_ready,
+                )
+                .await
             }
             Fault::SandboxPodReplace { .. }
             | Fault::SupervisorKill { .. }
@@ -503,12 +530,7 @@ impl Target for EmulatedTarget {
                 let _ = self.client.delete(&v.name);
             }
         }
-        drop(
-            self.kube
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take(),
-        );
+        drop(self.kube.lock().unwrap_or_else(|p| p.into_inner()).take());
         Ok(())
     }
 }

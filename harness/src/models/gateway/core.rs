@@ -130,17 +130,17 @@ impl Rules {
     /// Whether a session is accepted (§2.2 "supervisor session: accepted"); the 0.1.6 boundary
     /// cannot attach on the gated topologies and refuses re-attach after a supervisor restart
     /// (field report bug 2).
-    pub fn accept_session(&self, rec: &SandboxRecord, req: &ConnectRequest) -> Result<(), Refusal> {
+    pub fn accept_session(&self, rec: &SandboxRecord, req: &ConnectRequest) -> Result<(), Box<Refusal>> {
         if self.b.reattach_refused && req.reattach && !rec.phase.sticky() {
             let msg = format!(
                 "supervisor re-attach refused: main process instance {} is bound to a previous supervisor session",
                 req.main_instance.unwrap_or_default()
             );
-            return Err(Refusal {
+            return Err(Box::new(Refusal {
                 status: Status::failed_precondition(msg.clone()),
                 error: Some(("SupervisorReattachRefused".into(), msg)),
                 pending: None,
-            });
+            }));
         }
         Ok(())
     }
@@ -315,11 +315,10 @@ impl Rules {
                     self.set_error(rec, &reason, &message);
                 }
             }
-            Phase::Ready if connected => {
-                if rec.phase != Phase::Ready {
-                    set(rec, Phase::Ready, "DependenciesReady", "");
-                }
+            Phase::Ready if connected && rec.phase != Phase::Ready => {
+                set(rec, Phase::Ready, "DependenciesReady", "");
             }
+            Phase::Ready if connected => {}
             Phase::Ready | Phase::Provisioning if rec.phase == Phase::Starting => {}
             Phase::Ready => {
                 if gate_pending {

@@ -368,7 +368,8 @@ pub fn reconcile(gw: &Arc<Gateway>) {
         })
         .collect();
     let topo = gw.model.topology;
-    for name in gw.core().store.names() {
+    let names = gw.core().store.names();
+    for name in names {
         let mut core = gw.core();
         let Some(rec) = core.store.get(&name).cloned() else {
             continue;

@@ -130,7 +130,11 @@ impl Rules {
     /// Whether a session is accepted (§2.2 "supervisor session: accepted"); the 0.1.6 boundary
     /// cannot attach on the gated topologies and refuses re-attach after a supervisor restart
     /// (field report bug 2).
-    pub fn accept_session(&self, rec: &SandboxRecord, req: &ConnectRequest) -> Result<(), Box<Refusal>> {
+    pub fn accept_session(
+        &self,
+        rec: &SandboxRecord,
+        req: &ConnectRequest,
+    ) -> Result<(), Box<Refusal>> {
         if self.b.reattach_refused && req.reattach && !rec.phase.sticky() {
             let msg = format!(
                 "supervisor re-attach refused: main process instance {} is bound to a previous supervisor session",

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use semver::Version;
 use serde::{Deserialize, Serialize};
 
-use crate::timeline::{ObjectState, Recorder};
+use crate::timeline::{LogExcerpt, ObjectState, Recorder};
 use crate::topology::Topology;
 
 /// What a target can do beyond the basics; scenarios that need more are skipped, with a reason.
@@ -305,12 +305,24 @@ pub trait Target: Send + Sync {
     /// (`kubectl exec`), bypassing the gateway, so a scenario can look inside while the gateway
     /// is down (for example to see whether a workload started before bootstrap finished).
     async fn probe_exec(&self, sandbox: &str, argv: &[String]) -> TargetResult<ExecResult>;
+    /// Reads a file of the sandbox's workspace volume without going through the sandbox (a
+    /// reader pod mounting the PVC on a real cluster), so the harness can count main-process
+    /// starts even while the sandbox is stopped, failed or completed. `path` is relative to the
+    /// workspace root (`/sandbox` inside the sandbox). None when the file does not exist.
+    async fn read_workspace(&self, sandbox: &str, path: &str) -> TargetResult<Option<String>>;
     async fn stop_sandbox(&self, name: &str) -> TargetResult<()>;
     async fn start_sandbox(&self, name: &str) -> TargetResult<()>;
     async fn delete_sandbox(&self, name: &str) -> TargetResult<()>;
 
     async fn inject(&self, fault: &Fault) -> TargetResult<()>;
     async fn restore(&self, fault: &Fault) -> TargetResult<()>;
+
+    /// The container logs of the sandbox's pods (current and previous), for diagnosing a failed
+    /// case. Targets that cannot read logs return none.
+    async fn logs(&self, sandbox: &str) -> TargetResult<Vec<LogExcerpt>> {
+        let _ = sandbox;
+        Ok(Vec::new())
+    }
 
     /// Removes what the case left behind (sandboxes, releases), unless told to keep it.
     async fn teardown(&self) -> TargetResult<()>;

@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use super::agent_sandbox::AgentSandboxVersion;
+use super::agent_sandbox::{AgentSandboxController, AgentSandboxVersion};
 use super::kubelet::Kubelet;
 use super::network::Network;
 use super::program::Programs;
+use super::workloads::WorkloadControllers;
 use crate::emulate::Cluster;
 
 /// How PersistentVolumeClaims get bound (k8s-objects.md §3.3: kind and k3d use
@@ -108,7 +109,11 @@ impl KubeModels {
         config: KubeConfig,
     ) -> Self {
         let kubelet = Kubelet::new(cluster.clone(), network.clone(), programs, config.clone());
-        let tasks = vec![kubelet.spawn()];
+        let tasks = vec![
+            kubelet.spawn(),
+            WorkloadControllers::new(cluster.clone()).spawn(),
+            AgentSandboxController::new(cluster.clone(), config.agent_sandbox_version).spawn(),
+        ];
         Self { kubelet, tasks }
     }
 

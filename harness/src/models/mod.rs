@@ -20,5 +20,6 @@ pub mod program;
 pub mod spec;
 pub mod supervisor;
 pub mod target;
+pub mod workloads;
 
 pub use spec::{DEFECTS, Defect, MODELS, Model, Selection};

@@ -355,6 +355,16 @@ impl Target for EmulatedTarget {
         })
     }
 
+    async fn read_workspace(&self, sandbox: &str, path: &str) -> TargetResult<Option<String>> {
+        // The PVC's volume, as a reader pod mounting `workspace-<cr>` would see it.
+        let vol = self
+            .cluster
+            .pvc_volume(NAMESPACE, &super::model::pvc_name(sandbox));
+        Ok(vol
+            .read(&format!("/{}", path.trim_start_matches('/')))
+            .map(|b| String::from_utf8_lossy(&b).into_owned()))
+    }
+
     async fn stop_sandbox(&self, name: &str) -> TargetResult<()> {
         self.client.stop(name)
     }

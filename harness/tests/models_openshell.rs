@@ -238,3 +238,53 @@ async fn the_contract_starts_no_workload_before_policy_and_the_defect_does() {
         1
     );
 }
+
+/// End to end through the `Target` trait on the full Kubernetes models (StatefulSet, Agent
+/// Sandbox controller, kubelet): install, create, Ready, main command once.
+#[tokio::test(start_paused = true)]
+async fn target_end_to_end_contract_combined() {
+    use openshell_conformance::target::{Target, TargetFactory};
+    let topo = openshell_conformance::topology::Topologies::builtin();
+    let topo = topo.get("combined").unwrap();
+    let f = openshell_conformance::models::target::EmulatedFactory::new(Selection::contract());
+    let rec = openshell_conformance::timeline::Recorder::new();
+    let t = f.provision(topo, &rec).await.unwrap();
+    t.install(topo).await.unwrap();
+    t.create_sandbox(&spec("demo")).await.unwrap();
+    let mut phase = String::new();
+    for _ in 0..1200 {
+        if let Ok(Some(v)) = t.get_sandbox("demo").await {
+            phase = v.phase.clone();
+            if phase == "Ready" {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(phase, "Ready");
+    let starts = t
+        .read_workspace("demo", ".conformance/starts")
+        .await
+        .unwrap();
+    assert_eq!(starts.as_deref(), Some("start\n"));
+    // Gateway restart (bug 3): back to Ready, the main process not replayed.
+    let f = openshell_conformance::target::Fault::GatewayRestart;
+    t.inject(&f).await.unwrap();
+    t.restore(&f).await.unwrap();
+    let mut phase = String::new();
+    for _ in 0..240 {
+        if let Ok(Some(v)) = t.get_sandbox("demo").await {
+            phase = v.phase.clone();
+            if phase == "Ready" {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(phase, "Ready");
+    let starts = t
+        .read_workspace("demo", ".conformance/starts")
+        .await
+        .unwrap();
+    assert_eq!(starts.as_deref(), Some("start\n"), "main not restarted");
+}

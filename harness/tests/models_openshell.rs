@@ -243,7 +243,7 @@ async fn the_contract_starts_no_workload_before_policy_and_the_defect_does() {
 /// Sandbox controller, kubelet): install, create, Ready, main command once.
 #[tokio::test(start_paused = true)]
 async fn target_end_to_end_contract_combined() {
-    use openshell_conformance::target::{Target, TargetFactory};
+    use openshell_conformance::target::TargetFactory;
     let topo = openshell_conformance::topology::Topologies::builtin();
     let topo = topo.get("combined").unwrap();
     let f = openshell_conformance::models::target::EmulatedFactory::new(Selection::contract());

@@ -58,7 +58,14 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
-            std::process::ExitCode::FAILURE
+            // Exit codes (README): 2 for usage or configuration errors.
+            match e {
+                openshell_conformance::emulate::serve::ServeError::Usage(_)
+                | openshell_conformance::emulate::serve::ServeError::NotLoopback(_) => {
+                    std::process::ExitCode::from(2)
+                }
+                _ => std::process::ExitCode::FAILURE,
+            }
         }
     }
 }

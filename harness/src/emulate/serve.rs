@@ -16,6 +16,19 @@ pub struct ServeArgs {
     /// Where to write a kubeconfig for the emulated cluster.
     #[arg(long)]
     pub kubeconfig_out: Option<PathBuf>,
+    /// Install an OpenShell model into the served cluster (contract, openshell-0.0.111,
+    /// openshell-0.1.6-reported); nothing else is created.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Defect switches on the contract model (repeatable or comma-separated).
+    #[arg(long = "defect")]
+    pub defects: Vec<String>,
+    /// Supervisor topology of the model (combined, sidecar, supervisor-pod, gateway).
+    #[arg(long, default_value = "combined")]
+    pub topology: String,
+    /// Agent Sandbox release for openshell-0.0.111 (v0.5.0 or v0.5.1).
+    #[arg(long)]
+    pub agent_sandbox: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +39,8 @@ pub enum ServeError {
     Bind(SocketAddr, std::io::Error),
     #[error("cannot write kubeconfig {0}: {1}")]
     Kubeconfig(PathBuf, std::io::Error),
+    #[error("{0}")]
+    Usage(String),
     #[error("server failed: {0}")]
     Serve(std::io::Error),
 }
@@ -70,10 +85,40 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let cluster = Cluster::new(ClusterConfig {
+    let config = ClusterConfig {
         epoch_unix,
         ..ClusterConfig::default()
-    });
+    };
+    // With --model, the cluster runs the Kubernetes models and the OpenShell model, installed.
+    let target = match &args.model {
+        None => None,
+        Some(name) => {
+            let sel =
+                crate::models::Selection::parse(name, &args.defects, args.agent_sandbox.as_deref())
+                    .map_err(|e| ServeError::Usage(e.to_string()))?;
+            let topo = crate::models::model::Topo::from_name(&args.topology).ok_or_else(|| {
+                ServeError::Usage(format!(
+                    "unknown topology '{}'; valid: combined, sidecar, supervisor-pod, gateway",
+                    args.topology
+                ))
+            })?;
+            let t = crate::models::target::EmulatedTarget::start_with(sel, topo, config.clone());
+            crate::models::install::install(&t.cluster, &t.model)
+                .map_err(|e| ServeError::Usage(format!("install: {}", e.message)))?;
+            Some(t)
+        }
+    };
+    let cluster = match &target {
+        Some(t) => t.cluster.clone(),
+        None => Cluster::new(config),
+    };
+    if let Some(t) = &target {
+        println!(
+            "OpenShell model {} installed (topology {}) in namespace openshell",
+            t.model.selection,
+            t.model.topology.name()
+        );
+    }
     println!("emulated Kubernetes API listening on http://{addr}");
     if let Some(path) = &args.kubeconfig_out {
         write_kubeconfig(path, addr)?;

@@ -9,8 +9,17 @@
 //! Services, available only while a ready pod backs them).
 
 pub mod agent_sandbox;
+pub mod client;
+pub mod gateway;
+pub mod install;
 pub mod kube;
 pub mod kubelet;
+pub mod model;
 pub mod network;
 pub mod program;
+pub mod spec;
+pub mod supervisor;
+pub mod target;
 pub mod workloads;
+
+pub use spec::{DEFECTS, Defect, MODELS, Model, Selection};

@@ -1,0 +1,176 @@
+//! Phases and how the gateway derives them (openshell-k8s.md §1.1, §1.3), plus the two phases
+//! the 0.1.x line adds (Completed #2884, Restarting #2798; §8).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Phase {
+    Unspecified,
+    #[default]
+    Provisioning,
+    Ready,
+    Error,
+    Deleting,
+    Unknown,
+    Stopping,
+    Stopped,
+    Starting,
+    /// The main process exited 0 (contract and 0.1.x; #2884).
+    Completed,
+    /// Waiting to relaunch under the restart policy (0.1.x branch; §8).
+    Restarting,
+}
+
+impl Phase {
+    /// As the CLI prints it (§1.1 `phase_name`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Unspecified => "Unspecified",
+            Self::Provisioning => "Provisioning",
+            Self::Ready => "Ready",
+            Self::Error => "Error",
+            Self::Deleting => "Deleting",
+            Self::Unknown => "Unknown",
+            Self::Stopping => "Stopping",
+            Self::Stopped => "Stopped",
+            Self::Starting => "Starting",
+            Self::Completed => "Completed",
+            Self::Restarting => "Restarting",
+        }
+    }
+
+    /// Driver snapshots never move a sandbox out of these (§1.3 "Error is sticky"; Completed
+    /// is terminal by R7).
+    pub fn sticky(self) -> bool {
+        matches!(self, Self::Error | Self::Completed)
+    }
+}
+
+/// Ready reasons that keep a sandbox Provisioning (§1.3, mod.rs L4049-4063); plus the
+/// `ConfigurationPending` of the 0.1.x topologies (field report).
+pub const TRANSIENT_REASONS: &[&str] = &[
+    "ReconcilerError",
+    "DependenciesNotReady",
+    "SupervisorNotConnected",
+    "Starting",
+    "ContainerStarting",
+    "ContainerCreated",
+    "HealthCheckStarting",
+    "InspectFailed",
+    "ConfigurationPending",
+];
+
+pub fn is_transient(reason: &str) -> bool {
+    TRANSIENT_REASONS.contains(&reason)
+}
+
+/// What the driver reports of one Sandbox CR (`status_from_object`, §3.6).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub deleting: bool,
+    /// `Suspended=True` while `spec.operatingMode` asks for it (a stale `Suspended=True` after a
+    /// resume is ignored, the fix of #2858/#2932).
+    pub suspended: bool,
+    /// The CR's Ready condition: (status, reason, message).
+    pub ready: Option<(String, String, String)>,
+    pub has_status: bool,
+    /// The Ready condition was written for the current spec generation (a resume's first
+    /// snapshots may still carry the suspended pod's conditions).
+    pub fresh: bool,
+}
+
+impl Snapshot {
+    pub fn from_cr(cr: &Value) -> Self {
+        let conds = cr
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let cond = |t: &str| {
+            conds
+                .iter()
+                .find(|c| c.get("type").and_then(Value::as_str) == Some(t))
+                .map(|c| {
+                    let f = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+                    (f("status"), f("reason"), f("message"))
+                })
+        };
+        let wants_suspend =
+            cr.pointer("/spec/operatingMode").and_then(Value::as_str) == Some("Suspended");
+        let generation = cr.pointer("/metadata/generation").and_then(Value::as_i64);
+        let observed = conds
+            .iter()
+            .find(|c| c.get("type").and_then(Value::as_str) == Some("Ready"))
+            .and_then(|c| c.get("observedGeneration"))
+            .and_then(Value::as_i64);
+        Self {
+            fresh: match (generation, observed) {
+                (Some(g), Some(o)) => o >= g,
+                _ => true,
+            },
+            deleting: cr.pointer("/metadata/deletionTimestamp").is_some(),
+            suspended: wants_suspend && cond("Suspended").is_some_and(|c| c.0 == "True"),
+            ready: cond("Ready"),
+            has_status: cr.get("status").is_some_and(|s| !s.is_null()),
+        }
+    }
+}
+
+/// `derive_phase` (§1.3, mod.rs L3978-4010): the backend's own view, before sessions.
+pub fn derive_phase(s: &Snapshot) -> (Phase, Option<String>, Option<String>) {
+    if s.deleting {
+        return (Phase::Deleting, None, None);
+    }
+    if s.suspended {
+        return (Phase::Stopped, Some("Stopped".into()), None);
+    }
+    match &s.ready {
+        Some((status, reason, message)) if status == "True" => {
+            (Phase::Ready, Some(reason.clone()), Some(message.clone()))
+        }
+        Some((_, reason, message)) if is_transient(reason) => (
+            Phase::Provisioning,
+            Some(reason.clone()),
+            Some(message.clone()),
+        ),
+        Some((_, reason, message)) => (Phase::Error, Some(reason.clone()), Some(message.clone())),
+        None if s.has_status => (Phase::Provisioning, None, None),
+        None => (Phase::Unknown, None, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cr(conds: Value) -> Value {
+        json!({"spec": {"operatingMode": "Running"}, "status": {"conditions": conds}})
+    }
+
+    #[test]
+    fn v050_failed_pod_is_provisioning_and_v051_is_error() {
+        let v050 = cr(json!([
+            {"type": "Ready", "status": "False", "reason": "DependenciesNotReady", "message": "Pod exists with phase: Failed"},
+            {"type": "Finished", "status": "True", "reason": "PodFailed"}]));
+        assert_eq!(
+            derive_phase(&Snapshot::from_cr(&v050)).0,
+            Phase::Provisioning
+        );
+        let v051 = cr(
+            json!([{"type": "Ready", "status": "False", "reason": "PodFailed", "message": "Pod failed"}]),
+        );
+        assert_eq!(derive_phase(&Snapshot::from_cr(&v051)).0, Phase::Error);
+    }
+
+    #[test]
+    fn suspension_counts_only_while_asked_for() {
+        let mut c = cr(json!([
+            {"type": "Ready", "status": "True", "reason": "DependenciesReady"},
+            {"type": "Suspended", "status": "True", "reason": "PodTerminated"}]));
+        assert_eq!(derive_phase(&Snapshot::from_cr(&c)).0, Phase::Ready);
+        c["spec"]["operatingMode"] = json!("Suspended");
+        assert_eq!(derive_phase(&Snapshot::from_cr(&c)).0, Phase::Stopped);
+    }
+}

@@ -8,6 +8,7 @@ pub mod engine;
 pub mod error;
 pub mod junit;
 pub mod observe;
+pub mod real;
 pub mod scenario;
 pub mod schedule;
 pub mod target;

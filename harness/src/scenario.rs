@@ -422,6 +422,18 @@ impl Ctx {
             .await
     }
 
+    /// Runs a shell command in the sandbox's workload container through the Kubernetes API,
+    /// bypassing the gateway (see [`Target::probe_exec`]).
+    pub async fn probe(&self, sandbox: &str, script: &str) -> Result<ExecResult, TargetError> {
+        let argv = vec!["sh".to_string(), "-c".to_string(), script.to_string()];
+        self.act(
+            "probe",
+            Some(sandbox),
+            self.target.probe_exec(sandbox, &argv),
+        )
+        .await
+    }
+
     /// Reads the gateway's view of a sandbox and records it.
     pub async fn get_sandbox(&self, name: &str) -> Result<Option<SandboxView>, TargetError> {
         let v = self.target.get_sandbox(name).await?;

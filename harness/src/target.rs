@@ -299,7 +299,12 @@ pub trait Target: Send + Sync {
     async fn create_sandbox(&self, spec: &SandboxSpec) -> TargetResult<SandboxView>;
     /// None when the gateway does not know the sandbox.
     async fn get_sandbox(&self, name: &str) -> TargetResult<Option<SandboxView>>;
+    /// Runs a command in the sandbox through OpenShell (`openshell sandbox exec`).
     async fn exec(&self, sandbox: &str, argv: &[String]) -> TargetResult<ExecResult>;
+    /// Runs a command in the sandbox's workload container through the Kubernetes API
+    /// (`kubectl exec`), bypassing the gateway, so a scenario can look inside while the gateway
+    /// is down (for example to see whether a workload started before bootstrap finished).
+    async fn probe_exec(&self, sandbox: &str, argv: &[String]) -> TargetResult<ExecResult>;
     async fn stop_sandbox(&self, name: &str) -> TargetResult<()>;
     async fn start_sandbox(&self, name: &str) -> TargetResult<()>;
     async fn delete_sandbox(&self, name: &str) -> TargetResult<()>;

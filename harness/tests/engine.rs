@@ -202,6 +202,11 @@ impl Target for Fake {
         })
     }
 
+    async fn probe_exec(&self, sandbox: &str, argv: &[String]) -> TargetResult<ExecResult> {
+        // The fake has no Kubernetes underneath; the gateway path stands in for it.
+        self.exec(sandbox, argv).await
+    }
+
     async fn stop_sandbox(&self, _name: &str) -> TargetResult<()> {
         Err(TargetError::Unsupported("stop".into()))
     }

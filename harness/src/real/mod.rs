@@ -24,6 +24,7 @@ pub mod install;
 pub mod interlock;
 pub mod journal;
 pub mod k3d;
+pub mod kexec;
 pub mod kind;
 pub mod leftovers;
 pub mod options;

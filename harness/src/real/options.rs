@@ -286,10 +286,20 @@ impl RealArgs {
         let run_dir = self.run_dir.clone().unwrap_or_else(|| {
             std::env::temp_dir().join(format!("openshell-conformance-{run_id}"))
         });
+        // kind and k3d write their context to a private kubeconfig in the run directory, so
+        // the user's own is never edited.
+        let kubeconfig = match provider {
+            Provider::Existing => self.kubeconfig.clone(),
+            _ => Some(
+                self.kubeconfig
+                    .clone()
+                    .unwrap_or_else(|| run_dir.join("kubeconfig")),
+            ),
+        };
         Ok(RealOptions {
             provider,
             cluster_name: self.cluster_name.clone(),
-            kubeconfig: self.kubeconfig.clone(),
+            kubeconfig,
             context,
             allow_contexts: self.allow_context.clone(),
             chart,

@@ -135,11 +135,11 @@ pub fn dry_run(opts: &RealOptions, topologies: &[&Topology]) -> Result<Plan> {
         plan.stage(format!("openshell [{}]", t.name), inst.plan());
         plan.stage(
             format!("gateway access [{}]", t.name),
-            super::target::access_plan(opts, inst.tls),
+            super::target::access_plan(opts, inst.tls, &t.name),
         );
         plan.stage(
             format!("observe [{}]", t.name),
-            super::target::observe_plan(opts),
+            super::target::observe_plan(opts, &t.name),
         );
         plan.stage(format!("teardown [{}]", t.name), inst.teardown_plan());
     }

@@ -107,8 +107,8 @@ fn base_capabilities() -> BTreeSet<Capability> {
 }
 
 /// Steps that make the gateway reachable for the CLI (for plans).
-pub fn access_plan(opts: &RealOptions, tls: bool) -> Vec<Step> {
-    let cli = cli_for(opts, Arc::new(super::command::SystemRunner), "$TOPOLOGY");
+pub fn access_plan(opts: &RealOptions, tls: bool, topology: &str) -> Vec<Step> {
+    let cli = cli_for(opts, Arc::new(super::command::SystemRunner), topology);
     let mut v = vec![Step::kube(format!(
         "port-forward 127.0.0.1:$PORT -> a ready pod of {}/{} port {} (re-resolved per connection)",
         opts.namespace,
@@ -130,8 +130,8 @@ pub fn access_plan(opts: &RealOptions, tls: bool) -> Vec<Step> {
 }
 
 /// Steps that observe a case (for plans).
-pub fn observe_plan(opts: &RealOptions) -> Vec<Step> {
-    let cli = cli_for(opts, Arc::new(super::command::SystemRunner), "$TOPOLOGY");
+pub fn observe_plan(opts: &RealOptions, topology: &str) -> Vec<Step> {
+    let cli = cli_for(opts, Arc::new(super::command::SystemRunner), topology);
     vec![
         Step::kube(format!(
             "watch Sandbox resources (v1beta1, else v1alpha1), Pods, PVCs, Events, StatefulSets and Deployments in {}",
@@ -508,6 +508,12 @@ impl Target for RealTarget {
 
     async fn exec(&self, sandbox: &str, argv: &[String]) -> TargetResult<ExecResult> {
         self.installed().await?.cli.exec(sandbox, argv).await
+    }
+
+    async fn probe_exec(&self, sandbox: &str, argv: &[String]) -> TargetResult<ExecResult> {
+        // The workload container is `agent` in every topology at 0.0.111 (openshell-k8s.md §3.2).
+        let pod = super::faults::cr_name("default", sandbox);
+        super::kexec::exec(&self.client, &self.opts.namespace, &pod, "agent", argv).await
     }
 
     async fn stop_sandbox(&self, name: &str) -> TargetResult<()> {

@@ -316,3 +316,43 @@ async fn a_corrupt_journal_is_a_configuration_error_naming_the_file() {
     assert_eq!(err.exit_status(), ExitStatus::Usage);
     assert!(err.to_string().contains("restore-journal.json"), "{err}");
 }
+
+#[test]
+fn a_bundle_is_collected_on_failure_only_unless_asked_for_always() {
+    use openshell_conformance::real::options::DiagnosticsPolicy;
+    use openshell_conformance::real::target::wants_diagnostics;
+    use openshell_conformance::timeline::{Event, Recorder, StageRecord, StageStatus};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let rec = Recorder::new();
+        rec.record(Event::Stage(StageRecord {
+            stage: "verify".into(),
+            status: StageStatus::Passed,
+            message: None,
+        }));
+        assert!(!wants_diagnostics(
+            DiagnosticsPolicy::OnFailure,
+            &rec.snapshot()
+        ));
+        assert!(wants_diagnostics(
+            DiagnosticsPolicy::Always,
+            &rec.snapshot()
+        ));
+        rec.record(Event::Stage(StageRecord {
+            stage: "fault".into(),
+            status: StageStatus::Error,
+            message: None,
+        }));
+        assert!(wants_diagnostics(
+            DiagnosticsPolicy::OnFailure,
+            &rec.snapshot()
+        ));
+        assert!(!wants_diagnostics(
+            DiagnosticsPolicy::Never,
+            &rec.snapshot()
+        ));
+    });
+}

@@ -329,3 +329,27 @@ async fn cluster_checks(o: &DoctorOptions, c: &Client, r: &mut DoctorReport) {
         );
     }
 }
+
+/// The doctor for resolved run options: loads the context when the kubeconfig has it (a kind
+/// or k3d cluster that does not exist yet has none), then runs every check.
+pub async fn run_for(
+    opts: &super::options::RealOptions,
+    runner: &dyn CommandRunner,
+) -> DoctorReport {
+    let o = DoctorOptions {
+        provider: opts.provider,
+        openshell_bin: opts.openshell_bin.clone(),
+        namespace: opts.namespace.clone(),
+        context: opts.context.clone(),
+    };
+    // kind and k3d runs use a private kubeconfig that exists only after `cluster up`.
+    let kubeconfig = opts.kubeconfig.as_deref().filter(|p| p.exists());
+    let client = if opts.kubeconfig.is_some() && kubeconfig.is_none() {
+        None
+    } else {
+        super::target::client_for(kubeconfig, &opts.context)
+            .await
+            .ok()
+    };
+    run(&o, runner, client.as_ref()).await
+}

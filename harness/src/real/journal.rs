@@ -209,3 +209,19 @@ pub async fn restore_from(
         )))
     }
 }
+
+/// `openshell-conformance restore`: reads the journal, checks its context against the
+/// interlock, connects and undoes what is left. An absent journal restores nothing.
+pub async fn restore(
+    path: &Path,
+    allow_contexts: &[String],
+    deadline: Duration,
+) -> Result<RestoreReport> {
+    let file = Journal::read(path).await?;
+    if file.entries.is_empty() {
+        return Ok(RestoreReport::default());
+    }
+    super::interlock::check(&file.context, allow_contexts)?;
+    let client = super::target::client_for(file.kubeconfig.as_deref(), &file.context).await?;
+    restore_from(path, &client, deadline).await
+}

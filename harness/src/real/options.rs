@@ -42,6 +42,17 @@ pub enum LeftoverPolicy {
     Sweep,
 }
 
+/// When to write a diagnostics bundle for a case.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum DiagnosticsPolicy {
+    /// When a check or stage failed (before teardown removes the evidence).
+    #[default]
+    OnFailure,
+    Always,
+    Never,
+}
+
 /// Flags of the real-cluster path. Flatten into a subcommand with `#[command(flatten)]`.
 #[derive(Clone, Debug, Default, Args)]
 pub struct RealArgs {
@@ -108,6 +119,9 @@ pub struct RealArgs {
         default_value = "openshell"
     )]
     pub openshell_bin: String,
+    /// When to collect a diagnostics bundle per case (into <run-dir>/diagnostics/).
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_DIAGNOSTICS", value_enum, default_value_t = DiagnosticsPolicy::OnFailure)]
+    pub diagnostics: DiagnosticsPolicy,
     /// Where the run keeps its kubeconfig, CLI configuration, journal and diagnostics.
     #[arg(long, env = "OPENSHELL_CONFORMANCE_RUN_DIR")]
     pub run_dir: Option<PathBuf>,
@@ -132,6 +146,7 @@ pub struct RealOptions {
     pub agent_sandbox: AgentSandboxSource,
     pub keep: bool,
     pub leftovers: LeftoverPolicy,
+    pub diagnostics: DiagnosticsPolicy,
     pub openshell_bin: String,
     pub run_dir: PathBuf,
     /// The run id, the value of [`pins::RUN_LABEL`] on what this run creates.
@@ -317,6 +332,7 @@ impl RealArgs {
             } else {
                 LeftoverPolicy::Stop
             },
+            diagnostics: self.diagnostics,
             openshell_bin: self.openshell_bin.clone(),
             run_dir,
             run_id: run_id.to_string(),

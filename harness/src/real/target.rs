@@ -333,6 +333,47 @@ impl RealTarget {
             .map(|i| i.forward.port())
     }
 
+    async fn diagnostics_with(
+        &self,
+        i: &Installed,
+        dir: &Path,
+        timeline: Option<&crate::timeline::Timeline>,
+    ) -> Result<super::diagnostics::Bundle> {
+        let src = super::diagnostics::Sources {
+            client: &self.client,
+            runner: &*self.runner,
+            opts: &self.opts,
+            sandbox_version: i.sandbox_version,
+            cli: Some(&i.cli),
+            timeline,
+        };
+        super::diagnostics::collect(&src, dir).await
+    }
+
+    /// Collects a diagnostics bundle of this case into `dir` (and `dir.tar.gz`).
+    pub async fn diagnostics(
+        &self,
+        dir: &Path,
+        timeline: Option<&crate::timeline::Timeline>,
+    ) -> Result<super::diagnostics::Bundle> {
+        let i = self.installed.lock().await.clone();
+        let version = match &i {
+            Some(i) => i.sandbox_version,
+            None => sandbox_version(&self.client, &self.opts.namespace)
+                .await
+                .unwrap_or("v1beta1"),
+        };
+        let src = super::diagnostics::Sources {
+            client: &self.client,
+            runner: &*self.runner,
+            opts: &self.opts,
+            sandbox_version: version,
+            cli: i.as_ref().map(|i| &i.cli),
+            timeline,
+        };
+        super::diagnostics::collect(&src, dir).await
+    }
+
     pub fn client(&self) -> &Client {
         &self.client
     }
@@ -541,6 +582,21 @@ impl Target for RealTarget {
             return Ok(());
         };
         let mut errors = i.injector.restore_all().await;
+        // Evidence first: teardown is about to remove the release and the sandboxes.
+        let timeline = self.rec.snapshot();
+        if wants_diagnostics(self.opts.diagnostics, &timeline) {
+            let dir = self.opts.run_dir.join("diagnostics").join(format!(
+                "{}-{}",
+                i.install.topology,
+                self.rec.elapsed().as_millis()
+            ));
+            match self.diagnostics_with(&i, &dir, Some(&timeline)).await {
+                Ok(b) => self
+                    .rec
+                    .note(format!("diagnostics bundle: {}", b.archive.display())),
+                Err(e) => errors.push(format!("diagnostics: {e}")),
+            }
+        }
         if !self.opts.keep {
             let names: Vec<String> = self
                 .created
@@ -605,4 +661,23 @@ pub async fn phase_poller(cli: OpenShellCli, selector: String, rec: Recorder, ev
 /// Where a run keeps its files, for the CLI's `restore`: the journal path in a run directory.
 pub fn journal_path(run_dir: &Path) -> PathBuf {
     run_dir.join(journal::FILE_NAME)
+}
+
+/// Whether a case's timeline calls for a bundle: a failed check, or a stage that failed or
+/// errored.
+pub fn wants_diagnostics(
+    policy: super::options::DiagnosticsPolicy,
+    timeline: &crate::timeline::Timeline,
+) -> bool {
+    use super::options::DiagnosticsPolicy;
+    use crate::timeline::{Event, StageStatus};
+    match policy {
+        DiagnosticsPolicy::Always => true,
+        DiagnosticsPolicy::Never => false,
+        DiagnosticsPolicy::OnFailure => timeline.entries.iter().any(|e| match &e.event {
+            Event::Check(c) => !c.passed,
+            Event::Stage(s) => matches!(s.status, StageStatus::Failed | StageStatus::Error),
+            _ => false,
+        }),
+    }
 }

@@ -65,19 +65,46 @@ where
         .portforward(&pod, &[port])
         .await
         .map_err(|e| TargetError::Infra(format!("port-forward to {pod}:{port}: {e}")))?;
-    let mut upstream = pf.take_stream(port).ok_or_else(|| {
+    let upstream = pf.take_stream(port).ok_or_else(|| {
         TargetError::Infra(format!(
             "port-forward to {pod}:{port}: no stream for the port"
         ))
     })?;
-    let copied = tokio::io::copy_bidirectional(&mut conn, &mut upstream).await;
-    drop(upstream);
+    pipe(&mut conn, upstream, CLOSE_GRACE).await;
     pf.abort();
-    // A reset when the gateway pod goes away is the expected end of a connection.
-    if let Err(e) = copied {
-        tracing::debug!(pod, error = %e, "port-forward connection ended");
-    }
     Ok(())
+}
+
+/// How long a connection whose client closed its side still carries the gateway's answer.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(30);
+
+/// Copies both ways. The port-forward protocol has no half-close, so a client's EOF is not
+/// passed on (it would end the whole stream before the answer); instead the answer is carried
+/// for up to `grace` after the client closed, and the connection ends when the gateway side
+/// closes.
+async fn pipe<S, U>(conn: &mut S, upstream: U, grace: Duration)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    use tokio::io::AsyncWriteExt;
+    let (mut cr, mut cw) = tokio::io::split(conn);
+    let (mut ur, mut uw) = tokio::io::split(upstream);
+    let down = async {
+        // A reset when the gateway pod goes away is the expected end of a connection.
+        if let Err(e) = tokio::io::copy(&mut ur, &mut cw).await {
+            tracing::debug!(error = %e, "port-forward: gateway side ended");
+        }
+        let _ = cw.shutdown().await;
+    };
+    tokio::pin!(down);
+    tokio::select! {
+        _ = &mut down => {}
+        _ = tokio::io::copy(&mut cr, &mut uw) => {
+            let _ = uw.flush().await;
+            let _ = tokio::time::timeout(grace, &mut down).await;
+        }
+    }
 }
 
 /// A running forward from a local TCP port. Dropping it stops accepting and ends the

@@ -9,8 +9,15 @@ pub mod error;
 pub mod junit;
 pub mod observe;
 pub mod real;
+pub mod report;
 pub mod scenario;
 pub mod schedule;
 pub mod target;
 pub mod timeline;
 pub mod topology;
+
+/// The conformance catalog (requirements, scenarios, expectations). Its sources live in
+/// `suites/src/` beside the catalog's own proof tests; they are compiled here so that the
+/// `openshell-conformance` binary can run them without a dependency cycle.
+#[path = "../../suites/src/suites.rs"]
+pub mod suites;

@@ -293,6 +293,13 @@ impl CaseInfo {
         format!("{}-{hash:08x}", base.trim_end_matches('-'))
     }
 
+    /// The Kubernetes name of a sandbox's resources: the Sandbox resource and its pod are
+    /// `<workspace>--<name>` in OpenShell's default shared workspace mode, its PVC
+    /// `workspace-<that>` (openshell-k8s.md §3.2, k8s-objects.md §5 item 1).
+    pub fn resource_name(&self, sandbox: &str) -> String {
+        format!("{DEFAULT_WORKSPACE}--{sandbox}")
+    }
+
     /// The content written into a sentinel: unique per case and key, so a sentinel from another
     /// case or an earlier run cannot pass for this one.
     pub fn sentinel_value(&self, key: &str) -> String {
@@ -308,6 +315,9 @@ fn fnv1a(bytes: &[u8]) -> u32 {
         (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
     })
 }
+
+/// OpenShell's default workspace (`--workspace`, openshell-k8s.md §5).
+pub const DEFAULT_WORKSPACE: &str = "default";
 
 /// Where sentinels live inside a sandbox: on the workspace volume (`/sandbox`,
 /// openshell-k8s.md §3.4), in a directory of their own.
@@ -507,6 +517,38 @@ impl Ctx {
                 Err(e) => Err(e.into()),
             }
         })
+        .await
+    }
+
+    /// Like [`Ctx::wait_phase`], but a timeout is not an error: it returns None and leaves the
+    /// verdict to the checks, which name the broken requirement.
+    pub async fn settle_phase(
+        &self,
+        name: &str,
+        phases: &[&str],
+        deadline: Duration,
+    ) -> Option<SandboxView> {
+        match self.wait_phase(name, phases, deadline).await {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.rec.note(format!("not reached: {e}"));
+                None
+            }
+        }
+    }
+
+    /// Reads a workspace file without going through the sandbox (see
+    /// [`Target::read_workspace`]), recorded as an action.
+    pub async fn read_workspace(
+        &self,
+        sandbox: &str,
+        path: &str,
+    ) -> Result<Option<String>, TargetError> {
+        self.act(
+            "read-workspace",
+            Some(sandbox),
+            self.target.read_workspace(sandbox, path),
+        )
         .await
     }
 

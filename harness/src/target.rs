@@ -305,6 +305,11 @@ pub trait Target: Send + Sync {
     /// (`kubectl exec`), bypassing the gateway, so a scenario can look inside while the gateway
     /// is down (for example to see whether a workload started before bootstrap finished).
     async fn probe_exec(&self, sandbox: &str, argv: &[String]) -> TargetResult<ExecResult>;
+    /// Reads a file of the sandbox's workspace volume without going through the sandbox (a
+    /// reader pod mounting the PVC on a real cluster), so the harness can count main-process
+    /// starts even while the sandbox is stopped, failed or completed. `path` is relative to the
+    /// workspace root (`/sandbox` inside the sandbox). None when the file does not exist.
+    async fn read_workspace(&self, sandbox: &str, path: &str) -> TargetResult<Option<String>>;
     async fn stop_sandbox(&self, name: &str) -> TargetResult<()>;
     async fn start_sandbox(&self, name: &str) -> TargetResult<()>;
     async fn delete_sandbox(&self, name: &str) -> TargetResult<()>;

@@ -102,6 +102,14 @@ pub enum Predicate {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+    /// The condition's reason or message mentions one of the words (case-insensitive): the
+    /// reported status names the cause.
+    ConditionMentions {
+        object: Selector,
+        #[serde(rename = "type")]
+        type_: String,
+        any_of: Vec<String>,
+    },
     /// A container of the object has terminated (with the given exit code, if set).
     ContainerTerminated {
         object: Selector,
@@ -168,6 +176,21 @@ impl Predicate {
                         && reason.as_ref().is_none_or(|r| c.reason.as_ref() == Some(r))
                 })
             }),
+            Self::ConditionMentions {
+                object,
+                type_,
+                any_of,
+            } => every(object, &|o| {
+                o.condition(type_).is_some_and(|c| {
+                    let text = format!(
+                        "{} {}",
+                        c.reason.as_deref().unwrap_or(""),
+                        c.message.as_deref().unwrap_or("")
+                    )
+                    .to_lowercase();
+                    any_of.iter().any(|w| text.contains(&w.to_lowercase()))
+                })
+            }),
             Self::ContainerTerminated {
                 object,
                 container,
@@ -196,6 +219,7 @@ impl Predicate {
         match self {
             Self::Phase { object, .. }
             | Self::Condition { object, .. }
+            | Self::ConditionMentions { object, .. }
             | Self::ContainerTerminated { object, .. }
             | Self::RestartsAbove { object, .. }
             | Self::Exists { object }
@@ -229,6 +253,15 @@ impl std::fmt::Display for Predicate {
                 }
                 Ok(())
             }
+            Self::ConditionMentions {
+                object,
+                type_,
+                any_of,
+            } => write!(
+                f,
+                "{object} condition {type_} names one of [{}]",
+                any_of.join(", ")
+            ),
             Self::ContainerTerminated {
                 object,
                 container,

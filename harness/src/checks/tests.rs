@@ -511,6 +511,16 @@ fn predicates_on_conditions_containers_and_restarts_read_the_latest_state() {
         container: Some("agent".into()),
         exit_code: Some(1),
     }));
+    assert!(check(Predicate::ConditionMentions {
+        object: pod(),
+        type_: "Ready".into(),
+        any_of: vec!["nothing".into(), "podfailed".into()],
+    }));
+    assert!(!check(Predicate::ConditionMentions {
+        object: pod(),
+        type_: "Ready".into(),
+        any_of: vec!["certificate".into()],
+    }));
     assert!(!check(Predicate::ContainerTerminated {
         object: pod(),
         container: Some("agent".into()),

@@ -32,3 +32,4 @@ pub mod pins;
 pub mod plan;
 pub mod portforward;
 pub mod target;
+pub mod workspace;

@@ -557,6 +557,19 @@ impl Target for RealTarget {
         super::kexec::exec(&self.client, &self.opts.namespace, &pod, "agent", argv).await
     }
 
+    async fn read_workspace(&self, sandbox: &str, path: &str) -> TargetResult<Option<String>> {
+        let cr = super::faults::cr_name("default", sandbox);
+        super::workspace::read(
+            &self.client,
+            &self.opts.namespace,
+            &cr,
+            path,
+            &self.opts.run_id,
+            Duration::from_secs(120),
+        )
+        .await
+    }
+
     async fn stop_sandbox(&self, name: &str) -> TargetResult<()> {
         self.installed().await?.cli.stop(name).await
     }

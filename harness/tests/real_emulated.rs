@@ -1,0 +1,754 @@
+//! The kube-rs parts of the real target against the embedded emulated API server, in paused
+//! time: the port-forward re-resolving the gateway pod, the gateway and sandbox faults with
+//! their restores (and the journal restore after a simulated kill), exec through the API,
+//! the event observer and leftover detection. A small StatefulSet "controller" in this file
+//! plays the part of kube-controller-manager (the emulator has none): it creates `openshell-0`
+//! when the StatefulSet wants a replica and deletes it when scaled to zero.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use openshell_conformance::emulate::{
+    Cluster, ClusterConfig, ExecOutput, ExecRequest, PatchKind, ResourceRef,
+};
+use openshell_conformance::real::command::{CmdOutput, ScriptedRunner, Unscripted};
+use openshell_conformance::real::faults::FaultInjector;
+use openshell_conformance::real::gateway::{self, Workload, WorkloadKind};
+use openshell_conformance::real::journal::{self, Journal};
+use openshell_conformance::real::portforward::{ForwardStats, forward_connection};
+use openshell_conformance::target::{Fault, TargetError};
+use openshell_conformance::timeline::{Event, Recorder};
+use openshell_conformance::topology::SupervisorPlacement;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const NS: &str = "openshell";
+
+/// (container, argv) of an exec the emulator received.
+type ExecSeen = (String, Vec<String>);
+
+fn cluster() -> Cluster {
+    Cluster::new(ClusterConfig {
+        namespaces: ["default", "kube-system", NS].map(String::from).to_vec(),
+        ..ClusterConfig::default()
+    })
+}
+
+fn selector() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            "app.kubernetes.io/name".to_string(),
+            "openshell".to_string(),
+        ),
+        (
+            "app.kubernetes.io/instance".to_string(),
+            "openshell".to_string(),
+        ),
+    ])
+}
+
+fn sts() -> ResourceRef {
+    ResourceRef::new("apps", "v1", "statefulsets")
+}
+
+/// Creates `StatefulSet/openshell` and returns its uid.
+fn create_gateway(c: &Cluster, replicas: i32) -> String {
+    let o = c
+        .create(
+            &sts(),
+            Some(NS),
+            json!({
+                "metadata": {"name": "openshell", "labels": selector()},
+                "spec": {"replicas": replicas, "serviceName": "openshell",
+                         "selector": {"matchLabels": selector()},
+                         "template": {"metadata": {"labels": selector()},
+                                      "spec": {"containers": [{"name": "openshell-gateway", "image": "gw:1"}]}}}
+            }),
+        )
+        .unwrap();
+    o["metadata"]["uid"].as_str().unwrap().to_string()
+}
+
+/// Creates a Running, Ready pod (as kubelet would report it).
+fn running_pod(
+    c: &Cluster,
+    name: &str,
+    labels: Value,
+    owner: Option<(&str, &str, &str)>,
+    containers: &[&str],
+) -> String {
+    let mut meta = json!({"name": name, "labels": labels});
+    if let Some((kind, oname, uid)) = owner {
+        meta["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": kind, "name": oname, "uid": uid, "controller": true}]);
+    }
+    let cs: Vec<Value> = containers
+        .iter()
+        .map(|n| json!({"name": n, "image": "i:1"}))
+        .collect();
+    let p = c
+        .create(
+            &ResourceRef::pods(),
+            Some(NS),
+            json!({"metadata": meta, "spec": {"containers": cs}}),
+        )
+        .unwrap();
+    c.bind_pod(NS, name, "node-1").unwrap();
+    let statuses: Vec<Value> = containers
+        .iter()
+        .map(|n| json!({"name": n, "ready": true, "restartCount": 0, "image": "i:1", "imageID": "", "state": {"running": {"startedAt": c.now_rfc3339()}}}))
+        .collect();
+    c.patch_status(
+        &ResourceRef::pods(),
+        Some(NS),
+        name,
+        PatchKind::Merge,
+        &json!({"status": {"phase": "Running", "podIP": "10.244.0.9",
+                "conditions": [{"type": "Ready", "status": "True"}], "containerStatuses": statuses}}),
+    )
+    .unwrap();
+    p["metadata"]["uid"].as_str().unwrap().to_string()
+}
+
+fn exists(c: &Cluster, r: &ResourceRef, name: &str) -> Option<Value> {
+    c.get(r, Some(NS), name).ok()
+}
+
+/// Plays the StatefulSet controller for `openshell` with one ordinal, and answers the gateway
+/// port with `gen-N:` + what it read, N counting pod generations.
+fn run_sts_controller(
+    c: Cluster,
+    sts_uid: String,
+    generation: Arc<AtomicU32>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let want = exists(&c, &sts(), "openshell")
+                .and_then(|s| s["spec"]["replicas"].as_i64())
+                .unwrap_or(0);
+            let pod = exists(&c, &ResourceRef::pods(), "openshell-0");
+            match (want > 0, pod) {
+                (true, None) => {
+                    let g = generation.fetch_add(1, Ordering::SeqCst) + 1;
+                    running_pod(
+                        &c,
+                        "openshell-0",
+                        json!(selector()),
+                        Some(("StatefulSet", "openshell", &sts_uid)),
+                        &["openshell-gateway"],
+                    );
+                    c.register_port(
+                        NS,
+                        "openshell-0",
+                        8080,
+                        move |mut s: tokio::io::DuplexStream| {
+                            tokio::spawn(async move {
+                                let mut buf = [0u8; 4];
+                                if s.read_exact(&mut buf).await.is_ok() {
+                                    let _ = s.write_all(format!("gen-{g}:").as_bytes()).await;
+                                    let _ = s.write_all(&buf).await;
+                                }
+                            });
+                        },
+                    );
+                }
+                (false, Some(p)) if p["metadata"]["deletionTimestamp"].is_null() => {
+                    let _ = c.delete(
+                        &ResourceRef::pods(),
+                        Some(NS),
+                        "openshell-0",
+                        &Default::default(),
+                    );
+                }
+                _ => {}
+            }
+            let ready = exists(&c, &ResourceRef::pods(), "openshell-0")
+                .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+                .map(|_| 1)
+                .unwrap_or(0);
+            let _ = c.patch_status(
+                &sts(),
+                Some(NS),
+                "openshell",
+                PatchKind::Merge,
+                &json!({"status": {"replicas": ready, "readyReplicas": ready}}),
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
+fn workload() -> Workload {
+    Workload {
+        kind: WorkloadKind::StatefulSet,
+        namespace: NS.into(),
+        name: "openshell".into(),
+        selector: selector(),
+    }
+}
+
+async fn roundtrip(c: &Cluster, stats: &ForwardStats) -> Result<String, TargetError> {
+    let (mut mine, theirs) = tokio::io::duplex(1024);
+    let client = c.client();
+    let w = workload();
+    let fwd = async move {
+        forward_connection(&client, &w, 8080, Duration::from_secs(5), stats, theirs).await
+    };
+    let talk = async {
+        mine.write_all(b"ping").await.unwrap();
+        // The client closes its side, as a CLI does when done; the forward then ends.
+        mine.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        let _ = mine.read_to_end(&mut got).await;
+        String::from_utf8(got).unwrap()
+    };
+    let (r, text) = tokio::join!(fwd, talk);
+    r.map(|_| text)
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_port_forward_resolves_the_gateway_pod_again_for_each_connection() {
+    let c = cluster();
+    let uid = create_gateway(&c, 1);
+    // The certgen Job's pod carries the same labels (k8s-objects.md §4); it must never be
+    // picked. The emulator serves no Jobs, so a ConfigMap stands in as the owner object (the
+    // garbage collector only needs the uid to exist); the owner reference says kind Job.
+    let owner = c
+        .create(
+            &ResourceRef::new("", "v1", "configmaps"),
+            Some(NS),
+            json!({"metadata": {"name": "openshell-certgen"}}),
+        )
+        .unwrap();
+    let owner_uid = owner["metadata"]["uid"].as_str().unwrap().to_string();
+    running_pod(
+        &c,
+        "openshell-certgen-x",
+        json!(selector()),
+        Some(("Job", "openshell-certgen", &owner_uid)),
+        &["certgen"],
+    );
+    let generation = Arc::new(AtomicU32::new(0));
+    let ctl = run_sts_controller(c.clone(), uid, generation.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stats = ForwardStats::default();
+    assert_eq!(roundtrip(&c, &stats).await.unwrap(), "gen-1:ping");
+
+    // The gateway pod is replaced: the next connection reaches the new pod.
+    c.delete(
+        &ResourceRef::pods(),
+        Some(NS),
+        "openshell-0",
+        &Default::default(),
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(generation.load(Ordering::SeqCst), 2);
+    assert_eq!(roundtrip(&c, &stats).await.unwrap(), "gen-2:ping");
+
+    // Scaled to zero: a connection is refused after the short resolve wait, like an outage.
+    gateway::scale(&c.client(), &workload(), 0).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let err = roundtrip(&c, &stats).await.unwrap_err();
+    assert!(err.to_string().contains("no ready gateway pod"), "{err}");
+    assert_eq!(stats.refused.load(Ordering::Relaxed), 1);
+
+    // Scaled back: access works again without restarting anything.
+    gateway::scale(&c.client(), &workload(), 1).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(roundtrip(&c, &stats).await.unwrap(), "gen-3:ping");
+    assert_eq!(stats.connections.load(Ordering::Relaxed), 4);
+    assert_eq!(
+        stats.last_pod.lock().unwrap().as_deref(),
+        Some("openshell-0")
+    );
+    ctl.abort();
+}
+
+fn injector(c: &Cluster, dir: &std::path::Path, placement: SupervisorPlacement) -> FaultInjector {
+    FaultInjector::new(
+        c.client(),
+        Journal::new(dir.join(journal::FILE_NAME), "kind-test", None),
+        workload(),
+        NS,
+        placement,
+    )
+}
+
+fn sidecar() -> SupervisorPlacement {
+    SupervisorPlacement::SandboxContainer {
+        container: "agent".into(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn gateway_stop_scales_to_zero_journals_first_and_restores_the_original_replicas() {
+    let c = cluster();
+    let uid = create_gateway(&c, 1);
+    let ctl = run_sts_controller(c.clone(), uid, Arc::new(AtomicU32::new(0)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(&c, dir.path(), sidecar());
+    let rec = Recorder::new();
+    inj.set_recorder(rec.clone());
+
+    inj.inject(&Fault::GatewayStop).await.unwrap();
+    assert!(
+        exists(&c, &ResourceRef::pods(), "openshell-0").is_none(),
+        "the gateway pod is gone once inject returns"
+    );
+    assert_eq!(
+        exists(&c, &sts(), "openshell").unwrap()["spec"]["replicas"],
+        0
+    );
+    let entries = Journal::read(&dir.path().join(journal::FILE_NAME))
+        .await
+        .unwrap()
+        .entries;
+    assert_eq!(
+        entries.len(),
+        1,
+        "the journal holds the way back while the fault is on"
+    );
+
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    inj.restore(&Fault::GatewayStop).await.unwrap();
+    assert_eq!(
+        exists(&c, &sts(), "openshell").unwrap()["spec"]["replicas"],
+        1
+    );
+    assert!(
+        gateway::ready_pod(&c.client(), &workload())
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        !dir.path().join(journal::FILE_NAME).exists(),
+        "a restored fault leaves no journal"
+    );
+    assert!(inj.active().await.is_empty());
+
+    // The actual window is on the timeline: pods gone, then ready again 30 s or more later.
+    let obs: BTreeMap<String, u64> = rec
+        .snapshot()
+        .entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Observation { key, value, .. } => Some((key.clone(), value.as_u64().unwrap())),
+            _ => None,
+        })
+        .collect();
+    let gone = obs["gateway-stop.pods-gone-ms"];
+    let back = obs["gateway-stop.ready-again-ms"];
+    assert!(back - gone >= 30_000, "window {gone}..{back}");
+    ctl.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_simulated_kill_the_journal_restores_the_stopped_gateway() {
+    let c = cluster();
+    let uid = create_gateway(&c, 1);
+    let ctl = run_sts_controller(c.clone(), uid, Arc::new(AtomicU32::new(0)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let inj = injector(&c, dir.path(), sidecar());
+        inj.inject(&Fault::GatewayStop).await.unwrap();
+        // The process "dies" here: no restore, no guard.
+    }
+    assert_eq!(
+        exists(&c, &sts(), "openshell").unwrap()["spec"]["replicas"],
+        0
+    );
+    let path = dir.path().join(journal::FILE_NAME);
+    let report = journal::restore_from(&path, &c.client(), Duration::from_secs(120))
+        .await
+        .unwrap();
+    assert_eq!(report.restored.len(), 1, "{report}");
+    assert_eq!(
+        exists(&c, &sts(), "openshell").unwrap()["spec"]["replicas"],
+        1
+    );
+    assert!(
+        gateway::ready_pod(&c.client(), &workload())
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(!path.exists());
+    // Running it again finds nothing to do.
+    let again = journal::restore_from(&path, &c.client(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(again.to_string(), "nothing to restore\n");
+    ctl.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restore_that_cannot_complete_keeps_the_journal_and_names_the_wait() {
+    let c = cluster();
+    create_gateway(&c, 1);
+    // No controller: scaling back never brings a pod, so the restore runs out.
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(&c, dir.path(), sidecar());
+    inj.inject(&Fault::GatewayStop).await.unwrap();
+    let path = dir.path().join(journal::FILE_NAME);
+    let err = journal::restore_from(&path, &c.client(), Duration::from_secs(20))
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("gave up after 20s"), "{msg}");
+    assert!(msg.contains("last seen: readyReplicas=0; no pods"), "{msg}");
+    assert_eq!(
+        Journal::read(&path).await.unwrap().entries.len(),
+        1,
+        "kept for a later restore"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn gateway_restart_deletes_the_pod_and_restore_waits_for_a_new_ready_one() {
+    let c = cluster();
+    let uid = create_gateway(&c, 1);
+    let generation = Arc::new(AtomicU32::new(0));
+    let ctl = run_sts_controller(c.clone(), uid, generation.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let old = exists(&c, &ResourceRef::pods(), "openshell-0").unwrap()["metadata"]["uid"].clone();
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(&c, dir.path(), sidecar());
+    inj.inject(&Fault::GatewayRestart).await.unwrap();
+    inj.restore(&Fault::GatewayRestart).await.unwrap();
+    let new = exists(&c, &ResourceRef::pods(), "openshell-0").unwrap()["metadata"]["uid"].clone();
+    assert_ne!(old, new);
+    assert_eq!(generation.load(Ordering::SeqCst), 2);
+    ctl.abort();
+}
+
+/// Plays the Agent Sandbox controller for one sandbox pod: recreates it after deletion with
+/// the same name and a new uid (k8s-objects.md §2.7).
+fn run_sandbox_pod_controller(
+    c: Cluster,
+    name: &'static str,
+    labels: Value,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            if exists(&c, &ResourceRef::pods(), name).is_none() {
+                running_pod(&c, name, labels.clone(), None, &["agent"]);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn sandbox_pod_replace_is_restored_once_a_replacement_with_a_new_uid_exists() {
+    let c = cluster();
+    let ctl = run_sandbox_pod_controller(
+        c.clone(),
+        "default--demo",
+        json!({"agents.x-k8s.io/sandbox-name-hash": "523e82a3"}),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let old = exists(&c, &ResourceRef::pods(), "default--demo").unwrap()["metadata"]["uid"].clone();
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(&c, dir.path(), sidecar());
+    let f = Fault::SandboxPodReplace {
+        sandbox: "demo".into(),
+    };
+    inj.inject(&f).await.unwrap();
+    inj.restore(&f).await.unwrap();
+    let new = exists(&c, &ResourceRef::pods(), "default--demo").unwrap()["metadata"]["uid"].clone();
+    assert_ne!(old, new);
+    ctl.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_pod_replace_without_a_controller_fails_naming_the_pod_and_what_was_seen() {
+    let c = cluster();
+    running_pod(&c, "default--demo", json!({}), None, &["agent"]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut inj = injector(&c, dir.path(), sidecar());
+    inj.deadlines.replacement = Duration::from_secs(10);
+    let f = Fault::SandboxPodReplace {
+        sandbox: "demo".into(),
+    };
+    inj.inject(&f).await.unwrap();
+    let err = inj.restore(&f).await.unwrap_err().to_string();
+    assert!(
+        err.contains("replacement of pod default--demo: gave up after 10s"),
+        "{err}"
+    );
+    assert_eq!(
+        inj.active().await.len(),
+        1,
+        "still active: the guard or restore can retry"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn supervisor_kill_in_a_container_execs_the_kill_in_that_container() {
+    let c = cluster();
+    running_pod(
+        &c,
+        "default--demo",
+        json!({}),
+        None,
+        &["agent", "openshell-supervisor-network"],
+    );
+    let seen: Arc<std::sync::Mutex<Vec<ExecSeen>>> = Default::default();
+    let s = seen.clone();
+    c.register_exec(
+        NS,
+        "default--demo",
+        "openshell-supervisor-network",
+        move |req: ExecRequest| {
+            s.lock()
+                .unwrap()
+                .push((req.container.clone(), req.argv.clone()));
+            Box::pin(async {
+                ExecOutput {
+                    stdout: vec![],
+                    stderr: vec![],
+                    exit_code: 137,
+                }
+            }) as futures::future::BoxFuture<'static, ExecOutput>
+        },
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(
+        &c,
+        dir.path(),
+        SupervisorPlacement::SandboxContainer {
+            container: "openshell-supervisor-network".into(),
+        },
+    );
+    let f = Fault::SupervisorKill {
+        sandbox: "demo".into(),
+    };
+    inj.inject(&f).await.unwrap();
+    inj.restore(&f).await.unwrap();
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        vec![(
+            "openshell-supervisor-network".to_string(),
+            vec!["kill".to_string(), "-KILL".into(), "1".into()]
+        )]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn supervisor_kill_in_a_dedicated_pod_deletes_that_pod_only() {
+    let c = cluster();
+    let ctl = run_sandbox_pod_controller(
+        c.clone(),
+        "sup-demo",
+        json!({"app": "openshell-supervisor", "openshell.ai/sandbox-name": "default--demo"}),
+    );
+    running_pod(
+        &c,
+        "sup-other",
+        json!({"app": "openshell-supervisor", "openshell.ai/sandbox-name": "default--other"}),
+        None,
+        &["supervisor"],
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let old = exists(&c, &ResourceRef::pods(), "sup-demo").unwrap()["metadata"]["uid"].clone();
+    let other = exists(&c, &ResourceRef::pods(), "sup-other").unwrap()["metadata"]["uid"].clone();
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(
+        &c,
+        dir.path(),
+        SupervisorPlacement::DedicatedPod {
+            selector: BTreeMap::from([("app".to_string(), "openshell-supervisor".to_string())]),
+            sandbox_label: "openshell.ai/sandbox-name".into(),
+        },
+    );
+    let f = Fault::SupervisorKill {
+        sandbox: "demo".into(),
+    };
+    inj.inject(&f).await.unwrap();
+    inj.restore(&f).await.unwrap();
+    assert_ne!(
+        exists(&c, &ResourceRef::pods(), "sup-demo").unwrap()["metadata"]["uid"],
+        old
+    );
+    let o = exists(&c, &ResourceRef::pods(), "sup-other").unwrap();
+    assert_eq!(o["metadata"]["uid"], other);
+    assert!(o["metadata"]["deletionTimestamp"].is_null());
+    ctl.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn faults_the_real_target_cannot_do_yet_are_unsupported_not_errors() {
+    let c = cluster();
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(&c, dir.path(), sidecar());
+    let err = inj
+        .inject(&Fault::MainProcessKill {
+            sandbox: "demo".into(),
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, TargetError::Unsupported(_)), "{err:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_restore_guard_restores_a_stopped_gateway_when_dropped() {
+    let c = cluster();
+    let uid = create_gateway(&c, 1);
+    let ctl = run_sts_controller(c.clone(), uid, Arc::new(AtomicU32::new(0)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let inj = Arc::new(injector(&c, dir.path(), sidecar()));
+    inj.inject(&Fault::GatewayStop).await.unwrap();
+    drop(openshell_conformance::real::faults::RestoreGuard::new(
+        inj.clone(),
+    ));
+    // On a current-thread runtime the guard spawns the restore; let it run.
+    for _ in 0..100 {
+        if inj.active().await.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(inj.active().await.is_empty());
+    assert_eq!(
+        exists(&c, &sts(), "openshell").unwrap()["spec"]["replicas"],
+        1
+    );
+    ctl.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn exec_through_the_api_returns_output_and_the_exit_code() {
+    let c = cluster();
+    running_pod(&c, "default--demo", json!({}), None, &["agent"]);
+    c.register_exec(NS, "default--demo", "agent", |req: ExecRequest| {
+        let code = if req.argv.last().map(String::as_str) == Some("fail") {
+            3
+        } else {
+            0
+        };
+        Box::pin(async move {
+            ExecOutput {
+                stdout: b"out\n".to_vec(),
+                stderr: b"err\n".to_vec(),
+                exit_code: code,
+            }
+        }) as futures::future::BoxFuture<'static, ExecOutput>
+    });
+    let ok = openshell_conformance::real::kexec::exec(
+        &c.client(),
+        NS,
+        "default--demo",
+        "agent",
+        &["echo".into(), "ok".into()],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (ok.exit_code, ok.stdout.as_str(), ok.stderr.as_str()),
+        (0, "out\n", "err\n")
+    );
+    let bad = openshell_conformance::real::kexec::exec(
+        &c.client(),
+        NS,
+        "default--demo",
+        "agent",
+        &["fail".into()],
+    )
+    .await
+    .unwrap();
+    assert_eq!(bad.exit_code, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_event_observer_records_events_of_the_namespace() {
+    let c = cluster();
+    let rec = Recorder::new();
+    let task = openshell_conformance::observe::spawn_events(c.client(), NS, rec.clone());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.create(
+        &ResourceRef::new("", "v1", "events"),
+        Some(NS),
+        json!({"metadata": {"name": "default--demo.1"}, "involvedObject": {"kind": "Pod", "name": "default--demo", "namespace": NS},
+               "reason": "Killing", "type": "Normal", "message": "Stopping container agent"}),
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let states = rec.last_states();
+    let e = states
+        .iter()
+        .find(|s| s.kind == "Event")
+        .expect("an event state");
+    assert_eq!(e.phase.as_deref(), Some("Killing"));
+    assert_eq!(e.labels["involved"], "Pod/default--demo");
+    task.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn leftovers_of_another_run_are_found_and_stop_the_run_or_are_swept() {
+    use openshell_conformance::real::leftovers;
+    use openshell_conformance::real::options::{Provider, RealArgs};
+    let c = cluster();
+    let ns = ResourceRef::new("", "v1", "namespaces");
+    c.create(&ns, None, json!({"metadata": {"name": "old-run-ns", "labels": {"openshell-conformance.io/run": "old"}}})).unwrap();
+    c.create(
+        &ns,
+        None,
+        json!({"metadata": {"name": "mine", "labels": {"openshell-conformance.io/run": "r1"}}}),
+    )
+    .unwrap();
+    c.create(&ResourceRef::sandboxes("v1beta1"), Some(NS), json!({"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox",
+        "metadata": {"name": "default--stale"}, "spec": {"podTemplate": {"spec": {"containers": []}}}})).unwrap();
+    let runner = ScriptedRunner::new(Unscripted::Succeed);
+    runner.respond(
+        "helm list",
+        CmdOutput::ok(r#"[{"name":"openshell","namespace":"openshell"}]"#),
+    );
+    let mut args = RealArgs {
+        cluster_name: "openshell-conformance".into(),
+        chart: "oci://x".into(),
+        chart_version: "0.0.111".into(),
+        agent_sandbox_version: "v0.5.0".into(),
+        openshell_bin: "openshell".into(),
+        run_dir: Some("/run-dir".into()),
+        ..RealArgs::default()
+    };
+    let opts = args.resolve(Provider::Kind, "r1", "/repo").unwrap();
+    let found = leftovers::find(&c.client(), &runner, &opts).await.unwrap();
+    assert_eq!(found.namespaces, vec!["old-run-ns".to_string()]);
+    assert_eq!(found.releases, vec!["openshell".to_string()]);
+    assert_eq!(
+        found.sandboxes,
+        vec!["openshell/default--stale".to_string()]
+    );
+    let err = leftovers::handle(&c.client(), &runner, &opts, &found)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("--sweep-leftovers"), "{err}");
+    assert!(
+        exists(&c, &ResourceRef::sandboxes("v1beta1"), "default--stale").is_some(),
+        "stop changes nothing"
+    );
+
+    args.sweep_leftovers = true;
+    let opts = args.resolve(Provider::Kind, "r1", "/repo").unwrap();
+    leftovers::handle(&c.client(), &runner, &opts, &found)
+        .await
+        .unwrap();
+    assert!(exists(&c, &ResourceRef::sandboxes("v1beta1"), "default--stale").is_none());
+    assert!(
+        runner
+            .lines()
+            .iter()
+            .any(|l| l.starts_with("helm uninstall openshell --namespace openshell"))
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let gone = c.get(&ns, None, "old-run-ns");
+    assert!(gone.is_err() || !gone.unwrap()["metadata"]["deletionTimestamp"].is_null());
+}

@@ -1,0 +1,250 @@
+//! The catalog: every scenario with the parameter variants it runs with, expanded into cases
+//! for the chosen topologies.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::scenario::{Case, Params, Scenario};
+use crate::topology::Topology;
+
+use crate::suites::scenarios::{lifecycle, outages, sweep};
+
+/// A scenario and the parameter sets it runs with.
+pub struct Entry {
+    pub scenario: Arc<Scenario>,
+    pub variants: Vec<Params>,
+}
+
+fn outages_of(secs: &[u64]) -> Vec<Params> {
+    secs.iter()
+        .map(|s| Params::default().with_outage(Duration::from_secs(*s)))
+        .collect()
+}
+
+fn one() -> Vec<Params> {
+    vec![Params::default()]
+}
+
+/// Every scenario with its default variants.
+pub fn entries() -> Vec<Entry> {
+    let e = |s: Scenario, variants: Vec<Params>| Entry {
+        scenario: Arc::new(s),
+        variants,
+    };
+    vec![
+        e(lifecycle::provisioning(), one()),
+        // Longer than the policy-fetch retry window (11 s) and than the sidecar wait (120 s).
+        e(outages::bootstrap_outage(), outages_of(&[30, 150])),
+        e(
+            lifecycle::permanent_bootstrap_error(),
+            ["credentials", "certificate"]
+                .iter()
+                .map(|w| Params::default().with("what", w))
+                .collect(),
+        ),
+        e(outages::gateway_restart(), one()),
+        // The last is longer than a watch's 290 s idle timeout.
+        e(outages::gateway_outage(), outages_of(&[30, 150, 330])),
+        e(lifecycle::stopped_through_outage(), outages_of(&[30])),
+        e(
+            lifecycle::completed_workload(),
+            ["0", "1"]
+                .iter()
+                .flat_map(|code| {
+                    ["gateway-restart", "supervisor-restart"]
+                        .iter()
+                        .map(move |via| Params::default().with("exit", code).with("via", via))
+                })
+                .collect(),
+        ),
+        e(lifecycle::error_recovery(), one()),
+        e(
+            lifecycle::restart_policy_always(),
+            ["main-kill", "gateway-restart"]
+                .iter()
+                .map(|t| Params::default().with("trigger", t))
+                .collect(),
+        ),
+        e(lifecycle::supervisor_restart(), one()),
+        e(sweep::seeded_sweep(), one()),
+    ]
+}
+
+/// What to run.
+#[derive(Clone, Debug, Default)]
+pub struct Selection {
+    /// Globs (`*` matches anything) over scenario ids and case ids; empty selects everything.
+    pub patterns: Vec<String>,
+    /// Replaces the outage of every scenario that has one.
+    pub outage: Option<Duration>,
+    /// The sweep's seed.
+    pub seed: Option<u64>,
+}
+
+/// Expands the catalog into cases: scenario × topology × variant, in catalog order.
+pub fn cases(topologies: &[Topology], sel: &Selection) -> Vec<Case> {
+    let mut out = Vec::new();
+    for entry in entries() {
+        let mut variants = entry.variants.clone();
+        if let Some(o) = sel.outage
+            && variants.iter().any(|v| v.outage.is_some())
+        {
+            variants = vec![Params::default().with_outage(o)];
+        }
+        if entry.scenario.id == "seeded-sweep" {
+            let seed = sel.seed.unwrap_or(sweep::DEFAULT_SEED);
+            for v in &mut variants {
+                v.schedule = Some(sweep::schedule_for(seed));
+            }
+        }
+        for topology in topologies {
+            for params in &variants {
+                let case = Case::new(entry.scenario.clone(), topology.clone(), params.clone());
+                if selected(&sel.patterns, &case) {
+                    out.push(case);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn selected(patterns: &[String], case: &Case) -> bool {
+    patterns.is_empty()
+        || patterns
+            .iter()
+            .any(|p| glob(p, &case.scenario.id) || glob(p, &case.id()))
+}
+
+/// `*` matches any run of characters; everything else matches itself.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == text;
+    }
+    let mut rest = text;
+    for (i, part) in parts.iter().enumerate() {
+        if i == 0 {
+            let Some(r) = rest.strip_prefix(part) else {
+                return false;
+            };
+            rest = r;
+        } else if i == parts.len() - 1 {
+            return rest.ends_with(part);
+        } else {
+            match rest.find(part) {
+                Some(at) => rest = &rest[at + part.len()..],
+                None => return false,
+            }
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::Topologies;
+
+    fn all() -> Vec<Topology> {
+        Topologies::builtin().all().cloned().collect()
+    }
+
+    #[test]
+    fn the_catalog_runs_every_scenario_on_every_topology() {
+        let cases = cases(&all(), &Selection::default());
+        // 19 variants on each of the four topologies.
+        assert_eq!(cases.len(), 19 * 4);
+        let ids: std::collections::BTreeSet<String> = cases.iter().map(|c| c.id()).collect();
+        assert_eq!(ids.len(), cases.len(), "case ids are unique");
+        assert!(ids.contains("gateway-outage[sidecar,outage=5m 30s]"));
+        assert!(ids.contains("completed-workload[gateway,exit=1,via=supervisor-restart]"));
+        assert!(ids.contains("seeded-sweep[combined,seed=1]"));
+    }
+
+    #[test]
+    fn every_scenario_names_requirements_that_exist() {
+        for e in entries() {
+            assert!(!e.scenario.requirements.is_empty(), "{}", e.scenario.id);
+            for r in &e.scenario.requirements {
+                assert!(
+                    crate::suites::requirements::find(r).is_some(),
+                    "{} names {r}",
+                    e.scenario.id
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_requirement_is_verified_by_some_scenario() {
+        let topo = all();
+        let mut covered = std::collections::BTreeSet::new();
+        for case in cases(&topo, &Selection::default()) {
+            let info = case.info(Default::default());
+            for check in (case.scenario.checks)(&info) {
+                covered.extend(check.requirements);
+            }
+        }
+        for r in crate::suites::requirements::REQUIREMENTS {
+            assert!(covered.contains(r.id), "no check verifies {}", r.id);
+        }
+    }
+
+    #[test]
+    fn patterns_select_scenarios_or_single_cases() {
+        let t = all();
+        let sel = |p: &str| Selection {
+            patterns: vec![p.into()],
+            ..Selection::default()
+        };
+        assert_eq!(cases(&t, &sel("gateway-restart")).len(), 4);
+        assert_eq!(cases(&t, &sel("gateway-*")).len(), 16);
+        assert_eq!(cases(&t, &sel("gateway-outage[combined,*")).len(), 3);
+        assert!(cases(&t, &sel("nothing-like-this")).is_empty());
+    }
+
+    #[test]
+    fn an_outage_override_replaces_every_outage_variant() {
+        let sel = Selection {
+            patterns: vec!["gateway-outage".into(), "provisioning".into()],
+            outage: Some(Duration::from_secs(45)),
+            seed: None,
+        };
+        let ids: Vec<String> = cases(&all()[..1], &sel).iter().map(|c| c.id()).collect();
+        assert_eq!(
+            ids,
+            [
+                "provisioning[combined]",
+                "gateway-outage[combined,outage=45s]"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_sweep_draws_its_schedule_from_the_seed() {
+        let sel = |seed| Selection {
+            patterns: vec!["seeded-sweep".into()],
+            seed: Some(seed),
+            ..Selection::default()
+        };
+        let a = cases(&all()[..1], &sel(7));
+        let b = cases(&all()[..1], &sel(7));
+        let c = cases(&all()[..1], &sel(8));
+        assert_eq!(a[0].params, b[0].params);
+        assert_ne!(a[0].params, c[0].params);
+        assert_eq!(a[0].id(), "seeded-sweep[combined,seed=7]");
+    }
+
+    #[test]
+    fn globs_match_like_a_shell() {
+        assert!(glob("a*c", "abc"));
+        assert!(glob("*", ""));
+        assert!(glob(
+            "gateway-*[sidecar*",
+            "gateway-outage[sidecar,outage=30s]"
+        ));
+        assert!(!glob("a*c", "abd"));
+        assert!(!glob("abc", "abcd"));
+    }
+}

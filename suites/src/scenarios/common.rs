@@ -1,0 +1,268 @@
+//! What every scenario does the same way: a workload that records its own starts, sentinels,
+//! a real command through the sandbox shell, deletion with a leak check, and the checks that go
+//! with them.
+
+use std::time::Duration;
+
+use crate::checks::{Anchor, Check, Cmp, Counted, Predicate, Selector, Window};
+use crate::scenario::{CaseInfo, Ctx, StepError};
+use crate::target::{RestartPolicy, SandboxSpec, TargetError};
+use crate::timeline::GATEWAY_SANDBOX_KIND;
+use crate::topology::SupervisorPlacement;
+
+/// The main-process start marker, relative to the workspace root (`/sandbox`).
+pub const STARTS_FILE: &str = ".conformance/starts";
+
+/// OpenShell's provisioning timeout: the CLI's idle wait for Ready (openshell-k8s.md §5, §6.5).
+pub const PROVISION_TIMEOUT: Duration = Duration::from_secs(300);
+/// How soon a sandbox must be Ready again once the gateway is back: the supervisor's session
+/// backoff is capped at 30 s (openshell-k8s.md §2.1), so 60 s leaves room for one more attempt.
+pub const RECOVERY: Duration = Duration::from_secs(60);
+/// How long bootstrap may take once the gateway is back after a long outage: a capped retry
+/// plus bootstrap plus the session (R1, R5).
+pub const BOOTSTRAP_RECOVERY: Duration = Duration::from_secs(120);
+/// A permanent bootstrap error must surface within this (R4).
+pub const PERMANENT_ERROR_BOUND: Duration = Duration::from_secs(60);
+/// Objects of a deleted sandbox must be gone within this (R13).
+pub const CLEANUP: Duration = Duration::from_secs(120);
+/// How long a terminal or stopped sandbox is watched after a fault, to see that it stays put.
+pub const SETTLE: Duration = Duration::from_secs(90);
+
+/// A long-running main process that appends a line to the start marker each time it starts.
+pub fn workload_command() -> Vec<String> {
+    sh(&format!(
+        "mkdir -p /sandbox/.conformance; echo start >> /sandbox/{STARTS_FILE}; sleep 1000000"
+    ))
+}
+
+/// A main process that records its start and exits with `code`.
+pub fn completing_command(code: i32) -> Vec<String> {
+    sh(&format!(
+        "mkdir -p /sandbox/.conformance; echo start >> /sandbox/{STARTS_FILE}; exit {code}"
+    ))
+}
+
+fn sh(script: &str) -> Vec<String> {
+    vec!["sh".into(), "-c".into(), script.into()]
+}
+
+pub fn spec(
+    ctx: &Ctx,
+    role: &str,
+    command: Vec<String>,
+    policy: Option<RestartPolicy>,
+) -> SandboxSpec {
+    SandboxSpec {
+        name: ctx.sandbox_name(role),
+        labels: [
+            (
+                "openshell-conformance/case".to_string(),
+                label_safe(&ctx.case.scenario),
+            ),
+            ("openshell-conformance/role".to_string(), role.to_string()),
+        ]
+        .into(),
+        command: Some(command),
+        restart_policy: policy,
+    }
+}
+
+fn label_safe(s: &str) -> String {
+    let mut v: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    v.truncate(63);
+    v
+}
+
+/// Creates a sandbox running the workload and waits until it is Ready (R11's deadline).
+pub async fn create_ready(
+    ctx: &Ctx,
+    role: &str,
+    policy: Option<RestartPolicy>,
+) -> Result<String, StepError> {
+    let spec = spec(ctx, role, workload_command(), policy);
+    ctx.create_sandbox(&spec).await?;
+    ctx.wait_phase(&spec.name, &["Ready"], PROVISION_TIMEOUT)
+        .await?;
+    Ok(spec.name)
+}
+
+/// Counts the workload's starts from the marker on the workspace volume and records the count
+/// under `key`. None when it cannot be read (the check then says it was never observed).
+pub async fn observe_starts(ctx: &Ctx, sandbox: &str, key: &str) -> Option<u64> {
+    match ctx.read_workspace(sandbox, STARTS_FILE).await {
+        Ok(content) => {
+            let n = content.map_or(0, |c| {
+                c.lines().filter(|l| l.trim() == "start").count() as u64
+            });
+            ctx.observe_value(key, Some(sandbox), serde_json::json!(n));
+            Some(n)
+        }
+        Err(e) => {
+            ctx.rec
+                .note(format!("could not read the start marker of {sandbox}: {e}"));
+            None
+        }
+    }
+}
+
+/// Runs a real command through the sandbox shell and records whether it worked.
+pub async fn check_shell(ctx: &Ctx, sandbox: &str) {
+    let ok = match ctx
+        .sh(sandbox, "echo usable && ls /sandbox > /dev/null")
+        .await
+    {
+        Ok(r) => r.exit_code == 0 && r.stdout.trim() == "usable",
+        Err(_) => false,
+    };
+    ctx.observe_value(
+        &shell_key(sandbox),
+        Some(sandbox),
+        serde_json::json!(u64::from(ok)),
+    );
+}
+
+fn shell_key(sandbox: &str) -> String {
+    format!("shell-usable:{sandbox}")
+}
+
+/// Deletes the sandbox and waits (softly: the leak checks judge) until the gateway forgets it.
+pub async fn delete(ctx: &Ctx, sandbox: &str) -> Result<(), StepError> {
+    match ctx.delete_sandbox(sandbox).await {
+        Ok(()) | Err(TargetError::Refused { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    if let Err(e) = ctx.wait_gone(sandbox, CLEANUP).await {
+        ctx.rec.note(format!("not reached: {e}"));
+    }
+    ctx.mark(&deleted_marker(sandbox));
+    Ok(())
+}
+
+pub fn deleted_marker(sandbox: &str) -> String {
+    format!("deleted:{sandbox}")
+}
+
+// ---- checks -------------------------------------------------------------------------------
+
+/// The gateway's view of the sandbox.
+pub fn gateway_view(case: &CaseInfo, role: &str) -> Selector {
+    Selector::named(GATEWAY_SANDBOX_KIND, &case.sandbox_name(role))
+}
+
+pub fn phase_is(case: &CaseInfo, role: &str, phases: &[&str]) -> Predicate {
+    Predicate::phase(gateway_view(case, role), phases)
+}
+
+pub fn ready_within(
+    name: &str,
+    reqs: &[&str],
+    case: &CaseInfo,
+    role: &str,
+    after: Anchor,
+    within: Duration,
+) -> Check {
+    Check::eventually(name, reqs, phase_is(case, role, &["Ready"]), after, within)
+}
+
+pub fn never(
+    name: &str,
+    reqs: &[&str],
+    case: &CaseInfo,
+    role: &str,
+    phases: &[&str],
+    during: Window,
+) -> Check {
+    Check::never(name, reqs, phase_is(case, role, phases), during)
+}
+
+pub fn sentinels() -> Check {
+    Check::sentinels("workspace sentinels are read back intact", &["R6"])
+}
+
+pub fn starts_eq(
+    name: &str,
+    reqs: &[&str],
+    case: &CaseInfo,
+    role: &str,
+    key: &str,
+    n: u64,
+) -> Check {
+    Check::count(
+        name,
+        reqs,
+        Counted::Observed {
+            key: starts_key(&case.sandbox_name(role), key),
+        },
+        None,
+        Cmp::Eq,
+        n,
+    )
+}
+
+/// Observation keys are per sandbox so that multi-sandbox scenarios do not mix counts.
+pub fn starts_key(sandbox: &str, key: &str) -> String {
+    format!("{key}:{sandbox}")
+}
+
+pub fn shell_usable(case: &CaseInfo, role: &str, reqs: &[&str]) -> Check {
+    Check::count(
+        "a command runs through the sandbox shell",
+        reqs,
+        Counted::Observed {
+            key: shell_key(&case.sandbox_name(role)),
+        },
+        None,
+        Cmp::Eq,
+        1,
+    )
+}
+
+/// After the sandbox is deleted, its Sandbox resource, pod(s) and workspace PVC are gone (R13).
+/// On topologies with a dedicated supervisor pod, that pod too.
+pub fn no_leaks(case: &CaseInfo, role: &str) -> Vec<Check> {
+    let sandbox = case.sandbox_name(role);
+    let cr = case.resource_name(&sandbox);
+    let after = Anchor::marker(&deleted_marker(&sandbox));
+    let mut objects = vec![
+        Selector::named("Sandbox", &cr),
+        Selector::named("Pod", &cr),
+        Selector::named("PersistentVolumeClaim", &format!("workspace-{cr}")),
+    ];
+    if let SupervisorPlacement::DedicatedPod {
+        selector,
+        sandbox_label,
+    } = &case.topology.supervisor
+    {
+        let mut s = Selector::kind("Pod").with_label(sandbox_label, &cr);
+        for (k, v) in selector {
+            s = s.with_label(k, v);
+        }
+        objects.push(s);
+    }
+    vec![Check::eventually(
+        "nothing of the deleted sandbox is left behind",
+        &["R13"],
+        Predicate::All {
+            predicates: objects
+                .into_iter()
+                .map(|object| Predicate::Absent { object })
+                .collect(),
+        },
+        after,
+        CLEANUP,
+    )]
+}
+
+/// The window from a fault's start to a marker set once the scenario has verified recovery.
+pub fn fault_until(fault: &str, marker: &str) -> Window {
+    Window::new(Anchor::fault_start(fault), Anchor::marker(marker))
+}

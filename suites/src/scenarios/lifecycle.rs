@@ -1,0 +1,721 @@
+//! Lifecycle under faults: stops, completed workloads, recovery from Error, restart policies,
+//! permanent bootstrap errors, provisioning and supervisor restarts on every topology.
+
+use std::time::Duration;
+
+use crate::checks::{Anchor, Check, Cmp, Counted, Predicate, Selector, Window};
+use crate::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepError, StepResult};
+use crate::target::{Capability, Fault, RestartPolicy, TargetError};
+use crate::timeline::ActionStatus;
+use futures::future::BoxFuture;
+
+use super::common::*;
+
+const MAIN: &str = "main";
+
+fn delete_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        delete(ctx, &name).await
+    })
+}
+
+fn seed_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = create_ready(ctx, MAIN, None).await?;
+        ctx.write_sentinel(&name, "before-fault").await?;
+        Ok(())
+    })
+}
+
+fn with_leaks(mut checks: Vec<Check>, case: &CaseInfo) -> Vec<Check> {
+    checks.extend(no_leaks(case, MAIN));
+    checks
+}
+
+// ---- a stopped sandbox through a gateway outage ---------------------------------------------
+
+/// A stopped sandbox stays stopped while the gateway goes away and comes back, then starts with
+/// its workspace (bug 3; the stop/start contract, openshell-k8s.md §1.4).
+pub fn stopped_through_outage() -> Scenario {
+    Scenario {
+        id: "stopped-through-outage".into(),
+        title: "Stopped sandbox through a gateway outage, then started".into(),
+        requirements: ["R6", "R7", "R13"].map(String::from).to_vec(),
+        requires: vec![Capability::MainCommand, Capability::GatewayStop],
+        steps: vec![
+            Step::new(
+                Stage::Seed,
+                "create, write a sentinel and stop",
+                seed_and_stop,
+            ),
+            Step::new(
+                Stage::Fault,
+                "stop the gateway for the outage",
+                stopped_outage_fault,
+            ),
+            Step::new(Stage::Verify, "start and read back", start_and_verify),
+            Step::new(Stage::Verify, "delete the sandbox", delete_main),
+        ],
+        checks: stopped_checks,
+    }
+}
+
+fn seed_and_stop(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = create_ready(ctx, MAIN, None).await?;
+        ctx.write_sentinel(&name, "before-fault").await?;
+        ctx.stop_sandbox(&name).await?;
+        ctx.wait_phase(&name, &["Stopped"], Duration::from_secs(120))
+            .await?;
+        ctx.mark("stopped");
+        Ok(())
+    })
+}
+
+fn stopped_outage_fault(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let outage = ctx.params().outage.unwrap_or(Duration::from_secs(30));
+        ctx.outage(outage).await?;
+        // Watch the sandbox for a while: a returning gateway must not start it.
+        ctx.sleep(SETTLE).await;
+        let name = ctx.sandbox_name(MAIN);
+        ctx.get_sandbox(&name).await.ok();
+        ctx.mark("settled");
+        Ok(())
+    })
+}
+
+fn start_and_verify(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        ctx.start_sandbox(&name).await?;
+        ctx.settle_phase(&name, &["Ready"], PROVISION_TIMEOUT).await;
+        check_shell(ctx, &name).await;
+        ctx.read_sentinel(&name, "before-fault").await;
+        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+        Ok(())
+    })
+}
+
+fn stopped_checks(case: &CaseInfo) -> Vec<Check> {
+    with_leaks(
+        vec![
+            never(
+                "the stopped sandbox is not started by the returning gateway",
+                &["R7"],
+                case,
+                MAIN,
+                &["Starting", "Ready", "Provisioning", "Error"],
+                Window::new(Anchor::marker("stopped"), Anchor::marker("settled")),
+            ),
+            ready_within(
+                "the sandbox starts when asked",
+                &["R7"],
+                case,
+                MAIN,
+                Anchor::action_end("start"),
+                PROVISION_TIMEOUT,
+            ),
+            starts_eq(
+                "the workload ran once before the stop and once after the start",
+                &["R7"],
+                case,
+                MAIN,
+                "starts",
+                2,
+            ),
+            shell_usable(case, MAIN, &["R7"]),
+            sentinels(),
+        ],
+        case,
+    )
+}
+
+// ---- a completed workload through restarts --------------------------------------------------
+
+/// A main process that exits (0 or non-zero) stays finished through a gateway restart or a
+/// supervisor restart: nothing replays it (bug 3; #2884, #3117).
+pub fn completed_workload() -> Scenario {
+    Scenario {
+        id: "completed-workload".into(),
+        title: "Completed workload through a gateway or supervisor restart".into(),
+        requirements: ["R7", "R13"].map(String::from).to_vec(),
+        requires: vec![Capability::MainCommand],
+        steps: vec![
+            Step::new(
+                Stage::Seed,
+                "run a workload to completion",
+                run_to_completion,
+            ),
+            Step::new(
+                Stage::Fault,
+                "restart the gateway or the supervisor",
+                completed_fault,
+            ),
+            Step::new(
+                Stage::Verify,
+                "count the workload's starts",
+                count_completed,
+            ),
+            Step::new(Stage::Verify, "delete the sandbox", delete_main),
+        ],
+        checks: completed_checks,
+    }
+}
+
+/// Phases in which a finished main process may rest.
+const TERMINAL: &[&str] = &["Completed", "Error"];
+
+fn run_to_completion(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let code: i32 = ctx.params().get("exit").unwrap_or("0").parse().unwrap_or(0);
+        let spec = spec(ctx, MAIN, completing_command(code), None);
+        ctx.create_sandbox(&spec).await?;
+        ctx.wait_phase(&spec.name, TERMINAL, PROVISION_TIMEOUT)
+            .await?;
+        ctx.mark("completed");
+        Ok(())
+    })
+}
+
+fn completed_fault(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        let fault = match ctx.params().get("via") {
+            Some("supervisor-restart") => Fault::SupervisorKill { sandbox: name },
+            _ => Fault::GatewayRestart,
+        };
+        if !ctx.case.target.capabilities.contains(&fault.capability()) {
+            return Err(StepError::Skip(format!(
+                "{} lacks {}",
+                ctx.case.target.label(),
+                fault.capability()
+            )));
+        }
+        let id = ctx.inject(fault).await?;
+        ctx.restore(&id).await?;
+        ctx.sleep(SETTLE).await;
+        ctx.mark("settled");
+        Ok(())
+    })
+}
+
+fn count_completed(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        ctx.get_sandbox(&name).await.ok();
+        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+        Ok(())
+    })
+}
+
+fn completed_checks(case: &CaseInfo) -> Vec<Check> {
+    with_leaks(
+        vec![
+            never(
+                "the finished workload is not brought back",
+                &["R7"],
+                case,
+                MAIN,
+                &["Ready", "Starting", "Restarting", "Provisioning"],
+                Window::new(Anchor::marker("completed"), Anchor::marker("settled")),
+            ),
+            starts_eq(
+                "the completed command ran exactly once",
+                &["R7"],
+                case,
+                MAIN,
+                "starts",
+                1,
+            ),
+        ],
+        case,
+    )
+}
+
+// ---- recovery from bootstrap Error ----------------------------------------------------------
+
+/// A sandbox in terminal bootstrap Error is recovered by the documented path (stop, then start)
+/// with its workspace (bug 1; #2179, #3308; openshell-k8s.md §1.4, §7.1).
+pub fn error_recovery() -> Scenario {
+    Scenario {
+        id: "error-recovery".into(),
+        title: "Recovery of a sandbox in bootstrap Error by stop then start".into(),
+        requirements: ["R4", "R6", "R8", "R13"].map(String::from).to_vec(),
+        requires: vec![
+            Capability::MainCommand,
+            Capability::BootstrapCredentialFault,
+            Capability::SandboxPodReplace,
+        ],
+        steps: vec![
+            Step::new(
+                Stage::Seed,
+                "create a Ready sandbox and write a sentinel",
+                seed_main,
+            ),
+            Step::new(
+                Stage::Fault,
+                "break bootstrap so the sandbox ends in Error",
+                into_error,
+            ),
+            Step::new(Stage::Verify, "recover by stop then start", recover),
+            Step::new(Stage::Verify, "delete the sandbox", delete_main),
+        ],
+        checks: recovery_checks,
+    }
+}
+
+fn into_error(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        let creds = ctx
+            .inject(Fault::BootstrapCredentials {
+                sandbox: name.clone(),
+                what: "credentials".into(),
+            })
+            .await?;
+        let replace = ctx
+            .inject(Fault::SandboxPodReplace {
+                sandbox: name.clone(),
+            })
+            .await?;
+        ctx.restore(&replace).await?;
+        ctx.settle_phase(&name, &["Error"], Duration::from_secs(120))
+            .await;
+        // The cause is fixed; what remains is the sandbox's terminal state.
+        ctx.restore(&creds).await?;
+        ctx.mark("recovering");
+        Ok(())
+    })
+}
+
+fn recover(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        match ctx.stop_sandbox(&name).await {
+            Ok(()) => {
+                ctx.settle_phase(&name, &["Stopped"], Duration::from_secs(120))
+                    .await;
+            }
+            Err(TargetError::Refused { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        match ctx.start_sandbox(&name).await {
+            Ok(()) => {
+                ctx.settle_phase(&name, &["Ready"], PROVISION_TIMEOUT).await;
+            }
+            Err(TargetError::Refused { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        check_shell(ctx, &name).await;
+        ctx.read_sentinel(&name, "before-fault").await;
+        ctx.mark("recovered");
+        Ok(())
+    })
+}
+
+fn recovery_checks(case: &CaseInfo) -> Vec<Check> {
+    let refused = |name: &str, action: &str| {
+        Check::count(
+            name,
+            &["R8"],
+            Counted::Actions {
+                name: action.into(),
+                status: Some(ActionStatus::Refused),
+            },
+            None,
+            Cmp::Eq,
+            0,
+        )
+    };
+    with_leaks(
+        vec![
+            Check::eventually(
+                "a bootstrap that cannot authenticate ends in Error",
+                &["R4"],
+                phase_is(case, MAIN, &["Error"]),
+                Anchor::fault_start("f2"),
+                Duration::from_secs(120),
+            ),
+            refused("stop is accepted for a sandbox in Error", "stop"),
+            refused("start is accepted after the stop", "start"),
+            ready_within(
+                "the sandbox is Ready again after stop and start",
+                &["R8"],
+                case,
+                MAIN,
+                Anchor::marker("recovering"),
+                PROVISION_TIMEOUT,
+            ),
+            shell_usable(case, MAIN, &["R8"]),
+            sentinels(),
+        ],
+        case,
+    )
+}
+
+// ---- restart policy always ------------------------------------------------------------------
+
+/// `--restart-policy always` is honoured when the main process is killed, and when it dies
+/// while the gateway is away (bug 3; #2798; openshell-k8s.md §8).
+pub fn restart_policy_always() -> Scenario {
+    Scenario {
+        id: "restart-policy-always".into(),
+        title: "Restart policy always when the main process ends".into(),
+        requirements: ["R10", "R13"].map(String::from).to_vec(),
+        requires: vec![
+            Capability::MainCommand,
+            Capability::RestartPolicy,
+            Capability::MainProcessKill,
+            Capability::GatewayStop,
+        ],
+        steps: vec![
+            Step::new(
+                Stage::Seed,
+                "create a sandbox with restart policy always",
+                seed_always,
+            ),
+            Step::new(Stage::Fault, "end the main process", end_main),
+            Step::new(Stage::Verify, "wait for the restart", verify_restarted),
+            Step::new(Stage::Verify, "delete the sandbox", delete_main),
+        ],
+        checks: restart_checks,
+    }
+}
+
+fn seed_always(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        create_ready(ctx, MAIN, Some(RestartPolicy::Always)).await?;
+        Ok(())
+    })
+}
+
+fn end_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        let kill = Fault::MainProcessKill {
+            sandbox: name.clone(),
+        };
+        if ctx.params().get("trigger") == Some("gateway-restart") {
+            // The main process dies while its exit cannot be reported (openshell-k8s.md §2.1).
+            let gw = ctx
+                .inject_for(Fault::GatewayStop, Some(Duration::from_secs(30)))
+                .await?;
+            let k = ctx.inject(kill).await?;
+            ctx.restore(&k).await?;
+            ctx.sleep(Duration::from_secs(30)).await;
+            ctx.restore(&gw).await?;
+        } else {
+            let k = ctx.inject(kill).await?;
+            ctx.restore(&k).await?;
+        }
+        ctx.mark("main-ended");
+        Ok(())
+    })
+}
+
+fn verify_restarted(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        ctx.settle_phase(&name, &["Ready"], Duration::from_secs(180))
+            .await;
+        check_shell(ctx, &name).await;
+        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+        ctx.mark("verified");
+        Ok(())
+    })
+}
+
+fn restart_checks(case: &CaseInfo) -> Vec<Check> {
+    with_leaks(
+        vec![
+            ready_within(
+                "the sandbox is running again after its main process ended",
+                &["R10"],
+                case,
+                MAIN,
+                Anchor::marker("main-ended"),
+                Duration::from_secs(180),
+            ),
+            never(
+                "the sandbox never rests in a terminal phase",
+                &["R10"],
+                case,
+                MAIN,
+                &["Error", "Completed", "Stopped"],
+                Window::new(Anchor::marker("main-ended"), Anchor::marker("verified")),
+            ),
+            starts_eq(
+                "the main process was started again, once",
+                &["R10"],
+                case,
+                MAIN,
+                "starts",
+                2,
+            ),
+            shell_usable(case, MAIN, &["R10"]),
+        ],
+        case,
+    )
+}
+
+// ---- permanent bootstrap errors -------------------------------------------------------------
+
+/// Bad credentials, or a gateway certificate the sandbox must reject: the sandbox fails fast and
+/// says why, never becomes Ready, and leaves nothing behind (bug 1 acceptance; bug 2 leaks).
+pub fn permanent_bootstrap_error() -> Scenario {
+    Scenario {
+        id: "permanent-bootstrap-error".into(),
+        title: "Permanent bootstrap error: explicit, bounded, diagnosable, no leaks".into(),
+        requirements: ["R4", "R13", "R14"].map(String::from).to_vec(),
+        requires: vec![
+            Capability::MainCommand,
+            Capability::BootstrapCredentialFault,
+        ],
+        steps: vec![
+            Step::new(
+                Stage::Seed,
+                "create a sandbox with broken bootstrap",
+                create_broken,
+            ),
+            Step::new(Stage::Fault, "wait for the failure", wait_failure),
+            Step::new(Stage::Verify, "delete the sandbox", delete_broken),
+        ],
+        checks: permanent_checks,
+    }
+}
+
+fn create_broken(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let what = ctx
+            .params()
+            .get("what")
+            .unwrap_or("credentials")
+            .to_string();
+        let spec = spec(ctx, MAIN, workload_command(), None);
+        ctx.inject(Fault::BootstrapCredentials {
+            sandbox: spec.name.clone(),
+            what,
+        })
+        .await?;
+        ctx.create_sandbox(&spec).await?;
+        Ok(())
+    })
+}
+
+fn wait_failure(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        ctx.settle_phase(&name, &["Error"], PROVISION_TIMEOUT).await;
+        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+        Ok(())
+    })
+}
+
+fn delete_broken(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        delete(ctx, &name).await?;
+        // Put the credentials back only after the checks' window: the engine restores f1.
+        Ok(())
+    })
+}
+
+fn permanent_checks(case: &CaseInfo) -> Vec<Check> {
+    let words: Vec<String> = match case.params.get("what") {
+        Some("certificate") => ["certificate", "tls", "x509"],
+        _ => ["unauthenticated", "credential", "token"],
+    }
+    .map(String::from)
+    .to_vec();
+    with_leaks(
+        vec![
+            Check::eventually(
+                "the sandbox fails explicitly within a bounded time",
+                &["R4"],
+                phase_is(case, MAIN, &["Error"]),
+                Anchor::action_end("create"),
+                PERMANENT_ERROR_BOUND,
+            ),
+            Check::never(
+                "the sandbox never becomes Ready with bootstrap that must fail (TLS validation kept)",
+                &["R4"],
+                phase_is(case, MAIN, &["Ready"]),
+                Window::whole_run(),
+            ),
+            starts_eq(
+                "the workload never starts without bootstrap",
+                &["R3", "R4"],
+                case,
+                MAIN,
+                "starts",
+                0,
+            ),
+            Check::eventually(
+                "the reported status names the cause",
+                &["R14"],
+                Predicate::ConditionMentions {
+                    object: gateway_view(case, MAIN),
+                    type_: "Ready".into(),
+                    any_of: words,
+                },
+                Anchor::action_end("create"),
+                PERMANENT_ERROR_BOUND,
+            ),
+        ],
+        case,
+    )
+}
+
+// ---- provisioning and supervisor restart ----------------------------------------------------
+
+/// A sandbox provisions on the topology within the provisioning timeout (bug 2; #3144).
+pub fn provisioning() -> Scenario {
+    Scenario {
+        id: "provisioning".into(),
+        title: "Provisioning on the topology within the provisioning timeout".into(),
+        requirements: ["R6", "R11", "R13"].map(String::from).to_vec(),
+        requires: vec![Capability::MainCommand],
+        steps: vec![
+            Step::new(Stage::Seed, "create a sandbox", create_and_wait),
+            Step::new(Stage::Verify, "use the sandbox", use_sandbox),
+            Step::new(Stage::Verify, "delete the sandbox", delete_main),
+        ],
+        checks: provisioning_checks,
+    }
+}
+
+fn create_and_wait(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let spec = spec(ctx, MAIN, workload_command(), None);
+        ctx.create_sandbox(&spec).await?;
+        ctx.settle_phase(&spec.name, &["Ready"], PROVISION_TIMEOUT)
+            .await;
+        Ok(())
+    })
+}
+
+fn use_sandbox(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        check_shell(ctx, &name).await;
+        // A workspace write and read on a fresh sandbox.
+        if ctx.write_sentinel(&name, "fresh").await.is_ok() {
+            ctx.read_sentinel(&name, "fresh").await;
+        }
+        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+        Ok(())
+    })
+}
+
+fn provisioning_checks(case: &CaseInfo) -> Vec<Check> {
+    with_leaks(
+        vec![
+            ready_within(
+                "the sandbox is Ready within the provisioning timeout",
+                &["R11"],
+                case,
+                MAIN,
+                Anchor::action_end("create"),
+                PROVISION_TIMEOUT,
+            ),
+            starts_eq(
+                "the workload started once",
+                &["R11"],
+                case,
+                MAIN,
+                "starts",
+                1,
+            ),
+            shell_usable(case, MAIN, &["R11"]),
+            sentinels(),
+        ],
+        case,
+    )
+}
+
+/// The supervisor is killed where the topology runs it; the workload re-attaches without being
+/// restarted and without a crash loop (bug 2; #3396).
+pub fn supervisor_restart() -> Scenario {
+    Scenario {
+        id: "supervisor-restart".into(),
+        title: "Supervisor restart: the workload re-attaches".into(),
+        requirements: ["R6", "R12", "R13"].map(String::from).to_vec(),
+        requires: vec![Capability::MainCommand, Capability::SupervisorKill],
+        steps: vec![
+            Step::new(
+                Stage::Seed,
+                "create a Ready sandbox and write a sentinel",
+                seed_main,
+            ),
+            Step::new(Stage::Fault, "kill the supervisor", kill_supervisor),
+            Step::new(
+                Stage::Verify,
+                "wait for re-attach and read back",
+                verify_reattached,
+            ),
+            Step::new(Stage::Verify, "delete the sandbox", delete_main),
+        ],
+        checks: supervisor_checks,
+    }
+}
+
+fn kill_supervisor(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        let id = ctx.inject(Fault::SupervisorKill { sandbox: name }).await?;
+        ctx.restore(&id).await
+    })
+}
+
+fn verify_reattached(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        ctx.settle_phase(&name, &["Ready"], RECOVERY).await;
+        // Let a crash loop, if any, show itself.
+        ctx.sleep(SETTLE).await;
+        ctx.get_sandbox(&name).await.ok();
+        check_shell(ctx, &name).await;
+        ctx.read_sentinel(&name, "before-fault").await;
+        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+        ctx.mark("verified");
+        Ok(())
+    })
+}
+
+fn supervisor_checks(case: &CaseInfo) -> Vec<Check> {
+    let pod = Selector::named("Pod", &case.resource_name(&case.sandbox_name(MAIN)));
+    with_leaks(
+        vec![
+            ready_within(
+                "the workload re-attaches: the sandbox is Ready again",
+                &["R12"],
+                case,
+                MAIN,
+                Anchor::fault_end("f1"),
+                RECOVERY,
+            ),
+            Check::never(
+                "no crash loop: the sandbox pod's containers restart at most once",
+                &["R12"],
+                Predicate::RestartsAbove {
+                    object: pod,
+                    max: 1,
+                },
+                fault_until("f1", "verified"),
+            ),
+            starts_eq(
+                "the workload is re-attached, not started again",
+                &["R12"],
+                case,
+                MAIN,
+                "starts",
+                1,
+            ),
+            shell_usable(case, MAIN, &["R12"]),
+            sentinels(),
+        ],
+        case,
+    )
+}

@@ -1,0 +1,284 @@
+//! Gateway outages and restarts: during bootstrap (bug 1) and with Ready sandboxes (bug 3).
+
+use std::time::Duration;
+
+use crate::checks::{Anchor, Check, Predicate, Selector, Window};
+use crate::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepResult};
+use crate::target::{Capability, Fault};
+use futures::future::BoxFuture;
+
+use super::common::*;
+
+const MAIN: &str = "main";
+
+// ---- bootstrap outage ---------------------------------------------------------------------
+
+/// The gateway is stopped, the sandbox pod is replaced so that bootstrap runs while the gateway
+/// is away, and the gateway returns after the outage (bug 1; openshell-k8s.md §7.1, §9.2).
+pub fn bootstrap_outage() -> Scenario {
+    Scenario {
+        id: "bootstrap-outage".into(),
+        title: "Sandbox bootstrap through a gateway outage longer than the retry windows".into(),
+        requirements: ["R1", "R2", "R3", "R5", "R6", "R13"]
+            .map(String::from)
+            .to_vec(),
+        requires: vec![
+            Capability::MainCommand,
+            Capability::GatewayStop,
+            Capability::SandboxPodReplace,
+        ],
+        steps: vec![
+            Step::new(
+                Stage::Seed,
+                "create a Ready sandbox and write a sentinel",
+                seed_main,
+            ),
+            Step::new(
+                Stage::Fault,
+                "replace the sandbox pod while the gateway is down",
+                bootstrap_outage_fault,
+            ),
+            Step::new(
+                Stage::Verify,
+                "wait for recovery and read back",
+                verify_main,
+            ),
+            Step::new(Stage::Verify, "delete the sandbox", delete_main),
+        ],
+        checks: bootstrap_outage_checks,
+    }
+}
+
+fn seed_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = create_ready(ctx, MAIN, None).await?;
+        ctx.write_sentinel(&name, "before-fault").await?;
+        Ok(())
+    })
+}
+
+fn bootstrap_outage_fault(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        let outage = ctx.params().outage.unwrap_or(Duration::from_secs(150));
+        let gateway = ctx.inject_for(Fault::GatewayStop, Some(outage)).await?;
+        let replace = ctx
+            .inject(Fault::SandboxPodReplace {
+                sandbox: name.clone(),
+            })
+            .await?;
+        ctx.restore(&replace).await?;
+        ctx.sleep(outage).await;
+        // Before the gateway returns: has the workload started again without bootstrap (R3)?
+        observe_starts(
+            ctx,
+            &name,
+            &starts_key(&name, "starts-before-gateway-returned"),
+        )
+        .await;
+        ctx.restore(&gateway).await?;
+        Ok(())
+    })
+}
+
+fn verify_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        ctx.settle_phase(&name, &["Ready"], BOOTSTRAP_RECOVERY)
+            .await;
+        check_shell(ctx, &name).await;
+        ctx.read_sentinel(&name, "before-fault").await;
+        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+        ctx.mark("verified");
+        Ok(())
+    })
+}
+
+fn delete_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        delete(ctx, &name).await
+    })
+}
+
+fn bootstrap_outage_checks(case: &CaseInfo) -> Vec<Check> {
+    let mut checks = vec![
+        ready_within(
+            "the sandbox is Ready again after the gateway returns, without manual deletion",
+            &["R1", "R5"],
+            case,
+            MAIN,
+            Anchor::fault_end("f1"),
+            BOOTSTRAP_RECOVERY,
+        ),
+        never(
+            "the sandbox never turns terminal while bootstrap waits for the gateway",
+            &["R1", "R2"],
+            case,
+            MAIN,
+            &["Error"],
+            fault_until("f1", "verified"),
+        ),
+        Check::never(
+            "the replacement pod's bootstrap does not give up while the gateway is away",
+            &["R2"],
+            Predicate::ContainerTerminated {
+                object: Selector::named("Pod", &case.resource_name(&case.sandbox_name(MAIN))),
+                container: None,
+                exit_code: Some(1),
+            },
+            fault_until("f1", "verified"),
+        ),
+        starts_eq(
+            "the workload does not start before bootstrap succeeds",
+            &["R3"],
+            case,
+            MAIN,
+            "starts-before-gateway-returned",
+            1,
+        ),
+        starts_eq(
+            "the workload starts once in the replacement pod",
+            &["R1"],
+            case,
+            MAIN,
+            "starts",
+            2,
+        ),
+        shell_usable(case, MAIN, &["R1"]),
+        sentinels(),
+    ];
+    checks.extend(no_leaks(case, MAIN));
+    checks
+}
+
+// ---- gateway restart and outage with Ready sandboxes ----------------------------------------
+
+/// The gateway pod is deleted while sandboxes are Ready (bug 3; openshell-k8s.md §1.5, §9.2).
+pub fn gateway_restart() -> Scenario {
+    Scenario {
+        id: "gateway-restart".into(),
+        title: "Ready sandbox through a gateway restart".into(),
+        requirements: ["R6", "R7", "R9", "R13"].map(String::from).to_vec(),
+        requires: vec![Capability::MainCommand, Capability::GatewayRestart],
+        steps: vec![
+            Step::new(
+                Stage::Seed,
+                "create a Ready sandbox and write a sentinel",
+                seed_main,
+            ),
+            Step::new(Stage::Fault, "restart the gateway", restart_fault),
+            Step::new(Stage::Verify, "wait for Ready and read back", verify_ready),
+            Step::new(Stage::Verify, "delete the sandbox", delete_main),
+        ],
+        checks: ready_sandbox_checks,
+    }
+}
+
+/// The gateway is scaled to zero for the outage, then back (bug 3).
+pub fn gateway_outage() -> Scenario {
+    Scenario {
+        id: "gateway-outage".into(),
+        title: "Ready sandbox through a gateway outage".into(),
+        requirements: ["R6", "R7", "R9", "R13"].map(String::from).to_vec(),
+        requires: vec![Capability::MainCommand, Capability::GatewayStop],
+        steps: vec![
+            Step::new(
+                Stage::Seed,
+                "create a Ready sandbox and write a sentinel",
+                seed_main,
+            ),
+            Step::new(
+                Stage::Fault,
+                "stop the gateway for the outage",
+                outage_fault,
+            ),
+            Step::new(Stage::Verify, "wait for Ready and read back", verify_ready),
+            Step::new(Stage::Verify, "delete the sandbox", delete_main),
+        ],
+        checks: ready_sandbox_checks,
+    }
+}
+
+fn restart_fault(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let id = ctx.inject(Fault::GatewayRestart).await?;
+        ctx.restore(&id).await
+    })
+}
+
+fn outage_fault(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let outage = ctx.params().outage.unwrap_or(Duration::from_secs(30));
+        ctx.outage(outage).await?;
+        Ok(())
+    })
+}
+
+fn verify_ready(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        ctx.settle_phase(&name, &["Ready"], RECOVERY).await;
+        check_shell(ctx, &name).await;
+        ctx.read_sentinel(&name, "before-fault").await;
+        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+        ctx.mark("verified");
+        Ok(())
+    })
+}
+
+fn ready_sandbox_checks(case: &CaseInfo) -> Vec<Check> {
+    let pod = Selector::named("Pod", &case.resource_name(&case.sandbox_name(MAIN)));
+    let mut checks = vec![
+        ready_within(
+            "the sandbox returns to Ready once the gateway is back",
+            &["R9"],
+            case,
+            MAIN,
+            Anchor::fault_end("f1"),
+            RECOVERY,
+        ),
+        never(
+            "the sandbox never turns terminal",
+            &["R9"],
+            case,
+            MAIN,
+            &["Error", "Stopped", "Completed"],
+            fault_until("f1", "verified"),
+        ),
+        Check::count(
+            "the sandbox pod keeps running: it is never replaced",
+            &["R9"],
+            crate::checks::Counted::Incarnations {
+                object: pod.clone(),
+            },
+            Some(Window::new(
+                Anchor::fault_start("f1"),
+                Anchor::marker("verified"),
+            )),
+            crate::checks::Cmp::Eq,
+            1,
+        ),
+        Check::never(
+            "the sandbox pod's containers are never restarted",
+            &["R9"],
+            Predicate::RestartsAbove {
+                object: pod,
+                max: 0,
+            },
+            fault_until("f1", "verified"),
+        ),
+        starts_eq(
+            "the running workload is not started again",
+            &["R7", "R9"],
+            case,
+            MAIN,
+            "starts",
+            1,
+        ),
+        shell_usable(case, MAIN, &["R9"]),
+        sentinels(),
+    ];
+    checks.extend(no_leaks(case, MAIN));
+    checks
+}

@@ -752,3 +752,289 @@ async fn leftovers_of_another_run_are_found_and_stop_the_run_or_are_swept() {
     let gone = c.get(&ns, None, "old-run-ns");
     assert!(gone.is_err() || !gone.unwrap()["metadata"]["deletionTimestamp"].is_null());
 }
+
+fn mark_running(c: &Cluster, pod: &str, container: &str) {
+    let _ = c.patch_status(
+        &ResourceRef::pods(),
+        Some(NS),
+        pod,
+        PatchKind::Merge,
+        &json!({"status": {"phase": "Running", "containerStatuses": [{"name": container, "ready": true, "restartCount": 0,
+                "image": "i", "imageID": "", "state": {"running": {"startedAt": c.now_rfc3339()}}}]}}),
+    );
+}
+
+/// Plays kubelet for pods named `*-ws-reader`: marks them Running once created.
+fn run_reader_kubelet(c: Cluster) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            if let Ok((pods, _)) = c.list(&ResourceRef::pods(), Some(NS), &Default::default()) {
+                for p in pods {
+                    let name = p["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    if name.ends_with("-ws-reader") && p["status"]["phase"] != "Running" {
+                        let _ = c.bind_pod(NS, &name, "node-1");
+                        mark_running(&c, &name, "reader");
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_workspace_is_read_through_a_reader_pod_mounting_the_claim() {
+    let c = cluster();
+    c.create(
+        &ResourceRef::new("", "v1", "persistentvolumeclaims"),
+        Some(NS),
+        json!({"metadata": {"name": "workspace-default--demo"},
+               "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "2Gi"}}}}),
+    )
+    .unwrap();
+    // The sandbox pod mounts the claim at /sandbox; the emulator's shell writes through it.
+    c.create(
+        &ResourceRef::pods(),
+        Some(NS),
+        json!({"metadata": {"name": "default--demo"},
+               "spec": {"containers": [{"name": "agent", "image": "i", "volumeMounts": [{"name": "workspace", "mountPath": "/sandbox"}]}],
+                        "volumes": [{"name": "workspace", "persistentVolumeClaim": {"claimName": "workspace-default--demo"}}]}}),
+    )
+    .unwrap();
+    c.bind_pod(NS, "default--demo", "node-1").unwrap();
+    mark_running(&c, "default--demo", "agent");
+    let w = openshell_conformance::real::kexec::exec(
+        &c.client(),
+        NS,
+        "default--demo",
+        "agent",
+        &[
+            "sh".into(),
+            "-c".into(),
+            "printf %s 3 > /sandbox/.starts".into(),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(w.exit_code, 0, "{w:?}");
+    let kubelet = run_reader_kubelet(c.clone());
+    let read = |p: &'static str| {
+        let client = c.client();
+        async move {
+            openshell_conformance::real::workspace::read(
+                &client,
+                NS,
+                "default--demo",
+                p,
+                "r1",
+                Duration::from_secs(30),
+            )
+            .await
+        }
+    };
+    assert_eq!(read(".starts").await.unwrap().as_deref(), Some("3"));
+    assert_eq!(read("/.starts").await.unwrap().as_deref(), Some("3"));
+    assert_eq!(read("missing").await.unwrap(), None);
+    assert!(read("../etc/passwd").await.is_err());
+    // Every reader pod is removed again.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (pods, _) = c
+        .list(&ResourceRef::pods(), Some(NS), &Default::default())
+        .unwrap();
+    assert!(
+        pods.iter().all(|p| !p["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .ends_with("-ws-reader")),
+        "{pods:?}"
+    );
+    kubelet.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_gateway_is_found_as_a_deployment_when_there_is_no_statefulset() {
+    let c = cluster();
+    assert!(
+        gateway::resolve(&c.client(), NS, "openshell")
+            .await
+            .unwrap_err()
+            .to_string()
+            .contains("neither StatefulSet nor Deployment")
+    );
+    c.create(
+        &ResourceRef::new("apps", "v1", "deployments"),
+        Some(NS),
+        json!({"metadata": {"name": "openshell"},
+               "spec": {"replicas": 2, "selector": {"matchLabels": selector()},
+                        "template": {"metadata": {"labels": selector()}, "spec": {"containers": [{"name": "g", "image": "g"}]}}}}),
+    )
+    .unwrap();
+    let w = gateway::resolve(&c.client(), NS, "openshell")
+        .await
+        .unwrap();
+    assert_eq!(w.kind, WorkloadKind::Deployment);
+    assert_eq!(w.selector, selector());
+    gateway::scale(&c.client(), &w, 0).await.unwrap();
+    assert_eq!(gateway::replicas(&c.client(), &w).await.unwrap().0, 0);
+}
+
+mod end_to_end {
+    //! RealTarget through install, observe, a sandbox, a gateway stop and teardown, with the
+    //! emulated API server for Kubernetes and recorded outputs for helm and the openshell CLI.
+
+    use super::*;
+    use openshell_conformance::real::options::{Provider, RealArgs};
+    use openshell_conformance::real::target::RealTarget;
+    use openshell_conformance::target::{Capability, SandboxSpec, Target, TargetInfo};
+    use openshell_conformance::topology::Topologies;
+
+    fn recorded(r: &ScriptedRunner) {
+        r.respond(
+            "helm list",
+            CmdOutput::ok(
+                r#"[{"name":"openshell","namespace":"openshell","app_version":"0.0.111"}]"#,
+            ),
+        );
+        r.respond("openshell --version", CmdOutput::ok("openshell 0.0.111\n"));
+        r.respond(
+            "openshell sandbox create --help",
+            CmdOutput::ok("Usage: openshell sandbox create [OPTIONS] [-- <COMMAND>...]\n"),
+        );
+        r.respond(
+            "openshell sandbox create --name demo",
+            CmdOutput::ok(
+                r#"{"id":"1","name":"demo","workspace":"default","labels":{},"phase":"Ready"}"#,
+            ),
+        );
+        r.respond(
+            "openshell sandbox list -o json",
+            CmdOutput::ok(r#"[{"id":"1","name":"demo","workspace":"default","labels":{"openshell-conformance.io/run":"r1"},"phase":"Ready"}]"#),
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_case_installs_observes_breaks_restores_and_tears_down() {
+        let c = cluster();
+        let uid = create_gateway(&c, 1);
+        let ctl = run_sts_controller(c.clone(), uid, Arc::new(AtomicU32::new(0)));
+        // The chart's client certificate (TLS is the chart default).
+        c.create(
+            &ResourceRef::new("", "v1", "secrets"),
+            Some(NS),
+            json!({"metadata": {"name": "openshell-client-tls"},
+                   "data": {"ca.crt": "Q0E=", "tls.crt": "Q1JU", "tls.key": "S0VZ"}}),
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let args = RealArgs {
+            cluster_name: "openshell-conformance".into(),
+            chart: "oci://ghcr.io/nvidia/openshell/helm-chart".into(),
+            chart_version: "0.0.111".into(),
+            agent_sandbox_version: "v0.5.0".into(),
+            openshell_bin: "openshell".into(),
+            run_dir: Some(dir.path().to_path_buf()),
+            ..RealArgs::default()
+        };
+        let opts = args.resolve(Provider::Kind, "r1", "/repo").unwrap();
+        let runner = ScriptedRunner::new(Unscripted::Succeed);
+        recorded(&runner);
+        let rec = Recorder::new();
+        let t = RealTarget::new(
+            opts,
+            Arc::new(runner.clone()),
+            c.client(),
+            TargetInfo {
+                kind: "kind".into(),
+                ..TargetInfo::default()
+            },
+            rec.clone(),
+        );
+        let topo = Topologies::builtin().get("combined").unwrap().clone();
+        t.install(&topo).await.unwrap();
+
+        let info = t.info();
+        assert_eq!(info.openshell.unwrap().to_string(), "0.0.111");
+        assert_eq!(info.versions["sandbox-api"], "v1beta1");
+        assert!(info.capabilities.contains(&Capability::MainCommand));
+        assert!(!info.capabilities.contains(&Capability::RestartPolicy));
+        let mtls = dir
+            .path()
+            .join("xdg-combined/openshell/gateways/conformance-combined/mtls");
+        assert_eq!(std::fs::read(mtls.join("tls.key")).unwrap(), b"KEY");
+        let port = t.gateway_port().await.unwrap();
+        assert!(
+            runner.lines().iter().any(|l| l.ends_with(&format!(
+                "openshell gateway add https://127.0.0.1:{port} --name conformance-combined --local"
+            ))),
+            "{:#?}",
+            runner.lines()
+        );
+        let ns = c
+            .get(&ResourceRef::new("", "v1", "namespaces"), None, NS)
+            .unwrap();
+        assert_eq!(
+            ns["metadata"]["labels"]["openshell-conformance.io/run"],
+            "r1"
+        );
+
+        let observers = t.observe(rec.clone()).await.unwrap();
+        let v = t
+            .create_sandbox(&SandboxSpec {
+                name: "demo".into(),
+                ..SandboxSpec::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(v.phase, "Ready");
+        assert!(runner.lines().iter().any(|l| l.contains(
+            "sandbox create --name demo --label openshell-conformance.io/run=r1 -o json"
+        )));
+
+        t.inject(&Fault::GatewayStop).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        t.restore(&Fault::GatewayStop).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        drop(observers);
+
+        // The watchers saw the gateway go to zero and come back; the poller saw the sandbox.
+        let tl = rec.snapshot();
+        let sts_replicas: Vec<u32> = tl
+            .entries
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::Object(s) if s.kind == "StatefulSet" => s.replicas.map(|r| r.desired),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            sts_replicas.contains(&0) && sts_replicas.last() == Some(&1),
+            "{sts_replicas:?}"
+        );
+        assert!(tl.entries.iter().any(|e| matches!(&e.event, Event::Object(s) if s.kind == "OpenShellSandbox" && s.phase.as_deref() == Some("Ready"))));
+        assert!(tl.entries.iter().any(|e| matches!(&e.event, Event::Object(s) if s.kind == "Pod" && s.name == "openshell-0" && s.deleted)));
+
+        t.teardown().await.unwrap();
+        let lines = runner.lines();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.ends_with("openshell sandbox delete demo")),
+            "{lines:#?}"
+        );
+        assert!(
+            lines
+                .last()
+                .unwrap()
+                .starts_with("helm uninstall openshell --namespace openshell"),
+            "{lines:#?}"
+        );
+        assert!(
+            !dir.path().join("diagnostics").exists(),
+            "no bundle for a case that did not fail"
+        );
+        ctl.abort();
+    }
+}

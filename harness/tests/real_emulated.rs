@@ -91,7 +91,8 @@ fn running_pod(
         .create(
             &ResourceRef::pods(),
             Some(NS),
-            json!({"metadata": meta, "spec": {"containers": cs}}),
+            // The gateway's grace period is 5 s (k8s-objects.md §4); the same for every test pod.
+            json!({"metadata": meta, "spec": {"containers": cs, "terminationGracePeriodSeconds": 5}}),
         )
         .unwrap();
     c.bind_pod(NS, name, "node-1").unwrap();
@@ -1037,4 +1038,59 @@ mod end_to_end {
         );
         ctl.abort();
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_doctor_sees_a_reachable_cluster_and_the_sandbox_crd() {
+    use openshell_conformance::real::doctor::{self, DoctorOptions, Status};
+    use openshell_conformance::real::options::Provider;
+    let c = cluster();
+    let r = ScriptedRunner::new(Unscripted::Succeed);
+    let o = DoctorOptions {
+        provider: Provider::Existing,
+        openshell_bin: "openshell".into(),
+        namespace: NS.into(),
+        context: "kind-x".into(),
+    };
+    let rep = doctor::run(&o, &r, Some(&c.client())).await;
+    let by = |n: &str| rep.checks.iter().find(|x| x.name == n).unwrap().clone();
+    assert_eq!(by("cluster").status, Status::Ok, "{rep}");
+    let crd = by("agent-sandbox CRDs");
+    assert_eq!(crd.status, Status::Ok, "{rep}");
+    assert!(crd.detail.contains("v1beta1"), "{}", crd.detail);
+}
+
+/// Real time: a real SIGTERM is delivered to this test process (nextest runs each test in its
+/// own process), and signal delivery does not mix with paused time.
+#[tokio::test]
+async fn sigterm_restores_the_active_faults_before_the_process_exits() {
+    let c = cluster();
+    let uid = create_gateway(&c, 1);
+    let ctl = run_sts_controller(c.clone(), uid, Arc::new(AtomicU32::new(0)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let inj = Arc::new(injector(&c, dir.path(), sidecar()));
+    inj.inject(&Fault::GatewayStop).await.unwrap();
+    let handler = tokio::spawn(openshell_conformance::real::faults::restore_on_signal(
+        inj.clone(),
+    ));
+    // Let the handler install itself before the signal is sent.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &std::process::id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let name = tokio::time::timeout(Duration::from_secs(30), handler)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(name, "SIGTERM");
+    assert!(inj.active().await.is_empty());
+    assert_eq!(
+        exists(&c, &sts(), "openshell").unwrap()["spec"]["replicas"],
+        1
+    );
+    assert!(!dir.path().join(journal::FILE_NAME).exists());
+    ctl.abort();
 }

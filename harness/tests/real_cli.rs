@@ -223,3 +223,14 @@ fn an_empty_list_output_is_no_sandboxes_and_garbage_is_an_error() {
     assert!(parse_list("\n").unwrap().is_empty());
     assert!(parse_list("NAME PHASE\ndemo Ready").is_err());
 }
+
+#[tokio::test]
+async fn a_remote_command_printing_a_status_line_is_its_own_exit_code_not_a_refusal() {
+    let r = ScriptedRunner::new(Unscripted::Fail);
+    r.respond(
+        "openshell sandbox exec -n demo",
+        CmdOutput::failed(2, "status: Internal, message: \"from the workload\"\n"),
+    );
+    let res = cli(&r).exec("demo", &["./tool".into()]).await.unwrap();
+    assert_eq!(res.exit_code, 2);
+}

@@ -1094,3 +1094,29 @@ async fn sigterm_restores_the_active_faults_before_the_process_exits() {
     assert!(!dir.path().join(journal::FILE_NAME).exists());
     ctl.abort();
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_traffic_block_creates_a_journaled_network_policy_that_restore_removes() {
+    let c = cluster();
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(&c, dir.path(), sidecar());
+    inj.block_gateway_traffic().await.unwrap();
+    let np = ResourceRef::new("networking.k8s.io", "v1", "networkpolicies");
+    let p = exists(&c, &np, "openshell-conformance-block-gateway").expect("the policy exists");
+    assert_eq!(p["spec"]["policyTypes"], json!(["Egress"]));
+    assert_eq!(
+        p["spec"]["podSelector"]["matchExpressions"][0]["key"],
+        "agents.x-k8s.io/sandbox-name-hash"
+    );
+    assert_eq!(
+        Journal::read(&dir.path().join(journal::FILE_NAME))
+            .await
+            .unwrap()
+            .entries
+            .len(),
+        1
+    );
+    assert!(inj.restore_all().await.is_empty());
+    assert!(exists(&c, &np, "openshell-conformance-block-gateway").is_none());
+    assert!(!dir.path().join(journal::FILE_NAME).exists());
+}

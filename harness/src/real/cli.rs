@@ -296,7 +296,13 @@ impl OpenShellCli {
             .cmd(["sandbox", "exec", "-n", name, "--no-tty", "--"])
             .args(argv.iter().cloned());
         let out = self.call(c).await?;
+        // Only the CLI's own error line counts: a remote command may print anything.
+        let cli_error = out
+            .stderr
+            .lines()
+            .any(|l| l.trim_start().starts_with("Error:"));
         if !out.success()
+            && cli_error
             && let Some((code, message)) = parse_refusal(&out.stderr)
         {
             return Err(TargetError::refused(&code, message));

@@ -239,6 +239,15 @@ impl Default for Timeouts {
     }
 }
 
+/// A fresh run id: seconds since the epoch and the process id, valid as a label value.
+pub fn new_run_id() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    format!("{secs}-{}", std::process::id())
+}
+
 impl RealArgs {
     /// Resolves the flags for a provider. `run_id` labels what the run creates; `repo_root`
     /// locates the cluster config files.
@@ -396,6 +405,15 @@ mod tests {
         Cli::try_parse_from(std::iter::once("x").chain(v.iter().copied()))
             .unwrap()
             .real
+    }
+
+    #[test]
+    fn a_run_id_is_a_valid_label_value() {
+        let id = new_run_id();
+        assert!(
+            id.len() <= 63 && id.chars().all(|c| c.is_ascii_digit() || c == '-'),
+            "{id}"
+        );
     }
 
     #[test]

@@ -1120,3 +1120,75 @@ async fn the_traffic_block_creates_a_journaled_network_policy_that_restore_remov
     assert!(exists(&c, &np, "openshell-conformance-block-gateway").is_none());
     assert!(!dir.path().join(journal::FILE_NAME).exists());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_diagnostics_bundle_holds_logs_objects_helm_and_cli_output_with_secrets_redacted() {
+    use openshell_conformance::real::diagnostics::{Sources, collect};
+    use openshell_conformance::real::options::{Provider, RealArgs};
+    let c = cluster();
+    running_pod(&c, "default--demo", json!({}), None, &["agent"]);
+    c.append_log(
+        NS,
+        "default--demo",
+        "agent",
+        "Policy fetch failed, retrying attempt=1\n",
+    );
+    c.create(
+        &ResourceRef::sandboxes("v1beta1"),
+        Some(NS),
+        json!({"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox", "metadata": {"name": "default--demo"},
+               "spec": {"podTemplate": {"spec": {"containers": [{"name": "agent", "image": "i",
+                   "env": [{"name": "OPENSHELL_SANDBOX_TOKEN", "value": "tok-123"}]}]}}}}),
+    )
+    .unwrap();
+    let runner = ScriptedRunner::new(Unscripted::Succeed);
+    runner.respond(
+        "helm get values",
+        CmdOutput::ok("server:\n  tls:\n    key: |\n      -----BEGIN PRIVATE KEY-----\n      MIIEsecret\n      -----END PRIVATE KEY-----\n  disableTls: false\n"),
+    );
+    runner.respond("helm get manifest", CmdOutput::ok("kind: StatefulSet\n"));
+    let opts = RealArgs {
+        cluster_name: "openshell-conformance".into(),
+        chart: "oci://x".into(),
+        chart_version: "0.0.111".into(),
+        agent_sandbox_version: "v0.5.0".into(),
+        openshell_bin: "openshell".into(),
+        run_dir: Some("/run-dir".into()),
+        ..RealArgs::default()
+    }
+    .resolve(Provider::Kind, "r1", "/repo")
+    .unwrap();
+    let rec = Recorder::new();
+    rec.note("a note");
+    let tl = rec.snapshot();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bundle");
+    let src = Sources {
+        client: &c.client(),
+        runner: &runner,
+        opts: &opts,
+        sandbox_version: "v1beta1",
+        cli: None,
+        timeline: Some(&tl),
+    };
+    let b = collect(&src, &out).await.unwrap();
+    let read = |rel: &str| {
+        std::fs::read_to_string(out.join(rel))
+            .unwrap_or_else(|e| panic!("{rel}: {e}; files {:?}", b.files))
+    };
+    assert!(read("openshell/logs/default--demo/agent.log").contains("Policy fetch failed"));
+    assert!(read("openshell/pods.yaml").contains("default--demo"));
+    let sandboxes = read("openshell/sandboxes.yaml");
+    assert!(
+        sandboxes.contains("OPENSHELL_SANDBOX_TOKEN") && !sandboxes.contains("tok-123"),
+        "{sandboxes}"
+    );
+    let values = read("helm/values.yaml");
+    assert!(
+        !values.contains("MIIEsecret") && values.contains("disableTls: false"),
+        "{values}"
+    );
+    assert!(read("timeline.jsonl").contains("a note"));
+    assert!(b.archive.exists());
+    assert_eq!(b.archive, dir.path().join("bundle.tar.gz"));
+}

@@ -24,6 +24,8 @@ pub mod install;
 pub mod interlock;
 pub mod journal;
 pub mod k3d;
+#[cfg(feature = "k3s")]
+pub mod k3s;
 pub mod kexec;
 pub mod kind;
 pub mod leftovers;

@@ -1,7 +1,45 @@
-# Developer entry points. CI runs .ci/run, which calls the same commands.
-CARGO ?= cargo
+# Developer entry points. CI runs .ci/run, which calls the same commands as `lint` and `test`.
+#
+#   make e2e                      the catalog on a kind cluster (needs Docker, kind, helm, openshell)
+#   make e2e CLUSTER=k3d          ... on k3d; CLUSTER=existing uses CONTEXT; CLUSTER=emulated needs nothing
+#   make e2e TOPOLOGY=sidecar SCENARIO='gateway-*' OUTAGE=2m SEED=7 CHART_VERSION=0.1.6 IMAGE_TAG=dev
+#   make e2e-emulated             the whole catalog on the embedded emulated target, in seconds
 
-.PHONY: test lint fmt ci
+CARGO ?= cargo
+CLUSTER ?= kind
+TOPOLOGY ?=
+SCENARIO ?=
+OUTAGE ?=
+SEED ?=
+CHART_VERSION ?=
+IMAGE_TAG ?=
+CONTEXT ?=
+MODEL ?=
+ARTIFACTS ?= artifacts
+BIN = $(CARGO) run --quiet --release -p openshell-conformance --
+
+RUN_FLAGS = --artifacts $(ARTIFACTS) \
+	$(if $(TOPOLOGY),--topology $(TOPOLOGY)) \
+	$(if $(SCENARIO),--scenario '$(SCENARIO)') \
+	$(if $(OUTAGE),--outage $(OUTAGE)) \
+	$(if $(SEED),--seed $(SEED))
+REAL_FLAGS = $(if $(CHART_VERSION),--chart-version $(CHART_VERSION)) \
+	$(if $(IMAGE_TAG),--image-tag $(IMAGE_TAG) --supervisor-image-tag $(IMAGE_TAG)) \
+	$(if $(CONTEXT),--context $(CONTEXT))
+
+.PHONY: e2e e2e-emulated test lint fmt doctor clusters-down ci
+
+## e2e: the conformance catalog on CLUSTER (kind by default)
+e2e:
+ifeq ($(CLUSTER),emulated)
+	$(BIN) run --target emulated $(if $(MODEL),--model $(MODEL)) $(RUN_FLAGS)
+else
+	$(BIN) run --target $(CLUSTER) $(RUN_FLAGS) $(REAL_FLAGS)
+endif
+
+## e2e-emulated: the whole catalog on the embedded emulated target
+e2e-emulated:
+	$(MAKE) e2e CLUSTER=emulated
 
 ## test: the project's tests (the README's test command)
 test:
@@ -14,6 +52,15 @@ lint:
 
 fmt:
 	$(CARGO) fmt --all
+
+## doctor: what a real run needs, and what is missing
+doctor:
+	$(BIN) doctor --provider $(if $(filter emulated,$(CLUSTER)),kind,$(CLUSTER)) $(if $(CONTEXT),--context $(CONTEXT))
+
+## clusters-down: delete the kind and k3d clusters `e2e` created
+clusters-down:
+	-$(BIN) cluster down --provider kind
+	-$(BIN) cluster down --provider k3d
 
 ## ci: exactly what CI runs
 ci:

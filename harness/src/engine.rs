@@ -425,6 +425,24 @@ impl Engine {
             }
         }
 
+        // A failed case keeps the logs of its sandboxes on the timeline: the supervisor's retries
+        // and errors are what a person reads first.
+        if !matches!(outcome, Outcome::Passed | Outcome::Skipped(_)) {
+            let sandboxes: Vec<String> = rec
+                .last_states()
+                .into_iter()
+                .filter(|s| s.kind == crate::timeline::GATEWAY_SANDBOX_KIND)
+                .map(|s| s.name)
+                .collect();
+            for name in sandboxes {
+                if let Ok(excerpts) = target.logs(&name).await {
+                    for x in excerpts {
+                        rec.record(Event::Logs(x));
+                    }
+                }
+            }
+        }
+
         stages.begin(Stage::Teardown);
         let keep = self.opts.keep_on_failure && matches!(outcome, Outcome::Failed(_));
         if keep {

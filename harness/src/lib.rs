@@ -1,12 +1,14 @@
 //! openshell-conformance: an end-to-end conformance and chaos harness for NVIDIA OpenShell on
 //! Kubernetes. The library holds the domain (topologies, scenarios, targets, timelines, checks),
-//! the engine that runs cases and the reporters; the `emulate` module is the embedded target.
+//! the engine that runs cases and the reporters; the `emulate` module is the embedded Kubernetes
+//! API server and `models` the OpenShell-on-Kubernetes behaviour that runs on it.
 
 pub mod checks;
 pub mod emulate;
 pub mod engine;
 pub mod error;
 pub mod junit;
+pub mod models;
 pub mod observe;
 pub mod real;
 pub mod report;

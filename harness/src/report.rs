@@ -564,6 +564,13 @@ fn events_table(t: &Timeline) -> String {
             ),
             Event::CheckPlan { checks } => format!("check plan: {} checks", checks.len()),
             Event::Note { message } => format!("note: {message}"),
+            Event::Logs(x) => format!(
+                "logs of {}/{}{}:\n{}",
+                x.pod,
+                x.container,
+                if x.previous { " (previous)" } else { "" },
+                x.lines.join("\n")
+            ),
             Event::RunStarted(i) => format!("run started: {} on {}", i.scenario, i.topology),
             Event::RunFinished { outcome } => format!("run finished: {outcome}"),
         };
@@ -600,7 +607,7 @@ svg.timeline{background:#fff;border:1px solid #ddd;display:block;margin:6px 0}\
 .legend .sw{display:inline-block;width:12px;height:12px;margin:0 4px 0 10px;vertical-align:middle;border:1px solid #999}\
 .legend .faultsw{background:rgba(122,92,255,.15);border:1px dashed #5b3fd6}.legend .checksw{border:2px solid #c0262d}\
 .legend .good{background:#7cc68d}.legend .wait{background:#f2c14e}.legend .bad{background:#e0565b}.legend .rest{background:#8fa9d6}.legend .gone{background:#ddd}\
-table.events{font:11px monospace;border-collapse:collapse}table.events td{padding:0 8px;vertical-align:top}";
+table.events{font:11px monospace;border-collapse:collapse}table.events td{padding:0 8px;vertical-align:top;white-space:pre-wrap}";
 
 #[cfg(test)]
 mod tests {

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use semver::Version;
 use serde::{Deserialize, Serialize};
 
-use crate::timeline::{ObjectState, Recorder};
+use crate::timeline::{LogExcerpt, ObjectState, Recorder};
 use crate::topology::Topology;
 
 /// What a target can do beyond the basics; scenarios that need more are skipped, with a reason.
@@ -316,6 +316,13 @@ pub trait Target: Send + Sync {
 
     async fn inject(&self, fault: &Fault) -> TargetResult<()>;
     async fn restore(&self, fault: &Fault) -> TargetResult<()>;
+
+    /// The container logs of the sandbox's pods (current and previous), for diagnosing a failed
+    /// case. Targets that cannot read logs return none.
+    async fn logs(&self, sandbox: &str) -> TargetResult<Vec<LogExcerpt>> {
+        let _ = sandbox;
+        Ok(Vec::new())
+    }
 
     /// Removes what the case left behind (sandboxes, releases), unless told to keep it.
     async fn teardown(&self) -> TargetResult<()>;

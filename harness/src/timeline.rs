@@ -40,6 +40,8 @@ pub enum Event {
         subject: Option<String>,
         value: serde_json::Value,
     },
+    /// Container logs collected for diagnosis (on failure), such as the supervisor's retries.
+    Logs(LogExcerpt),
     /// A named point a scenario marks, for checks to anchor on.
     Marker {
         label: String,
@@ -291,6 +293,17 @@ pub struct SentinelRecord {
     pub op: SentinelOp,
     #[serde(flatten)]
     pub result: SentinelResult,
+}
+
+/// The log of one container of one pod.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogExcerpt {
+    pub pod: String,
+    pub container: String,
+    /// The log of the previous run of the container (after a restart).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub previous: bool,
+    pub lines: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

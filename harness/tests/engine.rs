@@ -426,3 +426,27 @@ async fn junit_has_a_suite_per_case_and_a_testcase_per_stage_and_check() {
         "no checks ran, so none are reported"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_case_keeps_its_sandbox_logs_on_the_timeline_and_a_passed_one_does_not() {
+    let logs = |t: &Timeline| {
+        t.entries
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::Logs(x) => Some(x.lines.join("\n")),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let failed = engine(Factory::new(Quirk::ErrorOnOutage))
+        .run_case(&case(standard_steps()))
+        .await;
+    assert_eq!(
+        logs(&failed.timeline),
+        ["Policy fetch failed, retrying attempt=1 max_attempts=5"]
+    );
+    let passed = engine(Factory::new(Quirk::None))
+        .run_case(&case(standard_steps()))
+        .await;
+    assert!(logs(&passed.timeline).is_empty());
+}

@@ -923,10 +923,19 @@ impl State {
                     if let Some(m) = s.as_object_mut() {
                         m.remove("activeDeadlineSeconds");
                         m.remove("tolerations");
+                        m.remove("schedulingGates");
                     }
                     s
                 };
-                if strip(old) != strip(new) {
+                // Scheduling gates may only be removed (KEP-3521).
+                let gates = |v: &Value| -> Vec<Value> {
+                    v.pointer("/spec/schedulingGates")
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default()
+                };
+                let gates_added = gates(new).iter().any(|g| !gates(old).contains(g));
+                if strip(old) != strip(new) || gates_added {
                     return Err(ApiError::invalid(
                         "",
                         "Pod",

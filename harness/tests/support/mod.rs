@@ -268,6 +268,18 @@ impl Target for Fake {
         Ok(())
     }
 
+    async fn logs(
+        &self,
+        sandbox: &str,
+    ) -> TargetResult<Vec<openshell_conformance::timeline::LogExcerpt>> {
+        Ok(vec![openshell_conformance::timeline::LogExcerpt {
+            pod: format!("default--{sandbox}"),
+            container: "agent".into(),
+            previous: false,
+            lines: vec!["Policy fetch failed, retrying attempt=1 max_attempts=5".into()],
+        }])
+    }
+
     async fn teardown(&self) -> TargetResult<()> {
         self.state.lock().unwrap().sandboxes.clear();
         Ok(())

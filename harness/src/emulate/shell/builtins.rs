@@ -289,7 +289,7 @@ impl Shell<'_> {
                         _ => {
                             let directive: String = f[start..i].iter().collect();
                             self.diag(format!("printf: {directive}: invalid directive"));
-                            *status = 1;
+                            *status = 2;
                             return Err(());
                         }
                     };

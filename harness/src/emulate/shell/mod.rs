@@ -5,13 +5,23 @@
 //! interprets a script; any other argv[0] runs one builtin directly without expansion.
 //!
 //! The language follows dash for the subset it covers: `;`/newline/`&&`/`||` lists, `!`,
-//! pipelines, `{ }` and `( )`, `if`/`while`/`until`/`for`, single/double/backslash quoting,
-//! `#` comments, `$VAR ${VAR} ${VAR:-w} ${VAR:=w} ${VAR:+w} ${VAR:?w} ${#VAR}`, `$0`..`$9`,
-//! `$# $@ $* $? $$ $-`, `$(...)` and backquotes, field splitting of unquoted expansions, and
+//! pipelines, `{ }` and `( )`, `if`/`while`/`until`/`for`/`case`, `break`/`continue`,
+//! single/double/backslash quoting, `#` comments, `$VAR ${VAR} ${VAR:-w} ${VAR:=w}
+//! ${VAR:+w} ${VAR:?w} ${#VAR} ${VAR%p} ${VAR%%p} ${VAR#p} ${VAR##p}`, `$0`..`$9`, `${10}`,
+//! `$# $@ "$@" $* $? $$ $-` (`$$` is a fixed 100), `$(...)`, backquotes, `$((...))` (64-bit
+//! integers, no assignment operators), field splitting of unquoted expansions on `$IFS`, and
 //! redirections `< > >> >| <> N>&M N<&M` on fds 0-2 (`/dev/null`, `/dev/stdout`,
-//! `/dev/stderr` are special-cased). Not supported (reported as errors, never silently
-//! wrong): `&` background jobs, here-documents, `$((...))`, `case`, functions. No pathname
-//! (glob) expansion or tilde expansion: `*` and `~` stay literal.
+//! `/dev/stderr` are special-cased; other fds are opened, so files get created, but ignored).
+//! `case` and the `%`/`#` operators use `*`, `?`, `[...]` patterns.
+//!
+//! Commands: `echo printf cat test [ mkdir rm ls touch sleep kill exit true false : date wc
+//! head tail cd pwd export unset env printenv read set shift eval break continue sh dash`,
+//! and a path to a script file in a volume (run by `sh`). Anything else is `NAME: not found`,
+//! status 127.
+//!
+//! Not supported, and reported as syntax errors rather than misbehaving silently: `&`
+//! background jobs, here-documents, function definitions. Not done at all: pathname (glob)
+//! expansion and tilde expansion (`*` and `~` stay literal), `set -u`, traps, `exec`.
 //!
 //! Model and deliberate differences from a real shell:
 //! - Output is buffered: a pipeline runs its commands one after another, each reading the
@@ -25,12 +35,16 @@
 //! - When `sh` reads its script from stdin, the whole stdin is the script and the commands
 //!   get an empty stdin.
 //! - A loop that runs a million commands without sleeping is stopped with status 2: in paused
-//!   time nothing else could ever run or time it out.
+//!   time nothing else could ever run or time it out. Nesting (compound commands,
+//!   substitutions, `eval`, nested `sh`) is bounded so that no input can overflow the stack;
+//!   the limit (about 30 levels) is far above what scripts use.
 //! - Nothing blocks except `sleep`, which uses `tokio::time::sleep` and so follows paused
 //!   time exactly. Dropping the future stops the script where it is.
 
+mod arith;
 mod builtins;
 mod fs;
+mod glob;
 mod parse;
 #[cfg(test)]
 mod tests;
@@ -129,8 +143,11 @@ fn base_name(name: &str) -> &str {
 
 /// Commands run without sleeping before the shell gives up (see the module docs).
 const BUSY_LIMIT: u64 = 1_000_000;
-/// Nested `sh`/`eval`/script invocations allowed (each adds to the stack depth).
+/// Nested `sh`/`eval`/script invocations allowed.
 const CALL_DEPTH_LIMIT: u32 = 8;
+/// Nested command lists being run at once (each costs stack: a debug build overflows a 2 MiB
+/// thread stack, tokio's default, somewhere above 120).
+const NESTING_LIMIT: u32 = 40;
 /// Output kept per stream; more is dropped rather than exhausting memory.
 const OUTPUT_LIMIT: usize = 64 << 20;
 
@@ -252,7 +269,7 @@ impl Fields {
     }
 }
 
-pub(crate) struct Shell<'a> {
+struct Shell<'a> {
     mounts: &'a Mounts,
     hooks: &'a dyn ShellHooks,
     vars: Vars,
@@ -270,6 +287,8 @@ pub(crate) struct Shell<'a> {
     /// Set once the busy limit is hit, so that every enclosing loop stops too.
     aborted: bool,
     call_depth: u32,
+    /// Command lists being run inside one another (see `exec_list`).
+    nesting: u32,
     loop_depth: u32,
     /// Above zero while running a condition, where `set -e` does not apply.
     no_errexit: u32,
@@ -313,6 +332,7 @@ impl<'a> Shell<'a> {
             busy_steps: 0,
             aborted: false,
             call_depth: 0,
+            nesting: 0,
             loop_depth: 0,
             no_errexit: 0,
             direct: false,
@@ -440,6 +460,24 @@ impl<'a> Shell<'a> {
         whole: bool,
     ) -> BoxFuture<'s, Result<(), Flow>> {
         Box::pin(async move {
+            if self.nesting >= NESTING_LIMIT {
+                self.diag("nesting too deep (emulated shell limit)");
+                return Err(Flow::Exit(2));
+            }
+            self.nesting += 1;
+            let result = self.expand_parts_inner(parts, fields, whole).await;
+            self.nesting -= 1;
+            result
+        })
+    }
+
+    async fn expand_parts_inner(
+        &mut self,
+        parts: &[Part],
+        fields: &mut Fields,
+        whole: bool,
+    ) -> Result<(), Flow> {
+        {
             let ifs = self.ifs();
             for part in parts {
                 let (value, quoted) = match part {
@@ -467,6 +505,21 @@ impl<'a> Shell<'a> {
                         (self.param_value(name, op).await?, *quoted)
                     }
                     Part::Subst { body, quoted } => (self.command_subst(body).await?, *quoted),
+                    Part::Arith { parts, quoted } => {
+                        let expr = self.expand_string(parts).await?;
+                        let value = arith::eval(&expr, &|name| self.param(name));
+                        match value {
+                            Ok(n) => (n.to_string(), *quoted),
+                            Err(msg) if msg.starts_with("Illegal number") => {
+                                self.diag(msg);
+                                return Err(Flow::Exit(2));
+                            }
+                            Err(msg) => {
+                                self.diag(format!("arithmetic expression: {msg}: \"{expr}\""));
+                                return Err(Flow::Exit(2));
+                            }
+                        }
+                    }
                 };
                 if quoted || whole {
                     fields.push_lit(&value);
@@ -475,7 +528,31 @@ impl<'a> Shell<'a> {
                 }
             }
             Ok(())
-        })
+        }
+    }
+
+    /// A pattern word (`case`, `${X%p}`): unquoted text keeps its glob meaning, quoted text
+    /// and quoted expansions are escaped so they match literally.
+    async fn expand_pattern(&mut self, parts: &[Part]) -> Result<String, Flow> {
+        let mut pattern = String::new();
+        for part in parts {
+            let (text, quoted) = match part {
+                Part::Lit(s) => (s.clone(), false),
+                Part::Quoted(s) => (s.clone(), true),
+                Part::Param { quoted, .. }
+                | Part::Subst { quoted, .. }
+                | Part::Arith { quoted, .. } => (
+                    self.expand_string(std::slice::from_ref(part)).await?,
+                    *quoted,
+                ),
+            };
+            if quoted {
+                pattern.push_str(&glob::escape(&text));
+            } else {
+                pattern.push_str(&text);
+            }
+        }
+        Ok(pattern)
     }
 
     async fn param_value(&mut self, name: &str, op: &ParamOp) -> Result<String, Flow> {
@@ -507,6 +584,14 @@ impl<'a> Shell<'a> {
                 true => self.expand_string(word).await?,
                 false => String::new(),
             },
+            ParamOp::Trim {
+                suffix,
+                longest,
+                pattern,
+            } => {
+                let pattern = self.expand_pattern(pattern).await?;
+                glob::trim(&value.unwrap_or_default(), &pattern, *suffix, *longest)
+            }
             ParamOp::Error { colon, word } => match set(*colon) {
                 true => value.unwrap_or_default(),
                 false => {
@@ -691,13 +776,24 @@ impl<'a> Shell<'a> {
         }
     }
 
+    /// Every recursion of the interpreter (compound commands, substitutions, `eval`, nested
+    /// `sh`) passes through here, so this is where the nesting depth is bounded.
     fn exec_list<'s>(&'s mut self, list: &'s [AndOr]) -> BoxFuture<'s, Status> {
         Box::pin(async move {
-            let mut status = self.vars.status;
-            for and_or in list {
-                status = self.exec_and_or(and_or).await?;
+            if self.nesting >= NESTING_LIMIT {
+                self.diag("nesting too deep (emulated shell limit)");
+                return Err(Flow::Exit(2));
             }
-            Ok(status)
+            self.nesting += 1;
+            let mut status = Ok(self.vars.status);
+            for and_or in list {
+                status = self.exec_and_or(and_or).await;
+                if status.is_err() {
+                    break;
+                }
+            }
+            self.nesting -= 1;
+            status
         })
     }
 
@@ -820,6 +916,21 @@ impl<'a> Shell<'a> {
                 let result = self.exec_loop(*until, cond, body).await;
                 self.loop_depth -= 1;
                 result
+            }
+            CmdKind::Case { word, items } => {
+                let subject = self.expand_string(&word.parts).await?;
+                for (patterns, body) in items {
+                    for pattern in patterns {
+                        let pattern = self.expand_pattern(&pattern.parts).await?;
+                        if glob::matches(&pattern, &subject) {
+                            return match body.is_empty() {
+                                true => Ok(0),
+                                false => self.exec_list(body).await,
+                            };
+                        }
+                    }
+                }
+                Ok(0)
             }
             CmdKind::For { var, items, body } => {
                 let items = match items {

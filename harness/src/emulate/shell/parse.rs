@@ -7,7 +7,7 @@
 
 /// Deepest nesting of compound commands and substitutions accepted; keeps both the parser and
 /// the (recursive) executor far from the end of a 2 MiB thread stack.
-const MAX_DEPTH: usize = 64;
+const MAX_DEPTH: usize = 32;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct SyntaxError {
@@ -49,6 +49,11 @@ pub(crate) enum Part {
         body: List,
         quoted: bool,
     },
+    /// `$((...))`: the expression's parts, expanded and then evaluated.
+    Arith {
+        parts: Vec<Part>,
+        quoted: bool,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,6 +76,12 @@ pub(crate) enum ParamOp {
     Error {
         colon: bool,
         word: Vec<Part>,
+    },
+    /// `${X%p}` (suffix) / `${X#p}` (prefix), `longest` for `%%` / `##`.
+    Trim {
+        suffix: bool,
+        longest: bool,
+        pattern: Vec<Part>,
     },
 }
 
@@ -118,6 +129,11 @@ pub(crate) enum CmdKind {
         items: Option<Vec<Word>>,
         body: List,
     },
+    /// `case WORD in PATTERN|PATTERN) LIST ;; ... esac`.
+    Case {
+        word: Word,
+        items: Vec<(Vec<Word>, List)>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -144,6 +160,7 @@ enum Tok {
     AndIf,
     OrIf,
     Semi,
+    DSemi,
     Amp,
     Pipe,
     LParen,
@@ -170,6 +187,7 @@ impl Tok {
             Tok::AndIf => "&&".into(),
             Tok::OrIf => "||".into(),
             Tok::Semi => ";".into(),
+            Tok::DSemi => ";;".into(),
             Tok::Amp => "&".into(),
             Tok::Pipe => "|".into(),
             Tok::LParen => "(".into(),
@@ -202,6 +220,8 @@ enum Ctx {
     DQuote,
     /// The word in `${X:-word}`: ends at `}`; `dq` if the expansion itself is in "...".
     Brace { dq: bool },
+    /// An arithmetic expression: all of the input, only `$`, backquotes and `\` special.
+    Arith,
 }
 
 pub(crate) struct Parser {
@@ -351,13 +371,7 @@ impl Parser {
             }
             '&' => two(self, Tok::AndIf, '&', Tok::Amp),
             '|' => two(self, Tok::OrIf, '|', Tok::Pipe),
-            ';' => {
-                self.bump();
-                if self.peek_char() == Some(';') {
-                    return self.err("\";;\" unexpected");
-                }
-                Tok::Semi
-            }
+            ';' => two(self, Tok::DSemi, ';', Tok::Semi),
             '(' => {
                 self.bump();
                 Tok::LParen
@@ -432,7 +446,7 @@ impl Parser {
     /// `}` is not).
     fn lex_parts(&mut self, ctx: Ctx) -> PResult<Vec<Part>> {
         let mut parts: Vec<Part> = Vec::new();
-        let quoted = matches!(ctx, Ctx::DQuote | Ctx::Brace { dq: true });
+        let quoted = matches!(ctx, Ctx::DQuote | Ctx::Brace { dq: true } | Ctx::Arith);
         let push_char = |parts: &mut Vec<Part>, c: char, q: bool| match (parts.last_mut(), q) {
             (Some(Part::Lit(s)), false) | (Some(Part::Quoted(s)), true) => s.push(c),
             (_, false) => parts.push(Part::Lit(c.to_string())),
@@ -441,7 +455,7 @@ impl Parser {
         loop {
             let Some(c) = self.peek_char() else {
                 return match ctx {
-                    Ctx::Unquoted => Ok(parts),
+                    Ctx::Unquoted | Ctx::Arith => Ok(parts),
                     Ctx::DQuote => self.err("Unterminated quoted string"),
                     Ctx::Brace { .. } => self.err("Missing '}'"),
                 };
@@ -515,7 +529,34 @@ impl Parser {
         };
         match self.peek_char() {
             Some('(') if self.peek_char_at(1) == Some('(') => {
-                self.err("arithmetic expansion $((...)) is not supported")
+                self.bump();
+                self.bump();
+                let line = self.line;
+                let mut src = String::new();
+                let mut depth = 0usize;
+                loop {
+                    match self.bump() {
+                        Some(')') if depth == 0 && self.peek_char() == Some(')') => {
+                            self.bump();
+                            break;
+                        }
+                        Some(')') if depth == 0 => return self.err("Missing '))'"),
+                        Some(c) => {
+                            match c {
+                                '(' => depth += 1,
+                                ')' => depth -= 1,
+                                _ => {}
+                            }
+                            src.push(c);
+                        }
+                        None => return self.err("Missing '))'"),
+                    }
+                }
+                let mut inner = Parser::with_line(&src, line);
+                inner.depth = self.depth;
+                inner.enter()?;
+                let parts = inner.lex_parts(Ctx::Arith)?;
+                Ok(Some(Part::Arith { parts, quoted }))
             }
             Some('(') => {
                 self.bump();
@@ -602,6 +643,25 @@ impl Parser {
                 quoted,
             });
         }
+        if let (false, Some(c @ ('%' | '#'))) = (colon, op_char) {
+            let longest = self.peek_char() == Some(c);
+            if longest {
+                self.bump();
+            }
+            self.enter()?;
+            let pattern = self.lex_parts(Ctx::Brace { dq: false })?;
+            self.leave();
+            self.bump();
+            return Ok(Part::Param {
+                name,
+                op: ParamOp::Trim {
+                    suffix: c == '%',
+                    longest,
+                    pattern,
+                },
+                quoted,
+            });
+        }
         let make: fn(bool, Vec<Part>) -> ParamOp = match op_char {
             Some('-') => |colon, word| ParamOp::Default { colon, word },
             Some('=') => |colon, word| ParamOp::Assign { colon, word },
@@ -681,7 +741,9 @@ impl Parser {
         self.skip_newlines()?;
         loop {
             let tok = self.peek()?;
-            if matches!(tok, Tok::RParen | Tok::Eof) || ends.iter().any(|e| tok.is_word(e)) {
+            if matches!(tok, Tok::RParen | Tok::DSemi | Tok::Eof)
+                || ends.iter().any(|e| tok.is_word(e))
+            {
                 break;
             }
             list.push(self.and_or()?);
@@ -839,7 +901,53 @@ impl Parser {
                 self.leave();
                 CmdKind::For { var, items, body }
             }
-            (_, Some("case")) => return self.err("\"case\" is not supported by this shell"),
+            (_, Some("case")) => {
+                self.next()?;
+                self.enter()?;
+                let word = match self.next()? {
+                    Tok::Word(w) => w,
+                    other => return self.unexpected(&other, None),
+                };
+                self.skip_newlines()?;
+                self.expect_word("in")?;
+                self.skip_newlines()?;
+                let mut items = Vec::new();
+                while !self.peek()?.is_word("esac") {
+                    if matches!(self.peek()?, Tok::LParen) {
+                        self.next()?;
+                    }
+                    let mut patterns = Vec::new();
+                    loop {
+                        match self.next()? {
+                            Tok::Word(w) => patterns.push(w),
+                            other => return self.unexpected(&other, None),
+                        }
+                        match self.next()? {
+                            Tok::Pipe => continue,
+                            Tok::RParen => break,
+                            other => return self.unexpected(&other, Some(")")),
+                        }
+                    }
+                    self.skip_newlines()?;
+                    let body = if matches!(self.peek()?, Tok::DSemi) || self.peek()?.is_word("esac")
+                    {
+                        Vec::new()
+                    } else {
+                        self.compound_list(&["esac"])?
+                    };
+                    items.push((patterns, body));
+                    if matches!(self.peek()?, Tok::DSemi) {
+                        self.next()?;
+                        self.skip_newlines()?;
+                    } else if !self.peek()?.is_word("esac") {
+                        let tok = self.next()?;
+                        return self.unexpected(&tok, Some("esac"));
+                    }
+                }
+                self.next()?;
+                self.leave();
+                CmdKind::Case { word, items }
+            }
             (_, Some(r)) if RESERVED.contains(&r) => return self.unexpected(&tok, None),
             (Tok::Word(_) | Tok::Redir(..), _) => return self.simple(line),
             (other, _) => return self.unexpected(other, None),

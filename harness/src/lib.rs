@@ -10,6 +10,7 @@ pub mod error;
 pub mod junit;
 pub mod models;
 pub mod observe;
+pub mod real;
 pub mod report;
 pub mod scenario;
 pub mod schedule;

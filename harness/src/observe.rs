@@ -255,6 +255,43 @@ pub fn spawn(client: Client, spec: &ObserveSpec) -> impl FnOnce(Recorder) -> Obs
     }
 }
 
+/// A Kubernetes Event as a timeline object: kind `Event`, the reason as phase, and one
+/// condition carrying the type (Normal/Warning), reason and message; the involved object and
+/// the count go to labels. Only the real target watches events (the emulated cluster writes
+/// none), so this is a separate watcher.
+pub fn event_state(e: &k8s_openapi::api::core::v1::Event) -> ObjectState {
+    let mut s = base("Event", e);
+    s.phase = e.reason.clone();
+    s.conditions.push(ConditionState {
+        type_: e.type_.clone().unwrap_or_else(|| "Normal".into()),
+        status: "True".into(),
+        reason: e.reason.clone(),
+        message: e.message.clone(),
+    });
+    let io = &e.involved_object;
+    s.labels.insert(
+        "involved".into(),
+        format!(
+            "{}/{}",
+            io.kind.clone().unwrap_or_default(),
+            io.name.clone().unwrap_or_default()
+        ),
+    );
+    if let Some(c) = e.count {
+        s.labels.insert("count".into(), c.to_string());
+    }
+    s
+}
+
+/// Starts a watcher on the namespace's Events; it stops when the returned task is aborted.
+pub fn spawn_events(client: Client, namespace: &str, rec: Recorder) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(pump(
+        Api::<k8s_openapi::api::core::v1::Event>::namespaced(client, namespace),
+        rec,
+        event_state,
+    ))
+}
+
 /// A one-shot listing of the same objects, for the end-of-case snapshot.
 pub async fn snapshot(client: Client, spec: &ObserveSpec) -> kube::Result<Vec<ObjectState>> {
     let ns = spec.namespace.as_str();
@@ -357,6 +394,23 @@ mod tests {
             s.summary(),
             "Sandbox/openshell/default--demo Ready=False(DependenciesNotReady) Finished=True(PodFailed)"
         );
+    }
+
+    #[test]
+    fn an_event_keeps_its_reason_type_message_and_involved_object() {
+        let e: k8s_openapi::api::core::v1::Event = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "default--demo.1", "namespace": "openshell"},
+            "involvedObject": {"kind": "Pod", "name": "default--demo"},
+            "reason": "BackOff", "type": "Warning", "message": "Back-off pulling image", "count": 3
+        }))
+        .unwrap();
+        let s = event_state(&e);
+        assert_eq!(
+            s.summary(),
+            "Event/openshell/default--demo.1 phase=BackOff Warning=True(BackOff)"
+        );
+        assert_eq!(s.labels["involved"], "Pod/default--demo");
+        assert_eq!(s.labels["count"], "3");
     }
 
     #[test]

@@ -1,0 +1,37 @@
+//! The real-cluster path: kind, k3d or an existing cluster, Agent Sandbox and OpenShell
+//! installed with helm, the gateway reached through an in-process port-forward, sandboxes
+//! driven through the `openshell` CLI, faults through the Kubernetes API with a restore
+//! journal, diagnostics bundles and a doctor.
+//!
+//! Everything that shells out goes through [`command::CommandRunner`], so plans can be printed
+//! (`run --dry-run`, [`plan::dry_run`]) and tests replay recorded outputs; Kubernetes access
+//! goes through `kube::Client`, so the same code runs against the emulated API server.
+//!
+//! Entry points for the CLI: [`options::RealArgs`] (flatten into `run`, `doctor`, `cluster`,
+//! `restore`), [`plan::dry_run`], [`doctor::run`], [`target::RealFactory`],
+//! [`cluster::provider`] (`cluster up|down`), [`journal::restore_from`] and
+//! [`diagnostics::collect`].
+
+pub mod cli;
+pub mod cluster;
+pub mod command;
+pub mod diagnostics;
+pub mod doctor;
+pub mod existing;
+pub mod faults;
+pub mod gateway;
+pub mod install;
+pub mod interlock;
+pub mod journal;
+pub mod k3d;
+#[cfg(feature = "k3s")]
+pub mod k3s;
+pub mod kexec;
+pub mod kind;
+pub mod leftovers;
+pub mod options;
+pub mod pins;
+pub mod plan;
+pub mod portforward;
+pub mod target;
+pub mod workspace;

@@ -514,8 +514,9 @@ pub async fn restore_on_signal(injector: Arc<FaultInjector>) -> &'static str {
     name
 }
 
+/// Waits for Ctrl-C or SIGTERM and returns its name.
 #[cfg(unix)]
-async fn wait_for_signal() -> &'static str {
+pub async fn wait_for_signal() -> &'static str {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = match signal(SignalKind::terminate()) {
         Ok(s) => s,
@@ -530,8 +531,9 @@ async fn wait_for_signal() -> &'static str {
     }
 }
 
+/// Waits for Ctrl-C and returns its name.
 #[cfg(not(unix))]
-async fn wait_for_signal() -> &'static str {
+pub async fn wait_for_signal() -> &'static str {
     let _ = tokio::signal::ctrl_c().await;
     "SIGINT"
 }

@@ -174,7 +174,12 @@ pub struct RealFactory {
     runner: Arc<dyn CommandRunner>,
     pub allowed: Allowed,
     cluster: tokio::sync::Mutex<Option<Arc<Cluster>>>,
+    /// Fault injectors of the targets provisioned so far, for the signal handler.
+    injectors: Injectors,
 }
+
+/// Injectors of live targets; dead ones are skipped.
+type Injectors = Arc<Mutex<Vec<std::sync::Weak<FaultInjector>>>>;
 
 impl RealFactory {
     /// Refuses a context that is not disposable, before anything else happens.
@@ -185,11 +190,33 @@ impl RealFactory {
             runner,
             allowed,
             cluster: Default::default(),
+            injectors: Default::default(),
         })
     }
 
     pub fn options(&self) -> &RealOptions {
         &self.opts
+    }
+
+    /// Waits for Ctrl-C or SIGTERM, restores every active fault of every live target, and
+    /// returns the signal's name; the CLI then exits (130 / 143). Run it beside the engine
+    /// (`tokio::select!`).
+    pub async fn restore_on_signal(&self) -> &'static str {
+        let name = super::faults::wait_for_signal().await;
+        tracing::warn!(signal = name, "restoring active faults before exiting");
+        let live: Vec<Arc<FaultInjector>> = self
+            .injectors
+            .lock()
+            .expect("injectors lock")
+            .iter()
+            .filter_map(|w| w.upgrade())
+            .collect();
+        for inj in live {
+            for e in inj.restore_all().await {
+                tracing::error!(error = %e, "restore after {name} failed; the journal keeps it");
+            }
+        }
+        name
     }
 
     /// Brings the cluster up (or reuses it), connects, checks leftovers on a reused cluster and
@@ -257,13 +284,15 @@ impl TargetFactory for RealFactory {
             .cluster()
             .await
             .map_err(|e| TargetError::Infra(e.to_string()))?;
-        Ok(Arc::new(RealTarget::new(
+        let mut t = RealTarget::new(
             opts_with(&self.opts, &c.up),
             self.runner.clone(),
             c.client.clone(),
             self.info(),
             rec.clone(),
-        )))
+        );
+        t.injectors = Some(self.injectors.clone());
+        Ok(Arc::new(t))
     }
 }
 
@@ -286,6 +315,7 @@ pub struct RealTarget {
     rec: Recorder,
     installed: tokio::sync::Mutex<Option<Arc<Installed>>>,
     created: Mutex<BTreeSet<String>>,
+    injectors: Option<Injectors>,
 }
 
 impl RealTarget {
@@ -304,6 +334,7 @@ impl RealTarget {
             rec,
             installed: Default::default(),
             created: Default::default(),
+            injectors: None,
         }
     }
 
@@ -467,6 +498,11 @@ impl Target for RealTarget {
             topology.supervisor.clone(),
         ));
         injector.set_recorder(self.rec.clone());
+        if let Some(reg) = &self.injectors {
+            let mut reg = reg.lock().expect("injectors lock");
+            reg.retain(|w| w.strong_count() > 0);
+            reg.push(Arc::downgrade(&injector));
+        }
         {
             let mut info = self.info.lock().expect("info lock");
             // The gateway's version decides behaviour; the CLI's stands in when helm has none.

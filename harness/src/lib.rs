@@ -4,6 +4,7 @@
 //! API server and `models` the OpenShell-on-Kubernetes behaviour that runs on it.
 
 pub mod checks;
+pub mod cli;
 pub mod emulate;
 pub mod engine;
 pub mod error;

@@ -152,6 +152,15 @@ impl Topology {
         Ok(())
     }
 
+    /// Whether the supervisor runs inside the sandbox pod (so replacing that pod re-runs
+    /// bootstrap and restarts the workload).
+    pub fn supervisor_in_sandbox_pod(&self) -> bool {
+        matches!(
+            self.supervisor,
+            SupervisorPlacement::SandboxContainer { .. }
+        )
+    }
+
     /// Whether this OpenShell version supports the topology.
     pub fn supports(&self, openshell: &Version) -> bool {
         release(openshell) >= release(&self.min_openshell)

@@ -1,71 +1,30 @@
-//! The openshell-conformance command line.
+//! The openshell-conformance command line; everything lives in `openshell_conformance::cli`.
 
-use clap::{Parser, Subcommand};
-use openshell_conformance::emulate::serve::{ServeArgs, run};
-
-#[derive(Debug, Parser)]
-#[command(
-    name = "openshell-conformance",
-    version,
-    about = "Conformance and chaos harness for NVIDIA OpenShell on Kubernetes"
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// The embedded emulated Kubernetes cluster.
-    Emulate {
-        #[command(subcommand)]
-        command: EmulateCommand,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-enum EmulateCommand {
-    /// Serve the emulated cluster over TCP (real time) and write a kubeconfig for kubectl.
-    Serve(ServeArgs),
-}
+use clap::Parser;
+use openshell_conformance::cli::{Cli, LogFormat, run};
 
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // clap exits with status 2 on bad flags and values, after saying what is wrong.
     let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return std::process::ExitCode::FAILURE;
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::from(3);
         }
     };
-    let result = rt.block_on(async {
-        match cli.command {
-            Command::Emulate {
-                command: EmulateCommand::Serve(args),
-            } => run(args).await,
-        }
-    });
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            // Exit codes (README): 2 for usage or configuration errors.
-            match e {
-                openshell_conformance::emulate::serve::ServeError::Usage(_)
-                | openshell_conformance::emulate::serve::ServeError::NotLoopback(_) => {
-                    std::process::ExitCode::from(2)
-                }
-                _ => std::process::ExitCode::FAILURE,
-            }
-        }
-    }
+    let status = rt.block_on(run(cli));
+    std::process::ExitCode::from(status.code())
 }

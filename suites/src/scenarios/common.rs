@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::checks::{Anchor, Check, Cmp, Counted, Predicate, Selector, Window};
 use crate::scenario::{CaseInfo, Ctx, StepError};
-use crate::target::{RestartPolicy, SandboxSpec, TargetError};
+use crate::target::{Fault, RestartPolicy, SandboxSpec, TargetError};
 use crate::timeline::GATEWAY_SANDBOX_KIND;
 use crate::topology::SupervisorPlacement;
 
@@ -111,6 +111,40 @@ pub async fn observe_starts(ctx: &Ctx, sandbox: &str, key: &str) -> Option<u64> 
                 .note(format!("could not read the start marker of {sandbox}: {e}"));
             None
         }
+    }
+}
+
+/// Waits (softly) until the workload has started at least `n` times, reading the start marker
+/// without recording each poll; a restart takes a moment to show after the phase does.
+pub async fn wait_starts(ctx: &Ctx, sandbox: &str, n: u64, deadline: Duration) {
+    let what = format!("the workload of {sandbox} to have started {n} times");
+    let r = ctx
+        .wait_for(&what, deadline, || async {
+            let count = match ctx.target.read_workspace(sandbox, STARTS_FILE).await {
+                Ok(c) => c.map_or(0, |c| {
+                    c.lines().filter(|l| l.trim() == "start").count() as u64
+                }),
+                Err(_) => 0,
+            };
+            Ok((count >= n).then_some(()))
+        })
+        .await;
+    if let Err(e) = r {
+        ctx.rec.note(format!("not reached: {e}"));
+    }
+}
+
+/// The fault that makes a sandbox bootstrap again: bootstrap runs where the supervisor runs
+/// (the topology's `supervisor` placement), so the sandbox pod is replaced where the supervisor
+/// lives in it, and the supervisor is restarted where it lives apart.
+pub fn rebootstrap(ctx: &Ctx, sandbox: &str) -> Fault {
+    match ctx.case.topology.supervisor {
+        SupervisorPlacement::SandboxContainer { .. } => Fault::SandboxPodReplace {
+            sandbox: sandbox.to_string(),
+        },
+        _ => Fault::SupervisorKill {
+            sandbox: sandbox.to_string(),
+        },
     }
 }
 

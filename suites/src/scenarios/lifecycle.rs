@@ -91,6 +91,7 @@ fn start_and_verify(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         let name = ctx.sandbox_name(MAIN);
         ctx.start_sandbox(&name).await?;
         ctx.settle_phase(&name, &["Ready"], PROVISION_TIMEOUT).await;
+        wait_starts(ctx, &name, 2, RECOVERY).await;
         check_shell(ctx, &name).await;
         ctx.read_sentinel(&name, "before-fault").await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
@@ -247,6 +248,7 @@ pub fn error_recovery() -> Scenario {
             Capability::MainCommand,
             Capability::BootstrapCredentialFault,
             Capability::SandboxPodReplace,
+            Capability::SupervisorKill,
         ],
         steps: vec![
             Step::new(
@@ -275,11 +277,7 @@ fn into_error(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
                 what: "credentials".into(),
             })
             .await?;
-        let replace = ctx
-            .inject(Fault::SandboxPodReplace {
-                sandbox: name.clone(),
-            })
-            .await?;
+        let replace = ctx.inject(rebootstrap(ctx, &name)).await?;
         ctx.restore(&replace).await?;
         ctx.settle_phase(&name, &["Error"], Duration::from_secs(120))
             .await;
@@ -418,6 +416,8 @@ fn end_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 fn verify_restarted(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
+        // The restart shows in the start marker; then the sandbox must be Ready again.
+        wait_starts(ctx, &name, 2, Duration::from_secs(180)).await;
         ctx.settle_phase(&name, &["Ready"], Duration::from_secs(180))
             .await;
         check_shell(ctx, &name).await;
@@ -599,6 +599,7 @@ fn create_and_wait(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 fn use_sandbox(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
+        wait_starts(ctx, &name, 1, RECOVERY).await;
         check_shell(ctx, &name).await;
         // A workspace write and read on a fresh sandbox.
         if ctx.write_sentinel(&name, "fresh").await.is_ok() {

@@ -1,0 +1,273 @@
+//! The proof that the catalog is right: every scenario passes on the `contract` model on every
+//! topology; every defect switch is caught by some scenario with a message that names the broken
+//! requirement; the upstream model reproduces the reported failures; the same seed gives the same
+//! timeline.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use openshell_conformance::engine::{CaseReport, Engine, EngineOptions, Outcome};
+use openshell_conformance::models::spec::{DEFECTS, Model, Selection};
+use openshell_conformance::models::target::EmulatedFactory;
+use openshell_conformance::scenario::Case;
+use openshell_conformance::suites::catalog::{self, Selection as Pick};
+use openshell_conformance::target::TargetFactory;
+use openshell_conformance::timeline::{Event, Timeline};
+use openshell_conformance::topology::{Topologies, Topology};
+use rstest::rstest;
+
+fn topology(name: &str) -> Topology {
+    Topologies::builtin().get(name).unwrap().clone()
+}
+
+fn all_topologies() -> Vec<Topology> {
+    Topologies::builtin().all().cloned().collect()
+}
+
+/// Runs cases on a model, each in its own paused runtime, spread over the machine's cores.
+fn run_cases(selection: Selection, cases: Vec<Case>) -> Vec<CaseReport> {
+    let factory: Arc<dyn TargetFactory> = Arc::new(EmulatedFactory::new(selection));
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let queue = std::sync::Mutex::new(cases.into_iter().enumerate().collect::<Vec<_>>());
+    let results = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                loop {
+                    let next = queue.lock().unwrap().pop();
+                    let Some((i, case)) = next else { break };
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .start_paused(true)
+                        .build()
+                        .unwrap();
+                    let engine = Engine::new(factory.clone(), EngineOptions::default());
+                    let r = rt.block_on(engine.run_case(&case));
+                    results.lock().unwrap().push((i, r));
+                }
+            });
+        }
+    });
+    let mut out = results.into_inner().unwrap();
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, r)| r).collect()
+}
+
+fn describe(r: &CaseReport) -> String {
+    let mut s = format!("{}: {}", r.case_id, r.outcome.name());
+    if let Some(reason) = r.outcome.reason() {
+        s.push_str(&format!(" - {reason}"));
+    }
+    for c in r.failed_checks() {
+        s.push_str(&format!("\n    {}", c.diagnosis().replace('\n', "\n    ")));
+    }
+    s
+}
+
+#[rstest]
+#[case::combined("combined")]
+#[case::sidecar("sidecar")]
+#[case::supervisor_pod("supervisor-pod")]
+#[case::gateway("gateway")]
+fn every_scenario_passes_on_the_contract_model(#[case] topo: &str) {
+    let cases = catalog::cases(&[topology(topo)], &Pick::default());
+    let reports = run_cases(Selection::contract(), cases);
+    let bad: Vec<String> = reports
+        .iter()
+        .filter(|r| r.outcome != Outcome::Passed)
+        .map(describe)
+        .collect();
+    assert!(bad.is_empty(), "on contract/{topo}:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn every_defect_is_caught_by_some_scenario_naming_the_broken_requirement() {
+    let cases = catalog::cases(&all_topologies(), &Pick::default());
+    // defect -> scenario -> caught (with the broken requirement named) on some topology
+    let mut matrix: BTreeMap<&str, BTreeMap<String, bool>> = BTreeMap::new();
+    let mut undetected = Vec::new();
+    for d in DEFECTS {
+        let reports = run_cases(Selection::contract().with_defect(d.defect), cases.clone());
+        let row = matrix.entry(d.name).or_default();
+        for r in &reports {
+            let names_requirement = r
+                .failed_checks()
+                .any(|c| c.requirements.iter().any(|q| q == d.requirement));
+            let caught = matches!(r.outcome, Outcome::Failed(_)) && names_requirement;
+            let cell = row.entry(r.scenario.clone()).or_insert(false);
+            *cell |= caught;
+        }
+        if !row.values().any(|c| *c) {
+            undetected.push(format!("{} ({})", d.name, d.requirement));
+        }
+    }
+    // Print the matrix: defects by scenarios, X where some topology caught it.
+    let scenarios: Vec<String> = catalog::entries()
+        .iter()
+        .map(|e| e.scenario.id.clone())
+        .collect();
+    println!("detection matrix (X: caught, naming the broken requirement)");
+    println!("{:<45} {}", "defect", scenarios.join(" | "));
+    for (d, row) in &matrix {
+        let cells: Vec<String> = scenarios
+            .iter()
+            .map(|s| {
+                let mark = if row.get(s).copied().unwrap_or(false) {
+                    "X"
+                } else {
+                    "."
+                };
+                format!("{mark:^w$}", w = s.len())
+            })
+            .collect();
+        println!("{d:<45} {}", cells.join(" | "));
+    }
+    assert!(
+        undetected.is_empty(),
+        "undetected defects: {}",
+        undetected.join(", ")
+    );
+}
+
+fn upstream(agent_sandbox: Option<&str>) -> Selection {
+    Selection::parse(Model::OpenShell0_0_111.name(), &[], agent_sandbox).unwrap()
+}
+
+fn logs_of(t: &Timeline) -> String {
+    t.entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Logs(x) => Some(x.lines.join("\n")),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[rstest]
+#[case::combined("combined")]
+#[case::sidecar("sidecar")]
+fn upstream_0_0_111_fails_the_bootstrap_outage_with_five_policy_fetches_then_sticky_error(
+    #[case] topo: &str,
+) {
+    let cases = catalog::cases(
+        &[topology(topo)],
+        &Pick {
+            patterns: vec!["bootstrap-outage".into()],
+            ..Pick::default()
+        },
+    );
+    for r in run_cases(upstream(None), cases) {
+        assert!(matches!(r.outcome, Outcome::Failed(_)), "{}", describe(&r));
+        let failed: Vec<&str> = r.failed_checks().map(|c| c.name.as_str()).collect();
+        assert!(
+            failed.contains(
+                &"the sandbox never turns terminal while bootstrap waits for the gateway"
+            ),
+            "{}",
+            describe(&r)
+        );
+        let error = r
+            .failed_checks()
+            .find(|c| c.name.starts_with("the sandbox never turns terminal"))
+            .unwrap();
+        assert!(
+            error
+                .last_seen
+                .iter()
+                .any(|o| o.phase.as_deref() == Some("Error")),
+            "{}",
+            describe(&r)
+        );
+        let logs = logs_of(&r.timeline);
+        assert_eq!(
+            logs.matches("Policy fetch failed, retrying").count(),
+            4,
+            "{logs}"
+        );
+        assert!(
+            logs.contains("Policy fetch failed after 5 attempts"),
+            "{logs}"
+        );
+        let exit1 = r
+            .failed_checks()
+            .any(|c| c.name.contains("does not give up"));
+        assert!(
+            exit1,
+            "the replacement pod's bootstrap exits 1: {}",
+            describe(&r)
+        );
+    }
+}
+
+#[test]
+fn upstream_0_0_111_on_agent_sandbox_v0_5_0_stays_provisioning_forever_after_the_bootstrap_outage()
+{
+    let cases = catalog::cases(
+        &[topology("combined")],
+        &Pick {
+            patterns: vec!["bootstrap-outage[combined,outage=30s]".into()],
+            ..Pick::default()
+        },
+    );
+    let r = &run_cases(upstream(Some("v0.5.0")), cases)[0];
+    let ready = r
+        .failed_checks()
+        .find(|c| c.name.starts_with("the sandbox is Ready again"))
+        .unwrap_or_else(|| panic!("{}", describe(r)));
+    assert!(
+        ready
+            .last_seen
+            .iter()
+            .any(|o| o.phase.as_deref() == Some("Provisioning")),
+        "{}",
+        describe(r)
+    );
+    assert!(
+        !r.failed_checks()
+            .any(|c| c.name.starts_with("the sandbox never turns terminal"))
+    );
+}
+
+#[test]
+fn upstream_0_0_111_keeps_sandboxes_through_a_gateway_restart_but_cannot_recover_from_error() {
+    let cases = catalog::cases(
+        &[topology("combined"), topology("sidecar")],
+        &Pick {
+            patterns: vec!["gateway-restart".into(), "error-recovery".into()],
+            ..Pick::default()
+        },
+    );
+    for r in run_cases(upstream(None), cases) {
+        match r.scenario.as_str() {
+            "gateway-restart" => assert_eq!(r.outcome, Outcome::Passed, "{}", describe(&r)),
+            _ => {
+                assert!(matches!(r.outcome, Outcome::Failed(_)), "{}", describe(&r));
+                assert!(
+                    r.failed_checks()
+                        .any(|c| c.requirements.contains(&"R8".to_string())
+                            && c.name.contains("accepted")),
+                    "{}",
+                    describe(&r)
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_same_seed_gives_a_byte_identical_timeline() {
+    let pick = Pick {
+        patterns: vec!["seeded-sweep".into()],
+        seed: Some(42),
+        ..Pick::default()
+    };
+    let run = || {
+        let cases = catalog::cases(&[topology("sidecar")], &pick);
+        run_cases(Selection::contract(), cases).remove(0)
+    };
+    let (a, b) = (run(), run());
+    assert_eq!(a.outcome, Outcome::Passed, "{}", describe(&a));
+    assert_eq!(a.timeline.to_jsonl(), b.timeline.to_jsonl());
+    assert_eq!(a.timeline.run_info().unwrap().seed, Some(42));
+}

@@ -570,10 +570,38 @@ impl Recorder {
         });
     }
 
+    /// The timeline so far, in canonical order: object states that arrived in the same
+    /// millisecond with nothing else between them are ordered by resourceVersion, the order in
+    /// which the cluster made the changes. Watchers deliver such bursts in whatever order their
+    /// tasks happen to run, which would make two runs of the same case differ for no reason.
     pub fn snapshot(&self) -> Timeline {
-        Timeline {
-            entries: self.lock().entries.clone(),
+        let mut entries = self.lock().entries.clone();
+        let rv = |e: &Entry| match &e.event {
+            Event::Object(o) => o
+                .resource_version
+                .as_deref()
+                .and_then(|r| r.parse::<u64>().ok())
+                .unwrap_or(u64::MAX),
+            _ => u64::MAX,
+        };
+        let mut i = 0;
+        while i < entries.len() {
+            let mut j = i;
+            while j < entries.len()
+                && entries[j].at_ms == entries[i].at_ms
+                && matches!(entries[j].event, Event::Object(_))
+            {
+                j += 1;
+            }
+            if j > i + 1 {
+                entries[i..j].sort_by_key(|e| rv(e));
+            }
+            i = j.max(i + 1);
         }
+        for (n, e) in entries.iter_mut().enumerate() {
+            e.seq = n as u64 + 1;
+        }
+        Timeline { entries }
     }
 }
 
@@ -724,6 +752,35 @@ mod tests {
         assert_eq!(t.entries[0].at_ms, 0);
         assert_eq!(t.entries[1].at_ms, 330_000);
         assert_eq!(t.entries[1].seq, 2);
+    }
+
+    #[test]
+    fn a_burst_of_object_states_in_one_millisecond_is_ordered_by_resource_version() {
+        let rec = Recorder::new();
+        let state = |name: &str, rv: &str| {
+            let mut s = ObjectState::new("Pod", Some("ns"), name);
+            s.resource_version = Some(rv.into());
+            s
+        };
+        rec.mark("before");
+        rec.observe(state("b", "12"));
+        rec.observe(state("a", "11"));
+        rec.mark("between");
+        rec.observe(state("c", "9"));
+        let names: Vec<String> = rec
+            .snapshot()
+            .entries
+            .iter()
+            .map(|e| match &e.event {
+                Event::Object(o) => o.name.clone(),
+                Event::Marker { label } => label.clone(),
+                _ => unreachable!(),
+            })
+            .collect();
+        // Markers stay where they were; only the burst between them is reordered.
+        assert_eq!(names, ["before", "a", "b", "between", "c"]);
+        let seqs: Vec<u64> = rec.snapshot().entries.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [1, 2, 3, 4, 5]);
     }
 
     #[test]

@@ -268,6 +268,15 @@ fn the_same_seed_gives_a_byte_identical_timeline() {
     };
     let (a, b) = (run(), run());
     assert_eq!(a.outcome, Outcome::Passed, "{}", describe(&a));
-    assert_eq!(a.timeline.to_jsonl(), b.timeline.to_jsonl());
+    let (ja, jb) = (a.timeline.to_jsonl(), b.timeline.to_jsonl());
+    if let Some((i, (la, lb))) = ja
+        .lines()
+        .zip(jb.lines())
+        .enumerate()
+        .find(|(_, (x, y))| x != y)
+    {
+        panic!("the timelines differ first at line {}:\n{la}\n{lb}", i + 1);
+    }
+    assert_eq!(ja.len(), jb.len());
     assert_eq!(a.timeline.run_info().unwrap().seed, Some(42));
 }

@@ -246,12 +246,66 @@ pub fn spawn(client: Client, spec: &ObserveSpec) -> impl FnOnce(Recorder) -> Obs
             rec.clone(),
             deployment_state,
         )));
+        obs.push(tokio::spawn(capture_logs(
+            Api::<Pod>::namespaced(client.clone(), ns),
+            rec.clone(),
+        )));
         obs.push(tokio::spawn(pump(
             Api::<DynamicObject>::namespaced_with(client, ns, &spec.sandbox_resource),
             rec,
             sandbox_state,
         )));
         obs
+    }
+}
+
+/// Lines kept from a container's log when it terminates.
+const CAPTURED_LOG_LINES: i64 = 200;
+
+/// Records a container's log on the timeline when the container terminates: that is when its
+/// last words (a bootstrap giving up, a supervisor exiting) matter, and a pod deleted later
+/// takes its logs with it.
+async fn capture_logs(api: Api<Pod>, rec: Recorder) {
+    let mut seen: BTreeSet<(String, String, i32, u32)> = BTreeSet::new();
+    let mut stream = watcher::watcher(api.clone(), watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    while let Some(ev) = stream.next().await {
+        let pod = match ev {
+            Ok(WatchEvent::Apply(p) | WatchEvent::InitApply(p)) => p,
+            _ => continue,
+        };
+        let (Some(name), Some(uid)) = (pod.metadata.name.clone(), pod.metadata.uid.clone()) else {
+            continue;
+        };
+        let statuses = pod
+            .status
+            .iter()
+            .flat_map(|s| s.container_statuses.iter().flatten());
+        for c in statuses {
+            let Some(t) = c.state.as_ref().and_then(|s| s.terminated.as_ref()) else {
+                continue;
+            };
+            let restarts = u32::try_from(c.restart_count).unwrap_or(0);
+            if !seen.insert((uid.clone(), c.name.clone(), t.exit_code, restarts)) {
+                continue;
+            }
+            let params = kube::api::LogParams {
+                container: Some(c.name.clone()),
+                tail_lines: Some(CAPTURED_LOG_LINES),
+                ..Default::default()
+            };
+            if let Ok(text) = api.logs(&name, &params).await
+                && !text.trim().is_empty()
+            {
+                rec.record(crate::timeline::Event::Logs(crate::timeline::LogExcerpt {
+                    pod: name.clone(),
+                    container: c.name.clone(),
+                    previous: false,
+                    lines: text.lines().map(str::to_string).collect(),
+                }));
+            }
+        }
     }
 }
 

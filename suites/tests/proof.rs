@@ -213,7 +213,7 @@ fn upstream_0_0_111_on_agent_sandbox_v0_5_0_stays_provisioning_forever_after_the
     let r = &run_cases(upstream(Some("v0.5.0")), cases)[0];
     let ready = r
         .failed_checks()
-        .find(|c| c.name.starts_with("the sandbox is Ready again"))
+        .find(|c| c.name == "the sandbox is still Ready when recovery is verified")
         .unwrap_or_else(|| panic!("{}", describe(r)));
     assert!(
         ready

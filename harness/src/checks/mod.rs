@@ -583,7 +583,8 @@ fn eval_eventually(t: &Timeline, p: &Predicate, after: &Anchor, within_ms: u64) 
             };
         }
         j += 1;
-        if j >= t.entries.len() || t.entries[j].at_ms > deadline {
+        // Within zero means at the anchor itself, not at whatever else shares its millisecond.
+        if within_ms == 0 || j >= t.entries.len() || t.entries[j].at_ms > deadline {
             break;
         }
         world.apply(&t.entries[j].event);

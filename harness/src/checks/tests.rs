@@ -190,6 +190,25 @@ fn eventually_fails_when_the_predicate_holds_only_after_the_deadline() {
 }
 
 #[test]
+fn eventually_within_zero_judges_the_instant_of_the_anchor_only() {
+    let t = Tb::default()
+        .phase(0.0, "a", "Provisioning")
+        .mark(5.0, "verified")
+        .phase(5.0, "a", "Ready")
+        .build();
+    let c = Check::eventually(
+        "Ready when verified",
+        &["R1"],
+        Predicate::phase(sandbox(), &["Ready"]),
+        Anchor::marker("verified"),
+        Duration::ZERO,
+    );
+    let o = c.evaluate(&t);
+    assert!(!o.passed);
+    assert_eq!(o.last_seen[0].phase.as_deref(), Some("Provisioning"));
+}
+
+#[test]
 fn eventually_says_when_the_run_ended_before_the_deadline() {
     let t = Tb::default()
         .outage(10.0, 40.0)

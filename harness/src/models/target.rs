@@ -443,8 +443,10 @@ impl Target for EmulatedTarget {
                         if self.model.kill_supervisor(&cr) {
                             Ok(())
                         } else {
-                            Err(TargetError::Infra(format!(
-                                "no supervisor process runs for sandbox {sandbox}"
+                            // Nothing to kill (the supervisor has exited, for example after
+                            // the main process finished): the case cannot test a restart.
+                            Err(TargetError::Unsupported(format!(
+                                "no supervisor process runs for sandbox {sandbox}, so it cannot be restarted"
                             )))
                         }
                     }

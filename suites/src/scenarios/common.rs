@@ -218,6 +218,19 @@ pub fn never(
     Check::never(name, reqs, phase_is(case, role, phases), during)
 }
 
+/// The sandbox the scenario starts from becomes Ready within the provisioning timeout (R11):
+/// every later check presumes it, and a case stuck here says so first.
+pub fn provisioned(case: &CaseInfo, role: &str) -> Check {
+    ready_within(
+        "the sandbox is Ready within the provisioning timeout",
+        &["R11"],
+        case,
+        role,
+        Anchor::action_end("create"),
+        PROVISION_TIMEOUT,
+    )
+}
+
 pub fn sentinels() -> Check {
     Check::sentinels("workspace sentinels are read back intact", &["R6"])
 }

@@ -33,6 +33,12 @@ fn with_leaks(mut checks: Vec<Check>, case: &CaseInfo) -> Vec<Check> {
     checks
 }
 
+/// For scenarios that start from a Ready sandbox: that it got there comes first.
+fn from_ready(mut checks: Vec<Check>, case: &CaseInfo) -> Vec<Check> {
+    checks.insert(0, provisioned(case, MAIN));
+    with_leaks(checks, case)
+}
+
 // ---- a stopped sandbox through a gateway outage ---------------------------------------------
 
 /// A stopped sandbox stays stopped while the gateway goes away and comes back, then starts with
@@ -100,7 +106,7 @@ fn start_and_verify(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 }
 
 fn stopped_checks(case: &CaseInfo) -> Vec<Check> {
-    with_leaks(
+    from_ready(
         vec![
             never(
                 "the stopped sandbox is not started by the returning gateway",
@@ -327,7 +333,7 @@ fn recovery_checks(case: &CaseInfo) -> Vec<Check> {
             0,
         )
     };
-    with_leaks(
+    from_ready(
         vec![
             Check::eventually(
                 "a bootstrap that cannot authenticate ends in Error",
@@ -428,7 +434,7 @@ fn verify_restarted(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 }
 
 fn restart_checks(case: &CaseInfo) -> Vec<Check> {
-    with_leaks(
+    from_ready(
         vec![
             ready_within(
                 "the sandbox is running again after its main process ended",
@@ -687,7 +693,7 @@ fn verify_reattached(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 
 fn supervisor_checks(case: &CaseInfo) -> Vec<Check> {
     let pod = Selector::named("Pod", &case.resource_name(&case.sandbox_name(MAIN)));
-    with_leaks(
+    from_ready(
         vec![
             ready_within(
                 "the workload re-attaches: the sandbox is Ready again",

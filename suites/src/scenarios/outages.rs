@@ -100,6 +100,7 @@ fn delete_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 
 fn bootstrap_outage_checks(case: &CaseInfo) -> Vec<Check> {
     let mut checks = vec![
+        provisioned(case, MAIN),
         ready_within(
             "the sandbox is Ready again after the gateway returns, without manual deletion",
             &["R1", "R5"],
@@ -245,6 +246,7 @@ fn verify_ready(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 fn ready_sandbox_checks(case: &CaseInfo) -> Vec<Check> {
     let pod = Selector::named("Pod", &case.resource_name(&case.sandbox_name(MAIN)));
     let mut checks = vec![
+        provisioned(case, MAIN),
         ready_within(
             "the sandbox returns to Ready once the gateway is back",
             &["R9"],

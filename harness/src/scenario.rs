@@ -643,6 +643,9 @@ impl Ctx {
                 self.record_fault(&id, &fault, FaultPhase::Started, None);
                 Ok(id)
             }
+            Err(TargetError::Unsupported(m)) => {
+                Err(StepError::Skip(format!("{}: {m}", fault.kind())))
+            }
             Err(e) => Err(StepError::Infra(format!("injecting {}: {e}", fault.kind()))),
         }
     }

@@ -765,9 +765,13 @@ async fn process_side(
     let mut relaunch = link.relaunch.subscribe();
     relaunch.borrow_and_update();
     let mut boundary_alive = link.boundary_alive.subscribe();
+    // A relaunch request seen by `changed()` below: `changed()` marks the value seen, so
+    // `has_changed()` alone would miss it and the request would be lost.
+    let mut requested = false;
     loop {
         let launch = matches!(link.main.borrow().status, MainStatus::NotStarted);
-        if launch || relaunch.has_changed().unwrap_or(false) {
+        if launch || requested || relaunch.has_changed().unwrap_or(false) {
+            requested = false;
             relaunch.borrow_and_update();
             if link.main.borrow().status == MainStatus::Running {
                 // Already running (a relaunch request for a live process is a no-op).
@@ -781,7 +785,7 @@ async fn process_side(
             }
         }
         tokio::select! {
-            _ = relaunch.changed() => {}
+            r = relaunch.changed() => requested = r.is_ok(),
             _ = kill_rx.recv() => {}
             _ = boundary_alive.wait_for(|a| !*a), if !b.supervisor_restarts_in_place && ctx.container == "agent" && ctx.env("OPENSHELL_SUPERVISOR_TOPOLOGY") == Some("sidecar") => {
                 log.line("ERROR openshell_sandbox: authoritative network-sidecar control channel closed");

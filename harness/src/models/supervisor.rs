@@ -294,12 +294,17 @@ impl Boundary {
             link.relaunch.send_modify(|n| *n += 1);
         }
         // The session opens once the entrypoint started (§2.2 step 9; sidecar EntrypointStarted).
-        let mut main_rx = link.main.subscribe();
-        let own = self.pod_uid.clone();
-        let same_pod = self.same_pod;
-        let _ = main_rx
-            .wait_for(|m| m.status != MainStatus::NotStarted && (!same_pod || m.pod_uid == own))
-            .await;
+        let gated = self.model.topology.gated();
+        if gated {
+            self.await_workload(&link, &token).await;
+        } else {
+            let mut main_rx = link.main.subscribe();
+            let own = self.pod_uid.clone();
+            let same_pod = self.same_pod;
+            let _ = main_rx
+                .wait_for(|m| m.status != MainStatus::NotStarted && (!same_pod || m.pod_uid == own))
+                .await;
+        }
         let reporter = {
             let me = self.clone();
             let link = link.clone();
@@ -310,6 +315,11 @@ impl Boundary {
         let mut reattach = adopted;
         let mut n: u32 = 0;
         loop {
+            if gated {
+                // The workload pod may have been replaced (stop and start) since the last
+                // session: never tell the gateway the sandbox is usable before it is.
+                self.await_workload(&link, &token).await;
+            }
             let instance = link.main.borrow().instance;
             let req = ConnectRequest {
                 sandbox_id: self.sandbox_id.clone(),
@@ -351,6 +361,51 @@ impl Boundary {
                 "OCSF NET:FAIL [LOW] supervisor session failed, reconnecting (attempt {n})"
             ));
             sleep(d).await;
+        }
+    }
+
+    /// The workload pod of a gated topology as it stands: (uid, still behind its gate); None
+    /// while it is absent or terminating.
+    fn workload_pod(&self) -> Option<(String, bool)> {
+        let p = self
+            .cluster
+            .get(&ResourceRef::pods(), Some(&self.ns), &self.cr)
+            .ok()?;
+        if p.pointer("/metadata/deletionTimestamp").is_some() {
+            return None;
+        }
+        let uid = p.pointer("/metadata/uid")?.as_str()?.to_string();
+        let gated = p
+            .pointer("/spec/schedulingGates")
+            .and_then(Value::as_array)
+            .is_some_and(|g| !g.is_empty());
+        Some((uid, gated))
+    }
+
+    /// Gated topologies (R1: Ready means usable): waits until the main process was started in
+    /// the *current* workload pod, attaching the boundary again for a replacement pod that
+    /// waits behind its gate (stop and start make a new pod; the link may still describe the
+    /// old one).
+    async fn await_workload(&self, link: &Link, token: &str) {
+        let t = self.model.timings.clone();
+        let mut rx = link.main.subscribe();
+        loop {
+            if let Some((uid, gated)) = self.workload_pod() {
+                if gated {
+                    if let Ok(gw) = self.connect().await {
+                        let _ = gw.attach_boundary(token);
+                    }
+                } else {
+                    let m = rx.borrow_and_update().clone();
+                    if m.pod_uid == uid && m.status != MainStatus::NotStarted {
+                        return;
+                    }
+                }
+            }
+            tokio::select! {
+                _ = rx.changed() => {}
+                _ = sleep(t.session_backoff_initial) => {}
+            }
         }
     }
 

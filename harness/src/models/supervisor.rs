@@ -13,7 +13,7 @@
 //! The boundary does token exchange and policy fetch (`grpc_retry`), the supervisor session and
 //! the exit reports; the process side launches the main process only after bootstrap (§2.2).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -677,26 +677,37 @@ impl SupervisorProgram {
         let me = Arc::new(SupervisorProgram {
             model: self.model.clone(),
         });
-        let mut served: BTreeMap<String, AbortOnDrop> = BTreeMap::new();
-        let mut failed: BTreeSet<String> = BTreeSet::new();
+        // By CR: the start epoch a boundary was spawned for. A boundary whose bootstrap failed
+        // for good is not retried within that epoch (R4), but a stop and start (a new epoch)
+        // is the documented recovery (R8): it gets a fresh boundary.
+        let mut served: BTreeMap<String, (u64, AbortOnDrop)> = BTreeMap::new();
+        let mut failed: BTreeMap<String, u64> = BTreeMap::new();
         let endpoint = ctx
             .env("OPENSHELL_ENDPOINT")
             .unwrap_or(super::model::GATEWAY_ENDPOINT)
             .to_string();
         let (host, port) = parse_endpoint(&endpoint).unwrap_or_default();
-        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(String, u64)>();
         loop {
+            while let Ok((cr, epoch)) = done_rx.try_recv() {
+                if served.get(&cr).is_some_and(|(e, _)| *e == epoch) {
+                    served.remove(&cr);
+                }
+                failed.insert(cr, epoch);
+            }
             if let Ok(gw) =
                 ctx.network
                     .connect::<Gateway>(&ctx.cluster, &ctx.namespace, &host, port)
                 && let Ok(list) = gw.boundary_assignments()
             {
-                let wanted: BTreeMap<String, String> =
-                    list.into_iter().map(|(id, cr)| (cr, id)).collect();
+                let wanted: BTreeMap<String, (String, u64)> = list
+                    .into_iter()
+                    .map(|a| (a.cr_name, (a.sandbox_id, a.epoch)))
+                    .collect();
                 served.retain(|cr, _| wanted.contains_key(cr));
-                failed.retain(|cr| wanted.contains_key(cr));
-                for (cr, id) in wanted {
-                    if served.contains_key(&cr) || failed.contains(&cr) {
+                failed.retain(|cr, e| wanted.get(cr).is_some_and(|w| w.1 == *e));
+                for (cr, (id, epoch)) in wanted {
+                    if served.contains_key(&cr) || failed.contains_key(&cr) {
                         continue;
                     }
                     let b = me.boundary(&ctx, &cr, &id, false);
@@ -706,16 +717,15 @@ impl SupervisorProgram {
                     let cr2 = cr.clone();
                     served.insert(
                         cr.clone(),
-                        AbortOnDrop(tokio::spawn(async move {
-                            me2.supervise(b, link, &cr2).await;
-                            let _ = tx.send(cr2);
-                        })),
+                        (
+                            epoch,
+                            AbortOnDrop(tokio::spawn(async move {
+                                me2.supervise(b, link, &cr2).await;
+                                let _ = tx.send((cr2, epoch));
+                            })),
+                        ),
                     );
                 }
-            }
-            while let Ok(cr) = done_rx.try_recv() {
-                served.remove(&cr);
-                failed.insert(cr);
             }
             tokio::select! {
                 s = ctx.signalled() => return s.exit_code(),

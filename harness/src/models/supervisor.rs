@@ -13,7 +13,7 @@
 //! The boundary does token exchange and policy fetch (`grpc_retry`), the supervisor session and
 //! the exit reports; the process side launches the main process only after bootstrap (§2.2).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -294,12 +294,17 @@ impl Boundary {
             link.relaunch.send_modify(|n| *n += 1);
         }
         // The session opens once the entrypoint started (§2.2 step 9; sidecar EntrypointStarted).
-        let mut main_rx = link.main.subscribe();
-        let own = self.pod_uid.clone();
-        let same_pod = self.same_pod;
-        let _ = main_rx
-            .wait_for(|m| m.status != MainStatus::NotStarted && (!same_pod || m.pod_uid == own))
-            .await;
+        let gated = self.model.topology.gated();
+        if gated {
+            self.await_workload(&link, &token).await;
+        } else {
+            let mut main_rx = link.main.subscribe();
+            let own = self.pod_uid.clone();
+            let same_pod = self.same_pod;
+            let _ = main_rx
+                .wait_for(|m| m.status != MainStatus::NotStarted && (!same_pod || m.pod_uid == own))
+                .await;
+        }
         let reporter = {
             let me = self.clone();
             let link = link.clone();
@@ -310,6 +315,11 @@ impl Boundary {
         let mut reattach = adopted;
         let mut n: u32 = 0;
         loop {
+            if gated {
+                // The workload pod may have been replaced (stop and start) since the last
+                // session: never tell the gateway the sandbox is usable before it is.
+                self.await_workload(&link, &token).await;
+            }
             let instance = link.main.borrow().instance;
             let req = ConnectRequest {
                 sandbox_id: self.sandbox_id.clone(),
@@ -351,6 +361,52 @@ impl Boundary {
                 "OCSF NET:FAIL [LOW] supervisor session failed, reconnecting (attempt {n})"
             ));
             sleep(d).await;
+        }
+    }
+
+    /// The workload pod of a gated topology as it stands: (uid, still behind its gate); None
+    /// while it is absent or terminating.
+    fn workload_pod(&self) -> Option<(String, bool)> {
+        let p = self
+            .cluster
+            .get(&ResourceRef::pods(), Some(&self.ns), &self.cr)
+            .ok()?;
+        if p.pointer("/metadata/deletionTimestamp").is_some() {
+            return None;
+        }
+        let uid = p.pointer("/metadata/uid")?.as_str()?.to_string();
+        let gated = p
+            .pointer("/spec/schedulingGates")
+            .and_then(Value::as_array)
+            .is_some_and(|g| !g.is_empty());
+        Some((uid, gated))
+    }
+
+    /// Gated topologies (R1: Ready means usable): waits until the main process was started in
+    /// the *current* workload pod, attaching the boundary again for a replacement pod that
+    /// waits behind its gate (stop and start make a new pod; the link may still describe the
+    /// old one).
+    async fn await_workload(&self, link: &Link, token: &str) {
+        let t = self.model.timings.clone();
+        let mut rx = link.main.subscribe();
+        loop {
+            if let Some((uid, gated)) = self.workload_pod() {
+                if gated {
+                    if let Ok(gw) = self.connect().await {
+                        let _ = gw.attach_boundary(token);
+                    }
+                } else {
+                    let m = rx.borrow_and_update().clone();
+                    if m.pod_uid == uid && m.status != MainStatus::NotStarted {
+                        return;
+                    }
+                }
+            }
+            tokio::select! {
+                biased;
+                _ = rx.changed() => {}
+                _ = sleep(t.session_backoff_initial) => {}
+            }
         }
     }
 
@@ -626,26 +682,37 @@ impl SupervisorProgram {
         let me = Arc::new(SupervisorProgram {
             model: self.model.clone(),
         });
-        let mut served: BTreeMap<String, AbortOnDrop> = BTreeMap::new();
-        let mut failed: BTreeSet<String> = BTreeSet::new();
+        // By CR: the start epoch a boundary was spawned for. A boundary whose bootstrap failed
+        // for good is not retried within that epoch (R4), but a stop and start (a new epoch)
+        // is the documented recovery (R8): it gets a fresh boundary.
+        let mut served: BTreeMap<String, (u64, AbortOnDrop)> = BTreeMap::new();
+        let mut failed: BTreeMap<String, u64> = BTreeMap::new();
         let endpoint = ctx
             .env("OPENSHELL_ENDPOINT")
             .unwrap_or(super::model::GATEWAY_ENDPOINT)
             .to_string();
         let (host, port) = parse_endpoint(&endpoint).unwrap_or_default();
-        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(String, u64)>();
         loop {
+            while let Ok((cr, epoch)) = done_rx.try_recv() {
+                if served.get(&cr).is_some_and(|(e, _)| *e == epoch) {
+                    served.remove(&cr);
+                }
+                failed.insert(cr, epoch);
+            }
             if let Ok(gw) =
                 ctx.network
                     .connect::<Gateway>(&ctx.cluster, &ctx.namespace, &host, port)
                 && let Ok(list) = gw.boundary_assignments()
             {
-                let wanted: BTreeMap<String, String> =
-                    list.into_iter().map(|(id, cr)| (cr, id)).collect();
+                let wanted: BTreeMap<String, (String, u64)> = list
+                    .into_iter()
+                    .map(|a| (a.cr_name, (a.sandbox_id, a.epoch)))
+                    .collect();
                 served.retain(|cr, _| wanted.contains_key(cr));
-                failed.retain(|cr| wanted.contains_key(cr));
-                for (cr, id) in wanted {
-                    if served.contains_key(&cr) || failed.contains(&cr) {
+                failed.retain(|cr, e| wanted.get(cr).is_some_and(|w| w.1 == *e));
+                for (cr, (id, epoch)) in wanted {
+                    if served.contains_key(&cr) || failed.contains_key(&cr) {
                         continue;
                     }
                     let b = me.boundary(&ctx, &cr, &id, false);
@@ -655,16 +722,15 @@ impl SupervisorProgram {
                     let cr2 = cr.clone();
                     served.insert(
                         cr.clone(),
-                        AbortOnDrop(tokio::spawn(async move {
-                            me2.supervise(b, link, &cr2).await;
-                            let _ = tx.send(cr2);
-                        })),
+                        (
+                            epoch,
+                            AbortOnDrop(tokio::spawn(async move {
+                                me2.supervise(b, link, &cr2).await;
+                                let _ = tx.send((cr2, epoch));
+                            })),
+                        ),
                     );
                 }
-            }
-            while let Ok(cr) = done_rx.try_recv() {
-                served.remove(&cr);
-                failed.insert(cr);
             }
             tokio::select! {
                 biased;
@@ -770,9 +836,13 @@ async fn process_side(
     let mut relaunch = link.relaunch.subscribe();
     relaunch.borrow_and_update();
     let mut boundary_alive = link.boundary_alive.subscribe();
+    // A relaunch request seen by `changed()` below: `changed()` marks the value seen, so
+    // `has_changed()` alone would miss it and the request would be lost.
+    let mut requested = false;
     loop {
         let launch = matches!(link.main.borrow().status, MainStatus::NotStarted);
-        if launch || relaunch.has_changed().unwrap_or(false) {
+        if launch || requested || relaunch.has_changed().unwrap_or(false) {
+            requested = false;
             relaunch.borrow_and_update();
             if link.main.borrow().status == MainStatus::Running {
                 // Already running (a relaunch request for a live process is a no-op).
@@ -787,7 +857,7 @@ async fn process_side(
         }
         tokio::select! {
             biased;
-            _ = relaunch.changed() => {}
+            r = relaunch.changed() => requested = r.is_ok(),
             _ = kill_rx.recv() => {}
             _ = boundary_alive.wait_for(|a| !*a), if !b.supervisor_restarts_in_place && ctx.container == "agent" && ctx.env("OPENSHELL_SUPERVISOR_TOPOLOGY") == Some("sidecar") => {
                 log.line("ERROR openshell_sandbox: authoritative network-sidecar control channel closed");

@@ -94,6 +94,7 @@ impl Rules {
     /// §1.4: write Starting; the next supervisor session makes it Ready.
     pub fn begin_start(&self, rec: &mut SandboxRecord) {
         set(rec, Phase::Starting, "Starting", "");
+        rec.starts += 1;
         rec.exit_code = None;
         rec.main_instance = None;
         rec.boundary_attached = false;
@@ -383,6 +384,7 @@ impl Rules {
             Phase::Starting => StartupAction::Start,
             Phase::Stopped if self.b.restart_starts_stopped => {
                 set(rec, Phase::Starting, "Starting", "");
+                rec.starts += 1;
                 StartupAction::Start
             }
             Phase::Provisioning | Phase::Ready | Phase::Unknown | Phase::Restarting

@@ -79,6 +79,16 @@ impl ContainerProgram for GatewayProgram {
     }
 }
 
+/// One sandbox a shared supervisor must serve (gateway topology).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BoundaryAssignment {
+    pub sandbox_id: String,
+    pub cr_name: String,
+    /// How many times the user started the sandbox again: a boundary that failed for good is
+    /// retried only in a new epoch.
+    pub epoch: u64,
+}
+
 pub(crate) struct SessionEntry {
     pub id: u64,
     /// Held so that dropping the entry (stop, delete, shutdown) ends the supervisor's session.
@@ -632,8 +642,8 @@ impl Gateway {
         Ok(())
     }
 
-    /// Sandboxes a shared supervisor (gateway topology) must serve: (sandbox id, CR name).
-    pub fn boundary_assignments(&self) -> Result<Vec<(String, String)>, Status> {
+    /// Sandboxes a shared supervisor (gateway topology) must serve.
+    pub fn boundary_assignments(&self) -> Result<Vec<BoundaryAssignment>, Status> {
         self.check_alive()?;
         Ok(self
             .core()
@@ -642,7 +652,11 @@ impl Gateway {
             .sandboxes
             .values()
             .filter(|r| !matches!(r.phase, Phase::Stopped | Phase::Stopping | Phase::Deleting))
-            .map(|r| (r.id.clone(), r.cr_name.clone()))
+            .map(|r| BoundaryAssignment {
+                sandbox_id: r.id.clone(),
+                cr_name: r.cr_name.clone(),
+                epoch: r.starts,
+            })
             .collect())
     }
 

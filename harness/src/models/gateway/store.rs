@@ -47,6 +47,9 @@ pub struct SandboxRecord {
     /// The 0.1.x boundary attached: the workload pod's gate may open.
     #[serde(default)]
     pub boundary_attached: bool,
+    /// StartSandbox calls accepted so far (a new boundary epoch on the gateway topology).
+    #[serde(default)]
+    pub starts: u64,
     /// Kubernetes Events already turned into status (their resourceVersions).
     #[serde(default)]
     pub seen_events: Vec<String>,

@@ -684,6 +684,7 @@ impl Worker {
             self.write_status();
             let next = self.next_timer();
             tokio::select! {
+                biased;
                 Some(cmd) = self.cmds.recv() => match cmd {
                     Cmd::Deleting => self.on_deleting(),
                 },

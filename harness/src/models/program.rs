@@ -168,6 +168,7 @@ impl ContainerProgram for ShellProgram {
         let mounts = ctx.mounts.clone();
         let run = crate::emulate::shell::run(&argv, &[], &env, &workdir, &mounts, &hooks);
         tokio::select! {
+            biased;
             out = run => {
                 if !out.stdout.is_empty() {
                     ctx.log(String::from_utf8_lossy(&out.stdout).trim_end());

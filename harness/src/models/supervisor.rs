@@ -403,6 +403,7 @@ impl Boundary {
                 }
             }
             tokio::select! {
+                biased;
                 _ = rx.changed() => {}
                 _ = sleep(t.session_backoff_initial) => {}
             }
@@ -569,6 +570,7 @@ impl SupervisorProgram {
         let sigs = ctx.signals();
         let proc_side = process_side(&self.model, &ctx, link.clone(), Go::Bootstrapped(0));
         tokio::select! {
+            biased;
             code = sup => code,
             code = proc_side => code,
             s = signalled(sigs) => s.exit_code(),
@@ -583,6 +585,7 @@ impl SupervisorProgram {
             let (kill_tx, mut kill_rx) = tokio::sync::mpsc::unbounded_channel();
             self.model.register_supervisor(cr, kill_tx);
             tokio::select! {
+                biased;
                 fatal = boundary.run(link.clone()) => {
                     boundary.report_fatal(&fatal);
                     link.boundary_alive.send_replace(false);
@@ -637,6 +640,7 @@ impl SupervisorProgram {
         };
         let sup = self.supervise(boundary, link, &cr);
         tokio::select! {
+            biased;
             code = sup => code,
             _ = socket => 0,
             s = ctx.signalled() => s.exit_code(),
@@ -664,6 +668,7 @@ impl SupervisorProgram {
         let sigs = ctx.signals();
         let p = process_side(&self.model, &ctx, link, go);
         tokio::select! {
+            biased;
             code = p => code,
             s = signalled(sigs) => s.exit_code(),
         }
@@ -728,6 +733,7 @@ impl SupervisorProgram {
                 }
             }
             tokio::select! {
+                biased;
                 s = ctx.signalled() => return s.exit_code(),
                 _ = sleep(self.model.timings.session_backoff_initial * 2) => {}
             }
@@ -850,6 +856,7 @@ async fn process_side(
             }
         }
         tokio::select! {
+            biased;
             r = relaunch.changed() => requested = r.is_ok(),
             _ = kill_rx.recv() => {}
             _ = boundary_alive.wait_for(|a| !*a), if !b.supervisor_restarts_in_place && ctx.container == "agent" && ctx.env("OPENSHELL_SUPERVISOR_TOPOLOGY") == Some("sidecar") => {
@@ -923,6 +930,7 @@ async fn run_main(
         }
     };
     let code = tokio::select! {
+        biased;
         c = run => c,
         _ = kill.recv() => super::program::Signal::Kill.exit_code(),
     };

@@ -320,6 +320,7 @@ pub async fn reconcile_loop(gw: Arc<Gateway>) {
     loop {
         reconcile(&gw);
         tokio::select! {
+            biased;
             _ = changes.changed() => {}
             _ = gw.wake.notified() => {}
             _ = tokio::time::sleep(gw.model.timings.reconcile_tick) => {}

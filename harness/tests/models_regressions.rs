@@ -15,7 +15,7 @@ async fn target(topology: &str) -> Arc<dyn Target> {
     let rec = openshell_conformance::timeline::Recorder::new();
     let t = f.provision(topo, &rec).await.unwrap();
     t.install(topo).await.unwrap();
-    t.into()
+    t
 }
 
 fn spec(name: &str, restart_policy: Option<RestartPolicy>) -> SandboxSpec {

@@ -15,7 +15,7 @@ async fn target(topology: &str) -> Arc<dyn Target> {
     let rec = openshell_conformance::timeline::Recorder::new();
     let t = f.provision(topo, &rec).await.unwrap();
     t.install(topo).await.unwrap();
-    t.into()
+    t
 }
 
 fn spec(name: &str, restart_policy: Option<RestartPolicy>) -> SandboxSpec {
@@ -101,6 +101,99 @@ async fn restart_policy_always_relaunches_a_killed_main_process_on_every_topolog
             "{topo}"
         );
         shell_works(t, "demo").await.unwrap();
+        t.teardown().await.unwrap();
+    }
+}
+
+/// Polls until the sandbox is Ready and, at the first Ready seen, the shell must already work:
+/// Ready means usable (R1).
+async fn ready_means_usable(t: &dyn Target, name: &str, within: Duration, what: &str) {
+    let end = tokio::time::Instant::now() + within;
+    loop {
+        let p = phase(t, name).await;
+        if p == "Ready" {
+            if let Err(e) = shell_works(t, name).await {
+                panic!("{what}: Ready but the shell does not work: {e}");
+            }
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < end,
+            "{what}: not Ready in time (last phase {p})"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Gated topologies: stop, start, and a gateway outage while starting. The boundary used to
+/// open its session (and the gateway to say Ready) while the replacement workload pod was
+/// still behind its gate, because the in-pod link described the previous pod.
+#[tokio::test(start_paused = true)]
+async fn gated_topologies_are_ready_only_once_the_replacement_workload_runs() {
+    for topo in ["supervisor-pod", "gateway"] {
+        let t = target(topo).await;
+        let t = t.as_ref();
+        t.create_sandbox(&spec("demo", None)).await.unwrap();
+        ready_means_usable(t, "demo", Duration::from_secs(120), topo).await;
+        t.stop_sandbox("demo").await.unwrap();
+        assert_eq!(
+            wait_phase(t, "demo", "Stopped", Duration::from_secs(60)).await,
+            "Stopped",
+            "{topo}"
+        );
+        t.start_sandbox("demo").await.unwrap();
+        let f = Fault::GatewayStop;
+        t.inject(&f).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(160)).await;
+        t.restore(&f).await.unwrap();
+        ready_means_usable(t, "demo", Duration::from_secs(300), topo).await;
+        // Without an outage too.
+        t.stop_sandbox("demo").await.unwrap();
+        assert_eq!(
+            wait_phase(t, "demo", "Stopped", Duration::from_secs(60)).await,
+            "Stopped",
+            "{topo}"
+        );
+        t.start_sandbox("demo").await.unwrap();
+        ready_means_usable(t, "demo", Duration::from_secs(300), topo).await;
+        t.teardown().await.unwrap();
+    }
+}
+
+/// Bootstrap Error (bad credentials, supervisor restarted), credentials restored, stop and
+/// start: the sandbox is usable again on every topology. On the gateway topology the shared
+/// supervisor never retried a boundary that had failed once.
+#[tokio::test(start_paused = true)]
+async fn stop_and_start_recover_a_bootstrap_error_on_every_topology() {
+    for topo in ["combined", "sidecar", "supervisor-pod", "gateway"] {
+        let t = target(topo).await;
+        let t = t.as_ref();
+        t.create_sandbox(&spec("demo", None)).await.unwrap();
+        ready_means_usable(t, "demo", Duration::from_secs(120), topo).await;
+        let creds = Fault::BootstrapCredentials {
+            sandbox: "demo".into(),
+            what: "credentials".into(),
+        };
+        let kill = Fault::SupervisorKill {
+            sandbox: "demo".into(),
+        };
+        t.inject(&creds).await.unwrap();
+        t.inject(&kill).await.unwrap();
+        t.restore(&kill).await.unwrap();
+        assert_eq!(
+            wait_phase(t, "demo", "Error", Duration::from_secs(120)).await,
+            "Error",
+            "{topo}"
+        );
+        t.restore(&creds).await.unwrap();
+        t.stop_sandbox("demo").await.unwrap();
+        assert_eq!(
+            wait_phase(t, "demo", "Stopped", Duration::from_secs(60)).await,
+            "Stopped",
+            "{topo}"
+        );
+        t.start_sandbox("demo").await.unwrap();
+        ready_means_usable(t, "demo", Duration::from_secs(300), topo).await;
         t.teardown().await.unwrap();
     }
 }

@@ -298,7 +298,7 @@ async fn capture_logs(api: Api<Pod>, rec: Recorder) {
             if let Ok(text) = api.logs(&name, &params).await
                 && !text.trim().is_empty()
             {
-                rec.record(crate::timeline::Event::Logs(crate::timeline::LogExcerpt {
+                rec.record_watched(crate::timeline::Event::Logs(crate::timeline::LogExcerpt {
                     pod: name.clone(),
                     container: c.name.clone(),
                     previous: false,

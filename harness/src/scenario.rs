@@ -406,7 +406,7 @@ impl Ctx {
         let view = self
             .act("create", Some(&spec.name), t.create_sandbox(spec))
             .await?;
-        self.rec.observe(view.to_state());
+        self.rec.observe_direct(view.to_state());
         Ok(view)
     }
 
@@ -449,7 +449,7 @@ impl Ctx {
         let v = self.target.get_sandbox(name).await?;
         match &v {
             Some(view) => {
-                self.rec.observe(view.to_state());
+                self.rec.observe_direct(view.to_state());
             }
             None => {
                 if let Some(mut last) = self.rec.last_state(&crate::timeline::ObjectRef {
@@ -459,7 +459,7 @@ impl Ctx {
                 }) && !last.deleted
                 {
                     last.deleted = true;
-                    self.rec.observe(last);
+                    self.rec.observe_direct(last);
                 }
             }
         }

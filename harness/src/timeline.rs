@@ -446,6 +446,8 @@ pub struct Recorder {
 struct RecorderInner {
     start: tokio::time::Instant,
     entries: Vec<Entry>,
+    /// Per entry: whether a watcher or poller recorded it (rather than the harness's own steps).
+    watched: Vec<bool>,
     next_action: u64,
     /// Last state per object, so observers that report the same state twice (a relist, a
     /// poller) do not clutter the timeline.
@@ -464,6 +466,7 @@ impl Recorder {
             inner: Arc::new(Mutex::new(RecorderInner {
                 start: tokio::time::Instant::now(),
                 entries: Vec::new(),
+                watched: Vec::new(),
                 next_action: 1,
                 last_state: BTreeMap::new(),
             })),
@@ -482,22 +485,40 @@ impl Recorder {
 
     pub fn record(&self, event: Event) -> Entry {
         let mut inner = self.lock();
-        Self::push(&mut inner, event)
+        Self::push(&mut inner, event, false)
     }
 
-    fn push(inner: &mut RecorderInner, event: Event) -> Entry {
+    /// Records something a watcher or poller saw (see [`Recorder::snapshot`] for why the
+    /// origin matters).
+    pub fn record_watched(&self, event: Event) -> Entry {
+        let mut inner = self.lock();
+        Self::push(&mut inner, event, true)
+    }
+
+    fn push(inner: &mut RecorderInner, event: Event, watched: bool) -> Entry {
         let entry = Entry {
             seq: inner.entries.len() as u64 + 1,
             at_ms: inner.start.elapsed().as_millis() as u64,
             event,
         };
         inner.entries.push(entry.clone());
+        inner.watched.push(watched);
         entry
     }
 
-    /// Records an object state unless it equals the last one recorded for that object
-    /// (resourceVersion aside). Returns whether it was recorded.
+    /// Records an object state a watcher or poller saw, unless it equals the last one recorded
+    /// for that object (resourceVersion aside). Returns whether it was recorded.
     pub fn observe(&self, state: ObjectState) -> bool {
+        self.observe_as(state, true)
+    }
+
+    /// Records an object state the harness itself read in a step (the gateway's answer to a
+    /// `get`), which may cause what the step does next.
+    pub fn observe_direct(&self, state: ObjectState) -> bool {
+        self.observe_as(state, false)
+    }
+
+    fn observe_as(&self, state: ObjectState, watched: bool) -> bool {
         let mut inner = self.lock();
         let key = state.object_ref();
         if let Some(prev) = inner.last_state.get(&key) {
@@ -510,7 +531,7 @@ impl Recorder {
             }
         }
         inner.last_state.insert(key, state.clone());
-        Self::push(&mut inner, Event::Object(state));
+        Self::push(&mut inner, Event::Object(state), watched);
         true
     }
 
@@ -537,6 +558,7 @@ impl Recorder {
                 status: ActionStatus::Started,
                 detail: None,
             }),
+            false,
         );
         id
     }
@@ -570,12 +592,13 @@ impl Recorder {
         });
     }
 
-    /// The timeline so far, in canonical order: object states that arrived in the same
-    /// millisecond with nothing else between them are ordered by resourceVersion, the order in
-    /// which the cluster made the changes. Watchers deliver such bursts in whatever order their
-    /// tasks happen to run, which would make two runs of the same case differ for no reason.
+    /// The timeline so far, in canonical order. Within one millisecond, what the harness did
+    /// and read itself keeps its order and comes first; what watchers and pollers saw in that
+    /// millisecond follows, ordered by resourceVersion (the order in which the cluster made the
+    /// changes). Watcher tasks and the scenario's task may run in either order at the same
+    /// instant, which would otherwise make two runs of the same case differ for no reason.
     pub fn snapshot(&self) -> Timeline {
-        let mut entries = self.lock().entries.clone();
+        let inner = self.lock();
         let rv = |e: &Entry| match &e.event {
             Event::Object(o) => o
                 .resource_version
@@ -584,23 +607,32 @@ impl Recorder {
                 .unwrap_or(u64::MAX),
             _ => u64::MAX,
         };
+        let mut tagged: Vec<(bool, Entry)> = inner
+            .watched
+            .iter()
+            .copied()
+            .zip(inner.entries.iter().cloned())
+            .collect();
+        drop(inner);
         let mut i = 0;
-        while i < entries.len() {
+        while i < tagged.len() {
             let mut j = i;
-            while j < entries.len()
-                && entries[j].at_ms == entries[i].at_ms
-                && matches!(entries[j].event, Event::Object(_))
-            {
+            while j < tagged.len() && tagged[j].1.at_ms == tagged[i].1.at_ms {
                 j += 1;
             }
-            if j > i + 1 {
-                entries[i..j].sort_by_key(|e| rv(e));
-            }
-            i = j.max(i + 1);
+            // Stable: the harness's events keep their order; watched ones theirs within a
+            // resourceVersion.
+            tagged[i..j].sort_by_key(|(w, e)| (*w, if *w { rv(e) } else { 0 }));
+            i = j;
         }
-        for (n, e) in entries.iter_mut().enumerate() {
-            e.seq = n as u64 + 1;
-        }
+        let entries = tagged
+            .into_iter()
+            .enumerate()
+            .map(|(n, (_, mut e))| {
+                e.seq = n as u64 + 1;
+                e
+            })
+            .collect();
         Timeline { entries }
     }
 }
@@ -755,7 +787,7 @@ mod tests {
     }
 
     #[test]
-    fn a_burst_of_object_states_in_one_millisecond_is_ordered_by_resource_version() {
+    fn within_a_millisecond_harness_events_come_first_then_observations_by_resource_version() {
         let rec = Recorder::new();
         let state = |name: &str, rv: &str| {
             let mut s = ObjectState::new("Pod", Some("ns"), name);
@@ -777,8 +809,8 @@ mod tests {
                 _ => unreachable!(),
             })
             .collect();
-        // Markers stay where they were; only the burst between them is reordered.
-        assert_eq!(names, ["before", "a", "b", "between", "c"]);
+        // In one millisecond the harness's own events come first, then what was observed.
+        assert_eq!(names, ["before", "between", "c", "a", "b"]);
         let seqs: Vec<u64> = rec.snapshot().entries.iter().map(|e| e.seq).collect();
         assert_eq!(seqs, [1, 2, 3, 4, 5]);
     }
@@ -786,8 +818,11 @@ mod tests {
     #[test]
     fn an_object_summary_names_phase_conditions_and_containers() {
         let t = sample();
-        let Event::Object(pod) = &t.entries[1].event else {
-            panic!("second entry is the pod")
+        let Some(pod) = t.entries.iter().find_map(|e| match &e.event {
+            Event::Object(o) => Some(o),
+            _ => None,
+        }) else {
+            panic!("the sample has a pod")
         };
         assert_eq!(
             pod.summary(),

@@ -220,6 +220,13 @@ fn count_completed(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 fn completed_checks(case: &CaseInfo) -> Vec<Check> {
     with_leaks(
         vec![
+            Check::eventually(
+                "the workload runs to completion within the provisioning timeout",
+                &["R11"],
+                phase_is(case, MAIN, TERMINAL),
+                Anchor::action_end("create"),
+                PROVISION_TIMEOUT,
+            ),
             never(
                 "the finished workload is not brought back",
                 &["R7"],

@@ -346,50 +346,50 @@ pub fn spawn_events(client: Client, namespace: &str, rec: Recorder) -> tokio::ta
     ))
 }
 
+/// Lists one kind of object in a namespace as timeline states.
+async fn list_states<K>(
+    api: Api<K>,
+    to_state: impl Fn(&K) -> ObjectState,
+) -> kube::Result<Vec<ObjectState>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let items = api.list(&kube::api::ListParams::default()).await?.items;
+    Ok(items.iter().map(to_state).collect())
+}
+
 /// A one-shot listing of the same objects, for the end-of-case snapshot.
 pub async fn snapshot(client: Client, spec: &ObserveSpec) -> kube::Result<Vec<ObjectState>> {
     let ns = spec.namespace.as_str();
-    let lp = kube::api::ListParams::default();
     let mut out: Vec<ObjectState> = Vec::new();
+    out.extend(list_states(Api::<Pod>::namespaced(client.clone(), ns), pod_state).await?);
     out.extend(
-        Api::<Pod>::namespaced(client.clone(), ns)
-            .list(&lp)
-            .await?
-            .items
-            .iter()
-            .map(pod_state),
+        list_states(
+            Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns),
+            pvc_state,
+        )
+        .await?,
     );
     out.extend(
-        Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
-            .list(&lp)
-            .await?
-            .items
-            .iter()
-            .map(pvc_state),
+        list_states(
+            Api::<StatefulSet>::namespaced(client.clone(), ns),
+            statefulset_state,
+        )
+        .await?,
     );
     out.extend(
-        Api::<StatefulSet>::namespaced(client.clone(), ns)
-            .list(&lp)
-            .await?
-            .items
-            .iter()
-            .map(statefulset_state),
+        list_states(
+            Api::<Deployment>::namespaced(client.clone(), ns),
+            deployment_state,
+        )
+        .await?,
     );
     out.extend(
-        Api::<Deployment>::namespaced(client.clone(), ns)
-            .list(&lp)
-            .await?
-            .items
-            .iter()
-            .map(deployment_state),
-    );
-    out.extend(
-        Api::<DynamicObject>::namespaced_with(client, ns, &spec.sandbox_resource)
-            .list(&lp)
-            .await?
-            .items
-            .iter()
-            .map(sandbox_state),
+        list_states(
+            Api::<DynamicObject>::namespaced_with(client, ns, &spec.sandbox_resource),
+            sandbox_state,
+        )
+        .await?,
     );
     out.sort_by_key(|s| s.object_ref());
     Ok(out)

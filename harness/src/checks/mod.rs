@@ -654,36 +654,37 @@ fn scan_window(t: &Timeline, w: &Window, bad: impl Fn(&World) -> bool) -> Result
 }
 
 fn eval_never(t: &Timeline, p: &Predicate, during: &Window) -> Verdict {
-    let sel = p.selectors();
-    match scan_window(t, during, |w| p.holds(w)) {
-        Err(v) => v,
-        Ok(Scan {
-            window,
-            first_bad: Some((at, world)),
-            ..
-        }) => Verdict {
-            passed: false,
-            window: Some(window),
-            message: format!("it held at {}", fmt_ms(at)),
-            last_seen: seen(&world, &sel),
-        },
-        Ok(Scan {
-            window,
-            first_bad: None,
-            end,
-        }) => Verdict {
-            passed: true,
-            window: Some(window),
-            message: "it never held".to_string(),
-            last_seen: seen(&end, &sel),
-        },
-    }
+    judge_window(
+        t,
+        p,
+        during,
+        |w| p.holds(w),
+        ("it held at", "it never held"),
+    )
 }
 
 fn eval_holds_until(t: &Timeline, p: &Predicate, from: &Anchor, until: &Anchor) -> Verdict {
-    let sel = p.selectors();
     let w = Window::new(from.clone(), until.clone());
-    match scan_window(t, &w, |world| !p.holds(world)) {
+    judge_window(
+        t,
+        p,
+        &w,
+        |world| !p.holds(world),
+        ("it stopped holding at", "it held throughout"),
+    )
+}
+
+/// Fails at the first instant of the window where `bad` holds; `words` say what happened then,
+/// and what a pass means.
+fn judge_window(
+    t: &Timeline,
+    p: &Predicate,
+    w: &Window,
+    bad: impl Fn(&World) -> bool,
+    (failed_at, passed): (&str, &str),
+) -> Verdict {
+    let sel = p.selectors();
+    match scan_window(t, w, bad) {
         Err(v) => v,
         Ok(Scan {
             window,
@@ -692,7 +693,7 @@ fn eval_holds_until(t: &Timeline, p: &Predicate, from: &Anchor, until: &Anchor) 
         }) => Verdict {
             passed: false,
             window: Some(window),
-            message: format!("it stopped holding at {}", fmt_ms(at)),
+            message: format!("{failed_at} {}", fmt_ms(at)),
             last_seen: seen(&world, &sel),
         },
         Ok(Scan {
@@ -702,7 +703,7 @@ fn eval_holds_until(t: &Timeline, p: &Predicate, from: &Anchor, until: &Anchor) 
         }) => Verdict {
             passed: true,
             window: Some(window),
-            message: "it held throughout".to_string(),
+            message: passed.to_string(),
             last_seen: seen(&end, &sel),
         },
     }

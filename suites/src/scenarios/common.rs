@@ -5,10 +5,32 @@
 use std::time::Duration;
 
 use crate::checks::{Anchor, Check, Cmp, Counted, Predicate, Selector, Window};
-use crate::scenario::{CaseInfo, Ctx, StepError};
+use futures::future::BoxFuture;
+
+use crate::scenario::{CaseInfo, Ctx, StepError, StepResult};
 use crate::target::{Fault, RestartPolicy, SandboxSpec, TargetError};
 use crate::timeline::GATEWAY_SANDBOX_KIND;
 use crate::topology::SupervisorPlacement;
+
+/// The role of the one sandbox most scenarios work with.
+pub const MAIN: &str = "main";
+
+/// Step: create the main sandbox running the workload, wait until Ready, write a sentinel.
+pub fn seed_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = create_ready(ctx, MAIN, None).await?;
+        ctx.write_sentinel(&name, "before-fault").await?;
+        Ok(())
+    })
+}
+
+/// Step: delete the main sandbox and wait until the gateway forgets it.
+pub fn delete_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        delete(ctx, &name).await
+    })
+}
 
 /// The main-process start marker, relative to the workspace root (`/sandbox`).
 pub const STARTS_FILE: &str = ".conformance/starts";

@@ -11,23 +11,6 @@ use futures::future::BoxFuture;
 
 use super::common::*;
 
-const MAIN: &str = "main";
-
-fn delete_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
-    Box::pin(async move {
-        let name = ctx.sandbox_name(MAIN);
-        delete(ctx, &name).await
-    })
-}
-
-fn seed_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
-    Box::pin(async move {
-        let name = create_ready(ctx, MAIN, None).await?;
-        ctx.write_sentinel(&name, "before-fault").await?;
-        Ok(())
-    })
-}
-
 fn with_leaks(mut checks: Vec<Check>, case: &CaseInfo) -> Vec<Check> {
     checks.extend(no_leaks(case, MAIN));
     checks

@@ -9,8 +9,6 @@ use futures::future::BoxFuture;
 
 use super::common::*;
 
-const MAIN: &str = "main";
-
 // ---- bootstrap outage ---------------------------------------------------------------------
 
 /// The gateway is stopped, the sandbox pod is replaced so that bootstrap runs while the gateway
@@ -50,14 +48,6 @@ pub fn bootstrap_outage() -> Scenario {
     }
 }
 
-fn seed_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
-    Box::pin(async move {
-        let name = create_ready(ctx, MAIN, None).await?;
-        ctx.write_sentinel(&name, "before-fault").await?;
-        Ok(())
-    })
-}
-
 fn bootstrap_outage_fault(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
@@ -88,13 +78,6 @@ fn verify_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         ctx.mark("verified");
         Ok(())
-    })
-}
-
-fn delete_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
-    Box::pin(async move {
-        let name = ctx.sandbox_name(MAIN);
-        delete(ctx, &name).await
     })
 }
 

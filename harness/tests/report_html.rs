@@ -95,6 +95,92 @@ fn screenshot(browser: &Path, html: &Path, png: &Path, profile: &Path) -> std::p
         .expect("running chromium")
 }
 
+/// A failing run on the emulated target: the gateway restart defect on the catalog's
+/// gateway-restart scenario.
+async fn failing_emulated_html() -> String {
+    use openshell_conformance::engine::{Engine, EngineOptions, Outcome};
+    use openshell_conformance::models::spec::{Defect, Selection};
+    use openshell_conformance::models::target::EmulatedFactory;
+    use openshell_conformance::suites::catalog::{Selection as Pick, cases};
+    use openshell_conformance::topology::Topologies;
+    let topo = Topologies::builtin().get("combined").unwrap().clone();
+    let case = cases(
+        &[topo],
+        &Pick {
+            patterns: vec!["gateway-restart".into()],
+            ..Pick::default()
+        },
+    )
+    .remove(0);
+    let factory =
+        EmulatedFactory::new(Selection::contract().with_defect(Defect::GatewayRestartMarksError));
+    let r = Engine::new(std::sync::Arc::new(factory), EngineOptions::default())
+        .run_case(&case)
+        .await;
+    assert!(matches!(r.outcome, Outcome::Failed(_)), "{:?}", r.outcome);
+    render(
+        "openshell-conformance: gateway restart defect",
+        &[CaseView {
+            timeline: &r.timeline,
+            links: vec![],
+        }],
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn headless_chromium_shows_the_fault_window_and_failing_check_of_a_failing_emulated_run() {
+    let Some(browser) = chromium() else {
+        eprintln!("SKIPPED: chromium not found on PATH (.ci/run installs Debian's chromium)");
+        return;
+    };
+    let html = failing_emulated_html().await;
+    assert!(html.contains("data-fault=\"gateway-restart\""));
+    assert!(html.contains("<b>the sandbox never turns terminal</b> [R9]"));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report-screenshot-emulated");
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = dir.join("report.html");
+    std::fs::write(&page, &html).unwrap();
+    let png_path = dir.join("report.png");
+    let _ = std::fs::remove_file(&png_path);
+    let profile = tempfile::tempdir().unwrap();
+    let out = screenshot(&browser, &page, &png_path, profile.path());
+    assert!(
+        png_path.is_file(),
+        "no screenshot: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("screenshot: {}", png_path.display());
+    let (fault, failing_box) = count_pixels(&png_path);
+    assert!(fault > 200, "fault shading pixels: {fault}");
+    assert!(
+        failing_box > 5000,
+        "failing-check box pixels: {failing_box}"
+    );
+}
+
+/// Pixels of the fault shading (translucent violet over white, about rgb(235, 231, 255)) and of
+/// the failing-checks box (rgb(253, 236, 236)).
+fn count_pixels(png_path: &Path) -> (usize, usize) {
+    let decoder = png::Decoder::new(std::io::BufReader::new(
+        std::fs::File::open(png_path).unwrap(),
+    ));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    assert_eq!((info.width, info.height), (1200, 1400));
+    let channels = info.color_type.samples();
+    let pixels: Vec<&[u8]> = buf[..info.buffer_size()].chunks(channels).collect();
+    let fault = pixels
+        .iter()
+        .filter(|p| p[2] >= 250 && (226..=243).contains(&p[0]) && (222..=239).contains(&p[1]))
+        .count();
+    let failing_box = pixels
+        .iter()
+        .filter(|p| p[0] == 253 && p[1] == 236 && p[2] == 236)
+        .count();
+    (fault, failing_box)
+}
+
 #[tokio::test(start_paused = true)]
 async fn headless_chromium_renders_the_report_with_the_fault_window_visible() {
     let Some(browser) = chromium() else {
@@ -117,25 +203,7 @@ async fn headless_chromium_renders_the_report_with_the_fault_window_visible() {
     );
     eprintln!("screenshot: {}", png_path.display());
 
-    let decoder = png::Decoder::new(std::io::BufReader::new(
-        std::fs::File::open(&png_path).unwrap(),
-    ));
-    let mut reader = decoder.read_info().unwrap();
-    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
-    let info = reader.next_frame(&mut buf).unwrap();
-    assert_eq!((info.width, info.height), (1200, 1400));
-    let channels = info.color_type.samples();
-    let pixels: Vec<&[u8]> = buf[..info.buffer_size()].chunks(channels).collect();
-    // The fault window: translucent violet over white lanes, about rgb(235, 231, 255).
-    let fault = pixels
-        .iter()
-        .filter(|p| p[2] >= 250 && (226..=243).contains(&p[0]) && (222..=239).contains(&p[1]))
-        .count();
-    // The failing-checks box: rgb(253, 236, 236).
-    let failing_box = pixels
-        .iter()
-        .filter(|p| p[0] == 253 && p[1] == 236 && p[2] == 236)
-        .count();
+    let (fault, failing_box) = count_pixels(&png_path);
     assert!(fault > 500, "fault shading pixels: {fault}");
     assert!(
         failing_box > 5000,

@@ -15,7 +15,7 @@ use crate::scenario::{Case, Ctx, Stage, StepError, restore_fault};
 use crate::target::{Target, TargetError, TargetFactory, TargetInfo};
 use crate::timeline::{Event, RunInfo, StageRecord, StageStatus, Timeline};
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct EngineOptions {
     /// How often waits poll the target.
     pub poll: Duration,
@@ -25,7 +25,12 @@ pub struct EngineOptions {
     pub seed: Option<u64>,
     /// Leave the sandboxes of failed cases in place for a person to inspect.
     pub keep_on_failure: bool,
+    /// Told about every timeline entry of every case as it is recorded.
+    pub listener: Option<CaseListener>,
 }
+
+/// Called with (case id, entry) for every timeline entry as it is recorded.
+pub type CaseListener = std::sync::Arc<dyn Fn(&str, &crate::timeline::Entry) + Send + Sync>;
 
 impl Default for EngineOptions {
     fn default() -> Self {
@@ -34,6 +39,7 @@ impl Default for EngineOptions {
             restore_deadline: Duration::from_secs(10 * 60),
             seed: None,
             keep_on_failure: false,
+            listener: None,
         }
     }
 }
@@ -196,7 +202,13 @@ impl Engine {
 
     pub async fn run_case(&self, case: &Case) -> CaseReport {
         let wall_start = std::time::SystemTime::now(); // wall time is reported, never waited on
-        let rec = crate::timeline::Recorder::new();
+        let rec = match &self.opts.listener {
+            Some(l) => {
+                let (l, id) = (l.clone(), case.id());
+                crate::timeline::Recorder::with_listener(std::sync::Arc::new(move |e| l(&id, e)))
+            }
+            None => crate::timeline::Recorder::new(),
+        };
         let info = self.factory.info();
         let scenario = &case.scenario;
         let case_info = case.info(info.clone());

@@ -452,7 +452,12 @@ struct RecorderInner {
     /// Last state per object, so observers that report the same state twice (a relist, a
     /// poller) do not clutter the timeline.
     last_state: BTreeMap<ObjectRef, ObjectState>,
+    /// Told about every entry as it is recorded (progress display).
+    listener: Option<Listener>,
 }
+
+/// Called with every entry as it is recorded.
+pub type Listener = Arc<dyn Fn(&Entry) + Send + Sync>;
 
 impl Default for Recorder {
     fn default() -> Self {
@@ -469,8 +474,16 @@ impl Recorder {
                 watched: Vec::new(),
                 next_action: 1,
                 last_state: BTreeMap::new(),
+                listener: None,
             })),
         }
+    }
+
+    /// A recorder that also tells `listener` about every entry (for progress display).
+    pub fn with_listener(listener: Listener) -> Self {
+        let rec = Self::new();
+        rec.lock().listener = Some(listener);
+        rec
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, RecorderInner> {
@@ -503,6 +516,9 @@ impl Recorder {
         };
         inner.entries.push(entry.clone());
         inner.watched.push(watched);
+        if let Some(l) = &inner.listener {
+            l(&entry);
+        }
         entry
     }
 

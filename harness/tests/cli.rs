@@ -277,3 +277,25 @@ fn json_logs_are_available_for_ci() {
         .unwrap();
     assert_eq!(code(&o), 0, "{}", text(&o));
 }
+
+#[test]
+fn without_a_terminal_progress_is_plain_lines_with_stages_and_fault_windows() {
+    let dir = tempfile::tempdir().unwrap();
+    // A case id with a comma selects exactly that case.
+    let o = run(
+        &["run", "--scenario", "gateway-outage[combined,outage=30s]"],
+        dir.path(),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert!(
+        err.contains("gateway-outage[combined,outage=30s]: stage fault"),
+        "{err}"
+    );
+    assert!(
+        err.contains("fault f1 gateway-stop requested for 30s"),
+        "{err}"
+    );
+    assert!(err.contains("fault f1 gateway-stop ended"), "{err}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("1 cases: 1 passed"));
+}

@@ -69,12 +69,12 @@ pub struct RunArgs {
         value_delimiter = ','
     )]
     pub topologies: Vec<String>,
-    /// Scenario or case id glob (`*` matches anything); repeatable (default: all).
+    /// Scenario or case id glob (`*` matches anything); repeatable (default: all). No value
+    /// delimiter: case ids contain commas (`gateway-outage[sidecar,outage=30s]`).
     #[arg(
         long = "scenario",
         value_name = "PATTERN",
-        env = "OPENSHELL_CONFORMANCE_SCENARIO",
-        value_delimiter = ','
+        env = "OPENSHELL_CONFORMANCE_SCENARIO"
     )]
     pub scenarios: Vec<String>,
     /// Replace every scenario's outage length (humantime: 30s, 2m30s, 5m).
@@ -268,12 +268,13 @@ pub async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
         }
         return Ok(ExitStatus::Success);
     }
+    let progress = Progress::new(cases.len());
     let opts = EngineOptions {
         seed: args.seed,
         keep_on_failure: args.keep_on_failure,
+        listener: Some(progress.listener()),
         ..EngineOptions::default()
     };
-    let progress = Progress::new(cases.len());
     let wall = std::time::SystemTime::now();
     let reports = if args.provider().is_none() {
         run_emulated(factory, opts, cases, args.jobs as usize, progress.clone()).await

@@ -299,3 +299,49 @@ fn without_a_terminal_progress_is_plain_lines_with_stages_and_fault_windows() {
     assert!(err.contains("fault f1 gateway-stop ended"), "{err}");
     assert!(String::from_utf8_lossy(&o.stdout).contains("1 cases: 1 passed"));
 }
+
+#[test]
+fn emulate_serve_runs_a_scenario_live_against_the_served_cluster() {
+    use std::io::{BufRead, BufReader};
+    let mut child = bin()
+        .args([
+            "emulate",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--model",
+            "contract",
+            "--scenario",
+            "provisioning",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    // Real time: provisioning takes a few seconds; the guard is generous.
+    while let Ok(line) = rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        let done = line.contains("still serving");
+        seen.push(line);
+        if done {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let all = seen.join("\n");
+    assert!(
+        all.contains("running provisioning[combined] in real time"),
+        "{all}"
+    );
+    assert!(all.contains("provisioning[combined]: passed"), "{all}");
+}

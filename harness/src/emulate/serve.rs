@@ -29,6 +29,11 @@ pub struct ServeArgs {
     /// Agent Sandbox release for openshell-0.0.111 (v0.5.0 or v0.5.1).
     #[arg(long)]
     pub agent_sandbox: Option<String>,
+    /// With --model: run this catalog case (an id or glob, e.g. `gateway-outage*`) in real time
+    /// against the served cluster, so you can watch it with kubectl; the server keeps running
+    /// afterwards for inspection.
+    #[arg(long, requires = "model")]
+    pub scenario: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -103,16 +108,23 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
                 ))
             })?;
             let t = crate::models::target::EmulatedTarget::start_with(sel, topo, config.clone());
-            crate::models::install::install(&t.cluster, &t.model)
-                .map_err(|e| ServeError::Usage(format!("install: {}", e.message)))?;
-            Some(t)
+            // A scenario installs the model itself, in its install stage.
+            if args.scenario.is_none() {
+                crate::models::install::install(&t.cluster, &t.model)
+                    .map_err(|e| ServeError::Usage(format!("install: {}", e.message)))?;
+            }
+            Some(std::sync::Arc::new(t))
         }
     };
     let cluster = match &target {
         Some(t) => t.cluster.clone(),
         None => Cluster::new(config),
     };
-    if let Some(t) = &target {
+    let case = match (&target, &args.scenario) {
+        (Some(t), Some(pattern)) => Some(live_case(pattern, t.model.topology.name())?),
+        _ => None,
+    };
+    if let (Some(t), None) = (&target, &case) {
         println!(
             "OpenShell model {} installed (topology {}) in namespace openshell",
             t.model.selection,
@@ -127,7 +139,64 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
     } else {
         println!("try: kubectl --server http://{addr} get pods -A");
     }
+    if let (Some(t), Some(case)) = (target, case) {
+        let server = tokio::spawn(serve_on(listener, cluster));
+        println!("running {} in real time; watch it with kubectl", case.id());
+        let factory = std::sync::Arc::new(LiveTarget(t));
+        let report = crate::engine::Engine::new(factory, crate::engine::EngineOptions::default())
+            .run_case(&case)
+            .await;
+        println!("{}: {}", report.case_id, report.outcome.name());
+        for c in report.failed_checks() {
+            println!("{}", c.diagnosis());
+        }
+        println!("still serving; stop with Ctrl-C");
+        return server
+            .await
+            .unwrap_or_else(|e| Err(ServeError::Serve(std::io::Error::other(e.to_string()))));
+    }
     serve_on(listener, cluster).await
+}
+
+/// The one catalog case `pattern` selects on `topology`.
+fn live_case(pattern: &str, topology: &str) -> Result<crate::scenario::Case, ServeError> {
+    let topo = crate::topology::Topologies::builtin()
+        .get(topology)
+        .map_err(|e| ServeError::Usage(e.to_string()))?
+        .clone();
+    let sel = crate::suites::catalog::Selection {
+        patterns: vec![pattern.to_string()],
+        ..Default::default()
+    };
+    let mut cases = crate::suites::catalog::cases(&[topo], &sel);
+    match cases.len() {
+        1 => Ok(cases.remove(0)),
+        0 => Err(ServeError::Usage(format!(
+            "no case matches --scenario {pattern} on topology {topology}; `openshell-conformance list scenarios` shows the ids"
+        ))),
+        n => Err(ServeError::Usage(format!(
+            "--scenario {pattern} matches {n} cases on topology {topology}; name one: {}",
+            cases.iter().map(|c| c.id()).collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
+/// Hands the served cluster's target to the engine.
+struct LiveTarget(std::sync::Arc<crate::models::target::EmulatedTarget>);
+
+#[async_trait::async_trait]
+impl crate::target::TargetFactory for LiveTarget {
+    fn info(&self) -> crate::target::TargetInfo {
+        crate::target::Target::info(&*self.0)
+    }
+
+    async fn provision(
+        &self,
+        _topology: &crate::topology::Topology,
+        _rec: &crate::timeline::Recorder,
+    ) -> crate::target::TargetResult<std::sync::Arc<dyn crate::target::Target>> {
+        Ok(self.0.clone())
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! The summary table printed at the end of a run: scenario (with its parameters) by topology,
-//! each cell a verdict, then the totals with virtual and wall durations, then every failure's
-//! reason.
+//! each cell a verdict with the case's virtual and wall durations, then the totals, then every
+//! failure's reason.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -50,10 +50,10 @@ pub fn table(reports: &[CaseReport], verdicts: &[Verdict], wall: Duration) -> St
         }
         cells.insert(
             (row, r.topology.clone()),
-            format!("{} {}", cell(v), fmt_ms(r.virtual_ms)),
+            format!("{} {} / {}ms", cell(v), fmt_ms(r.virtual_ms), r.wall_ms),
         );
     }
-    let w0 = rows.iter().map(|r| r.len()).max().unwrap_or(8).max(8);
+    let w0 = rows.iter().map(|r| r.len()).max().unwrap_or(8).max(30);
     let widths: Vec<usize> = topologies
         .iter()
         .map(|t| {
@@ -66,7 +66,7 @@ pub fn table(reports: &[CaseReport], verdicts: &[Verdict], wall: Duration) -> St
         })
         .collect();
     let mut s = String::new();
-    let _ = write!(s, "\n{:<w0$}", "scenario");
+    let _ = write!(s, "\n{:<w0$}", "scenario (virtual / wall time)");
     for (t, w) in topologies.iter().zip(&widths) {
         let _ = write!(s, "  {t:<w$}");
     }

@@ -109,41 +109,29 @@ pub fn pvc_state(p: &PersistentVolumeClaim) -> ObjectState {
     s
 }
 
+/// Desired replicas default to 1 (the API default); ready ones to 0.
+fn replicas(desired: Option<i32>, ready: Option<i32>) -> Replicas {
+    Replicas {
+        desired: desired.unwrap_or(1).max(0) as u32,
+        ready: ready.unwrap_or(0).max(0) as u32,
+    }
+}
+
 pub fn statefulset_state(o: &StatefulSet) -> ObjectState {
     let mut s = base("StatefulSet", o);
-    s.replicas = Some(Replicas {
-        desired: o
-            .spec
-            .as_ref()
-            .and_then(|sp| sp.replicas)
-            .unwrap_or(1)
-            .max(0) as u32,
-        ready: o
-            .status
-            .as_ref()
-            .and_then(|st| st.ready_replicas)
-            .unwrap_or(0)
-            .max(0) as u32,
-    });
+    s.replicas = Some(replicas(
+        o.spec.as_ref().and_then(|sp| sp.replicas),
+        o.status.as_ref().and_then(|st| st.ready_replicas),
+    ));
     s
 }
 
 pub fn deployment_state(o: &Deployment) -> ObjectState {
     let mut s = base("Deployment", o);
-    s.replicas = Some(Replicas {
-        desired: o
-            .spec
-            .as_ref()
-            .and_then(|sp| sp.replicas)
-            .unwrap_or(1)
-            .max(0) as u32,
-        ready: o
-            .status
-            .as_ref()
-            .and_then(|st| st.ready_replicas)
-            .unwrap_or(0)
-            .max(0) as u32,
-    });
+    s.replicas = Some(replicas(
+        o.spec.as_ref().and_then(|sp| sp.replicas),
+        o.status.as_ref().and_then(|st| st.ready_replicas),
+    ));
     s
 }
 

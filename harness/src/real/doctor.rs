@@ -218,7 +218,7 @@ pub async fn run(
                     "pass --kubeconfig and --context of a reachable cluster".into()
                 }
                 p => format!(
-                    "`openshell-conformance cluster up --target {}` creates it (a run does too)",
+                    "`openshell-conformance cluster up --provider {}` creates it (a run does too)",
                     p.name()
                 ),
             }),

@@ -280,3 +280,83 @@ fn the_same_seed_gives_a_byte_identical_timeline() {
     assert_eq!(ja.len(), jb.len());
     assert_eq!(a.timeline.run_info().unwrap().seed, Some(42));
 }
+
+/// Each defect switch, on the scenario built to expose it: some case the pattern selects fails,
+/// naming the requirement the defect breaks (the full matrix above shows where else it shows).
+#[rstest]
+#[case::bootstrap_gives_up(
+    "bootstrap-gives-up-after-retry-window",
+    "bootstrap-outage[combined,outage=30s]",
+    "R1"
+)]
+#[case::sidecar_gives_up("sidecar-gives-up-after-120s", "bootstrap-outage[sidecar,*", "R2")]
+#[case::workload_before_policy(
+    "workload-starts-before-policy",
+    "bootstrap-outage[combined,outage=30s]",
+    "R3"
+)]
+#[case::retried_forever(
+    "permanent-errors-retried-forever",
+    "permanent-bootstrap-error[combined,what=credentials]",
+    "R4"
+)]
+#[case::tls_skipped(
+    "tls-validation-skipped",
+    "permanent-bootstrap-error[combined,what=certificate]",
+    "R4"
+)]
+#[case::pvc_replaced(
+    "workspace-pvc-replaced-on-pod-replacement",
+    "bootstrap-outage[combined,outage=30s]",
+    "R6"
+)]
+#[case::restart_marks_error("gateway-restart-marks-error", "gateway-restart[combined]", "R9")]
+#[case::restart_starts_stopped(
+    "gateway-restart-starts-stopped-sandboxes",
+    "stopped-through-outage[combined,*",
+    "R7"
+)]
+#[case::completed_replayed("completed-workload-replayed", "completed-workload[combined,*", "R7")]
+#[case::no_recovery("no-recovery-from-error", "error-recovery[combined]", "R8")]
+#[case::policy_ignored(
+    "restart-policy-ignored-on-gateway-restart",
+    "restart-policy-always[*trigger=gateway-restart]",
+    "R10"
+)]
+#[case::gate_leaked(
+    "gate-and-pvc-leaked-on-failure",
+    "permanent-bootstrap-error[supervisor-pod,*",
+    "R13"
+)]
+#[case::reattach_refused("supervisor-reattach-refused", "supervisor-restart[*", "R12")]
+#[case::cause_not_reported(
+    "failure-cause-not-reported",
+    "permanent-bootstrap-error[combined,*",
+    "R14"
+)]
+fn each_defect_breaks_its_rule_where_the_catalog_looks_for_it(
+    #[case] defect: &str,
+    #[case] pattern: &str,
+    #[case] requirement: &str,
+) {
+    let selection = Selection::parse("contract", &[defect.to_string()], None).unwrap();
+    let cases = catalog::cases(
+        &all_topologies(),
+        &Pick {
+            patterns: vec![pattern.into()],
+            ..Pick::default()
+        },
+    );
+    assert!(!cases.is_empty(), "{pattern} selects no case");
+    let reports = run_cases(selection, cases);
+    let caught = reports.iter().any(|r| {
+        matches!(r.outcome, Outcome::Failed(_))
+            && r.failed_checks()
+                .any(|c| c.requirements.iter().any(|q| q == requirement))
+    });
+    assert!(
+        caught,
+        "{defect} was not caught on {pattern} naming {requirement}:\n{}",
+        reports.iter().map(describe).collect::<Vec<_>>().join("\n")
+    );
+}

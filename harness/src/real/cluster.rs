@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
-use super::command::{CmdError, CommandRunner};
+use super::command::{Cmd, CmdError, CommandRunner, run_ok};
 use super::options::{Provider, RealOptions};
 use super::plan::Step;
 use crate::error::{Error, Result};
@@ -62,4 +62,29 @@ pub fn infra(stage: &str, e: CmdError) -> Error {
         CmdError::NotFound { .. } => Error::Infra(format!("{stage}: {e}")),
         other => Error::Infra(format!("{stage}: {other}")),
     }
+}
+
+/// The `up` of kind and k3d: reuse the cluster when the tool's listing shows it (`listed`
+/// reads the listing), create it otherwise, then write its private kubeconfig.
+pub(crate) async fn create_or_reuse(
+    runner: &dyn CommandRunner,
+    list: &Cmd,
+    listed: impl Fn(&str) -> Result<bool>,
+    create: &Cmd,
+    write_kubeconfig: &Cmd,
+    context: &str,
+    kubeconfig: &Path,
+) -> Result<ClusterUp> {
+    let step = |e| infra("cluster up", e);
+    let out = run_ok(runner, list).await.map_err(step)?;
+    let reused = listed(&out.stdout)?;
+    if !reused {
+        run_ok(runner, create).await.map_err(step)?;
+    }
+    run_ok(runner, write_kubeconfig).await.map_err(step)?;
+    Ok(ClusterUp {
+        context: context.to_string(),
+        kubeconfig: Some(kubeconfig.to_path_buf()),
+        reused,
+    })
 }

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use async_trait::async_trait;
 
-use super::cluster::{ClusterProvider, ClusterUp, infra, private_kubeconfig};
+use super::cluster::{ClusterProvider, ClusterUp, create_or_reuse, infra, private_kubeconfig};
 use super::command::{Cmd, CommandRunner, run_ok};
 use super::options::{Provider, RealOptions};
 use super::plan::Step;
@@ -108,23 +108,16 @@ impl ClusterProvider for K3d {
     }
 
     async fn up(&self, runner: &dyn CommandRunner) -> Result<ClusterUp> {
-        let list = run_ok(runner, &self.list_cmd())
-            .await
-            .map_err(|e| infra("cluster up", e))?;
-        let reused = self.listed(&list.stdout)?;
-        if !reused {
-            run_ok(runner, &self.create_cmd())
-                .await
-                .map_err(|e| infra("cluster up", e))?;
-        }
-        run_ok(runner, &self.write_kubeconfig_cmd())
-            .await
-            .map_err(|e| infra("cluster up", e))?;
-        Ok(ClusterUp {
-            context: self.context.clone(),
-            kubeconfig: Some(self.kubeconfig.clone()),
-            reused,
-        })
+        create_or_reuse(
+            runner,
+            &self.list_cmd(),
+            |out| self.listed(out),
+            &self.create_cmd(),
+            &self.write_kubeconfig_cmd(),
+            &self.context,
+            &self.kubeconfig,
+        )
+        .await
     }
 
     fn down_plan(&self) -> Vec<Step> {

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use async_trait::async_trait;
 
-use super::cluster::{ClusterProvider, ClusterUp, infra, private_kubeconfig};
+use super::cluster::{ClusterProvider, ClusterUp, create_or_reuse, infra, private_kubeconfig};
 use super::command::{Cmd, CommandRunner, run_ok};
 use super::options::{Provider, RealOptions};
 use super::pins;
@@ -90,23 +90,17 @@ impl ClusterProvider for Kind {
     }
 
     async fn up(&self, runner: &dyn CommandRunner) -> Result<ClusterUp> {
-        let list = run_ok(runner, &self.list_cmd())
-            .await
-            .map_err(|e| infra("cluster up", e))?;
-        let reused = list.stdout.lines().any(|l| l.trim() == self.name);
-        if !reused {
-            run_ok(runner, &self.create_cmd())
-                .await
-                .map_err(|e| infra("cluster up", e))?;
-        }
-        run_ok(runner, &self.export_kubeconfig_cmd())
-            .await
-            .map_err(|e| infra("cluster up", e))?;
-        Ok(ClusterUp {
-            context: self.context.clone(),
-            kubeconfig: Some(self.kubeconfig.clone()),
-            reused,
-        })
+        let name = self.name.clone();
+        create_or_reuse(
+            runner,
+            &self.list_cmd(),
+            |out| Ok(out.lines().any(|l| l.trim() == name)),
+            &self.create_cmd(),
+            &self.export_kubeconfig_cmd(),
+            &self.context,
+            &self.kubeconfig,
+        )
+        .await
     }
 
     fn down_plan(&self) -> Vec<Step> {

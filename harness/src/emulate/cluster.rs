@@ -117,6 +117,11 @@ pub struct Cluster {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// The volume under `(a, b)`, created empty on first use.
+fn volume(map: &mut BTreeMap<(String, String), Volume>, a: &str, b: &str) -> Volume {
+    map.entry((a.into(), b.into())).or_default().clone()
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding a lock must not take every later request down with it.
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -464,29 +469,17 @@ impl Cluster {
 
     /// The volume backing PVC `claim` in `ns`; it outlives pods (like a bound PersistentVolume).
     pub fn pvc_volume(&self, ns: &str, claim: &str) -> Volume {
-        lock(&self.inner.volumes)
-            .pvc
-            .entry((ns.into(), claim.into()))
-            .or_default()
-            .clone()
+        volume(&mut lock(&self.inner.volumes).pvc, ns, claim)
     }
 
     /// The emptyDir `volume` of the pod with `pod_uid`; it is dropped when the pod is removed.
     pub fn empty_dir(&self, pod_uid: &str, volume: &str) -> Volume {
-        lock(&self.inner.volumes)
-            .empty_dir
-            .entry((pod_uid.into(), volume.into()))
-            .or_default()
-            .clone()
+        self::volume(&mut lock(&self.inner.volumes).empty_dir, pod_uid, volume)
     }
 
     /// The root filesystem ("/") of a pod's container; dropped when the pod is removed.
     pub fn container_root(&self, pod_uid: &str, container: &str) -> Volume {
-        lock(&self.inner.volumes)
-            .root
-            .entry((pod_uid.into(), container.into()))
-            .or_default()
-            .clone()
+        volume(&mut lock(&self.inner.volumes).root, pod_uid, container)
     }
 
     // ---------------------------------------------------------------------------------------

@@ -5,12 +5,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use openshell_conformance::engine::{Engine, EngineOptions, Outcome};
-use openshell_conformance::models::spec::Selection;
-use openshell_conformance::models::target::EmulatedFactory;
-use openshell_conformance::suites::catalog::{Selection as Pick, cases};
-use openshell_conformance::target::TargetFactory;
-use openshell_conformance::topology::Topologies;
+use conformance_catalog::catalog::{Selection as Pick, cases};
+use conformance_core::engine::{Engine, EngineOptions, Outcome};
+use conformance_core::target::TargetFactory;
+use conformance_core::topology::Topologies;
+use conformance_models::spec::Selection;
+use conformance_models::target::EmulatedFactory;
 
 fn main() {
     let topologies: Vec<_> = Topologies::builtin().all().cloned().collect();

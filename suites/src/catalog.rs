@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::scenario::{Case, Params, Scenario};
-use crate::topology::Topology;
+use conformance_core::scenario::{Case, Params, Scenario};
+use conformance_core::topology::Topology;
 
-use crate::suites::scenarios::{lifecycle, outages, sweep};
+use crate::scenarios::{lifecycle, outages, sweep};
 
 /// A scenario and the parameter sets it runs with.
 pub struct Entry {
@@ -144,7 +144,7 @@ pub fn glob(pattern: &str, text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::Topologies;
+    use conformance_core::topology::Topologies;
 
     fn all() -> Vec<Topology> {
         Topologies::builtin().all().cloned().collect()
@@ -168,7 +168,7 @@ mod tests {
             assert!(!e.scenario.requirements.is_empty(), "{}", e.scenario.id);
             for r in &e.scenario.requirements {
                 assert!(
-                    crate::suites::requirements::find(r).is_some(),
+                    crate::requirements::find(r).is_some(),
                     "{} names {r}",
                     e.scenario.id
                 );
@@ -186,7 +186,7 @@ mod tests {
                 covered.extend(check.requirements);
             }
         }
-        for r in crate::suites::requirements::REQUIREMENTS {
+        for r in crate::requirements::REQUIREMENTS {
             assert!(covered.contains(r.id), "no check verifies {}", r.id);
         }
     }

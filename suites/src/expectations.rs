@@ -5,11 +5,11 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::engine::{CaseReport, Outcome};
-use crate::error::{Error, Result};
+use conformance_core::engine::{CaseReport, Outcome};
+use conformance_core::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::suites::catalog::glob;
+use crate::catalog::glob;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -95,7 +95,7 @@ impl Expectations {
             Error::config(origin, field, message)
         })?;
         for (i, f) in e.expected_failures.iter().enumerate() {
-            if crate::suites::requirements::find(&f.requirement).is_none() {
+            if crate::requirements::find(&f.requirement).is_none() {
                 return Err(Error::config(
                     origin,
                     format!("expected_failures[{i}].requirement"),
@@ -174,8 +174,8 @@ impl Expectations {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::CheckOutcome;
-    use crate::target::TargetInfo;
+    use conformance_core::checks::CheckOutcome;
+    use conformance_core::target::TargetInfo;
 
     fn report(case_id: &str, outcome: Outcome, failed_reqs: &[&str]) -> CaseReport {
         CaseReport {

@@ -1,8 +1,8 @@
 //! The catalog expands as documented. (The proof that it catches the bugs runs every scenario on
 //! the emulated models in `matrix.rs`.)
 
-use openshell_conformance::suites::catalog::{Selection, cases};
-use openshell_conformance::topology::Topologies;
+use conformance_catalog::catalog::{Selection, cases};
+use conformance_core::topology::Topologies;
 
 #[test]
 fn the_catalog_is_reachable_from_the_harness_library() {

@@ -6,14 +6,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use openshell_conformance::engine::{CaseReport, Engine, EngineOptions, Outcome};
-use openshell_conformance::models::spec::{DEFECTS, Model, Selection};
-use openshell_conformance::models::target::EmulatedFactory;
-use openshell_conformance::scenario::Case;
-use openshell_conformance::suites::catalog::{self, Selection as Pick};
-use openshell_conformance::target::TargetFactory;
-use openshell_conformance::timeline::{Event, Timeline};
-use openshell_conformance::topology::{Topologies, Topology};
+use conformance_catalog::catalog::{self, Selection as Pick};
+use conformance_core::engine::{CaseReport, Engine, EngineOptions, Outcome};
+use conformance_core::scenario::Case;
+use conformance_core::target::TargetFactory;
+use conformance_core::timeline::{Event, Timeline};
+use conformance_core::topology::{Topologies, Topology};
+use conformance_models::spec::{DEFECTS, Model, Selection};
+use conformance_models::target::EmulatedFactory;
 use rstest::rstest;
 
 fn topology(name: &str) -> Topology {

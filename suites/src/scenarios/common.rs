@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use crate::checks::{Anchor, Check, Cmp, Counted, Predicate, Selector, Window};
+use conformance_core::checks::{Anchor, Check, Cmp, Counted, Predicate, Selector, Window};
 use futures::future::BoxFuture;
 
-use crate::scenario::{CaseInfo, Ctx, StepError, StepResult};
-use crate::target::{Fault, RestartPolicy, SandboxSpec, TargetError};
-use crate::timeline::GATEWAY_SANDBOX_KIND;
-use crate::topology::SupervisorPlacement;
+use conformance_core::scenario::{CaseInfo, Ctx, StepError, StepResult};
+use conformance_core::target::{Fault, RestartPolicy, SandboxSpec, TargetError};
+use conformance_core::timeline::GATEWAY_SANDBOX_KIND;
+use conformance_core::topology::SupervisorPlacement;
 
 /// The role of the one sandbox most scenarios work with.
 pub const MAIN: &str = "main";

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use crate::checks::{Anchor, Check, Cmp, Counted, Predicate, Selector, Window};
-use crate::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepError, StepResult};
-use crate::target::{Capability, Fault, RestartPolicy, TargetError};
-use crate::timeline::ActionStatus;
+use conformance_core::checks::{Anchor, Check, Cmp, Counted, Predicate, Selector, Window};
+use conformance_core::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepError, StepResult};
+use conformance_core::target::{Capability, Fault, RestartPolicy, TargetError};
+use conformance_core::timeline::ActionStatus;
 use futures::future::BoxFuture;
 
 use super::common::*;

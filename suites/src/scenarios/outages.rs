@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use crate::checks::{Anchor, Check, Predicate, Selector, Window};
-use crate::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepResult};
-use crate::target::{Capability, Fault};
+use conformance_core::checks::{Anchor, Check, Predicate, Selector, Window};
+use conformance_core::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepResult};
+use conformance_core::target::{Capability, Fault};
 use futures::future::BoxFuture;
 
 use super::common::*;
@@ -249,14 +249,14 @@ fn ready_sandbox_checks(case: &CaseInfo) -> Vec<Check> {
         Check::count(
             "the sandbox pod keeps running: it is never replaced",
             &["R9"],
-            crate::checks::Counted::Incarnations {
+            conformance_core::checks::Counted::Incarnations {
                 object: pod.clone(),
             },
             Some(Window::new(
                 Anchor::fault_start("f1"),
                 Anchor::marker("verified"),
             )),
-            crate::checks::Cmp::Eq,
+            conformance_core::checks::Cmp::Eq,
             1,
         ),
         Check::never(

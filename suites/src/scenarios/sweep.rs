@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use crate::checks::{Anchor, Check, Window};
-use crate::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepError, StepResult};
-use crate::schedule::{FaultSchedule, InjectionPoint, PlannedFault, ScheduleSpec};
-use crate::target::{Capability, Fault, TargetError};
+use conformance_core::checks::{Anchor, Check, Window};
+use conformance_core::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepError, StepResult};
+use conformance_core::schedule::{FaultSchedule, InjectionPoint, PlannedFault, ScheduleSpec};
+use conformance_core::target::{Capability, Fault, TargetError};
 use futures::future::BoxFuture;
 
 use super::common::*;

@@ -1,0 +1,519 @@
+//! `run` (and the real-cluster commands `doctor`, `cluster`, `restore`).
+//!
+//! On the emulated target every case gets its own cluster in its own tokio runtime with paused
+//! (virtual) time, so the whole catalog runs in seconds and `--jobs` spreads cases over threads.
+//! Real targets run in real time against one cluster; cases that stop or restart the gateway run
+//! one at a time, the others up to `--jobs` at once.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use super::progress::Progress;
+use super::summary;
+use conformance_catalog::catalog::{self, Selection};
+use conformance_catalog::expectations::{Expectations, Verdict};
+use conformance_core::engine::{CaseReport, Engine, EngineOptions};
+use conformance_core::error::{Error, ExitStatus};
+use conformance_core::scenario::Case;
+use conformance_core::target::{Capability, TargetFactory, TargetInfo};
+use conformance_core::topology::{Topologies, Topology};
+use conformance_real::options::{Provider, RealArgs, RealOptions};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TargetKind {
+    /// The embedded emulated cluster with a reference model (no Docker, no cluster).
+    Emulated,
+    Kind,
+    K3d,
+    /// A disposable cluster you already have (`--context`).
+    Existing,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Where to run.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "emulated",
+        env = "OPENSHELL_CONFORMANCE_TARGET"
+    )]
+    pub target: TargetKind,
+    /// Emulated target only: the model (`list models`).
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_MODEL")]
+    pub model: Option<String>,
+    /// Emulated target only: a defect switch on the contract model (`list defects`); repeatable.
+    #[arg(
+        long = "defect",
+        value_name = "NAME",
+        env = "OPENSHELL_CONFORMANCE_DEFECTS",
+        value_delimiter = ','
+    )]
+    pub defects: Vec<String>,
+    /// Emulated target only, model openshell-0.0.111: the Agent Sandbox behaviour (v0.5.0 or v0.5.1).
+    #[arg(
+        long,
+        value_name = "VERSION",
+        env = "OPENSHELL_CONFORMANCE_EMULATED_AGENT_SANDBOX"
+    )]
+    pub agent_sandbox: Option<String>,
+    /// Topology to run on; repeatable (default: every topology the target supports).
+    #[arg(
+        long = "topology",
+        value_name = "NAME",
+        env = "OPENSHELL_CONFORMANCE_TOPOLOGY",
+        value_delimiter = ','
+    )]
+    pub topologies: Vec<String>,
+    /// Scenario or case id glob (`*` matches anything); repeatable (default: all). No value
+    /// delimiter: case ids contain commas (`gateway-outage[sidecar,outage=30s]`).
+    #[arg(
+        long = "scenario",
+        value_name = "PATTERN",
+        env = "OPENSHELL_CONFORMANCE_SCENARIO"
+    )]
+    pub scenarios: Vec<String>,
+    /// Replace every scenario's outage length (humantime: 30s, 2m30s, 5m).
+    #[arg(long, value_parser = parse_duration, env = "OPENSHELL_CONFORMANCE_OUTAGE")]
+    pub outage: Option<Duration>,
+    /// Seed of the fault sweep's schedule.
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_SEED")]
+    pub seed: Option<u64>,
+    /// Cases run at once (real targets: only cases that leave the gateway alone).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64), env = "OPENSHELL_CONFORMANCE_JOBS")]
+    pub jobs: u16,
+    /// JUnit report path (default: <artifacts>/junit.xml).
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_JUNIT")]
+    pub junit: Option<PathBuf>,
+    /// HTML timeline report path (default: <artifacts>/report.html).
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_HTML")]
+    pub html: Option<PathBuf>,
+    /// Directory for timelines, reports, diagnostics and the restore journal.
+    #[arg(
+        long,
+        default_value = "artifacts",
+        env = "OPENSHELL_CONFORMANCE_ARTIFACTS"
+    )]
+    pub artifacts: PathBuf,
+    /// Known failures (default: the shipped file for the model or OpenShell version, if any).
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_EXPECTATIONS")]
+    pub expectations: Option<PathBuf>,
+    /// Leave the sandboxes of failed cases in place for inspection.
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_KEEP_ON_FAILURE")]
+    pub keep_on_failure: bool,
+    /// Print what would run (real targets: the full command plan and manifests) and stop.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub real: RealArgs,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s)
+        .map_err(|e| format!("'{s}' is not a duration ({e}); write it like 30s, 2m30s or 5m"))?;
+    if d.is_zero() {
+        return Err("an outage of zero is no outage; give at least 1s".into());
+    }
+    Ok(d)
+}
+
+impl RunArgs {
+    fn provider(&self) -> Option<Provider> {
+        match self.target {
+            TargetKind::Emulated => None,
+            TargetKind::Kind => Some(Provider::Kind),
+            TargetKind::K3d => Some(Provider::K3d),
+            TargetKind::Existing => Some(Provider::Existing),
+        }
+    }
+}
+
+/// The directory holding `kind-config.yaml`: the repository root when run from inside it.
+fn repo_root() -> PathBuf {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    cwd.ancestors()
+        .find(|d| d.join("kind-config.yaml").is_file())
+        .map(Path::to_path_buf)
+        .unwrap_or(cwd)
+}
+
+fn run_id() -> String {
+    // A label for what this run creates on a real cluster; the wall clock only names it.
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!("run-{secs}")
+}
+
+pub(crate) fn real_options(
+    real: &RealArgs,
+    provider: Provider,
+    artifacts: &Path,
+) -> Result<RealOptions, Error> {
+    let mut real = real.clone();
+    if real.run_dir.is_none() {
+        real.run_dir = Some(artifacts.to_path_buf());
+    }
+    real.resolve(provider, &run_id(), repo_root())
+}
+
+fn emulated_factory(args: &RunArgs) -> Result<Arc<dyn TargetFactory>, Error> {
+    let model = args.model.as_deref().unwrap_or("contract");
+    let selection = conformance_models::spec::Selection::parse(
+        model,
+        &args.defects,
+        args.agent_sandbox.as_deref(),
+    )
+    .map_err(|e| Error::Usage(e.to_string()))?;
+    Ok(Arc::new(conformance_models::target::EmulatedFactory::new(
+        selection,
+    )))
+}
+
+fn topologies_for(args: &RunArgs, info: &TargetInfo) -> Result<Vec<Topology>, Error> {
+    let all = Topologies::builtin();
+    if args.topologies.is_empty() {
+        return Ok(all
+            .all()
+            .filter(|t| info.skip_reason(t, &[]).is_none())
+            .cloned()
+            .collect());
+    }
+    args.topologies
+        .iter()
+        .map(|n| all.get(n).cloned())
+        .collect()
+}
+
+fn select_cases(args: &RunArgs, topologies: &[Topology]) -> Result<Vec<Case>, Error> {
+    let sel = Selection {
+        patterns: args.scenarios.clone(),
+        outage: args.outage,
+        seed: args.seed,
+    };
+    let cases = catalog::cases(topologies, &sel);
+    if cases.is_empty() {
+        return Err(Error::Usage(format!(
+            "no case matches --scenario {}; `openshell-conformance list scenarios` shows the ids",
+            args.scenarios.join(", ")
+        )));
+    }
+    Ok(cases)
+}
+
+fn expectations_for(args: &RunArgs, info: &TargetInfo) -> Result<Expectations, Error> {
+    if let Some(path) = &args.expectations {
+        return Expectations::load(path);
+    }
+    let name = info
+        .model
+        .clone()
+        .or_else(|| info.openshell.as_ref().map(|v| format!("openshell-{v}")))
+        .unwrap_or_default();
+    Ok(Expectations::shipped(&name))
+}
+
+pub async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
+    let (factory, info): (Arc<dyn TargetFactory>, TargetInfo) = match args.provider() {
+        None => {
+            if args.real.keep || !args.real.set.is_empty() || !args.real.values.is_empty() {
+                return Err(Error::Usage(
+                    "--keep, --set and --values apply to real targets (--target kind|k3d|existing)"
+                        .into(),
+                ));
+            }
+            let f = emulated_factory(&args)?;
+            let info = f.info();
+            (f, info)
+        }
+        Some(provider) => {
+            if args.model.is_some() || !args.defects.is_empty() || args.agent_sandbox.is_some() {
+                return Err(Error::Usage(
+                    "--model, --defect and --agent-sandbox apply to the emulated target only"
+                        .into(),
+                ));
+            }
+            let opts = real_options(&args.real, provider, &args.artifacts)?;
+            if args.dry_run {
+                let topologies = Topologies::builtin();
+                let chosen: Vec<&Topology> = if args.topologies.is_empty() {
+                    topologies.all().collect()
+                } else {
+                    args.topologies
+                        .iter()
+                        .map(|n| topologies.get(n))
+                        .collect::<Result<_, _>>()?
+                };
+                let plan = conformance_real::plan::dry_run(&opts, &chosen)?;
+                print!("{plan}");
+                return Ok(ExitStatus::Success);
+            }
+            let runner: Arc<dyn conformance_real::command::CommandRunner> =
+                Arc::new(conformance_real::command::SystemRunner);
+            let f = conformance_real::target::RealFactory::new(opts, runner)?;
+            f.prepare().await?;
+            let f: Arc<dyn TargetFactory> = Arc::new(f);
+            let info = f.info();
+            (f, info)
+        }
+    };
+    let topologies = topologies_for(&args, &info)?;
+    let cases = select_cases(&args, &topologies)?;
+    let expectations = expectations_for(&args, &info)?;
+    if args.dry_run {
+        println!("{} cases on {}:", cases.len(), info.label());
+        for c in &cases {
+            println!("  {}", c.id());
+        }
+        return Ok(ExitStatus::Success);
+    }
+    let progress = Progress::new(cases.len());
+    let opts = EngineOptions {
+        seed: args.seed,
+        keep_on_failure: args.keep_on_failure,
+        listener: Some(progress.listener()),
+        ..EngineOptions::default()
+    };
+    let wall = std::time::SystemTime::now();
+    let reports = if args.provider().is_none() {
+        run_emulated(factory, opts, cases, args.jobs as usize, progress.clone()).await
+    } else {
+        run_real(factory, opts, cases, args.jobs as usize, progress.clone()).await
+    };
+    progress.finish();
+    let wall = wall.elapsed().unwrap_or_default();
+    finish(&args, &info, &expectations, &reports, wall)
+}
+
+/// Each case on its own thread-owned runtime in paused time; `jobs` threads pull from a queue.
+async fn run_emulated(
+    factory: Arc<dyn TargetFactory>,
+    opts: EngineOptions,
+    cases: Vec<Case>,
+    jobs: usize,
+    progress: Progress,
+) -> Vec<CaseReport> {
+    let n = cases.len();
+    let queue = Arc::new(Mutex::new(
+        cases.into_iter().enumerate().collect::<VecDeque<_>>(),
+    ));
+    let results = Arc::new(Mutex::new(Vec::with_capacity(n)));
+    let handles: Vec<_> = (0..jobs.min(n).max(1))
+        .map(|_| {
+            let (queue, results, factory, opts, progress) = (
+                queue.clone(),
+                results.clone(),
+                factory.clone(),
+                opts.clone(),
+                progress.clone(),
+            );
+            std::thread::spawn(move || {
+                loop {
+                    let next = queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
+                    let Some((i, case)) = next else { break };
+                    progress.start(&case.id());
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .start_paused(true)
+                        .build()
+                        .expect("a current-thread runtime builds");
+                    let engine = Engine::new(factory.clone(), opts.clone());
+                    let report = rt.block_on(engine.run_case(&case));
+                    progress.done(&report);
+                    results
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((i, report));
+                }
+            })
+        })
+        .collect();
+    // The threads block; wait for them without holding up this runtime's other tasks.
+    let _ = tokio::task::spawn_blocking(move || {
+        for h in handles {
+            let _ = h.join();
+        }
+    })
+    .await;
+    let mut out = std::mem::take(&mut *results.lock().unwrap_or_else(|p| p.into_inner()));
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, r)| r).collect()
+}
+
+fn touches_gateway(case: &Case) -> bool {
+    case.scenario
+        .requires
+        .iter()
+        .any(|c| matches!(c, Capability::GatewayStop | Capability::GatewayRestart))
+        || case.params.get("via") == Some("gateway-restart")
+}
+
+/// Real time against one cluster: gateway faults affect every sandbox, so those cases run alone.
+async fn run_real(
+    factory: Arc<dyn TargetFactory>,
+    opts: EngineOptions,
+    cases: Vec<Case>,
+    jobs: usize,
+    progress: Progress,
+) -> Vec<CaseReport> {
+    let engine = Arc::new(Engine::new(factory, opts));
+    let mut indexed: Vec<(usize, Case)> = cases.into_iter().enumerate().collect();
+    let (alone, shared): (Vec<_>, Vec<_>) =
+        indexed.drain(..).partition(|(_, c)| touches_gateway(c));
+    let mut out = Vec::new();
+    for chunk in shared.chunks(jobs.max(1)) {
+        let runs = chunk.iter().map(|(i, c)| {
+            let (engine, progress) = (engine.clone(), progress.clone());
+            async move {
+                progress.start(&c.id());
+                let r = engine.run_case(c).await;
+                progress.done(&r);
+                (*i, r)
+            }
+        });
+        out.extend(futures::future::join_all(runs).await);
+    }
+    for (i, c) in &alone {
+        progress.start(&c.id());
+        let r = engine.run_case(c).await;
+        progress.done(&r);
+        out.push((*i, r));
+    }
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, r)| r).collect()
+}
+
+fn sanitize(id: &str) -> String {
+    id.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.=,".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Writes timelines, JUnit and HTML, prints the summary, and decides the exit status.
+fn finish(
+    args: &RunArgs,
+    info: &TargetInfo,
+    expectations: &Expectations,
+    reports: &[CaseReport],
+    wall: Duration,
+) -> Result<ExitStatus, Error> {
+    let verdicts: Vec<Verdict> = reports.iter().map(|r| expectations.classify(r)).collect();
+    let dir = &args.artifacts;
+    let tl_dir = dir.join("timelines");
+    let mut links = Vec::new();
+    for r in reports {
+        let path = tl_dir.join(format!("{}.jsonl", sanitize(&r.case_id)));
+        super::write_file(&path, &r.timeline.to_jsonl())?;
+        let mut l = vec![(
+            "timeline".to_string(),
+            format!("timelines/{}.jsonl", sanitize(&r.case_id)),
+        )];
+        let bundle = dir.join("diagnostics").join(sanitize(&r.case_id));
+        if bundle.is_dir() {
+            l.push((
+                "diagnostics".into(),
+                format!("diagnostics/{}", sanitize(&r.case_id)),
+            ));
+        }
+        links.push(l);
+    }
+    let junit = args.junit.clone().unwrap_or_else(|| dir.join("junit.xml"));
+    crate::junit::write(&junit, "openshell-conformance", reports)
+        .map_err(|e| Error::Usage(format!("cannot write {}: {e}", junit.display())))?;
+    let html_path = args.html.clone().unwrap_or_else(|| dir.join("report.html"));
+    let views: Vec<crate::report::CaseView<'_>> = reports
+        .iter()
+        .zip(links)
+        .map(|(r, links)| crate::report::CaseView {
+            timeline: &r.timeline,
+            links: links
+                .into_iter()
+                .map(|(label, href)| (label, relative_to(&html_path, &dir.join(&href))))
+                .collect(),
+        })
+        .collect();
+    let title = format!("openshell-conformance on {}", info.label());
+    super::write_file(&html_path, &crate::report::render(&title, &views))?;
+
+    print!("{}", summary::table(reports, &verdicts, wall));
+    println!(
+        "reports: {} (JUnit), {} (HTML), {} (timelines)",
+        junit.display(),
+        html_path.display(),
+        tl_dir.display()
+    );
+    let status = if verdicts.iter().any(|v| matches!(v, Verdict::Error { .. })) {
+        ExitStatus::Infrastructure
+    } else if verdicts.iter().all(Verdict::acceptable) {
+        ExitStatus::Success
+    } else {
+        ExitStatus::ProductFailure
+    };
+    Ok(status)
+}
+
+/// A link from the report to a file beside it, relative when both are under one directory.
+fn relative_to(report: &Path, target: &Path) -> String {
+    let base = report.parent().unwrap_or(Path::new(""));
+    match target.strip_prefix(base) {
+        Ok(rel) => rel.display().to_string(),
+        Err(_) => std::fs::canonicalize(target)
+            .map(|p| format!("file://{}", p.display()))
+            .unwrap_or_else(|_| target.display().to_string()),
+    }
+}
+
+pub async fn doctor(args: super::ProviderArgs) -> Result<ExitStatus, Error> {
+    let opts = real_options(&args.real, args.provider, Path::new("artifacts"))?;
+    let report =
+        conformance_real::doctor::run_for(&opts, &conformance_real::command::SystemRunner).await;
+    print!("{report}");
+    Ok(report.exit_status())
+}
+
+pub async fn cluster(args: super::ProviderArgs, up: bool) -> Result<ExitStatus, Error> {
+    let opts = real_options(&args.real, args.provider, Path::new("artifacts"))?;
+    let p = conformance_real::cluster::provider(&opts);
+    let runner = conformance_real::command::SystemRunner;
+    if up {
+        let c = p.up(&runner).await?;
+        println!(
+            "cluster ready: context {}{}{}",
+            c.context,
+            c.kubeconfig
+                .as_ref()
+                .map(|k| format!(", kubeconfig {}", k.display()))
+                .unwrap_or_default(),
+            if c.reused { " (reused)" } else { "" }
+        );
+    } else {
+        p.down(&runner).await?;
+        println!("cluster {} deleted", opts.cluster_name);
+    }
+    Ok(ExitStatus::Success)
+}
+
+pub async fn restore(args: &super::RestoreArgs) -> Result<ExitStatus, Error> {
+    let report = conformance_real::journal::restore(
+        &args.journal,
+        &args.allow_context,
+        Duration::from_secs(600),
+    )
+    .await?;
+    print!("{report}");
+    Ok(if report.failed.is_empty() {
+        ExitStatus::Success
+    } else {
+        ExitStatus::Infrastructure
+    })
+}

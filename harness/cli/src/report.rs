@@ -1,0 +1,633 @@
+//! The HTML timeline report: one self-contained file (inline CSS and SVG, no scripts, no
+//! network) with a section per case. Each object gets a swimlane of its states (the gateway's
+//! sandbox phase, Sandbox conditions, pods, PVCs, gateway replicas); fault windows are shaded
+//! across every lane; harness actions, markers and check windows are drawn on the same time
+//! axis; failing checks are listed with their message and the last states seen.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use conformance_core::checks::{CheckOutcome, fmt_ms};
+use conformance_core::timeline::{
+    ActionStatus, Event, FaultPhase, GATEWAY_SANDBOX_KIND, ObjectRef, ObjectState, Timeline,
+};
+
+/// One case to render.
+pub struct CaseView<'a> {
+    pub timeline: &'a Timeline,
+    /// Links shown beside the case, such as the diagnostics bundle: (label, href).
+    pub links: Vec<(String, String)>,
+}
+
+const WIDTH: f64 = 1100.0;
+const LABEL_W: f64 = 260.0;
+const LANE_H: f64 = 22.0;
+const AXIS_H: f64 = 24.0;
+/// Room on the right for the last tick label.
+const RIGHT_PAD: f64 = 30.0;
+
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The colour class of a state: good, transitional, bad, resting or gone.
+fn tone(o: &ObjectState) -> &'static str {
+    if o.deleted {
+        return "gone";
+    }
+    if let Some(r) = o.replicas {
+        return if r.desired == 0 {
+            "bad"
+        } else if r.ready >= r.desired {
+            "good"
+        } else {
+            "wait"
+        };
+    }
+    if o.kind == "Sandbox" {
+        return match o.condition("Ready").map(|c| c.status.as_str()) {
+            Some("True") => "good",
+            _ if o
+                .condition("Ready")
+                .and_then(|c| c.reason.as_deref())
+                .is_some_and(|r| r.contains("Failed") || r.contains("Error")) =>
+            {
+                "bad"
+            }
+            _ if o.condition("Suspended").is_some_and(|c| c.status == "True") => "rest",
+            _ => "wait",
+        };
+    }
+    match o.phase.as_deref() {
+        Some("Ready" | "Running" | "Bound") => "good",
+        Some("Error" | "Failed" | "Unknown" | "Lost") => "bad",
+        Some("Stopped" | "Succeeded" | "Completed") => "rest",
+        _ => "wait",
+    }
+}
+
+/// A short label for a state segment.
+fn label(o: &ObjectState) -> String {
+    if o.deleted {
+        return "deleted".into();
+    }
+    if let Some(r) = o.replicas {
+        return format!("{}/{} ready", r.ready, r.desired);
+    }
+    if o.kind == "Sandbox" {
+        return o
+            .condition("Ready")
+            .map(|c| format!("Ready={} {}", c.status, c.reason.as_deref().unwrap_or("")))
+            .unwrap_or_else(|| "no conditions".into());
+    }
+    let mut s = o.phase.clone().unwrap_or_else(|| "-".into());
+    if let Some(c) = o.condition("Ready").and_then(|c| c.reason.clone())
+        && o.kind == GATEWAY_SANDBOX_KIND
+    {
+        s.push_str(&format!(" ({c})"));
+    }
+    let restarts: u32 = o.containers.iter().map(|c| c.restart_count).sum();
+    if restarts > 0 {
+        s.push_str(&format!(" restarts={restarts}"));
+    }
+    s
+}
+
+fn lane_order(r: &ObjectRef) -> (u8, String) {
+    let rank = match r.kind.as_str() {
+        GATEWAY_SANDBOX_KIND => 0,
+        "Sandbox" => 1,
+        "Pod" => 2,
+        "PersistentVolumeClaim" => 3,
+        "StatefulSet" | "Deployment" => 4,
+        _ => 5,
+    };
+    (rank, r.to_string())
+}
+
+struct Segment {
+    from: u64,
+    to: u64,
+    state: ObjectState,
+}
+
+struct Window {
+    id: String,
+    kind: String,
+    requested: Option<u64>,
+    from: Option<u64>,
+    to: Option<u64>,
+    restore_failed: bool,
+}
+
+pub fn render(title: &str, cases: &[CaseView<'_>]) -> String {
+    let mut html = String::new();
+    let _ = write!(
+        html,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{}</style></head><body>\n<h1>{}</h1>\n",
+        escape(title),
+        CSS,
+        escape(title)
+    );
+    html.push_str(&summary_table(cases));
+    html.push_str(LEGEND);
+    for (i, c) in cases.iter().enumerate() {
+        html.push_str(&case_section(i, c));
+    }
+    html.push_str("</body></html>\n");
+    html
+}
+
+fn outcome_of(t: &Timeline) -> String {
+    t.entries
+        .iter()
+        .rev()
+        .find_map(|e| match &e.event {
+            Event::RunFinished { outcome } => Some(outcome.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| "unfinished".into())
+}
+
+fn case_name(t: &Timeline) -> String {
+    t.run_info()
+        .map(|i| {
+            let params: Vec<String> = i.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            if params.is_empty() {
+                format!("{}[{}]", i.scenario, i.topology)
+            } else {
+                format!("{}[{},{}]", i.scenario, i.topology, params.join(","))
+            }
+        })
+        .unwrap_or_else(|| "(unnamed run)".into())
+}
+
+fn summary_table(cases: &[CaseView<'_>]) -> String {
+    let mut s = String::from(
+        "<table class=\"summary\"><tr><th>case</th><th>outcome</th><th>checks failed</th><th>duration</th></tr>\n",
+    );
+    for (i, c) in cases.iter().enumerate() {
+        let failed = c
+            .timeline
+            .check_outcomes()
+            .iter()
+            .filter(|o| !o.passed)
+            .count();
+        let outcome = outcome_of(c.timeline);
+        let _ = writeln!(
+            s,
+            "<tr><td><a href=\"#case-{i}\">{}</a></td><td class=\"o-{}\">{}</td><td>{failed}</td><td>{}</td></tr>",
+            escape(&case_name(c.timeline)),
+            escape(&outcome),
+            escape(&outcome),
+            fmt_ms(c.timeline.duration().as_millis() as u64)
+        );
+    }
+    s.push_str("</table>\n");
+    s
+}
+
+fn case_section(index: usize, c: &CaseView<'_>) -> String {
+    let t = c.timeline;
+    let end = t.entries.last().map_or(0, |e| e.at_ms).max(1);
+    let mut s = String::new();
+    let outcome = outcome_of(t);
+    let _ = writeln!(
+        s,
+        "<section id=\"case-{index}\" class=\"case\"><h2>{} <span class=\"o-{}\">{}</span></h2>",
+        escape(&case_name(t)),
+        escape(&outcome),
+        escape(&outcome)
+    );
+    if let Some(info) = t.run_info() {
+        let mut meta = vec![
+            ("scenario", info.title.clone()),
+            ("target", info.target.clone()),
+            ("topology", info.topology.clone()),
+            ("requirements", info.requirements.join(", ")),
+        ];
+        if let Some(m) = &info.model {
+            meta.push(("model", m.clone()));
+        }
+        if !info.defects.is_empty() {
+            meta.push(("defects", info.defects.join(", ")));
+        }
+        if let Some(seed) = info.seed {
+            meta.push(("seed", seed.to_string()));
+        }
+        s.push_str("<dl class=\"meta\">");
+        for (k, v) in meta {
+            let _ = write!(s, "<dt>{k}</dt><dd>{}</dd>", escape(&v));
+        }
+        s.push_str("</dl>\n");
+    }
+    if !c.links.is_empty() {
+        s.push_str("<p class=\"links\">");
+        for (label, href) in &c.links {
+            let _ = write!(s, "<a href=\"{}\">{}</a> ", escape(href), escape(label));
+        }
+        s.push_str("</p>\n");
+    }
+    let failing: Vec<&CheckOutcome> = t
+        .check_outcomes()
+        .into_iter()
+        .filter(|o| !o.passed)
+        .collect();
+    if !failing.is_empty() {
+        s.push_str("<div class=\"failing\"><h3>Failing checks</h3>\n");
+        for o in &failing {
+            let _ = write!(
+                s,
+                "<div class=\"check\"><b>{}</b> [{}]{}<br>expected: {}<br>observed: {}",
+                escape(&o.name),
+                escape(&o.requirements.join(", ")),
+                o.window
+                    .map(|w| format!(" in window {}", escape(&w.to_string())))
+                    .unwrap_or_default(),
+                escape(&o.expected),
+                escape(&o.message)
+            );
+            if !o.last_seen.is_empty() {
+                s.push_str("<br>last seen:<ul>");
+                for st in &o.last_seen {
+                    let _ = write!(s, "<li><code>{}</code></li>", escape(&st.summary()));
+                }
+                s.push_str("</ul>");
+            }
+            s.push_str("</div>\n");
+        }
+        s.push_str("</div>\n");
+    }
+    s.push_str(&svg(t, end, &failing));
+    s.push_str(&events_table(t));
+    s.push_str("</section>\n");
+    s
+}
+
+fn svg(t: &Timeline, end: u64, failing: &[&CheckOutcome]) -> String {
+    // State segments per object.
+    let mut lanes: BTreeMap<(u8, String), (ObjectRef, Vec<Segment>)> = BTreeMap::new();
+    let mut windows: Vec<Window> = Vec::new();
+    let mut actions: Vec<(u64, String, ActionStatus, Option<String>)> = Vec::new();
+    let mut markers: Vec<(u64, String)> = Vec::new();
+    for e in &t.entries {
+        match &e.event {
+            Event::Object(o) => {
+                let r = o.object_ref();
+                let lane = lanes
+                    .entry(lane_order(&r))
+                    .or_insert_with(|| (r.clone(), Vec::new()));
+                if let Some(last) = lane.1.last_mut() {
+                    last.to = e.at_ms;
+                }
+                lane.1.push(Segment {
+                    from: e.at_ms,
+                    to: end,
+                    state: o.clone(),
+                });
+            }
+            Event::Fault(f) => {
+                let w = match windows.iter_mut().find(|w| w.id == f.id) {
+                    Some(w) => w,
+                    None => {
+                        windows.push(Window {
+                            id: f.id.clone(),
+                            kind: f.kind.clone(),
+                            requested: None,
+                            from: None,
+                            to: None,
+                            restore_failed: false,
+                        });
+                        windows.last_mut().expect("just pushed")
+                    }
+                };
+                match f.phase {
+                    FaultPhase::Requested => w.requested = w.requested.or(Some(e.at_ms)),
+                    FaultPhase::Started => w.from = Some(e.at_ms),
+                    FaultPhase::Ended => w.to = Some(e.at_ms),
+                    FaultPhase::RestoreFailed => {
+                        w.restore_failed = true;
+                        w.to = Some(e.at_ms);
+                    }
+                }
+            }
+            Event::Action(a) if a.status != ActionStatus::Started => {
+                let label = match &a.subject {
+                    Some(s) => format!("{} {s}", a.name),
+                    None => a.name.clone(),
+                };
+                actions.push((e.at_ms, label, a.status, a.detail.clone()));
+            }
+            Event::Marker { label } => markers.push((e.at_ms, label.clone())),
+            _ => {}
+        }
+    }
+    let scale = (WIDTH - LABEL_W - RIGHT_PAD) / end as f64;
+    let x = |ms: u64| LABEL_W + ms as f64 * scale;
+    let n_lanes = lanes.len() + 2; // objects, actions, checks
+    let height = AXIS_H + n_lanes as f64 * LANE_H + 8.0;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "<svg class=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height}\" viewBox=\"0 0 {WIDTH} {height}\">"
+    );
+    // Time axis.
+    let step = nice_step(end);
+    let mut tick = 0;
+    while tick <= end {
+        let _ = writeln!(
+            s,
+            "<line class=\"tick\" x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"{1}\" y2=\"{2:.1}\"/><text class=\"axis\" x=\"{0:.1}\" y=\"12\">{3}</text>",
+            x(tick),
+            AXIS_H - 6.0,
+            height,
+            fmt_ms(tick)
+        );
+        tick += step;
+    }
+    // Object lanes.
+    let mut y = AXIS_H;
+    for (r, segs) in lanes.values() {
+        let _ = writeln!(
+            s,
+            "<text class=\"lane\" x=\"4\" y=\"{:.1}\">{}</text>",
+            y + 15.0,
+            escape(&short_ref(r))
+        );
+        for seg in segs {
+            let w = (x(seg.to) - x(seg.from)).max(1.0);
+            let text = label(&seg.state);
+            let _ = write!(
+                s,
+                "<g><rect class=\"seg {}\" x=\"{:.1}\" y=\"{:.1}\" width=\"{w:.1}\" height=\"{}\"><title>{} at {}: {}</title></rect>",
+                tone(&seg.state),
+                x(seg.from),
+                y + 2.0,
+                LANE_H - 4.0,
+                escape(&r.to_string()),
+                fmt_ms(seg.from),
+                escape(&seg.state.summary())
+            );
+            if w > text.len() as f64 * 6.0 {
+                let _ = write!(
+                    s,
+                    "<text class=\"seg-label\" x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+                    x(seg.from) + 3.0,
+                    y + 15.0,
+                    escape(&text)
+                );
+            }
+            s.push_str("</g>\n");
+        }
+        y += LANE_H;
+    }
+    // Fault windows over the lanes, translucent, so every lane shows when the fault held.
+    for w in &windows {
+        let from = w.from.or(w.requested).unwrap_or(0);
+        let to = w.to.unwrap_or(end);
+        if let Some(req) = w.requested.filter(|r| *r < from) {
+            let _ = writeln!(
+                s,
+                "<rect class=\"fault-requested\" x=\"{:.1}\" y=\"{AXIS_H}\" width=\"{:.1}\" height=\"{:.1}\"><title>{} {} requested at {}</title></rect>",
+                x(req),
+                (x(from) - x(req)).max(1.0),
+                height - AXIS_H,
+                escape(&w.id),
+                escape(&w.kind),
+                fmt_ms(req)
+            );
+        }
+        let _ = write!(
+            s,
+            "<rect class=\"fault{}\" data-fault=\"{}\" x=\"{:.1}\" y=\"{AXIS_H}\" width=\"{:.1}\" height=\"{:.1}\"><title>{} {}: {} .. {}{}</title></rect>\n<text class=\"fault-label\" x=\"{:.1}\" y=\"{:.1}\">{} {}</text>\n",
+            if w.restore_failed {
+                " restore-failed"
+            } else {
+                ""
+            },
+            escape(&w.kind),
+            x(from),
+            (x(to) - x(from)).max(2.0),
+            height - AXIS_H,
+            escape(&w.id),
+            escape(&w.kind),
+            fmt_ms(from),
+            fmt_ms(to),
+            if w.restore_failed {
+                " (RESTORE FAILED)"
+            } else {
+                ""
+            },
+            x(from) + 2.0,
+            AXIS_H - 4.0,
+            escape(&w.id),
+            escape(&w.kind)
+        );
+    }
+    // Harness actions.
+    let _ = writeln!(
+        s,
+        "<text class=\"lane\" x=\"4\" y=\"{:.1}\">harness actions</text>",
+        y + 15.0
+    );
+    for (at, label, status, detail) in &actions {
+        let class = match status {
+            ActionStatus::Ok => "act-ok",
+            ActionStatus::Refused => "act-refused",
+            _ => "act-error",
+        };
+        let _ = writeln!(
+            s,
+            "<circle class=\"{class}\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"4\"><title>{} at {}: {:?}{}</title></circle>",
+            x(*at),
+            y + LANE_H / 2.0,
+            escape(label),
+            fmt_ms(*at),
+            status,
+            detail
+                .as_deref()
+                .map(|d| format!(" - {}", escape(d)))
+                .unwrap_or_default()
+        );
+    }
+    for (at, label) in &markers {
+        let _ = writeln!(
+            s,
+            "<line class=\"marker\" x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"{1}\" y2=\"{2:.1}\"><title>marker {3} at {4}</title></line>",
+            x(*at),
+            AXIS_H,
+            height,
+            escape(label),
+            fmt_ms(*at)
+        );
+    }
+    y += LANE_H;
+    // Failing check windows.
+    let _ = writeln!(
+        s,
+        "<text class=\"lane\" x=\"4\" y=\"{:.1}\">failing checks</text>",
+        y + 15.0
+    );
+    for o in failing {
+        if let Some(w) = o.window {
+            let _ = writeln!(
+                s,
+                "<rect class=\"check-window\" x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{}\"><title>{}: {}</title></rect>",
+                x(w.from_ms),
+                y + 2.0,
+                (x(w.to_ms.min(end)) - x(w.from_ms)).max(2.0),
+                LANE_H - 4.0,
+                escape(&o.name),
+                escape(&o.message)
+            );
+        }
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn short_ref(r: &ObjectRef) -> String {
+    let kind = match r.kind.as_str() {
+        GATEWAY_SANDBOX_KIND => "sandbox (gateway)",
+        "PersistentVolumeClaim" => "pvc",
+        "Sandbox" => "Sandbox CR",
+        "StatefulSet" => "statefulset",
+        "Deployment" => "deployment",
+        "Pod" => "pod",
+        other => other,
+    };
+    let mut name = r.name.clone();
+    if name.len() > 30 {
+        name = format!("{}…", &name[..29]);
+    }
+    format!("{kind} {name}")
+}
+
+fn nice_step(end: u64) -> u64 {
+    let target = end / 10;
+    [
+        1_000u64, 5_000, 10_000, 30_000, 60_000, 120_000, 300_000, 600_000, 1_800_000, 3_600_000,
+    ]
+    .into_iter()
+    .find(|s| *s >= target)
+    .unwrap_or(3_600_000)
+}
+
+fn events_table(t: &Timeline) -> String {
+    let mut s = String::from(
+        "<details><summary>All events</summary><table class=\"events\"><tr><th>at</th><th>event</th></tr>\n",
+    );
+    for e in &t.entries {
+        let text = match &e.event {
+            Event::Object(o) => o.summary(),
+            Event::Action(a) => format!(
+                "action {} {} {:?}{}",
+                a.name,
+                a.subject.as_deref().unwrap_or(""),
+                a.status,
+                a.detail
+                    .as_deref()
+                    .map(|d| format!(": {d}"))
+                    .unwrap_or_default()
+            ),
+            Event::Fault(f) => format!("fault {} {} {:?}", f.id, f.kind, f.phase),
+            Event::Sentinel(s) => {
+                format!("sentinel {:?} {}:{} {:?}", s.op, s.sandbox, s.key, s.result)
+            }
+            Event::Observation { key, value, .. } => format!("observed {key} = {value}"),
+            Event::Marker { label } => format!("marker {label}"),
+            Event::Stage(st) => format!(
+                "stage {} {:?}{}",
+                st.stage,
+                st.status,
+                st.message
+                    .as_deref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            ),
+            Event::Check(c) => format!(
+                "check {} {}: {}",
+                c.name,
+                if c.passed { "passed" } else { "FAILED" },
+                c.message
+            ),
+            Event::CheckPlan { checks } => format!("check plan: {} checks", checks.len()),
+            Event::Note { message } => format!("note: {message}"),
+            Event::Logs(x) => format!(
+                "logs of {}/{}{}:\n{}",
+                x.pod,
+                x.container,
+                if x.previous { " (previous)" } else { "" },
+                x.lines.join("\n")
+            ),
+            Event::RunStarted(i) => format!("run started: {} on {}", i.scenario, i.topology),
+            Event::RunFinished { outcome } => format!("run finished: {outcome}"),
+        };
+        let _ = writeln!(
+            s,
+            "<tr><td>{}</td><td>{}</td></tr>",
+            fmt_ms(e.at_ms),
+            escape(&text)
+        );
+    }
+    s.push_str("</table></details>\n");
+    s
+}
+
+const LEGEND: &str = "<p class=\"legend\"><span class=\"sw good\"></span>ready / running / bound \
+<span class=\"sw wait\"></span>transitional <span class=\"sw bad\"></span>error / failed / scaled to zero \
+<span class=\"sw rest\"></span>stopped / completed <span class=\"sw gone\"></span>deleted \
+<span class=\"sw faultsw\"></span>fault window <span class=\"sw checksw\"></span>failing check window</p>\n";
+
+const CSS: &str = "body{font:13px/1.4 system-ui,sans-serif;margin:16px;color:#222}\
+h1{font-size:20px}h2{font-size:16px;margin:4px 0}h3{font-size:14px;margin:4px 0}\
+table.summary{border-collapse:collapse;margin-bottom:8px}table.summary td,table.summary th{border:1px solid #ccc;padding:2px 8px;text-align:left}\
+.o-passed{color:#17803d}.o-failed{color:#c0262d;font-weight:bold}.o-error{color:#a35200;font-weight:bold}.o-skipped{color:#666}\
+section.case{border-top:2px solid #ddd;margin-top:16px;padding-top:8px}\
+dl.meta{display:grid;grid-template-columns:max-content auto;gap:0 12px;margin:4px 0}dl.meta dt{color:#666}dl.meta dd{margin:0}\
+.failing{background:#fdecec;border:1px solid #e5a0a0;padding:6px 10px;margin:6px 0}.failing .check{margin:4px 0}\
+svg.timeline{background:#fff;border:1px solid #ddd;display:block;margin:6px 0}\
+.seg{stroke:#fff;stroke-width:.5}.good{fill:#7cc68d}.wait{fill:#f2c14e}.bad{fill:#e0565b}.rest{fill:#8fa9d6}.gone{fill:#ddd}\
+.seg-label{font-size:10px;fill:#111;pointer-events:none}.lane{font-size:11px;fill:#333}.axis{font-size:10px;fill:#666}\
+.tick{stroke:#eee}.fault{fill:#7a5cff;fill-opacity:.15;stroke:#5b3fd6;stroke-dasharray:4 2;pointer-events:none}.fault.restore-failed{fill:#000;fill-opacity:.3}\
+.fault-requested{fill:#7a5cff;fill-opacity:.06;pointer-events:none}.fault-label{font-size:10px;fill:#5b3fd6}\
+.marker{stroke:#6a5acd;stroke-dasharray:2 2}.act-ok{fill:#2e7d32}.act-refused{fill:#ef6c00}.act-error{fill:#b71c1c}\
+.check-window{fill:none;stroke:#c0262d;stroke-width:2}\
+.legend .sw{display:inline-block;width:12px;height:12px;margin:0 4px 0 10px;vertical-align:middle;border:1px solid #999}\
+.legend .faultsw{background:rgba(122,92,255,.15);border:1px dashed #5b3fd6}.legend .checksw{border:2px solid #c0262d}\
+.legend .good{background:#7cc68d}.legend .wait{background:#f2c14e}.legend .bad{background:#e0565b}.legend .rest{background:#8fa9d6}.legend .gone{background:#ddd}\
+table.events{font:11px monospace;border-collapse:collapse}table.events td{padding:0 8px;vertical-align:top;white-space:pre-wrap}";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_from_the_cluster_is_escaped() {
+        assert_eq!(
+            escape("<a href=\"x\">&'"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
+    }
+
+    #[test]
+    fn an_empty_report_is_still_a_complete_document() {
+        let html = render("nothing", &[]);
+        assert!(html.starts_with("<!DOCTYPE html>"));
+        assert!(html.ends_with("</html>\n"));
+        assert!(!html.contains("<script"));
+        assert!(!html.contains("src="));
+        assert!(!html.contains("<link"));
+    }
+}

@@ -1,0 +1,184 @@
+//! `openshell-conformance emulate serve`: the emulated cluster over real TCP in real time, with
+//! the OpenShell model installed or one catalog case running live, so `kubectl` can watch it.
+//! Loopback only: the served cluster has no authentication.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use kube_emulator::serve::{bind, serve_on, write_kubeconfig};
+use kube_emulator::{Cluster, ClusterConfig};
+
+/// Arguments of `emulate serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on; must be a loopback address (e.g. 127.0.0.1:8001, or port 0 for any).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// Where to write a kubeconfig for the emulated cluster.
+    #[arg(long)]
+    pub kubeconfig_out: Option<PathBuf>,
+    /// Install an OpenShell model into the served cluster (contract, openshell-0.0.111,
+    /// openshell-0.1.6-reported); nothing else is created.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Defect switches on the contract model (repeatable or comma-separated).
+    #[arg(long = "defect")]
+    pub defects: Vec<String>,
+    /// Supervisor topology of the model (combined, sidecar, supervisor-pod, gateway).
+    #[arg(long, default_value = "combined")]
+    pub topology: String,
+    /// Agent Sandbox release for openshell-0.0.111 (v0.5.0 or v0.5.1).
+    #[arg(long)]
+    pub agent_sandbox: Option<String>,
+    /// With --model: run this catalog case (an id or glob, e.g. `gateway-outage*`) in real time
+    /// against the served cluster, so you can watch it with kubectl; the server keeps running
+    /// afterwards for inspection.
+    #[arg(long, requires = "model")]
+    pub scenario: Option<String>,
+}
+
+/// Why `emulate serve` stopped or could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Server(#[from] kube_emulator::serve::ServeError),
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// The `emulate serve` command: a fresh default cluster, a kubeconfig, then serve forever.
+pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
+    let listener = bind(args.listen).await?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| kube_emulator::serve::ServeError::Bind(args.listen, e))?;
+    // Real time for a person watching: the cluster clock starts at the wall clock.
+    let epoch_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let config = ClusterConfig {
+        epoch_unix,
+        ..ClusterConfig::default()
+    };
+    // With --model, the cluster runs the Kubernetes models and the OpenShell model, installed.
+    let target = match &args.model {
+        None => None,
+        Some(name) => {
+            let sel = conformance_models::Selection::parse(
+                name,
+                &args.defects,
+                args.agent_sandbox.as_deref(),
+            )
+            .map_err(|e| ServeError::Usage(e.to_string()))?;
+            let topo =
+                conformance_models::model::Topo::from_name(&args.topology).ok_or_else(|| {
+                    ServeError::Usage(format!(
+                        "unknown topology '{}'; valid: combined, sidecar, supervisor-pod, gateway",
+                        args.topology
+                    ))
+                })?;
+            let t =
+                conformance_models::target::EmulatedTarget::start_with(sel, topo, config.clone());
+            // A scenario installs the model itself, in its install stage.
+            if args.scenario.is_none() {
+                conformance_models::install::install(&t.cluster, &t.model)
+                    .map_err(|e| ServeError::Usage(format!("install: {}", e.message)))?;
+            }
+            Some(std::sync::Arc::new(t))
+        }
+    };
+    let cluster = match &target {
+        Some(t) => t.cluster.clone(),
+        None => Cluster::new(config),
+    };
+    let case = match (&target, &args.scenario) {
+        (Some(t), Some(pattern)) => Some(live_case(pattern, t.model.topology.name())?),
+        _ => None,
+    };
+    if let (Some(t), None) = (&target, &case) {
+        println!(
+            "OpenShell model {} installed (topology {}) in namespace openshell",
+            t.model.selection,
+            t.model.topology.name()
+        );
+    }
+    println!("emulated Kubernetes API listening on http://{addr}");
+    if let Some(path) = &args.kubeconfig_out {
+        write_kubeconfig(path, addr)?;
+        println!("kubeconfig written to {}", path.display());
+        println!("try: kubectl --kubeconfig {} get pods -A", path.display());
+    } else {
+        println!("try: kubectl --server http://{addr} get pods -A");
+    }
+    if let (Some(t), Some(case)) = (target, case) {
+        let server = tokio::spawn(serve_on(listener, cluster));
+        println!("running {} in real time; watch it with kubectl", case.id());
+        let factory = std::sync::Arc::new(LiveTarget(t));
+        let report = conformance_core::engine::Engine::new(
+            factory,
+            conformance_core::engine::EngineOptions::default(),
+        )
+        .run_case(&case)
+        .await;
+        println!("{}: {}", report.case_id, report.outcome.name());
+        for c in report.failed_checks() {
+            println!("{}", c.diagnosis());
+        }
+        println!("still serving; stop with Ctrl-C");
+        return server
+            .await
+            .unwrap_or_else(|e| {
+                Err(kube_emulator::serve::ServeError::Serve(
+                    std::io::Error::other(e.to_string()),
+                ))
+            })
+            .map_err(ServeError::from);
+    }
+    Ok(serve_on(listener, cluster).await?)
+}
+
+/// The one catalog case `pattern` selects on `topology`.
+fn live_case(
+    pattern: &str,
+    topology: &str,
+) -> Result<conformance_core::scenario::Case, ServeError> {
+    let topo = conformance_core::topology::Topologies::builtin()
+        .get(topology)
+        .map_err(|e| ServeError::Usage(e.to_string()))?
+        .clone();
+    let sel = conformance_catalog::catalog::Selection {
+        patterns: vec![pattern.to_string()],
+        ..Default::default()
+    };
+    let mut cases = conformance_catalog::catalog::cases(&[topo], &sel);
+    match cases.len() {
+        1 => Ok(cases.remove(0)),
+        0 => Err(ServeError::Usage(format!(
+            "no case matches --scenario {pattern} on topology {topology}; `openshell-conformance list scenarios` shows the ids"
+        ))),
+        n => Err(ServeError::Usage(format!(
+            "--scenario {pattern} matches {n} cases on topology {topology}; name one: {}",
+            cases.iter().map(|c| c.id()).collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
+/// Hands the served cluster's target to the engine.
+struct LiveTarget(std::sync::Arc<conformance_models::target::EmulatedTarget>);
+
+#[async_trait::async_trait]
+impl conformance_core::target::TargetFactory for LiveTarget {
+    fn info(&self) -> conformance_core::target::TargetInfo {
+        conformance_core::target::Target::info(&*self.0)
+    }
+
+    async fn provision(
+        &self,
+        _topology: &conformance_core::topology::Topology,
+        _rec: &conformance_core::timeline::Recorder,
+    ) -> conformance_core::target::TargetResult<std::sync::Arc<dyn conformance_core::target::Target>>
+    {
+        Ok(self.0.clone())
+    }
+}

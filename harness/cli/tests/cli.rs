@@ -1,0 +1,347 @@
+//! The command line as a person uses it: the real binary, its output and its exit codes
+//! (0 passed or failed as expected, 1 product failures, 2 usage or configuration, 3
+//! infrastructure).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_openshell-conformance"));
+    // The run's defaults must not depend on the caller's environment.
+    for (k, _) in std::env::vars() {
+        if k.starts_with("OPENSHELL_CONFORMANCE_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+fn run(args: &[&str], dir: &Path) -> Output {
+    bin()
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("the binary runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+fn repo() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+#[test]
+fn run_with_no_arguments_runs_the_whole_catalog_on_the_emulated_contract_and_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(&["run"], dir.path());
+    let out = text(&o);
+    assert_eq!(code(&o), 0, "{out}");
+    assert!(out.contains("76 cases: 76 passed, 0 failed"), "{out}");
+    assert!(
+        out.contains("scenario") && out.contains("supervisor-pod"),
+        "{out}"
+    );
+    for f in ["artifacts/junit.xml", "artifacts/report.html"] {
+        assert!(dir.path().join(f).is_file(), "{f} missing");
+    }
+    let timelines = std::fs::read_dir(dir.path().join("artifacts/timelines"))
+        .unwrap()
+        .count();
+    assert_eq!(timelines, 76);
+}
+
+#[test]
+fn a_defect_makes_the_run_exit_1_and_name_the_broken_requirement() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(
+        &[
+            "run",
+            "--defect",
+            "gateway-restart-marks-error",
+            "--scenario",
+            "gateway-restart",
+            "--topology",
+            "combined",
+            "--junit",
+            "out/j.xml",
+        ],
+        dir.path(),
+    );
+    let out = text(&o);
+    assert_eq!(code(&o), 1, "{out}");
+    assert!(
+        out.contains("FAIL gateway-restart[combined]: [R9]"),
+        "{out}"
+    );
+    let xml = std::fs::read_to_string(dir.path().join("out/j.xml")).unwrap();
+    assert!(xml.contains("<failure"), "{xml}");
+}
+
+#[test]
+fn known_upstream_failures_are_expected_failures_and_the_run_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(
+        &[
+            "run",
+            "--model",
+            "openshell-0.0.111",
+            "--scenario",
+            "bootstrap-outage",
+            "--scenario",
+            "gateway-restart",
+        ],
+        dir.path(),
+    );
+    let out = text(&o);
+    assert_eq!(code(&o), 0, "{out}");
+    assert!(
+        out.contains("2 passed, 0 failed, 4 expected failures"),
+        "{out}"
+    );
+}
+
+#[test]
+fn saved_timelines_are_rechecked_offline_and_rendered_as_html() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(
+        &[
+            "run",
+            "--defect",
+            "gateway-restart-marks-error",
+            "--scenario",
+            "gateway-restart[combined]",
+        ],
+        dir.path(),
+    );
+    assert_eq!(code(&o), 1, "{}", text(&o));
+    let tl = std::fs::read_dir(dir.path().join("artifacts/timelines"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let tl = tl.to_str().unwrap();
+    let o = run(&["check", tl], dir.path());
+    let out = text(&o);
+    assert_eq!(code(&o), 1, "{out}");
+    assert!(out.contains("as recorded"), "{out}");
+    assert!(
+        out.contains("check 'the sandbox never turns terminal' [R9] FAILED"),
+        "{out}"
+    );
+    let o = run(&["report", tl, "--html", "again.html"], dir.path());
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let html = std::fs::read_to_string(dir.path().join("again.html")).unwrap();
+    assert!(html.contains("Failing checks"));
+}
+
+#[test]
+fn list_shows_scenarios_requirements_topologies_models_and_defects_as_tables_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(&["list"], dir.path());
+    let out = text(&o);
+    assert_eq!(code(&o), 0, "{out}");
+    for heading in [
+        "SCENARIOS",
+        "REQUIREMENTS",
+        "TOPOLOGIES",
+        "MODELS",
+        "DEFECTS",
+    ] {
+        assert!(out.contains(heading), "{heading} missing:\n{out}");
+    }
+    let o = run(&["list", "defects", "--format", "json"], dir.path());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 14);
+    assert!(v[0]["breaks"].as_str().unwrap().starts_with('R'));
+}
+
+#[test]
+fn bad_flags_and_values_exit_2_with_a_message_that_says_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["run", "--topology", "mesh"],
+            "unknown topology `mesh`; known topologies: combined, gateway, sidecar, supervisor-pod",
+        ),
+        (
+            &["run", "--outage", "soon"],
+            "write it like 30s, 2m30s or 5m",
+        ),
+        (
+            &["run", "--model", "openshell-9"],
+            "valid models: contract, openshell-0.0.111, openshell-0.1.6-reported",
+        ),
+        (
+            &[
+                "run",
+                "--model",
+                "openshell-0.0.111",
+                "--defect",
+                "tls-validation-skipped",
+            ],
+            "defect switches apply only to the contract model",
+        ),
+        (&["run", "--defect", "nope"], "valid defects:"),
+        (
+            &["run", "--scenario", "no-such-thing"],
+            "`openshell-conformance list scenarios` shows the ids",
+        ),
+        (&["run", "--jobs", "0"], "0 is not in 1..=64"),
+        (
+            &["run", "--target", "cloud"],
+            "possible values: emulated, kind, k3d, existing",
+        ),
+        (
+            &["check", "missing.jsonl"],
+            "cannot open timeline missing.jsonl",
+        ),
+        (
+            &["emulate", "serve", "--listen", "10.1.2.3:6443"],
+            "only loopback addresses",
+        ),
+        (&["frobnicate"], "unrecognized subcommand"),
+    ];
+    for (args, says) in cases {
+        let o = run(args, dir.path());
+        let out = text(&o);
+        assert_eq!(code(&o), 2, "{args:?}: {out}");
+        assert!(out.contains(says), "{args:?} should say {says:?}:\n{out}");
+    }
+}
+
+#[test]
+fn the_interlock_refuses_a_production_context_before_any_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(
+        &[
+            "run",
+            "--target",
+            "existing",
+            "--context",
+            "prod-eu-west",
+            "--dry-run",
+        ],
+        repo(),
+    );
+    let out = text(&o);
+    assert_eq!(code(&o), 2, "{out}");
+    assert!(out.contains("prod-eu-west"), "{out}");
+    assert!(out.contains("--allow-context"), "{out}");
+    let _ = dir;
+}
+
+#[test]
+fn a_kind_dry_run_prints_the_command_plan_without_touching_anything() {
+    let o = run(
+        &[
+            "run",
+            "--target",
+            "kind",
+            "--dry-run",
+            "--topology",
+            "sidecar",
+        ],
+        repo(),
+    );
+    let out = text(&o);
+    assert_eq!(code(&o), 0, "{out}");
+    assert!(out.contains("kind create cluster"), "{out}");
+    assert!(out.contains("helm upgrade --install"), "{out}");
+}
+
+#[test]
+fn json_logs_are_available_for_ci() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = bin()
+        .args([
+            "--log-format",
+            "json",
+            "run",
+            "--scenario",
+            "provisioning[combined]",
+        ])
+        .env("RUST_LOG", "openshell_conformance=info")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", text(&o));
+}
+
+#[test]
+fn without_a_terminal_progress_is_plain_lines_with_stages_and_fault_windows() {
+    let dir = tempfile::tempdir().unwrap();
+    // A case id with a comma selects exactly that case.
+    let o = run(
+        &["run", "--scenario", "gateway-outage[combined,outage=30s]"],
+        dir.path(),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert!(
+        err.contains("gateway-outage[combined,outage=30s]: stage fault"),
+        "{err}"
+    );
+    assert!(
+        err.contains("fault f1 gateway-stop requested for 30s"),
+        "{err}"
+    );
+    assert!(err.contains("fault f1 gateway-stop ended"), "{err}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("1 cases: 1 passed"));
+}
+
+#[test]
+fn emulate_serve_runs_a_scenario_live_against_the_served_cluster() {
+    use std::io::{BufRead, BufReader};
+    let mut child = bin()
+        .args([
+            "emulate",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--model",
+            "contract",
+            "--scenario",
+            "provisioning",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    // Real time: provisioning takes a few seconds; the guard is generous.
+    while let Ok(line) = rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        let done = line.contains("still serving");
+        seen.push(line);
+        if done {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let all = seen.join("\n");
+    assert!(
+        all.contains("running provisioning[combined] in real time"),
+        "{all}"
+    );
+    assert!(all.contains("provisioning[combined]: passed"), "{all}");
+}

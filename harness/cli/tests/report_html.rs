@@ -1,0 +1,210 @@
+//! The HTML timeline report of a failing run shows the fault window and the failing check, in a
+//! self-contained file that headless Chromium renders; the test takes a screenshot and looks
+//! for the fault shading in its pixels.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use conformance_core::testkit::*;
+use openshell_conformance::report::{CaseView, render};
+
+async fn failing_and_passing_html() -> String {
+    let failing = engine(Factory::new(Quirk::ErrorOnOutage))
+        .run_case(&case(standard_steps()))
+        .await;
+    let passing = engine(Factory::new(Quirk::None))
+        .run_case(&case(standard_steps()))
+        .await;
+    render(
+        "openshell-conformance: outage-demo",
+        &[
+            CaseView {
+                timeline: &failing.timeline,
+                links: vec![(
+                    "diagnostics bundle".into(),
+                    "bundles/outage-demo.tar.gz".into(),
+                )],
+            },
+            CaseView {
+                timeline: &passing.timeline,
+                links: vec![],
+            },
+        ],
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_report_marks_the_fault_window_the_failing_check_and_the_last_states() {
+    let html = failing_and_passing_html().await;
+    assert!(html.contains("data-fault=\"gateway-stop\""));
+    assert!(html.contains("<h3>Failing checks</h3>"));
+    assert!(
+        html.contains("<b>sandbox never Error during the outage</b> [R9] in window 28s .. 61s")
+    );
+    assert!(html.contains("observed: it held at 28s"));
+    assert!(html.contains("<code>OpenShellSandbox/outage-demo-main-"));
+    assert!(html.contains("class=\"check-window\""));
+    assert!(html.contains("href=\"bundles/outage-demo.tar.gz\""));
+    // One swimlane per object: the gateway's view, and the gateway workload.
+    assert!(html.contains(">sandbox (gateway) outage-demo-main-"));
+    assert!(html.contains(">statefulset openshell<"));
+    // The summary names both cases with their outcomes.
+    assert!(html.contains("<td class=\"o-failed\">failed</td>"));
+    assert!(html.contains("<td class=\"o-passed\">passed</td>"));
+    // Self-contained: no scripts, no external resources.
+    assert!(!html.contains("<script"));
+    assert!(!html.contains("src="));
+}
+
+fn chromium() -> Option<PathBuf> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .find_map(|name| {
+            std::env::var_os("PATH").and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|p| p.join(name))
+                    .find(|p| p.is_file())
+            })
+        })
+}
+
+/// Headless Chromium as the machine allows it: root needs --no-sandbox, and the closed network
+/// needs the background services off.
+fn screenshot(browser: &Path, html: &Path, png: &Path, profile: &Path) -> std::process::Output {
+    Command::new("timeout")
+        .arg("90")
+        .arg(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            "--window-size=1200,1400",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!("file://{}", html.display()))
+        .output()
+        .expect("running chromium")
+}
+
+/// A failing run on the emulated target: the gateway restart defect on the catalog's
+/// gateway-restart scenario.
+async fn failing_emulated_html() -> String {
+    use conformance_catalog::catalog::{Selection as Pick, cases};
+    use conformance_core::engine::{Engine, EngineOptions, Outcome};
+    use conformance_core::topology::Topologies;
+    use conformance_models::spec::{Defect, Selection};
+    use conformance_models::target::EmulatedFactory;
+    let topo = Topologies::builtin().get("combined").unwrap().clone();
+    let case = cases(
+        &[topo],
+        &Pick {
+            patterns: vec!["gateway-restart".into()],
+            ..Pick::default()
+        },
+    )
+    .remove(0);
+    let factory =
+        EmulatedFactory::new(Selection::contract().with_defect(Defect::GatewayRestartMarksError));
+    let r = Engine::new(std::sync::Arc::new(factory), EngineOptions::default())
+        .run_case(&case)
+        .await;
+    assert!(matches!(r.outcome, Outcome::Failed(_)), "{:?}", r.outcome);
+    render(
+        "openshell-conformance: gateway restart defect",
+        &[CaseView {
+            timeline: &r.timeline,
+            links: vec![],
+        }],
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn headless_chromium_shows_the_fault_window_and_failing_check_of_a_failing_emulated_run() {
+    let Some(browser) = chromium() else {
+        eprintln!("SKIPPED: chromium not found on PATH (.ci/run installs Debian's chromium)");
+        return;
+    };
+    let html = failing_emulated_html().await;
+    assert!(html.contains("data-fault=\"gateway-restart\""));
+    assert!(html.contains("<b>the sandbox never turns terminal</b> [R9]"));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report-screenshot-emulated");
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = dir.join("report.html");
+    std::fs::write(&page, &html).unwrap();
+    let png_path = dir.join("report.png");
+    let _ = std::fs::remove_file(&png_path);
+    let profile = tempfile::tempdir().unwrap();
+    let out = screenshot(&browser, &page, &png_path, profile.path());
+    assert!(
+        png_path.is_file(),
+        "no screenshot: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("screenshot: {}", png_path.display());
+    let (fault, failing_box) = count_pixels(&png_path);
+    assert!(fault > 200, "fault shading pixels: {fault}");
+    assert!(
+        failing_box > 5000,
+        "failing-check box pixels: {failing_box}"
+    );
+}
+
+/// Pixels of the fault shading (translucent violet over white, about rgb(235, 231, 255)) and of
+/// the failing-checks box (rgb(253, 236, 236)).
+fn count_pixels(png_path: &Path) -> (usize, usize) {
+    let decoder = png::Decoder::new(std::io::BufReader::new(
+        std::fs::File::open(png_path).unwrap(),
+    ));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    assert_eq!((info.width, info.height), (1200, 1400));
+    let channels = info.color_type.samples();
+    let pixels: Vec<&[u8]> = buf[..info.buffer_size()].chunks(channels).collect();
+    let fault = pixels
+        .iter()
+        .filter(|p| p[2] >= 250 && (226..=243).contains(&p[0]) && (222..=239).contains(&p[1]))
+        .count();
+    let failing_box = pixels
+        .iter()
+        .filter(|p| p[0] == 253 && p[1] == 236 && p[2] == 236)
+        .count();
+    (fault, failing_box)
+}
+
+#[tokio::test(start_paused = true)]
+async fn headless_chromium_renders_the_report_with_the_fault_window_visible() {
+    let Some(browser) = chromium() else {
+        eprintln!("SKIPPED: chromium not found on PATH (.ci/run installs Debian's chromium)");
+        return;
+    };
+    let html = failing_and_passing_html().await;
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report-screenshot");
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = dir.join("report.html");
+    std::fs::write(&page, &html).unwrap();
+    let png_path = dir.join("report.png");
+    let _ = std::fs::remove_file(&png_path);
+    let profile = tempfile::tempdir().unwrap();
+    let out = screenshot(&browser, &page, &png_path, profile.path());
+    assert!(
+        png_path.is_file(),
+        "no screenshot; chromium said: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("screenshot: {}", png_path.display());
+
+    let (fault, failing_box) = count_pixels(&png_path);
+    assert!(fault > 500, "fault shading pixels: {fault}");
+    assert!(
+        failing_box > 5000,
+        "failing-check box pixels: {failing_box}"
+    );
+}

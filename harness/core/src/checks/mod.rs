@@ -1,0 +1,945 @@
+//! Checks: a small assertion vocabulary evaluated over a recorded timeline.
+//!
+//! Checks never look at a live system; they read the timeline. That makes every verdict
+//! reproducible from a saved timeline (`openshell-conformance check`), and lets a check speak
+//! about a whole transition history rather than one poll.
+
+mod ledger;
+mod predicate;
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use ledger::{Ledger, SentinelClass, SentinelSummary};
+pub use predicate::{Predicate, Selector};
+
+use crate::timeline::{ActionStatus, Entry, Event, FaultPhase, ObjectState, Timeline, World};
+
+/// A point in a timeline that checks measure from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "at", rename_all = "snake_case")]
+pub enum Anchor {
+    RunStart,
+    RunEnd,
+    /// The `nth` (1-based) marker with this label.
+    Marker {
+        label: String,
+        #[serde(default = "one")]
+        nth: usize,
+    },
+    /// The fault is in effect.
+    FaultStart {
+        id: String,
+    },
+    /// The fault was restored.
+    FaultEnd {
+        id: String,
+    },
+    /// The `nth` (1-based) action with this name started.
+    ActionStart {
+        name: String,
+        #[serde(default = "one")]
+        nth: usize,
+    },
+    /// The `nth` (1-based) action with this name finished, successfully or not.
+    ActionEnd {
+        name: String,
+        #[serde(default = "one")]
+        nth: usize,
+    },
+}
+
+fn one() -> usize {
+    1
+}
+
+impl Anchor {
+    pub fn marker(label: &str) -> Self {
+        Self::Marker {
+            label: label.to_string(),
+            nth: 1,
+        }
+    }
+
+    pub fn fault_start(id: &str) -> Self {
+        Self::FaultStart { id: id.to_string() }
+    }
+
+    pub fn fault_end(id: &str) -> Self {
+        Self::FaultEnd { id: id.to_string() }
+    }
+
+    pub fn action_end(name: &str) -> Self {
+        Self::ActionEnd {
+            name: name.to_string(),
+            nth: 1,
+        }
+    }
+
+    /// Index of the entry this anchor names.
+    pub fn resolve(&self, t: &Timeline) -> Option<usize> {
+        let e = &t.entries;
+        match self {
+            Self::RunStart => (!e.is_empty()).then_some(0),
+            Self::RunEnd => e.len().checked_sub(1),
+            Self::Marker { label, nth } => nth_index(
+                e,
+                *nth,
+                |ev| matches!(ev, Event::Marker { label: l } if l == label),
+            ),
+            Self::FaultStart { id } => nth_index(
+                e,
+                1,
+                |ev| matches!(ev, Event::Fault(f) if &f.id == id && f.phase == FaultPhase::Started),
+            ),
+            Self::FaultEnd { id } => nth_index(
+                e,
+                1,
+                |ev| matches!(ev, Event::Fault(f) if &f.id == id && f.phase == FaultPhase::Ended),
+            ),
+            Self::ActionStart { name, nth } => nth_index(
+                e,
+                *nth,
+                |ev| matches!(ev, Event::Action(a) if &a.name == name && a.status == ActionStatus::Started),
+            ),
+            Self::ActionEnd { name, nth } => nth_index(
+                e,
+                *nth,
+                |ev| matches!(ev, Event::Action(a) if &a.name == name && a.status != ActionStatus::Started),
+            ),
+        }
+    }
+}
+
+fn nth_index(entries: &[Entry], nth: usize, f: impl Fn(&Event) -> bool) -> Option<usize> {
+    entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| f(&e.event))
+        .nth(nth.saturating_sub(1))
+        .map(|(i, _)| i)
+}
+
+impl std::fmt::Display for Anchor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::RunStart => write!(f, "run start"),
+            Self::RunEnd => write!(f, "run end"),
+            Self::Marker { label, nth: 1 } => write!(f, "marker '{label}'"),
+            Self::Marker { label, nth } => write!(f, "marker '{label}' #{nth}"),
+            Self::FaultStart { id } => write!(f, "fault {id} started"),
+            Self::FaultEnd { id } => write!(f, "fault {id} ended"),
+            Self::ActionStart { name, nth } => write!(f, "action {name} #{nth} started"),
+            Self::ActionEnd { name, nth } => write!(f, "action {name} #{nth} finished"),
+        }
+    }
+}
+
+/// The part of a timeline between two anchors, both included.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Window {
+    pub from: Anchor,
+    pub to: Anchor,
+}
+
+impl Window {
+    pub fn new(from: Anchor, to: Anchor) -> Self {
+        Self { from, to }
+    }
+
+    pub fn fault(id: &str) -> Self {
+        Self::new(Anchor::fault_start(id), Anchor::fault_end(id))
+    }
+
+    pub fn whole_run() -> Self {
+        Self::new(Anchor::RunStart, Anchor::RunEnd)
+    }
+}
+
+impl std::fmt::Display for Window {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "from {} to {}", self.from, self.to)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cmp {
+    Eq,
+    AtLeast,
+    AtMost,
+}
+
+impl Cmp {
+    fn test(self, actual: u64, n: u64) -> bool {
+        match self {
+            Self::Eq => actual == n,
+            Self::AtLeast => actual >= n,
+            Self::AtMost => actual <= n,
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Self::Eq => "exactly",
+            Self::AtLeast => "at least",
+            Self::AtMost => "at most",
+        }
+    }
+}
+
+/// What a count check counts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "of", rename_all = "snake_case")]
+pub enum Counted {
+    /// Finished actions with this name (and outcome, if given).
+    Actions {
+        name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<ActionStatus>,
+    },
+    /// Distinct incarnations (uids) of matching objects: a replaced pod counts twice.
+    Incarnations { object: Selector },
+    /// The latest value of a numeric observation, such as main-process starts.
+    Observed { key: String },
+}
+
+impl std::fmt::Display for Counted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Actions { name, status: None } => write!(f, "{name} actions"),
+            Self::Actions {
+                name,
+                status: Some(s),
+            } => write!(f, "{name} actions with outcome {s:?}"),
+            Self::Incarnations { object } => write!(f, "incarnations of {object}"),
+            Self::Observed { key } => write!(f, "observed {key}"),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "check", rename_all = "snake_case")]
+pub enum CheckKind {
+    /// `predicate` holds at some instant within `within_ms` after `after`.
+    Eventually {
+        predicate: Predicate,
+        after: Anchor,
+        within_ms: u64,
+    },
+    /// `predicate` holds at no instant of the window.
+    Never {
+        predicate: Predicate,
+        during: Window,
+    },
+    /// `predicate` holds at every instant from `from` until `until`.
+    HoldsUntil {
+        predicate: Predicate,
+        from: Anchor,
+        until: Anchor,
+    },
+    /// The object's phases during the window, consecutive repeats folded, are `expected` in
+    /// order, where after each expected phase only `allowed` intermediates (or that phase again)
+    /// may appear before the next; the history must end in the last expected phase.
+    PhaseSequence {
+        object: Selector,
+        during: Window,
+        expected: Vec<String>,
+        #[serde(default)]
+        allowed: Vec<String>,
+    },
+    Count {
+        counted: Counted,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        during: Option<Window>,
+        cmp: Cmp,
+        n: u64,
+    },
+    /// Every sentinel written was read back intact (see [`Ledger`]).
+    Sentinels,
+}
+
+/// A named check tied to the requirements it verifies.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Check {
+    pub name: String,
+    pub requirements: Vec<String>,
+    #[serde(flatten)]
+    pub kind: CheckKind,
+}
+
+impl Check {
+    pub fn new(name: impl Into<String>, requirements: &[&str], kind: CheckKind) -> Self {
+        Self {
+            name: name.into(),
+            requirements: requirements.iter().map(|r| r.to_string()).collect(),
+            kind,
+        }
+    }
+
+    pub fn eventually(
+        name: &str,
+        reqs: &[&str],
+        predicate: Predicate,
+        after: Anchor,
+        within: Duration,
+    ) -> Self {
+        Self::new(
+            name,
+            reqs,
+            CheckKind::Eventually {
+                predicate,
+                after,
+                within_ms: within.as_millis() as u64,
+            },
+        )
+    }
+
+    pub fn never(name: &str, reqs: &[&str], predicate: Predicate, during: Window) -> Self {
+        Self::new(name, reqs, CheckKind::Never { predicate, during })
+    }
+
+    pub fn holds_until(
+        name: &str,
+        reqs: &[&str],
+        predicate: Predicate,
+        from: Anchor,
+        until: Anchor,
+    ) -> Self {
+        Self::new(
+            name,
+            reqs,
+            CheckKind::HoldsUntil {
+                predicate,
+                from,
+                until,
+            },
+        )
+    }
+
+    pub fn count(
+        name: &str,
+        reqs: &[&str],
+        counted: Counted,
+        during: Option<Window>,
+        cmp: Cmp,
+        n: u64,
+    ) -> Self {
+        Self::new(
+            name,
+            reqs,
+            CheckKind::Count {
+                counted,
+                during,
+                cmp,
+                n,
+            },
+        )
+    }
+
+    pub fn phase_sequence(
+        name: &str,
+        reqs: &[&str],
+        object: Selector,
+        during: Window,
+        expected: &[&str],
+        allowed: &[&str],
+    ) -> Self {
+        let strs = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
+        Self::new(
+            name,
+            reqs,
+            CheckKind::PhaseSequence {
+                object,
+                during,
+                expected: strs(expected),
+                allowed: strs(allowed),
+            },
+        )
+    }
+
+    pub fn sentinels(name: &str, reqs: &[&str]) -> Self {
+        Self::new(name, reqs, CheckKind::Sentinels)
+    }
+
+    /// What the check demands, in words.
+    pub fn expectation(&self) -> String {
+        match &self.kind {
+            CheckKind::Eventually {
+                predicate,
+                after,
+                within_ms,
+            } => format!("{predicate} within {} after {after}", fmt_ms(*within_ms)),
+            CheckKind::Never { predicate, during } => format!("never {predicate}, {during}"),
+            CheckKind::HoldsUntil {
+                predicate,
+                from,
+                until,
+            } => format!("{predicate} from {from} until {until}"),
+            CheckKind::PhaseSequence {
+                object,
+                during,
+                expected,
+                allowed,
+            } => {
+                let mut s = format!("{object} phases {} ", expected.join(" -> "));
+                if !allowed.is_empty() {
+                    s.push_str(&format!("(passing only through {}) ", allowed.join(", ")));
+                }
+                s.push_str(&during.to_string());
+                s
+            }
+            CheckKind::Count {
+                counted,
+                during,
+                cmp,
+                n,
+            } => {
+                let mut s = format!("{} {n} {counted}", cmp.describe());
+                if let Some(w) = during {
+                    s.push_str(&format!(", {w}"));
+                }
+                s
+            }
+            CheckKind::Sentinels => {
+                "every workspace sentinel written is read back intact".to_string()
+            }
+        }
+    }
+
+    pub fn evaluate(&self, t: &Timeline) -> CheckOutcome {
+        let verdict = match &self.kind {
+            CheckKind::Eventually {
+                predicate,
+                after,
+                within_ms,
+            } => eval_eventually(t, predicate, after, *within_ms),
+            CheckKind::Never { predicate, during } => eval_never(t, predicate, during),
+            CheckKind::HoldsUntil {
+                predicate,
+                from,
+                until,
+            } => eval_holds_until(t, predicate, from, until),
+            CheckKind::PhaseSequence {
+                object,
+                during,
+                expected,
+                allowed,
+            } => eval_phase_sequence(t, object, during, expected, allowed),
+            CheckKind::Count {
+                counted,
+                during,
+                cmp,
+                n,
+            } => eval_count(t, counted, during.as_ref(), *cmp, *n),
+            CheckKind::Sentinels => eval_sentinels(t),
+        };
+        CheckOutcome {
+            name: self.name.clone(),
+            requirements: self.requirements.clone(),
+            passed: verdict.passed,
+            window: verdict.window,
+            expected: self.expectation(),
+            message: verdict.message,
+            last_seen: verdict.last_seen,
+        }
+    }
+}
+
+/// Evaluates a plan of checks over a timeline.
+pub fn evaluate_all(checks: &[Check], t: &Timeline) -> Vec<CheckOutcome> {
+    checks.iter().map(|c| c.evaluate(t)).collect()
+}
+
+/// The window a verdict was reached in, in milliseconds since run start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowMs {
+    pub from_ms: u64,
+    pub to_ms: u64,
+}
+
+impl std::fmt::Display for WindowMs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} .. {}", fmt_ms(self.from_ms), fmt_ms(self.to_ms))
+    }
+}
+
+/// The verdict of one check, with what it expected and what it saw.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CheckOutcome {
+    pub name: String,
+    pub requirements: Vec<String>,
+    pub passed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowMs>,
+    pub expected: String,
+    /// What happened: for a pass the evidence, for a failure what broke and when.
+    pub message: String,
+    /// Last states seen of the objects the check looks at, at the moment of the verdict.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub last_seen: Vec<ObjectState>,
+}
+
+impl CheckOutcome {
+    /// The full diagnosis of a failure: which check, which requirement, which window, what was
+    /// expected, what happened and the last states seen.
+    pub fn diagnosis(&self) -> String {
+        let mut s = format!(
+            "check '{}' [{}] {}",
+            self.name,
+            self.requirements.join(", "),
+            if self.passed { "passed" } else { "FAILED" }
+        );
+        if let Some(w) = &self.window {
+            s.push_str(&format!(" in window {w}"));
+        }
+        s.push_str(&format!(
+            "\n  expected: {}\n  observed: {}",
+            self.expected, self.message
+        ));
+        if !self.last_seen.is_empty() {
+            s.push_str("\n  last seen:");
+            for o in &self.last_seen {
+                s.push_str(&format!("\n    {}", o.summary()));
+            }
+        }
+        s
+    }
+}
+
+struct Verdict {
+    passed: bool,
+    window: Option<WindowMs>,
+    message: String,
+    last_seen: Vec<ObjectState>,
+}
+
+impl Verdict {
+    fn fail(message: String) -> Self {
+        Self {
+            passed: false,
+            window: None,
+            message,
+            last_seen: Vec::new(),
+        }
+    }
+}
+
+pub fn fmt_ms(ms: u64) -> String {
+    if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{:.3}s", ms as f64 / 1000.0)
+    }
+}
+
+fn world_through(t: &Timeline, idx: usize) -> World {
+    let mut w = World::default();
+    for e in &t.entries[..=idx] {
+        w.apply(&e.event);
+    }
+    w
+}
+
+/// All objects, deleted ones too, that any of the selectors matches.
+fn seen(world: &World, selectors: &[&Selector]) -> Vec<ObjectState> {
+    world
+        .all()
+        .filter(|o| selectors.iter().any(|s| s.matches(o)))
+        .cloned()
+        .collect()
+}
+
+fn missing_anchor(a: &Anchor) -> Verdict {
+    Verdict::fail(format!(
+        "{a} never happened in this run, so the check could not be evaluated"
+    ))
+}
+
+fn eval_eventually(t: &Timeline, p: &Predicate, after: &Anchor, within_ms: u64) -> Verdict {
+    let Some(i) = after.resolve(t) else {
+        return missing_anchor(after);
+    };
+    let start = t.entries[i].at_ms;
+    let deadline = start + within_ms;
+    let mut world = world_through(t, i);
+    let mut j = i;
+    loop {
+        if p.holds(&world) {
+            let at = t.entries[j].at_ms;
+            return Verdict {
+                passed: true,
+                window: Some(WindowMs {
+                    from_ms: start,
+                    to_ms: deadline,
+                }),
+                message: format!(
+                    "held at {}, {} after {after}",
+                    fmt_ms(at),
+                    fmt_ms(at - start)
+                ),
+                last_seen: seen(&world, &p.selectors()),
+            };
+        }
+        j += 1;
+        // Within zero means at the anchor itself, not at whatever else shares its millisecond.
+        if within_ms == 0 || j >= t.entries.len() || t.entries[j].at_ms > deadline {
+            break;
+        }
+        world.apply(&t.entries[j].event);
+    }
+    let end = t.entries.last().map_or(0, |e| e.at_ms);
+    let message = if end < deadline {
+        format!(
+            "did not hold by the end of the run at {}, {} before the deadline",
+            fmt_ms(end),
+            fmt_ms(deadline - end)
+        )
+    } else {
+        format!("did not hold by the deadline at {}", fmt_ms(deadline))
+    };
+    Verdict {
+        passed: false,
+        window: Some(WindowMs {
+            from_ms: start,
+            to_ms: deadline,
+        }),
+        message,
+        last_seen: seen(&world, &p.selectors()),
+    }
+}
+
+/// Walks the window, calling `bad` on the world at the window start and after every entry in
+/// it; returns the first instant at which `bad` is true.
+struct Scan {
+    window: WindowMs,
+    /// When `bad` first held, and the world then.
+    first_bad: Option<(u64, World)>,
+    /// The world at the end of the window.
+    end: World,
+}
+
+fn scan_window(t: &Timeline, w: &Window, bad: impl Fn(&World) -> bool) -> Result<Scan, Verdict> {
+    let i = w.from.resolve(t).ok_or_else(|| missing_anchor(&w.from))?;
+    let k = w.to.resolve(t).ok_or_else(|| missing_anchor(&w.to))?;
+    let window = WindowMs {
+        from_ms: t.entries[i].at_ms,
+        to_ms: t.entries[k].at_ms,
+    };
+    if k < i {
+        return Err(Verdict::fail(format!(
+            "the window is empty: {} came before {}",
+            w.to, w.from
+        )));
+    }
+    let mut world = world_through(t, i);
+    for j in i..=k {
+        if j > i {
+            world.apply(&t.entries[j].event);
+        }
+        if bad(&world) {
+            return Ok(Scan {
+                window,
+                first_bad: Some((t.entries[j].at_ms, world.clone())),
+                end: world,
+            });
+        }
+    }
+    Ok(Scan {
+        window,
+        first_bad: None,
+        end: world,
+    })
+}
+
+fn eval_never(t: &Timeline, p: &Predicate, during: &Window) -> Verdict {
+    judge_window(
+        t,
+        p,
+        during,
+        |w| p.holds(w),
+        ("it held at", "it never held"),
+    )
+}
+
+fn eval_holds_until(t: &Timeline, p: &Predicate, from: &Anchor, until: &Anchor) -> Verdict {
+    let w = Window::new(from.clone(), until.clone());
+    judge_window(
+        t,
+        p,
+        &w,
+        |world| !p.holds(world),
+        ("it stopped holding at", "it held throughout"),
+    )
+}
+
+/// Fails at the first instant of the window where `bad` holds; `words` say what happened then,
+/// and what a pass means.
+fn judge_window(
+    t: &Timeline,
+    p: &Predicate,
+    w: &Window,
+    bad: impl Fn(&World) -> bool,
+    (failed_at, passed): (&str, &str),
+) -> Verdict {
+    let sel = p.selectors();
+    match scan_window(t, w, bad) {
+        Err(v) => v,
+        Ok(Scan {
+            window,
+            first_bad: Some((at, world)),
+            ..
+        }) => Verdict {
+            passed: false,
+            window: Some(window),
+            message: format!("{failed_at} {}", fmt_ms(at)),
+            last_seen: seen(&world, &sel),
+        },
+        Ok(Scan {
+            window,
+            first_bad: None,
+            end,
+        }) => Verdict {
+            passed: true,
+            window: Some(window),
+            message: passed.to_string(),
+            last_seen: seen(&end, &sel),
+        },
+    }
+}
+
+fn eval_phase_sequence(
+    t: &Timeline,
+    object: &Selector,
+    during: &Window,
+    expected: &[String],
+    allowed: &[String],
+) -> Verdict {
+    let (Some(i), Some(k)) = (during.from.resolve(t), during.to.resolve(t)) else {
+        return missing_anchor(if during.from.resolve(t).is_none() {
+            &during.from
+        } else {
+            &during.to
+        });
+    };
+    // Phase history of the matching object(s), consecutive repeats folded.
+    let phase_of = |o: &ObjectState| {
+        if o.deleted {
+            "<deleted>".to_string()
+        } else {
+            o.phase.clone().unwrap_or_else(|| "<none>".to_string())
+        }
+    };
+    let mut world = world_through(t, i);
+    let mut history: Vec<(u64, String)> = Vec::new();
+    let mut push = |at: u64, phase: String| {
+        if history.last().is_none_or(|(_, p)| *p != phase) {
+            history.push((at, phase));
+        }
+    };
+    for o in world.all().filter(|o| object.matches(o)) {
+        push(t.entries[i].at_ms, phase_of(o));
+    }
+    for e in t.entries.iter().take(k + 1).skip(i + 1) {
+        world.apply(&e.event);
+        if let Event::Object(o) = &e.event
+            && object.matches(o)
+        {
+            push(e.at_ms, phase_of(o));
+        }
+    }
+    let phases: Vec<&str> = history.iter().map(|(_, p)| p.as_str()).collect();
+    let shown = history
+        .iter()
+        .map(|(at, p)| format!("{p}@{}", fmt_ms(*at)))
+        .collect::<Vec<_>>()
+        .join(" -> ");
+    let window = WindowMs {
+        from_ms: t.entries[i].at_ms,
+        to_ms: t.entries[k].at_ms,
+    };
+    let last_seen = seen(&world, &[object]);
+    match match_sequence(&phases, expected, allowed) {
+        Ok(()) => Verdict {
+            passed: true,
+            window: Some(window),
+            message: format!("observed {shown}"),
+            last_seen,
+        },
+        Err(why) => Verdict {
+            passed: false,
+            window: Some(window),
+            message: format!(
+                "observed {}: {why}",
+                if shown.is_empty() {
+                    "no phases"
+                } else {
+                    &shown
+                }
+            ),
+            last_seen,
+        },
+    }
+}
+
+/// Matches `E0 (A|E0)* E1 (A|E1)* … Ek` where A are the allowed intermediates. Greedy matching
+/// is exact here because an expected phase is taken as soon as it appears, and staying on a
+/// phase is always allowed; it returns a description of the first mismatch.
+fn match_sequence(phases: &[&str], expected: &[String], allowed: &[String]) -> Result<(), String> {
+    let Some(first) = expected.first() else {
+        return Ok(());
+    };
+    let mut it = phases.iter().enumerate();
+    match it.next() {
+        Some((_, p)) if *p == first => {}
+        Some((_, p)) => return Err(format!("it started in {p}, not {first}")),
+        None => return Err(format!("the object was never seen; expected {first}")),
+    }
+    let mut idx = 0;
+    for (_, p) in it {
+        if idx + 1 < expected.len() && *p == expected[idx + 1] {
+            idx += 1;
+        } else if allowed.iter().any(|a| a == p) || *p == expected[idx] {
+            continue;
+        } else {
+            return Err(format!(
+                "{p} after {} is neither the next expected phase{} nor an allowed intermediate",
+                expected[idx],
+                expected
+                    .get(idx + 1)
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    let last = phases.last().copied().unwrap_or_default();
+    if idx + 1 < expected.len() {
+        return Err(format!(
+            "it never reached {} (stuck after {})",
+            expected[idx + 1],
+            expected[idx]
+        ));
+    }
+    if last != expected[idx] {
+        return Err(format!("it ended in {last}, not {}", expected[idx]));
+    }
+    Ok(())
+}
+
+fn eval_count(
+    t: &Timeline,
+    counted: &Counted,
+    during: Option<&Window>,
+    cmp: Cmp,
+    n: u64,
+) -> Verdict {
+    let (from, to) = match during {
+        None => (0, t.entries.len().saturating_sub(1)),
+        Some(w) => match (w.from.resolve(t), w.to.resolve(t)) {
+            (Some(a), Some(b)) => (a, b),
+            (None, _) => return missing_anchor(&w.from),
+            (_, None) => return missing_anchor(&w.to),
+        },
+    };
+    let slice = t.entries.get(from..=to).unwrap_or(&[]);
+    let window = slice.first().zip(slice.last()).map(|(a, b)| WindowMs {
+        from_ms: a.at_ms,
+        to_ms: b.at_ms,
+    });
+    let mut last_seen = Vec::new();
+    let actual = match counted {
+        Counted::Actions { name, status } => slice
+            .iter()
+            .filter(|e| {
+                matches!(&e.event, Event::Action(a) if &a.name == name
+                    && a.status != ActionStatus::Started
+                    && status.is_none_or(|s| s == a.status))
+            })
+            .count() as u64,
+        Counted::Incarnations { object } => {
+            let mut uids = std::collections::BTreeSet::new();
+            // What already lived when the window opened counts too: an object that never
+            // changed inside the window is still one incarnation.
+            if from > 0 {
+                let world = world_through(t, from - 1);
+                for o in object.live(&world) {
+                    uids.insert(o.uid.clone().unwrap_or_default());
+                    last_seen.push(o.clone());
+                }
+            }
+            for e in slice {
+                if let Event::Object(o) = &e.event
+                    && object.matches(o)
+                {
+                    uids.insert(o.uid.clone().unwrap_or_default());
+                    last_seen.retain(|s: &ObjectState| s.object_ref() != o.object_ref());
+                    last_seen.push(o.clone());
+                }
+            }
+            uids.len() as u64
+        }
+        Counted::Observed { key } => {
+            let value = slice.iter().rev().find_map(|e| match &e.event {
+                Event::Observation { key: k, value, .. } if k == key => Some(value.clone()),
+                _ => None,
+            });
+            match value.as_ref().and_then(|v| v.as_u64()) {
+                Some(v) => v,
+                None => {
+                    return Verdict {
+                        passed: false,
+                        window,
+                        message: match value {
+                            Some(v) => format!("the last {key} observation is not a count: {v}"),
+                            None => format!("{key} was never observed"),
+                        },
+                        last_seen,
+                    };
+                }
+            }
+        }
+    };
+    Verdict {
+        passed: cmp.test(actual, n),
+        window,
+        message: format!("counted {actual}"),
+        last_seen,
+    }
+}
+
+fn eval_sentinels(t: &Timeline) -> Verdict {
+    let ledger = Ledger::from_timeline(t);
+    let summaries = ledger.summaries();
+    if summaries.is_empty() {
+        return Verdict::fail("no sentinel was written".to_string());
+    }
+    let bad: Vec<String> = summaries
+        .iter()
+        .filter(|s| s.class != SentinelClass::Stable)
+        .map(|s| s.describe())
+        .collect();
+    let good = summaries.len() - bad.len();
+    if bad.is_empty() {
+        Verdict {
+            passed: true,
+            window: None,
+            message: summaries
+                .iter()
+                .map(|s| s.describe())
+                .collect::<Vec<_>>()
+                .join("; "),
+            last_seen: Vec::new(),
+        }
+    } else {
+        Verdict::fail(format!(
+            "{} of {} sentinels not intact: {}",
+            bad.len(),
+            good + bad.len(),
+            bad.join("; ")
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,422 @@
+//! A scripted in-memory target and a small outage scenario, for testing the engine, checks and
+//! reporters without a cluster (the engine's and the reports' tests use it).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::checks::{Anchor, Check, Predicate, Selector, Window};
+use crate::engine::{Engine, EngineOptions};
+use crate::scenario::{Case, CaseInfo, Ctx, Params, Scenario, Stage, Step, StepResult};
+use crate::target::{
+    Capability, ExecResult, Fault, Observers, SandboxSpec, SandboxView, Target, TargetError,
+    TargetFactory, TargetInfo, TargetResult,
+};
+use crate::timeline::{Event, FaultPhase, GATEWAY_SANDBOX_KIND, ObjectState, Recorder, Timeline};
+use crate::topology::{Topologies, Topology};
+use async_trait::async_trait;
+use futures::future::BoxFuture;
+
+/// How the fake misbehaves.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Quirk {
+    None,
+    /// A gateway outage makes Ready sandboxes Error for good (the reported bug).
+    ErrorOnOutage,
+    /// Workspace files vanish when the gateway comes back.
+    LosesFiles,
+    /// Installation fails (a missing tool, say).
+    InstallFails,
+}
+
+#[derive(Default)]
+struct Sandbox {
+    phase: String,
+    files: BTreeMap<String, String>,
+}
+
+struct FakeState {
+    gateway_up: bool,
+    sandboxes: BTreeMap<String, Sandbox>,
+}
+
+/// A target whose sandboxes become Ready 2 s after create and 5 s after the gateway returns.
+struct Fake {
+    quirk: Quirk,
+    state: Arc<Mutex<FakeState>>,
+    restores: Arc<AtomicUsize>,
+}
+
+impl Fake {
+    fn view(&self, name: &str) -> Option<SandboxView> {
+        let st = self.state.lock().unwrap();
+        st.sandboxes.get(name).map(|s| SandboxView {
+            name: name.to_string(),
+            phase: s.phase.clone(),
+            ..SandboxView::default()
+        })
+    }
+
+    fn set_phase_later(&self, name: String, after: Duration, from: &'static str, to: &'static str) {
+        let state = self.state.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            let mut st = state.lock().unwrap();
+            if let Some(s) = st.sandboxes.get_mut(&name)
+                && s.phase == from
+            {
+                s.phase = to.to_string();
+            }
+        });
+    }
+
+    fn states(&self) -> Vec<ObjectState> {
+        let st = self.state.lock().unwrap();
+        let mut out: Vec<ObjectState> = st
+            .sandboxes
+            .iter()
+            .map(|(name, s)| {
+                let mut o = ObjectState::new(GATEWAY_SANDBOX_KIND, None, name);
+                o.phase = Some(s.phase.clone());
+                o
+            })
+            .collect();
+        let mut gw = ObjectState::new("StatefulSet", Some("openshell"), "openshell");
+        gw.replicas = Some(crate::timeline::Replicas {
+            desired: u32::from(st.gateway_up),
+            ready: u32::from(st.gateway_up),
+        });
+        out.push(gw);
+        out
+    }
+}
+
+#[async_trait]
+impl Target for Fake {
+    fn info(&self) -> TargetInfo {
+        info()
+    }
+
+    async fn install(&self, _t: &Topology) -> TargetResult<()> {
+        if self.quirk == Quirk::InstallFails {
+            return Err(TargetError::Infra(
+                "helm not found on PATH; install helm 3".into(),
+            ));
+        }
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        Ok(())
+    }
+
+    async fn observe(&self, rec: Recorder) -> TargetResult<Observers> {
+        let me = Fake {
+            quirk: self.quirk,
+            state: self.state.clone(),
+            restores: self.restores.clone(),
+        };
+        let mut obs = Observers::default();
+        obs.push(tokio::spawn(async move {
+            loop {
+                for s in me.states() {
+                    rec.observe(s);
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }));
+        Ok(obs)
+    }
+
+    async fn snapshot(&self) -> TargetResult<Vec<ObjectState>> {
+        Ok(self.states())
+    }
+
+    async fn create_sandbox(&self, spec: &SandboxSpec) -> TargetResult<SandboxView> {
+        self.state.lock().unwrap().sandboxes.insert(
+            spec.name.clone(),
+            Sandbox {
+                phase: "Provisioning".into(),
+                ..Sandbox::default()
+            },
+        );
+        self.set_phase_later(
+            spec.name.clone(),
+            Duration::from_secs(2),
+            "Provisioning",
+            "Ready",
+        );
+        Ok(self.view(&spec.name).unwrap())
+    }
+
+    async fn get_sandbox(&self, name: &str) -> TargetResult<Option<SandboxView>> {
+        if !self.state.lock().unwrap().gateway_up {
+            return Err(TargetError::Infra(
+                "gateway unreachable: connection refused".into(),
+            ));
+        }
+        Ok(self.view(name))
+    }
+
+    async fn exec(&self, sandbox: &str, argv: &[String]) -> TargetResult<ExecResult> {
+        let mut st = self.state.lock().unwrap();
+        let s = st
+            .sandboxes
+            .get_mut(sandbox)
+            .ok_or_else(|| TargetError::refused("NotFound", "sandbox not found"))?;
+        if s.phase != "Ready" {
+            return Err(TargetError::refused(
+                "FailedPrecondition",
+                "sandbox is not ready",
+            ));
+        }
+        // Just enough shell for sentinels: `... printf %s 'V' > PATH` and `cat PATH`.
+        let script = &argv[2];
+        if let Some((_, rest)) = script.split_once("printf %s '") {
+            let (value, path) = rest.split_once("' > ").unwrap();
+            s.files.insert(path.to_string(), value.to_string());
+            return Ok(ExecResult::default());
+        }
+        if let Some(path) = script.strip_prefix("cat ") {
+            return Ok(match s.files.get(path) {
+                Some(v) => ExecResult {
+                    exit_code: 0,
+                    stdout: v.clone(),
+                    stderr: String::new(),
+                },
+                None => ExecResult {
+                    exit_code: 1,
+                    stdout: String::new(),
+                    stderr: format!("cat: {path}: No such file or directory"),
+                },
+            });
+        }
+        Ok(ExecResult {
+            exit_code: 127,
+            stdout: String::new(),
+            stderr: "sh: 1: unknown: not found".into(),
+        })
+    }
+
+    async fn probe_exec(&self, sandbox: &str, argv: &[String]) -> TargetResult<ExecResult> {
+        // The fake has no Kubernetes underneath; the gateway path stands in for it.
+        self.exec(sandbox, argv).await
+    }
+
+    async fn read_workspace(&self, sandbox: &str, path: &str) -> TargetResult<Option<String>> {
+        let st = self.state.lock().unwrap();
+        Ok(st
+            .sandboxes
+            .get(sandbox)
+            .and_then(|s| s.files.get(&format!("/sandbox/{path}")).cloned()))
+    }
+
+    async fn stop_sandbox(&self, _name: &str) -> TargetResult<()> {
+        Err(TargetError::Unsupported("stop".into()))
+    }
+
+    async fn start_sandbox(&self, _name: &str) -> TargetResult<()> {
+        Err(TargetError::Unsupported("start".into()))
+    }
+
+    async fn delete_sandbox(&self, name: &str) -> TargetResult<()> {
+        self.state.lock().unwrap().sandboxes.remove(name);
+        Ok(())
+    }
+
+    async fn inject(&self, fault: &Fault) -> TargetResult<()> {
+        match fault {
+            Fault::GatewayStop => {
+                tokio::time::sleep(Duration::from_secs(5)).await; // pods terminating
+                let mut st = self.state.lock().unwrap();
+                st.gateway_up = false;
+                let broken = if self.quirk == Quirk::ErrorOnOutage {
+                    "Error"
+                } else {
+                    "Provisioning"
+                };
+                for s in st.sandboxes.values_mut() {
+                    if s.phase == "Ready" {
+                        s.phase = broken.into();
+                    }
+                }
+                Ok(())
+            }
+            other => Err(TargetError::Unsupported(other.kind().into())),
+        }
+    }
+
+    async fn restore(&self, fault: &Fault) -> TargetResult<()> {
+        assert_eq!(fault, &Fault::GatewayStop);
+        tokio::time::sleep(Duration::from_secs(3)).await; // gateway becoming ready
+        self.restores.fetch_add(1, Ordering::SeqCst);
+        let names: Vec<String> = {
+            let mut st = self.state.lock().unwrap();
+            st.gateway_up = true;
+            if self.quirk == Quirk::LosesFiles {
+                for s in st.sandboxes.values_mut() {
+                    s.files.clear();
+                }
+            }
+            st.sandboxes.keys().cloned().collect()
+        };
+        for n in names {
+            self.set_phase_later(n, Duration::from_secs(5), "Provisioning", "Ready");
+        }
+        Ok(())
+    }
+
+    async fn logs(&self, sandbox: &str) -> TargetResult<Vec<crate::timeline::LogExcerpt>> {
+        Ok(vec![crate::timeline::LogExcerpt {
+            pod: format!("default--{sandbox}"),
+            container: "agent".into(),
+            previous: false,
+            lines: vec!["Policy fetch failed, retrying attempt=1 max_attempts=5".into()],
+        }])
+    }
+
+    async fn teardown(&self) -> TargetResult<()> {
+        self.state.lock().unwrap().sandboxes.clear();
+        Ok(())
+    }
+}
+
+pub fn info() -> TargetInfo {
+    TargetInfo {
+        kind: "fake".into(),
+        model: Some("in-test".into()),
+        capabilities: [Capability::GatewayStop].into(),
+        versions: [("openshell".to_string(), "0.0.111".to_string())].into(),
+        ..TargetInfo::default()
+    }
+}
+
+pub struct Factory {
+    pub quirk: Quirk,
+    pub restores: Arc<AtomicUsize>,
+}
+
+impl Factory {
+    pub fn new(quirk: Quirk) -> Arc<Self> {
+        Arc::new(Self {
+            quirk,
+            restores: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+}
+
+#[async_trait]
+impl TargetFactory for Factory {
+    fn info(&self) -> TargetInfo {
+        info()
+    }
+
+    async fn provision(&self, _t: &Topology, _rec: &Recorder) -> TargetResult<Arc<dyn Target>> {
+        Ok(Arc::new(Fake {
+            quirk: self.quirk,
+            state: Arc::new(Mutex::new(FakeState {
+                gateway_up: true,
+                sandboxes: BTreeMap::new(),
+            })),
+            restores: self.restores.clone(),
+        }))
+    }
+}
+
+// ---- the scenario under test ------------------------------------------------------------
+
+pub fn seed(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name("main");
+        ctx.create_sandbox(&SandboxSpec {
+            name: name.clone(),
+            ..SandboxSpec::default()
+        })
+        .await?;
+        ctx.wait_phase(&name, &["Ready"], Duration::from_secs(60))
+            .await?;
+        ctx.write_sentinel(&name, "s1").await?;
+        Ok(())
+    })
+}
+
+pub fn outage(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let hold = ctx.params().outage.unwrap();
+        ctx.outage(hold).await?;
+        Ok(())
+    })
+}
+
+pub fn verify(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name("main");
+        ctx.wait_phase(&name, &["Ready"], Duration::from_secs(120))
+            .await?;
+        ctx.read_sentinel(&name, "s1").await;
+        Ok(())
+    })
+}
+
+pub fn checks(case: &CaseInfo) -> Vec<Check> {
+    let sandbox = Selector::named(GATEWAY_SANDBOX_KIND, &case.sandbox_name("main"));
+    vec![
+        Check::eventually(
+            "sandbox returns to Ready after the outage",
+            &["R9"],
+            Predicate::phase(sandbox.clone(), &["Ready"]),
+            Anchor::fault_end("f1"),
+            Duration::from_secs(60),
+        ),
+        Check::never(
+            "sandbox never Error during the outage",
+            &["R9"],
+            Predicate::phase(sandbox, &["Error"]),
+            Window::fault("f1"),
+        ),
+        Check::sentinels("workspace sentinels retained", &["R6"]),
+    ]
+}
+
+pub fn scenario(steps: Vec<Step>, requires: Vec<Capability>) -> Arc<Scenario> {
+    Arc::new(Scenario {
+        id: "outage-demo".into(),
+        title: "A Ready sandbox through a gateway outage".into(),
+        requirements: vec!["R6".into(), "R9".into()],
+        requires,
+        steps,
+        checks,
+    })
+}
+
+pub fn standard_steps() -> Vec<Step> {
+    vec![
+        Step::new(Stage::Seed, "create and seed", seed),
+        Step::new(Stage::Fault, "gateway outage", outage),
+        Step::new(Stage::Verify, "read back", verify),
+    ]
+}
+
+pub fn topology() -> Topology {
+    Topologies::builtin().get("combined").unwrap().clone()
+}
+
+pub fn case(steps: Vec<Step>) -> Case {
+    Case::new(
+        scenario(steps, vec![Capability::GatewayStop]),
+        topology(),
+        Params::default().with_outage(Duration::from_secs(30)),
+    )
+}
+
+pub fn engine(f: Arc<Factory>) -> Engine {
+    Engine::new(f, EngineOptions::default())
+}
+
+pub fn fault_phases(t: &Timeline) -> Vec<(u64, FaultPhase)> {
+    t.entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Fault(f) => Some((e.at_ms, f.phase)),
+            _ => None,
+        })
+        .collect()
+}

@@ -1,0 +1,413 @@
+//! Supervisor topologies: where OpenShell's supervisor runs relative to the workload, and the
+//! helm values that select it for each chart version. Loaded from `fixtures/topologies/*.yaml`;
+//! the four shipped ones are also compiled into the binary so it runs from anywhere.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use semver::{Version, VersionReq};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// A supervisor topology, as declared in its fixture file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Topology {
+    pub name: String,
+    pub description: String,
+    /// The oldest OpenShell version that supports this topology.
+    pub min_openshell: Version,
+    /// Helm values per chart version range; every matching entry applies, later ones win.
+    pub values: Vec<ValuesForVersions>,
+    pub supervisor: SupervisorPlacement,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ValuesForVersions {
+    /// A semver requirement such as `<0.1.0` or `>=0.1.0`.
+    pub versions: VersionReq,
+    pub set: serde_json::Value,
+}
+
+/// Where the supervisor runs, and how to find it (to observe it, or to kill it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "runs_in", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum SupervisorPlacement {
+    /// A container of the sandbox pod.
+    SandboxContainer { container: String },
+    /// A pod of its own per sandbox, found by `selector` plus `sandbox_label=<sandbox CR name>`.
+    DedicatedPod {
+        selector: BTreeMap<String, String>,
+        sandbox_label: String,
+    },
+    /// One Deployment shared by all sandboxes.
+    SharedDeployment {
+        name: String,
+        selector: BTreeMap<String, String>,
+    },
+}
+
+/// The topologies shipped in `fixtures/topologies`, compiled in.
+const BUILTIN: &[(&str, &str)] = &[
+    (
+        "combined",
+        include_str!("../../../fixtures/topologies/combined.yaml"),
+    ),
+    (
+        "sidecar",
+        include_str!("../../../fixtures/topologies/sidecar.yaml"),
+    ),
+    (
+        "supervisor-pod",
+        include_str!("../../../fixtures/topologies/supervisor-pod.yaml"),
+    ),
+    (
+        "gateway",
+        include_str!("../../../fixtures/topologies/gateway.yaml"),
+    ),
+];
+
+impl Topology {
+    /// Parses and validates one topology file; `origin` names it in errors.
+    pub fn from_yaml(text: &str, origin: &Path) -> Result<Self> {
+        let topo: Topology = serde_saphyr::from_str(text).map_err(|e| {
+            let message = e.to_string();
+            Error::config(origin, field_of(&message), message)
+        })?;
+        topo.validate(origin)?;
+        Ok(topo)
+    }
+
+    pub fn load_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::Usage(format!("cannot read topology file {}: {e}", path.display()))
+        })?;
+        Self::from_yaml(&text, path)
+    }
+
+    fn validate(&self, origin: &Path) -> Result<()> {
+        if self.name.trim().is_empty() {
+            return Err(Error::config(origin, "name", "must not be empty"));
+        }
+        if let Some(stem) = origin.file_stem().and_then(|s| s.to_str())
+            && stem != self.name
+        {
+            return Err(Error::config(
+                origin,
+                "name",
+                format!(
+                    "is `{}` but the file is named `{stem}.yaml`; they must agree",
+                    self.name
+                ),
+            ));
+        }
+        if self.values.is_empty() {
+            return Err(Error::config(
+                origin,
+                "values",
+                "must list the helm values for at least one chart version range",
+            ));
+        }
+        for (i, v) in self.values.iter().enumerate() {
+            if !v.set.is_object() {
+                return Err(Error::config(
+                    origin,
+                    format!("values[{i}].set"),
+                    "must be a mapping of helm values",
+                ));
+            }
+        }
+        if self.values_for(&self.min_openshell).is_none() {
+            return Err(Error::config(
+                origin,
+                "min_openshell",
+                format!(
+                    "no `values` entry covers the oldest supported version {}",
+                    self.min_openshell
+                ),
+            ));
+        }
+        let empty = |what: &str, field: &str| {
+            Error::config(origin, field, format!("{what} must not be empty"))
+        };
+        match &self.supervisor {
+            SupervisorPlacement::SandboxContainer { container } if container.is_empty() => {
+                return Err(empty("the container name", "supervisor.container"));
+            }
+            SupervisorPlacement::DedicatedPod {
+                selector,
+                sandbox_label,
+            } if selector.is_empty() || sandbox_label.is_empty() => {
+                return Err(empty("selector and sandbox_label", "supervisor.selector"));
+            }
+            SupervisorPlacement::SharedDeployment { name, selector }
+                if name.is_empty() || selector.is_empty() =>
+            {
+                return Err(empty("name and selector", "supervisor.name"));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Whether the supervisor runs inside the sandbox pod (so replacing that pod re-runs
+    /// bootstrap and restarts the workload).
+    pub fn supervisor_in_sandbox_pod(&self) -> bool {
+        matches!(
+            self.supervisor,
+            SupervisorPlacement::SandboxContainer { .. }
+        )
+    }
+
+    /// Whether this OpenShell version supports the topology.
+    pub fn supports(&self, openshell: &Version) -> bool {
+        release(openshell) >= release(&self.min_openshell)
+    }
+
+    /// The helm values selecting this topology for a chart version: every matching entry,
+    /// deep-merged in order. None if no entry matches.
+    pub fn values_for(&self, chart: &Version) -> Option<serde_json::Value> {
+        let v = release(chart);
+        let mut merged: Option<serde_json::Value> = None;
+        for entry in self.values.iter().filter(|e| e.versions.matches(&v)) {
+            let m = merged.get_or_insert_with(|| serde_json::json!({}));
+            deep_merge(m, &entry.set);
+        }
+        merged
+    }
+}
+
+/// Version ranges are about releases; a pre-release such as `0.1.6-dev.3` is matched as 0.1.6
+/// (semver would otherwise exclude it from `>=0.1.0`).
+fn release(v: &Version) -> Version {
+    Version::new(v.major, v.minor, v.patch)
+}
+
+pub fn deep_merge(into: &mut serde_json::Value, from: &serde_json::Value) {
+    match (into, from) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            for (k, v) in b {
+                deep_merge(a.entry(k.clone()).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (slot, v) => *slot = v.clone(),
+    }
+}
+
+/// The field a serde error message names (`unknown field `x``, `missing field `y``), so errors
+/// point at a field even when the parser does not.
+fn field_of(message: &str) -> String {
+    let mut parts = message.split('`');
+    parts
+        .nth(1)
+        .map(str::to_string)
+        .unwrap_or_else(|| "(document)".to_string())
+}
+
+/// A set of topologies by name.
+#[derive(Clone, Debug)]
+pub struct Topologies {
+    by_name: BTreeMap<String, Topology>,
+}
+
+impl Topologies {
+    /// The four shipped topologies.
+    pub fn builtin() -> Self {
+        let by_name = BUILTIN
+            .iter()
+            .map(|(name, text)| {
+                let origin = PathBuf::from(format!("fixtures/topologies/{name}.yaml"));
+                let t = Topology::from_yaml(text, &origin)
+                    .unwrap_or_else(|e| panic!("shipped topology is invalid: {e}"));
+                (t.name.clone(), t)
+            })
+            .collect();
+        Self { by_name }
+    }
+
+    /// Every `*.yaml` in a directory.
+    pub fn load_dir(dir: &Path) -> Result<Self> {
+        let entries = std::fs::read_dir(dir).map_err(|e| {
+            Error::Usage(format!(
+                "cannot read topology directory {}: {e}",
+                dir.display()
+            ))
+        })?;
+        let mut paths: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+            .collect();
+        paths.sort();
+        let mut by_name = BTreeMap::new();
+        for p in paths {
+            let t = Topology::load_file(&p)?;
+            by_name.insert(t.name.clone(), t);
+        }
+        Ok(Self { by_name })
+    }
+
+    pub fn names(&self) -> Vec<&str> {
+        self.by_name.keys().map(String::as_str).collect()
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &Topology> {
+        self.by_name.values()
+    }
+
+    pub fn get(&self, name: &str) -> Result<&Topology> {
+        self.by_name.get(name).ok_or_else(|| {
+            Error::Usage(format!(
+                "unknown topology `{name}`; known topologies: {}",
+                self.names().join(", ")
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/topologies")
+    }
+
+    #[test]
+    fn the_four_shipped_topology_fixtures_load_from_disk_and_match_the_compiled_ones() {
+        let disk = Topologies::load_dir(&fixture_dir()).unwrap();
+        assert_eq!(
+            disk.names(),
+            vec!["combined", "gateway", "sidecar", "supervisor-pod"]
+        );
+        let builtin = Topologies::builtin();
+        for t in disk.all() {
+            assert_eq!(builtin.get(&t.name).unwrap(), t);
+        }
+    }
+
+    #[test]
+    fn helm_values_follow_the_key_move_between_chart_versions() {
+        let t = Topologies::builtin();
+        let sidecar = t.get("sidecar").unwrap();
+        let old = sidecar
+            .values_for(&Version::parse("0.0.111").unwrap())
+            .unwrap();
+        assert_eq!(old["supervisor"]["topology"], "sidecar");
+        assert!(old.get("gatewayConfig").is_none());
+        let new = sidecar
+            .values_for(&Version::parse("0.1.6-dev.3").unwrap())
+            .unwrap();
+        assert_eq!(
+            new["gatewayConfig"]["openshell"]["drivers"]["kubernetes"]["supervisor_topology"],
+            "sidecar"
+        );
+        assert!(new.get("supervisor").is_none());
+    }
+
+    #[test]
+    fn topologies_newer_than_the_openshell_version_are_unsupported() {
+        let t = Topologies::builtin();
+        let v = Version::parse("0.0.111").unwrap();
+        assert!(t.get("combined").unwrap().supports(&v));
+        assert!(t.get("sidecar").unwrap().supports(&v));
+        assert!(!t.get("gateway").unwrap().supports(&v));
+        assert!(!t.get("supervisor-pod").unwrap().supports(&v));
+        assert!(
+            t.get("gateway")
+                .unwrap()
+                .supports(&Version::parse("0.1.6").unwrap())
+        );
+        assert!(t.get("gateway").unwrap().values_for(&v).is_none());
+    }
+
+    #[test]
+    fn supervisor_placement_says_where_to_find_the_supervisor() {
+        let t = Topologies::builtin();
+        assert_eq!(
+            t.get("sidecar").unwrap().supervisor,
+            SupervisorPlacement::SandboxContainer {
+                container: "openshell-supervisor-network".into()
+            }
+        );
+        assert!(matches!(
+            &t.get("supervisor-pod").unwrap().supervisor,
+            SupervisorPlacement::DedicatedPod { sandbox_label, .. } if sandbox_label == "openshell.ai/sandbox-name"
+        ));
+        assert!(matches!(
+            &t.get("gateway").unwrap().supervisor,
+            SupervisorPlacement::SharedDeployment { name, .. } if name == "openshell-supervisor"
+        ));
+    }
+
+    #[test]
+    fn an_unknown_topology_is_a_usage_error_listing_the_known_ones() {
+        let err = Topologies::builtin().get("mesh").unwrap_err();
+        assert_eq!(err.exit_status(), crate::error::ExitStatus::Usage);
+        assert_eq!(
+            err.to_string(),
+            "unknown topology `mesh`; known topologies: combined, gateway, sidecar, supervisor-pod"
+        );
+    }
+
+    fn broken(text: &str) -> Error {
+        Topology::from_yaml(text, Path::new("fixtures/topologies/combined.yaml")).unwrap_err()
+    }
+
+    const GOOD: &str = include_str!("../../../fixtures/topologies/combined.yaml");
+
+    #[test]
+    fn a_misspelled_field_is_an_error_naming_file_and_field() {
+        let err = broken(&GOOD.replace("min_openshell:", "min_openshel:"));
+        let Error::Config { file, field, .. } = &err else {
+            panic!("expected a config error, got {err:?}")
+        };
+        assert_eq!(file, Path::new("fixtures/topologies/combined.yaml"));
+        assert_eq!(field, "min_openshel");
+        assert!(
+            err.to_string()
+                .starts_with("fixtures/topologies/combined.yaml: field `min_openshel`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_malformed_version_range_or_placement_is_an_error_naming_the_field() {
+        let err = broken(&GOOD.replace("\"<0.1.0\"", "\"before 0.1\""));
+        assert!(matches!(&err, Error::Config { .. }), "{err:?}");
+        assert!(err.to_string().contains("combined.yaml"), "{err}");
+
+        let err = broken(&GOOD.replace("runs_in: sandbox-container", "runs_in: sandbox-vm"));
+        assert!(err.to_string().contains("sandbox-vm"), "{err}");
+
+        let err = broken(&GOOD.replace("container: agent", "container: \"\""));
+        let Error::Config { field, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(field, "supervisor.container");
+    }
+
+    #[test]
+    fn a_topology_whose_name_disagrees_with_its_file_is_rejected() {
+        let err = broken(&GOOD.replace("name: combined", "name: sidecar"));
+        let Error::Config { field, message, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(field, "name");
+        assert!(message.contains("combined.yaml"), "{message}");
+    }
+
+    #[test]
+    fn a_topology_without_values_for_its_oldest_version_is_rejected() {
+        let err = broken(
+            &GOOD
+                .replace("min_openshell: 0.0.111", "min_openshell: 0.2.0")
+                .replace("\">=0.1.0\"", "\"<0.0.1\""),
+        );
+        let Error::Config { field, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(field, "min_openshell");
+    }
+}

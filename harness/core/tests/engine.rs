@@ -1,0 +1,336 @@
+//! Proves the engine with a small in-test target: outcomes, deadlines, restores on every exit
+//! path, and timelines re-checked after a round trip through JSON lines.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use conformance_core::engine::{Engine, EngineOptions, Outcome, recheck};
+use conformance_core::scenario::{Case, Ctx, Params, Stage, Step, StepResult};
+use conformance_core::target::{
+    Capability, Fault, Target, TargetFactory, TargetInfo, TargetResult,
+};
+use conformance_core::testkit::*;
+use conformance_core::timeline::{Event, FaultPhase, Recorder, SentinelResult, Timeline};
+use conformance_core::topology::{Topologies, Topology};
+use futures::future::BoxFuture;
+
+// ---- tests ------------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn a_correct_target_passes_every_stage_and_check() {
+    let r = engine(Factory::new(Quirk::None))
+        .run_case(&case(standard_steps()))
+        .await;
+    assert_eq!(r.outcome, Outcome::Passed, "{:#?}", r.checks);
+    assert_eq!(r.case_id, "outage-demo[combined,outage=30s]");
+    let stages: Vec<&str> = r.stages.iter().map(|s| s.stage.name()).collect();
+    assert_eq!(
+        stages,
+        [
+            "provision",
+            "install",
+            "seed",
+            "fault",
+            "verify",
+            "teardown"
+        ]
+    );
+    assert!(r.checks.iter().all(|c| c.passed));
+    // The outage window is exact in virtual time: requested at 23 s (20 s install, 2 s to
+    // Ready, a 1 s poll), in effect 5 s later, held 30 s, ready again 3 s after restore.
+    assert_eq!(
+        fault_phases(&r.timeline),
+        vec![
+            (23_000, FaultPhase::Requested),
+            (28_000, FaultPhase::Started),
+            (61_000, FaultPhase::Ended)
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_left_in_error_fails_with_the_stage_deadline_and_last_state() {
+    let r = engine(Factory::new(Quirk::ErrorOnOutage))
+        .run_case(&case(standard_steps()))
+        .await;
+    let Outcome::Failed(reason) = &r.outcome else {
+        panic!("expected a product failure, got {:?}", r.outcome)
+    };
+    let name = r.timeline.run_info().map(|_| "outage-demo-main").unwrap();
+    assert!(
+        reason.starts_with(&format!("verify: gave up waiting for sandbox {name}")),
+        "{reason}"
+    );
+    assert!(reason.contains("to be Ready after 2m"), "{reason}");
+    assert!(reason.contains("phase=Error"), "{reason}");
+    let failed: Vec<&str> = r.failed_checks().map(|c| c.name.as_str()).collect();
+    assert_eq!(
+        failed,
+        [
+            "sandbox returns to Ready after the outage",
+            "sandbox never Error during the outage",
+            "workspace sentinels retained"
+        ]
+    );
+    let never = r.checks.iter().find(|c| c.name.contains("never")).unwrap();
+    assert_eq!(never.message, "it held at 28s");
+    assert!(
+        never
+            .diagnosis()
+            .contains("[R9] FAILED in window 28s .. 61s"),
+        "{}",
+        never.diagnosis()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn lost_workspace_files_fail_the_sentinel_check_only() {
+    let r = engine(Factory::new(Quirk::LosesFiles))
+        .run_case(&case(standard_steps()))
+        .await;
+    let Outcome::Failed(reason) = &r.outcome else {
+        panic!("{:?}", r.outcome)
+    };
+    assert!(
+        reason.starts_with("[R6] workspace sentinels retained: 1 of 1 sentinels not intact"),
+        "{reason}"
+    );
+    assert!(reason.contains("LOST"), "{reason}");
+    assert_eq!(r.failed_checks().count(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_install_failure_is_an_error_and_later_stages_are_skipped_with_a_reason() {
+    let r = engine(Factory::new(Quirk::InstallFails))
+        .run_case(&case(standard_steps()))
+        .await;
+    assert_eq!(
+        r.outcome,
+        Outcome::Error("helm not found on PATH; install helm 3".into())
+    );
+    let statuses: Vec<(String, String)> = r
+        .stages
+        .iter()
+        .map(|s| (s.stage.name().to_string(), format!("{:?}", s.status)))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            ("provision", "Passed"),
+            ("install", "Error"),
+            ("seed", "Skipped"),
+            ("fault", "Skipped"),
+            ("verify", "Skipped"),
+            ("teardown", "Skipped")
+        ]
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+    );
+    assert_eq!(
+        r.stages[2].message.as_deref(),
+        Some("not reached: installation did not complete")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_target_without_a_required_capability_skips_the_case_with_the_reason() {
+    let c = Case::new(
+        scenario(standard_steps(), vec![Capability::RestartPolicy]),
+        topology(),
+        Params::default(),
+    );
+    let r = engine(Factory::new(Quirk::None)).run_case(&c).await;
+    assert_eq!(
+        r.outcome,
+        Outcome::Skipped("target fake (model in-test) lacks restart-policy".into())
+    );
+    assert!(
+        r.stages
+            .iter()
+            .all(|s| s.message.as_deref() == r.outcome.reason())
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_topology_newer_than_the_target_is_skipped_not_passed() {
+    let factory = Factory::new(Quirk::None);
+    struct Old(Arc<Factory>);
+    #[async_trait]
+    impl TargetFactory for Old {
+        fn info(&self) -> TargetInfo {
+            TargetInfo {
+                openshell: Some("0.0.111".parse().unwrap()),
+                ..info()
+            }
+        }
+        async fn provision(&self, t: &Topology, r: &Recorder) -> TargetResult<Arc<dyn Target>> {
+            self.0.provision(t, r).await
+        }
+    }
+    let c = Case::new(
+        scenario(standard_steps(), vec![]),
+        Topologies::builtin().get("gateway").unwrap().clone(),
+        Params::default(),
+    );
+    let r = Engine::new(Arc::new(Old(factory)), EngineOptions::default())
+        .run_case(&c)
+        .await;
+    assert_eq!(
+        r.outcome,
+        Outcome::Skipped(
+            "topology gateway needs OpenShell 0.1.5 or newer; the target runs 0.0.111".into()
+        )
+    );
+}
+
+fn panics_mid_outage(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        ctx.inject(Fault::GatewayStop).await?;
+        panic!("scenario bug while the gateway is down");
+    })
+}
+
+fn hangs_mid_outage(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        ctx.inject(Fault::GatewayStop).await?;
+        futures::future::pending::<()>().await;
+        Ok(())
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_step_that_panics_during_a_fault_still_gets_the_fault_restored() {
+    let f = Factory::new(Quirk::None);
+    let steps = vec![
+        Step::new(Stage::Seed, "create and seed", seed),
+        Step::new(Stage::Fault, "buggy step", panics_mid_outage),
+    ];
+    let r = engine(f.clone()).run_case(&case(steps)).await;
+    assert_eq!(f.restores.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        r.outcome,
+        Outcome::Error("step 'buggy step' panicked: scenario bug while the gateway is down".into())
+    );
+    let phases: Vec<FaultPhase> = fault_phases(&r.timeline)
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect();
+    assert_eq!(
+        phases,
+        [
+            FaultPhase::Requested,
+            FaultPhase::Started,
+            FaultPhase::Ended
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_step_that_hangs_during_a_fault_hits_its_deadline_and_the_fault_is_restored() {
+    let f = Factory::new(Quirk::None);
+    let steps = vec![
+        Step::new(Stage::Seed, "create and seed", seed),
+        Step::new(Stage::Fault, "stuck step", hangs_mid_outage)
+            .with_deadline(Duration::from_secs(90)),
+    ];
+    let r = engine(f.clone()).run_case(&case(steps)).await;
+    assert_eq!(f.restores.load(Ordering::SeqCst), 1);
+    let Outcome::Failed(reason) = &r.outcome else {
+        panic!("{:?}", r.outcome)
+    };
+    assert!(
+        reason.starts_with(
+            "fault: gave up waiting for step 'stuck step' to finish after 1m 30s; last seen:"
+        ),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("StatefulSet/openshell/openshell replicas=0/0"),
+        "{reason}"
+    );
+    // The fault window closes after the deadline: requested at 23 s, deadline at 113 s, +3 s.
+    assert_eq!(
+        fault_phases(&r.timeline).last().unwrap(),
+        &(116_000, FaultPhase::Ended)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeline_saved_as_json_lines_is_rechecked_offline_with_the_same_verdicts() {
+    for quirk in [Quirk::None, Quirk::ErrorOnOutage, Quirk::LosesFiles] {
+        let r = engine(Factory::new(quirk))
+            .run_case(&case(standard_steps()))
+            .await;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("timeline.jsonl");
+        std::fs::write(&path, r.timeline.to_jsonl()).unwrap();
+        let back =
+            Timeline::read_jsonl(std::io::BufReader::new(std::fs::File::open(&path).unwrap()))
+                .unwrap();
+        assert_eq!(back, r.timeline);
+        let again = recheck(&back);
+        assert!(again.agrees, "{quirk:?}");
+        assert_eq!(again.outcomes, r.checks);
+        assert_eq!(back.check_plan().len(), 3);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tampered_timeline_no_longer_agrees_with_its_recorded_verdicts() {
+    let r = engine(Factory::new(Quirk::None))
+        .run_case(&case(standard_steps()))
+        .await;
+    let mut t = r.timeline.clone();
+    for e in &mut t.entries {
+        if let Event::Sentinel(s) = &mut e.event
+            && let SentinelResult::Ok(v) = &mut s.result
+            && s.op == conformance_core::timeline::SentinelOp::Read
+        {
+            v.push('!');
+        }
+    }
+    let again = recheck(&t);
+    assert!(!again.agrees);
+    assert!(
+        again
+            .outcomes
+            .iter()
+            .any(|o| !o.passed && o.message.contains("CORRUPT"))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_same_case_run_twice_gives_byte_identical_timelines() {
+    let a = engine(Factory::new(Quirk::ErrorOnOutage))
+        .run_case(&case(standard_steps()))
+        .await;
+    let b = engine(Factory::new(Quirk::ErrorOnOutage))
+        .run_case(&case(standard_steps()))
+        .await;
+    assert_eq!(a.timeline.to_jsonl(), b.timeline.to_jsonl());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_case_keeps_its_sandbox_logs_on_the_timeline_and_a_passed_one_does_not() {
+    let logs = |t: &Timeline| {
+        t.entries
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::Logs(x) => Some(x.lines.join("\n")),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let failed = engine(Factory::new(Quirk::ErrorOnOutage))
+        .run_case(&case(standard_steps()))
+        .await;
+    assert_eq!(
+        logs(&failed.timeline),
+        ["Policy fetch failed, retrying attempt=1 max_attempts=5"]
+    );
+    let passed = engine(Factory::new(Quirk::None))
+        .run_case(&case(standard_steps()))
+        .await;
+    assert!(logs(&passed.timeline).is_empty());
+}

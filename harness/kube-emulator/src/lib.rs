@@ -1,0 +1,37 @@
+//! An in-process Kubernetes API server for tests: store, admission, watch (with replay, 410 and
+//! bookmarks), patches, scale, garbage collection, finalizers, exec/logs/port-forward over
+//! WebSocket and a POSIX shell subset for exec. Reached over an in-memory transport (so it
+//! runs in tokio's paused, virtual time) or over TCP ([`serve`]). It knows nothing of the
+//! programs that run on it: controllers and container programs plug in from outside.
+//!
+//! Start with [`Cluster`]: `Cluster::new(ClusterConfig::default())`, then `cluster.client()` for
+//! a `kube::Client`, or the direct object methods for in-process controllers. Models plug in
+//! through exec handlers ([`ExecHandler`]), logs ([`Cluster::append_log`]), port handlers
+//! ([`PortForwardHandler`]), volumes and shell hooks.
+
+pub mod clock;
+pub mod cluster;
+pub mod discovery;
+pub mod error;
+pub mod exec;
+pub mod logs;
+pub mod patch;
+pub mod portforward;
+pub mod resources;
+pub mod selectors;
+pub mod serve;
+pub mod server;
+pub mod shell;
+pub mod store;
+pub mod tables;
+pub mod transport;
+pub mod watch;
+
+pub use cluster::{Cluster, ClusterConfig, DEFAULT_EPOCH_UNIX, ResourceRef};
+pub use error::{ApiError, ApiResult};
+pub use exec::{ExecHandler, ExecRequest};
+pub use patch::PatchKind;
+pub use portforward::PortForwardHandler;
+pub use shell::ExecOutput;
+pub use store::{DeleteOptions, ListOptions};
+pub use watch::{WatchEvent, WatchParams};

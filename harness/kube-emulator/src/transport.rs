@@ -1,0 +1,59 @@
+//! The in-memory transport: a `tower::Service` that serves each request over its own
+//! `tokio::io::duplex` pair with hyper (upgrades enabled, so exec and port-forward work). With no
+//! sockets involved, tokio's paused clock only advances when every task is idle, so watches and
+//! timers behave exactly in virtual time (see `shared/reference/deps.md`, section 4).
+
+use crate::cluster::Cluster;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A tower service that reaches the cluster's router without a socket.
+#[derive(Clone)]
+pub struct InMemory {
+    router: axum::Router,
+}
+
+impl InMemory {
+    pub fn new(cluster: Cluster) -> Self {
+        Self {
+            router: cluster.router(),
+        }
+    }
+}
+
+impl tower::Service<http::Request<kube::client::Body>> for InMemory {
+    type Response = http::Response<Incoming>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<kube::client::Body>) -> Self::Future {
+        let router = self.router.clone();
+        Box::pin(async move {
+            let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+            tokio::spawn(async move {
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(server_io), TowerToHyperService::new(router))
+                    .with_upgrades();
+                if let Err(e) = conn.await {
+                    tracing::debug!(error = %e, "in-memory connection ended with an error");
+                }
+            });
+            let (mut sender, conn) =
+                hyper::client::conn::http1::handshake(TokioIo::new(client_io)).await?;
+            tokio::spawn(async move {
+                let _ = conn.with_upgrades().await;
+            });
+            Ok(sender.send_request(req).await?)
+        })
+    }
+}

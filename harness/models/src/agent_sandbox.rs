@@ -1,0 +1,558 @@
+//! The Agent Sandbox controller (kubernetes-sigs/agent-sandbox), per release: Sandbox CR →
+//! workspace PVCs + one pod named like the CR, and the CR's status conditions with the exact
+//! reasons, messages and order of each release (k8s-objects.md §1.3, §2, §5).
+//!
+//! Triggers like the real controller (§2.1): a Sandbox is reconciled when it changes or when its
+//! pod (name = CR name, carrying the name-hash label) changes or disappears; PVC changes do not
+//! trigger (fact 23). One reconcile = PVCs, pod, conditions, one status write if anything
+//! changed (fact 16). No finalizers: deleting the CR removes it at once and the store's garbage
+//! collector removes pod and PVCs through the controller ownerRefs (fact 4).
+//! Reads and writes `agents.x-k8s.io/v1beta1`; a v1alpha1 `spec.replicas: 0` also counts as
+//! suspended. Not modelled: `spec.service` (headless Service), `shutdownTime` expiry, adoption
+//! of unowned PVCs, v0.5.6's PodScheduled mirror, v0.4.6 (v1alpha1-only) semantics.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+use tokio::task::JoinHandle;
+
+use crate::workloads::fnv1a32;
+use kube_emulator::{Cluster, DeleteOptions, ListOptions, PatchKind, ResourceRef};
+
+/// Label on the pod, PVCs (and Service) with `NameHash(cr name)` (§2.3).
+pub const NAME_HASH_LABEL: &str = "agents.x-k8s.io/sandbox-name-hash";
+/// Annotation on the CR naming its pod (§2.6).
+pub const POD_NAME_ANNOTATION: &str = "agents.x-k8s.io/pod-name";
+pub const PROPAGATED_LABELS: &str = "agents.x-k8s.io/propagated-labels";
+pub const PROPAGATED_ANNOTATIONS: &str = "agents.x-k8s.io/propagated-annotations";
+
+/// Which Agent Sandbox release to model (k8s-objects.md §1.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum AgentSandboxVersion {
+    /// Failed pod → `Ready=False DependenciesNotReady "Pod exists with phase: Failed"` +
+    /// `Finished=True PodFailed`; `Suspended=True` written as soon as the pod delete is issued and
+    /// never removed; status written with Update.
+    V0_5_0,
+    /// As v0.5.0 but a failed pod gives `Ready=False PodFailed "Pod failed"` (succeeded:
+    /// `PodSucceeded "Pod completed successfully"`).
+    V0_5_1,
+    /// As v0.5.1 plus a persistent `Suspended` condition (NotSuspended / PodTerminating /
+    /// PodTerminated "…Sandbox is suspended"), the terminating pod reported until gone, status
+    /// written with a merge patch.
+    V0_5_4,
+}
+
+/// `NameHash`: FNV-1a 32 of the CR name as 8 lowercase hex digits (§2.3).
+pub fn name_hash(name: &str) -> String {
+    format!("{:08x}", fnv1a32(name.as_bytes()))
+}
+
+fn s<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
+    v.pointer(ptr).and_then(Value::as_str)
+}
+
+/// The Sandbox resource in `version` (`agents.x-k8s.io/<version>`).
+pub fn sandboxes_in(version: &str) -> ResourceRef {
+    ResourceRef::new("agents.x-k8s.io", version, "sandboxes")
+}
+
+fn sandboxes() -> ResourceRef {
+    sandboxes_in("v1beta1")
+}
+
+/// The Sandbox CRD as the v0.5.x releases install it (v1beta1 and the deprecated v1alpha1),
+/// reduced to what the API server acts on; `fixtures/crds/` holds it.
+pub fn crd() -> Value {
+    serde_saphyr::from_str(include_str!(
+        "../../../fixtures/crds/sandboxes.agents.x-k8s.io.yaml"
+    ))
+    .expect("the Sandbox CRD fixture is valid YAML")
+}
+
+fn pvcs() -> ResourceRef {
+    ResourceRef::new("", "v1", "persistentvolumeclaims")
+}
+
+fn controller_uid(v: &Value) -> Option<&str> {
+    v.pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+        .and_then(|r| r.get("uid"))
+        .and_then(Value::as_str)
+}
+
+fn obj_map(v: Option<&Value>) -> Map<String, Value> {
+    v.and_then(Value::as_object).cloned().unwrap_or_default()
+}
+
+/// What a reconcile was triggered by: the CR's resourceVersion and its pod's (if any).
+type TriggerKey = (String, Option<String>);
+
+pub struct AgentSandboxController {
+    cluster: Cluster,
+    version: AgentSandboxVersion,
+}
+
+impl AgentSandboxController {
+    pub fn new(cluster: Cluster, version: AgentSandboxVersion) -> Self {
+        Self { cluster, version }
+    }
+
+    /// Runs until the task is aborted.
+    pub fn spawn(self) -> JoinHandle<()> {
+        let mut changes = self.cluster.subscribe();
+        tokio::spawn(async move {
+            let mut seen: BTreeMap<(String, String), TriggerKey> = BTreeMap::new();
+            loop {
+                self.pass(&mut seen);
+                if changes.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+    }
+
+    /// Reconciles every Sandbox whose CR or pod changed since the last pass.
+    fn pass(&self, seen: &mut BTreeMap<(String, String), TriggerKey>) {
+        let Ok((items, _)) = self
+            .cluster
+            .list(&sandboxes(), None, &ListOptions::default())
+        else {
+            return;
+        };
+        let mut live = BTreeMap::new();
+        for sb in items {
+            let ns = s(&sb, "/metadata/namespace")
+                .unwrap_or_default()
+                .to_string();
+            let name = s(&sb, "/metadata/name").unwrap_or_default().to_string();
+            let key = (
+                s(&sb, "/metadata/resourceVersion")
+                    .unwrap_or_default()
+                    .to_string(),
+                self.watched_pod(&ns, &name)
+                    .and_then(|p| s(&p, "/metadata/resourceVersion").map(String::from)),
+            );
+            let k = (ns, name);
+            if seen.get(&k) != Some(&key) {
+                self.reconcile(&sb);
+                // Record what we reconciled against; our own writes trigger one more (no-op) pass.
+                live.insert(k, key);
+            } else {
+                live.insert(k.clone(), seen[&k].clone());
+            }
+        }
+        *seen = live;
+    }
+
+    /// The pod as the controller's pod watch sees it (only pods with the name-hash label).
+    fn watched_pod(&self, ns: &str, name: &str) -> Option<Value> {
+        self.cluster
+            .get(&ResourceRef::pods(), Some(ns), name)
+            .ok()
+            .filter(|p| {
+                p.pointer("/metadata/labels")
+                    .and_then(|l| l.get(NAME_HASH_LABEL))
+                    .is_some()
+            })
+    }
+
+    fn patch_annotation(&self, sb: &mut Value, value: Option<&str>) {
+        let cur = sb
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(POD_NAME_ANNOTATION))
+            .and_then(Value::as_str);
+        if cur == value {
+            return;
+        }
+        let ns = s(sb, "/metadata/namespace").map(String::from);
+        let name = s(sb, "/metadata/name").unwrap_or_default().to_string();
+        let patch = json!({"metadata": {"annotations": {POD_NAME_ANNOTATION: value}}});
+        if let Ok(v) =
+            self.cluster
+                .patch(&sandboxes(), ns.as_deref(), &name, PatchKind::Merge, &patch)
+        {
+            *sb = v;
+        }
+    }
+
+    fn reconcile(&self, sb: &Value) {
+        if sb.pointer("/metadata/deletionTimestamp").is_some() {
+            return; // §2.2
+        }
+        let mut sb = sb.clone();
+        let ns = s(&sb, "/metadata/namespace")
+            .unwrap_or_default()
+            .to_string();
+        let name = s(&sb, "/metadata/name").unwrap_or_default().to_string();
+        let uid = s(&sb, "/metadata/uid").unwrap_or_default().to_string();
+        let hash = name_hash(&name);
+        let suspended = s(&sb, "/spec/operatingMode") == Some("Suspended")
+            || sb.pointer("/spec/replicas").and_then(Value::as_i64) == Some(0);
+        let v5_4 = self.version >= AgentSandboxVersion::V0_5_4;
+        let mut error: Option<String> = None;
+
+        // (a) PVCs (§2.5): created if missing, never deleted.
+        let vcts: Vec<Value> = sb
+            .pointer("/spec/volumeClaimTemplates")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        for vct in &vcts {
+            let claim = format!("{}-{name}", s(vct, "/metadata/name").unwrap_or_default());
+            match self.cluster.get(&pvcs(), Some(&ns), &claim) {
+                Ok(existing) => {
+                    if controller_uid(&existing).is_some_and(|u| u != uid) {
+                        error = Some(format!(
+                            "persistentvolumeclaim {claim:?} is not owned by sandbox {name:?}"
+                        ));
+                    }
+                }
+                Err(_) => {
+                    let mut labels = obj_map(vct.pointer("/metadata/labels"));
+                    labels.insert(NAME_HASH_LABEL.into(), json!(hash));
+                    let mut md = json!({"name": claim, "labels": labels,
+                        "ownerReferences": self.owner_ref(&sb)});
+                    if let Some(a) = vct.pointer("/metadata/annotations") {
+                        md["annotations"] = a.clone();
+                    }
+                    let pvc = json!({"metadata": md, "spec": vct.get("spec").cloned().unwrap_or(json!({}))});
+                    if let Err(e) = self.cluster.create(&pvcs(), Some(&ns), pvc) {
+                        error = Some(e.to_string());
+                    }
+                }
+            }
+        }
+
+        // (b) the pod (§2.6, §2.7, §2.9, §2.10).
+        let pod = self
+            .cluster
+            .get(&ResourceRef::pods(), Some(&ns), &name)
+            .ok();
+        let owned = |p: &Value| controller_uid(p) == Some(uid.as_str());
+        let mut not_owned = false;
+        let returned: Option<Value> = if suspended {
+            match pod {
+                Some(p) if owned(&p) => {
+                    if p.pointer("/metadata/deletionTimestamp").is_none() {
+                        let _ = self.cluster.delete(
+                            &ResourceRef::pods(),
+                            Some(&ns),
+                            &name,
+                            &DeleteOptions::default(),
+                        );
+                    }
+                    self.patch_annotation(&mut sb, None);
+                    if v5_4 {
+                        // v0.5.4+ reports the terminating pod until it is gone.
+                        self.cluster
+                            .get(&ResourceRef::pods(), Some(&ns), &name)
+                            .ok()
+                    } else {
+                        None
+                    }
+                }
+                Some(p) => {
+                    not_owned = true;
+                    Some(p)
+                }
+                None => {
+                    self.patch_annotation(&mut sb, None);
+                    None
+                }
+            }
+        } else {
+            match pod {
+                Some(p) => {
+                    if owned(&p) {
+                        self.patch_annotation(&mut sb, Some(&name));
+                    }
+                    Some(p)
+                }
+                None if error.is_none() => {
+                    self.patch_annotation(&mut sb, None);
+                    match self.cluster.create(
+                        &ResourceRef::pods(),
+                        Some(&ns),
+                        self.pod_for(&sb, &hash, &vcts),
+                    ) {
+                        Ok(p) => {
+                            self.patch_annotation(&mut sb, Some(&name));
+                            Some(p)
+                        }
+                        Err(e) => {
+                            error = Some(e.to_string());
+                            None
+                        }
+                    }
+                }
+                None => None,
+            }
+        };
+
+        // (d) conditions (§1.3): Suspended?, Finished?, Ready; new types are appended.
+        let generation = sb
+            .pointer("/metadata/generation")
+            .cloned()
+            .unwrap_or(json!(1));
+        let now = self.cluster.now_rfc3339();
+        let mut conds: Vec<Value> = sb
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let mut set = |t: &str, ok: bool, reason: &str, message: &str| {
+            let new = json!({"type": t, "status": if ok { "True" } else { "False" },
+                "reason": reason, "message": message, "observedGeneration": generation});
+            set_condition(&mut conds, new, &now);
+        };
+        if v5_4 {
+            match (&returned, suspended) {
+                (_, false) => set(
+                    "Suspended",
+                    false,
+                    "NotSuspended",
+                    "Sandbox is not suspended",
+                ),
+                (Some(_), true) if not_owned => set(
+                    "Suspended",
+                    false,
+                    "PodNotOwned",
+                    "Refused to delete pod because it is not owned by this sandbox",
+                ),
+                (Some(_), true) => set(
+                    "Suspended",
+                    false,
+                    "PodTerminating",
+                    "Pod is terminating. Sandbox is suspending",
+                ),
+                (None, true) => set(
+                    "Suspended",
+                    true,
+                    "PodTerminated",
+                    "Pod has been terminated. Sandbox is suspended",
+                ),
+            }
+        } else if suspended && returned.is_none() {
+            set(
+                "Suspended",
+                true,
+                "PodTerminated",
+                "Pod has been terminated. Sandbox is not operational.",
+            );
+        }
+        let pod_phase = returned
+            .as_ref()
+            .map(|p| s(p, "/status/phase").unwrap_or("Pending").to_string());
+        match pod_phase.as_deref() {
+            Some("Failed") => set("Finished", true, "PodFailed", "Pod failed"),
+            Some("Succeeded") => set(
+                "Finished",
+                true,
+                "PodSucceeded",
+                "Pod completed successfully",
+            ),
+            _ => {}
+        }
+        let v5_1 = self.version >= AgentSandboxVersion::V0_5_1;
+        let (ok, reason, message): (bool, &str, String) = if let Some(e) = &error {
+            (false, "ReconcilerError", format!("Error seen: {e}"))
+        } else if suspended {
+            let m = if returned.is_some() {
+                "Sandbox is suspending"
+            } else {
+                "Sandbox is suspended"
+            };
+            (false, "SandboxSuspended", m.into())
+        } else {
+            match (&returned, pod_phase.as_deref()) {
+                (None, _) => (false, "DependenciesNotReady", "Pod does not exist".into()),
+                (Some(_), Some("Failed")) if v5_1 => (false, "PodFailed", "Pod failed".into()),
+                (Some(_), Some("Succeeded")) if v5_1 => {
+                    (false, "PodSucceeded", "Pod completed successfully".into())
+                }
+                (Some(p), Some("Running")) => {
+                    let pod_ready = p
+                        .pointer("/status/conditions")
+                        .and_then(Value::as_array)
+                        .is_some_and(|cs| {
+                            cs.iter().any(|c| {
+                                c["type"] == json!("Ready") && c["status"] == json!("True")
+                            })
+                        });
+                    let ips = p
+                        .pointer("/status/podIPs")
+                        .and_then(Value::as_array)
+                        .is_some_and(|a| !a.is_empty());
+                    match (pod_ready, ips) {
+                        (true, true) => (true, "DependenciesReady", "Pod is Ready".into()),
+                        (true, false) => (
+                            false,
+                            "DependenciesNotReady",
+                            "Pod is Ready but has no podIPs yet".into(),
+                        ),
+                        _ => (
+                            false,
+                            "DependenciesNotReady",
+                            "Pod is Running but not Ready".into(),
+                        ),
+                    }
+                }
+                (Some(_), phase) => (
+                    false,
+                    "DependenciesNotReady",
+                    format!("Pod exists with phase: {}", phase.unwrap_or("Pending")),
+                ),
+            }
+        };
+        set("Ready", ok, reason, &message);
+        if !matches!(pod_phase.as_deref(), Some("Failed" | "Succeeded")) {
+            // Finished is the one condition removed when the pod is absent or not terminal.
+            conds.retain(|c| c["type"] != json!("Finished"));
+        }
+
+        // (e) one status write if anything changed.
+        let old = obj_map(sb.get("status"));
+        let mut st = old.clone();
+        st.insert(
+            "selector".into(),
+            json!(format!("{NAME_HASH_LABEL}={hash}")),
+        );
+        st.insert("conditions".into(), Value::Array(conds));
+        let ips: Vec<Value> = returned
+            .as_ref()
+            .and_then(|p| p.pointer("/status/podIPs"))
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|i| i.get("ip").cloned()).collect())
+            .unwrap_or_default();
+        if ips.is_empty() {
+            st.remove("podIPs");
+        } else {
+            st.insert("podIPs".into(), Value::Array(ips));
+        }
+        match returned
+            .as_ref()
+            .and_then(|p| s(p, "/spec/nodeName"))
+            .filter(|n| !n.is_empty())
+        {
+            Some(n) => {
+                st.insert("nodeName".into(), json!(n));
+            }
+            None => {
+                st.remove("nodeName");
+            }
+        }
+        if st == old {
+            return;
+        }
+        if v5_4 {
+            let mut patch = st.clone();
+            for k in old.keys() {
+                if !st.contains_key(k) {
+                    patch.insert(k.clone(), Value::Null);
+                }
+            }
+            let _ = self.cluster.patch_status(
+                &sandboxes(),
+                Some(&ns),
+                &name,
+                PatchKind::Merge,
+                &json!({"status": patch}),
+            );
+        } else {
+            let mut body = sb.clone();
+            body["status"] = Value::Object(st);
+            // Update with the resourceVersion read (a concurrent write gives 409; the change
+            // that caused it triggers the next reconcile).
+            let _ = self
+                .cluster
+                .update_status(&sandboxes(), Some(&ns), &name, body);
+        }
+    }
+
+    fn owner_ref(&self, sb: &Value) -> Value {
+        json!([{
+            "apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox",
+            "name": s(sb, "/metadata/name").unwrap_or_default(),
+            "uid": s(sb, "/metadata/uid").unwrap_or_default(),
+            "controller": true, "blockOwnerDeletion": true,
+        }])
+    }
+
+    /// The pod of §2.6.
+    fn pod_for(&self, sb: &Value, hash: &str, vcts: &[Value]) -> Value {
+        let name = s(sb, "/metadata/name").unwrap_or_default();
+        let tmpl = sb
+            .pointer("/spec/podTemplate")
+            .cloned()
+            .unwrap_or(json!({}));
+        let tmpl_labels = obj_map(tmpl.pointer("/metadata/labels"));
+        let tmpl_annotations = obj_map(tmpl.pointer("/metadata/annotations"));
+        let mut labels: Map<String, Value> = tmpl_labels
+            .iter()
+            .filter(|(k, _)| !k.starts_with("agents.x-k8s.io/"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        labels.insert(NAME_HASH_LABEL.into(), json!(hash));
+        let mut annotations = tmpl_annotations.clone();
+        let join = |m: &Map<String, Value>| m.keys().cloned().collect::<Vec<_>>().join(",");
+        if !tmpl_labels.is_empty() {
+            annotations.insert(PROPAGATED_LABELS.into(), json!(join(&tmpl_labels)));
+        }
+        if !tmpl_annotations.is_empty() {
+            annotations.insert(
+                PROPAGATED_ANNOTATIONS.into(),
+                json!(join(&tmpl_annotations)),
+            );
+        }
+        let mut spec = tmpl.get("spec").cloned().unwrap_or(json!({}));
+        if !vcts.is_empty() {
+            let mut volumes: Vec<Value> = spec
+                .get("volumes")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            for vct in vcts {
+                let v = s(vct, "/metadata/name").unwrap_or_default();
+                volumes.retain(|x| s(x, "/name") != Some(v));
+                volumes.push(json!({"name": v, "persistentVolumeClaim": {"claimName": format!("{v}-{name}")}}));
+            }
+            spec["volumes"] = Value::Array(volumes);
+        }
+        json!({
+            "metadata": {"name": name, "labels": labels, "annotations": annotations,
+                "ownerReferences": self.owner_ref(sb)},
+            "spec": spec,
+        })
+    }
+}
+
+/// `meta.SetStatusCondition`: `lastTransitionTime` changes only when `status` flips; reason,
+/// message and observedGeneration are updated in place; a new type is appended.
+fn set_condition(conds: &mut Vec<Value>, mut new: Value, now: &str) {
+    match conds.iter_mut().find(|c| c["type"] == new["type"]) {
+        Some(cur) => {
+            new["lastTransitionTime"] = if cur["status"] == new["status"] {
+                cur.get("lastTransitionTime").cloned().unwrap_or(json!(now))
+            } else {
+                json!(now)
+            };
+            *cur = new;
+        }
+        None => {
+            new["lastTransitionTime"] = json!(now);
+            conds.push(new);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_name_hash_is_fnv1a_32_in_8_hex_digits() {
+        assert_eq!(name_hash("default--demo"), "523e82a3");
+    }
+}

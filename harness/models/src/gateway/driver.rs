@@ -1,0 +1,464 @@
+//! The Kubernetes compute driver (openshell-k8s.md §3): renders and creates the Sandbox CR,
+//! patches `operatingMode` to stop and start (§3.5), deletes with preconditions, and watches
+//! the CRs and the namespace's Events (§3.6) to feed the phase rules. For the reported 0.1.x
+//! topologies it also owns the dedicated supervisor pod and the workload pod's scheduling gate.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::Gateway;
+use super::phase::{Phase, Snapshot};
+use super::store::SandboxRecord;
+use crate::model::{
+    BOOTSTRAP_GATE, GATEWAY_ENDPOINT, SANDBOX_IMAGE_REPO, SUPERVISOR_IMAGE_REPO, Topo,
+    supervisor_pod_name,
+};
+use crate::spec::backoff;
+use kube_emulator::{ApiError, DeleteOptions, ListOptions, PatchKind, ResourceRef};
+
+/// The Sandbox resource version the driver uses (§3.1: v1beta1 first).
+pub const SANDBOX_VERSION: &str = "v1beta1";
+/// The event reason a supervisor posts when bootstrap fails for good (contract, R14).
+pub const BOOTSTRAP_FAILED_EVENT: &str = "BootstrapFailed";
+/// Where the supervisor binary lands in the workload container (§3.3).
+pub const SUPERVISOR_BIN: &str = "/opt/openshell/bin/openshell-sandbox";
+
+fn sandboxes() -> ResourceRef {
+    crate::agent_sandbox::sandboxes_in(SANDBOX_VERSION)
+}
+
+fn events() -> ResourceRef {
+    ResourceRef::new("", "v1", "events")
+}
+
+fn env(pairs: &[(&str, String)]) -> Value {
+    Value::Array(
+        pairs
+            .iter()
+            .map(|(k, v)| json!({"name": k, "value": v}))
+            .collect(),
+    )
+}
+
+/// The main process spec the supervisor launches (`OPENSHELL_MAIN_PROCESS_SPEC`, §3.3). With no
+/// command upstream runs `/bin/bash -l`; the model idles instead (no TTY in the emulator).
+pub fn main_process_spec(command: Option<&Vec<String>>) -> String {
+    json!({"version": 1, "command": command, "tty": false}).to_string()
+}
+
+/// The Sandbox CR for a record (k8s-objects.md §3.1, §3.2; gated topologies as reported).
+pub fn render_sandbox(gw: &Gateway, rec: &SandboxRecord) -> Value {
+    let m = &gw.model;
+    let v = &m.version;
+    let sandbox_image = format!("{SANDBOX_IMAGE_REPO}:latest");
+    let supervisor_image = format!("{SUPERVISOR_IMAGE_REPO}:{v}");
+    let topo = m.topology;
+    let mut agent_env = vec![
+        (
+            "OPENSHELL_MAIN_PROCESS_SPEC",
+            main_process_spec(rec.command.as_ref()),
+        ),
+        ("OPENSHELL_SANDBOX_ID", rec.id.clone()),
+        ("OPENSHELL_SANDBOX", rec.name.clone()),
+    ];
+    let mut agent_cmd = vec![SUPERVISOR_BIN.to_string()];
+    match topo {
+        Topo::Combined => {
+            agent_env.push(("OPENSHELL_ENDPOINT", GATEWAY_ENDPOINT.into()));
+            agent_env.push((
+                "OPENSHELL_K8S_SA_TOKEN_FILE",
+                "/var/run/secrets/openshell/token".into(),
+            ));
+        }
+        _ => {
+            // Sidecar strips the agent's endpoint and credentials (§3.3); so do the 0.1.x ones.
+            agent_cmd.push("--mode=process".into());
+            agent_env.push(("OPENSHELL_SUPERVISOR_TOPOLOGY", topo.name().into()));
+            if topo == Topo::Sidecar {
+                agent_env.push((
+                    "OPENSHELL_SIDECAR_CONTROL_SOCKET",
+                    "/run/openshell-sidecar/control.sock".into(),
+                ));
+            }
+        }
+    }
+    agent_cmd.extend(["--workdir".to_string(), "/sandbox".to_string()]);
+    let mut agent_mounts = vec![
+        json!({"name": "openshell-supervisor-bin", "mountPath": "/opt/openshell/bin", "readOnly": true}),
+        json!({"name": "workspace", "mountPath": "/sandbox"}),
+    ];
+    let mut volumes = vec![
+        json!({"name": "openshell-supervisor-bin", "emptyDir": {}}),
+        json!({"name": "openshell-sa-token", "projected": {"defaultMode": 256, "sources": [
+            {"serviceAccountToken": {"audience": "openshell-gateway", "expirationSeconds": 3600, "path": "token"}}]}}),
+    ];
+    let mut init = vec![
+        json!({"name": "openshell-supervisor-install", "image": supervisor_image,
+               "command": ["/openshell-sandbox", "copy-self", SUPERVISOR_BIN],
+               "volumeMounts": [{"name": "openshell-supervisor-bin", "mountPath": "/opt/openshell/bin"}]}),
+    ];
+    let mut containers = vec![];
+    if topo == Topo::Sidecar {
+        agent_mounts.push(
+            json!({"name": "openshell-sidecar-state", "mountPath": "/run/openshell-sidecar"}),
+        );
+        volumes.push(json!({"name": "openshell-sidecar-state", "emptyDir": {}}));
+        init.push(json!({"name": "openshell-network-init", "image": supervisor_image,
+            "command": ["/openshell-sandbox", "--mode=network-init", "--sidecar-state-dir", "/run/openshell-sidecar"],
+            "volumeMounts": [{"name": "openshell-sidecar-state", "mountPath": "/run/openshell-sidecar"}]}));
+    }
+    init.push(json!({"name": "workspace-init", "image": sandbox_image,
+        "command": ["sh", "-c", "if [ ! -f /workspace-pvc/.workspace-initialized ]; then touch /workspace-pvc/.workspace-initialized; fi"],
+        "volumeMounts": [{"name": "workspace", "mountPath": "/workspace-pvc"}]}));
+    containers.push(json!({
+        "name": "agent",
+        "image": sandbox_image,
+        "command": agent_cmd,
+        "env": env(&agent_env),
+        "volumeMounts": agent_mounts,
+    }));
+    if topo == Topo::Sidecar {
+        containers.push(json!({
+            "name": "openshell-supervisor-network",
+            "image": supervisor_image,
+            "command": ["/openshell-sandbox", "--mode=network"],
+            "env": env(&[
+                ("OPENSHELL_SANDBOX_ID", rec.id.clone()),
+                ("OPENSHELL_SANDBOX", rec.name.clone()),
+                ("OPENSHELL_ENDPOINT", GATEWAY_ENDPOINT.into()),
+                ("OPENSHELL_K8S_SA_TOKEN_FILE", "/var/run/secrets/openshell/token".into()),
+                ("OPENSHELL_SUPERVISOR_TOPOLOGY", "sidecar".into()),
+                ("OPENSHELL_SIDECAR_CONTROL_SOCKET", "/run/openshell-sidecar/control.sock".into()),
+            ]),
+            "volumeMounts": [
+                {"name": "openshell-sidecar-state", "mountPath": "/run/openshell-sidecar"},
+                {"name": "openshell-sa-token", "mountPath": "/var/run/secrets/openshell", "readOnly": true},
+            ],
+        }));
+    }
+    let mut pod_spec = json!({
+        "serviceAccountName": "openshell-sandbox",
+        "automountServiceAccountToken": false,
+        // §1.5: kubelet must not replace the canonical main-process generation.
+        "restartPolicy": "Never",
+        "securityContext": {"fsGroup": 1000},
+        "initContainers": init,
+        "containers": containers,
+        "volumes": volumes,
+    });
+    if topo == Topo::Sidecar {
+        pod_spec["shareProcessNamespace"] = json!(true);
+    }
+    if topo.gated() {
+        // Reported (#3144): the workload pod waits until bootstrap material is ready.
+        pod_spec["schedulingGates"] = json!([{"name": BOOTSTRAP_GATE}]);
+    }
+    let labels = json!({
+        "openshell.ai/sandbox-id": rec.id, "openshell.ai/sandbox-name": rec.name,
+        "openshell.ai/sandbox-workspace": "default", "openshell.ai/managed-by": "openshell",
+        "openshell.ai/gateway-id": "openshell",
+    });
+    json!({
+        "apiVersion": format!("agents.x-k8s.io/{SANDBOX_VERSION}"),
+        "kind": "Sandbox",
+        "metadata": {
+            "name": rec.cr_name,
+            "namespace": gw.namespace,
+            "labels": labels,
+            "annotations": {"openshell.ai/sandbox-id": rec.id, "openshell.ai/sandbox-name": rec.name,
+                            "openshell.ai/sandbox-workspace": "default"},
+        },
+        "spec": {
+            "podTemplate": {
+                "metadata": {"annotations": {"openshell.io/sandbox-id": rec.id}},
+                "spec": pod_spec,
+            },
+            "volumeClaimTemplates": [{"metadata": {"name": "workspace"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "2Gi"}}}}],
+        },
+    })
+}
+
+/// The dedicated supervisor pod of a sandbox (supervisor-pod topology; reported, #3144).
+fn render_supervisor_pod(gw: &Gateway, rec: &SandboxRecord, cr_uid: &str) -> Value {
+    json!({
+        "metadata": {
+            "name": supervisor_pod_name(&rec.cr_name),
+            "namespace": gw.namespace,
+            "labels": {"openshell.ai/component": "supervisor", "openshell.ai/sandbox-name": rec.cr_name},
+            "annotations": {"openshell.io/sandbox-id": rec.id},
+            "ownerReferences": [{"apiVersion": format!("agents.x-k8s.io/{SANDBOX_VERSION}"), "kind": "Sandbox",
+                "name": rec.cr_name, "uid": cr_uid, "controller": true, "blockOwnerDeletion": true}],
+        },
+        "spec": {
+            "serviceAccountName": "openshell-sandbox",
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "supervisor",
+                "image": format!("{SUPERVISOR_IMAGE_REPO}:{}", gw.model.version),
+                "command": ["/openshell-sandbox", "--mode=boundary"],
+                "env": env(&[
+                    ("OPENSHELL_SANDBOX_ID", rec.id.clone()),
+                    ("OPENSHELL_SANDBOX", rec.name.clone()),
+                    ("OPENSHELL_SANDBOX_RESOURCE", rec.cr_name.clone()),
+                    ("OPENSHELL_ENDPOINT", GATEWAY_ENDPOINT.into()),
+                    ("OPENSHELL_SUPERVISOR_TOPOLOGY", "supervisor-pod".into()),
+                ]),
+            }],
+        },
+    })
+}
+
+pub fn create_sandbox(gw: &Gateway, rec: &SandboxRecord) -> Result<(), ApiError> {
+    gw.cluster
+        .create(&sandboxes(), Some(&gw.namespace), render_sandbox(gw, rec))
+        .map(|_| ())
+}
+
+/// §3.5: merge-patch `spec.operatingMode` (v1beta1).
+pub fn set_operating_mode(gw: &Gateway, cr: &str, mode: &str) -> Result<(), ApiError> {
+    gw.cluster
+        .patch(
+            &sandboxes(),
+            Some(&gw.namespace),
+            cr,
+            PatchKind::Merge,
+            &json!({"spec": {"operatingMode": mode}}),
+        )
+        .map(|_| ())
+}
+
+/// Stop (§3.5): patch Suspended, poll 250 ms → 2 s until `Suspended=True`, deadline 60 s.
+pub async fn stop_sandbox(gw: &Arc<Gateway>, name: &str) {
+    let Some(cr) = gw.core().store.get(name).map(|r| r.cr_name.clone()) else {
+        return;
+    };
+    if let Err(e) = set_operating_mode(gw, &cr, "Suspended") {
+        gw.log(
+            "WARN",
+            "openshell_driver_kubernetes",
+            "Failed to stop sandbox",
+            &[("sandbox_name", name), ("error", &e.message)],
+        );
+    }
+    let t = &gw.model.timings;
+    let deadline = tokio::time::Instant::now() + t.stop_deadline;
+    let mut n = 0;
+    loop {
+        let suspended = gw
+            .cluster
+            .get(&sandboxes(), Some(&gw.namespace), &cr)
+            .map(|o| Snapshot::from_cr(&o).suspended)
+            .unwrap_or(true);
+        if suspended {
+            let mut core = gw.core();
+            gw.commit(&mut core, name, |r, rec| r.finish_stop(rec));
+            drop(core);
+            gw.wake.notify_one();
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let mut core = gw.core();
+            gw.commit(&mut core, name, |r, rec| {
+                if rec.phase == Phase::Stopping {
+                    r.set_error(
+                        rec,
+                        "StopFailed",
+                        "timed out waiting for the sandbox to be suspended",
+                    );
+                }
+            });
+            return;
+        }
+        n += 1;
+        tokio::time::sleep(backoff(t.stop_poll_initial, t.stop_poll_cap, n)).await;
+    }
+}
+
+fn has_gate(pod: &Value) -> bool {
+    pod.pointer("/spec/schedulingGates")
+        .and_then(Value::as_array)
+        .is_some_and(|g| !g.is_empty())
+}
+
+/// Delete (§3.5): the CR goes, GC takes the pod and PVC. Returns true if it was already gone.
+/// Reported (bug 2, 0.1.6) and defect `gate-and-pvc-leaked-on-failure`: a sandbox whose workload
+/// pod is still gated is deleted with orphan propagation, leaving that pod and its PVC behind.
+pub fn delete_sandbox(gw: &Gateway, rec: &SandboxRecord) -> bool {
+    let ns = Some(gw.namespace.as_str());
+    let topo = gw.model.topology;
+    let gated_pod = gw
+        .cluster
+        .get(&ResourceRef::pods(), ns, &rec.cr_name)
+        .ok()
+        .is_some_and(|p| has_gate(&p));
+    if topo == Topo::SupervisorPod {
+        let _ = gw.cluster.delete(
+            &ResourceRef::pods(),
+            ns,
+            &supervisor_pod_name(&rec.cr_name),
+            &DeleteOptions::default(),
+        );
+    }
+    let orphan = gw.model.behaviour.leak_gate_and_pvc && topo.gated() && gated_pod;
+    let opts = DeleteOptions {
+        propagation_policy: Some(if orphan { "Orphan" } else { "Background" }.into()),
+        ..Default::default()
+    };
+    match gw.cluster.delete(&sandboxes(), ns, &rec.cr_name, &opts) {
+        Ok(_) => false,
+        Err(e) => e.code == 404,
+    }
+}
+
+/// Every change in the cluster (and a periodic tick) runs one reconcile pass: driver snapshots,
+/// supervisor events, the 0.1.x supervisor pods and gates, and deletions.
+pub async fn reconcile_loop(gw: Arc<Gateway>) {
+    let mut changes = gw.cluster.subscribe();
+    loop {
+        reconcile(&gw);
+        tokio::select! {
+            biased;
+            _ = changes.changed() => {}
+            _ = gw.wake.notified() => {}
+            _ = tokio::time::sleep(gw.model.timings.reconcile_tick) => {}
+        }
+    }
+}
+
+fn by_name(items: Vec<Value>) -> BTreeMap<String, Value> {
+    items
+        .into_iter()
+        .filter_map(|o| {
+            let n = o.pointer("/metadata/name")?.as_str()?.to_string();
+            Some((n, o))
+        })
+        .collect()
+}
+
+pub fn reconcile(gw: &Arc<Gateway>) {
+    let ns = Some(gw.namespace.as_str());
+    let lo = ListOptions::default();
+    let crs = by_name(
+        gw.cluster
+            .list(&sandboxes(), ns, &lo)
+            .map(|r| r.0)
+            .unwrap_or_default(),
+    );
+    let pods = by_name(
+        gw.cluster
+            .list(&ResourceRef::pods(), ns, &lo)
+            .map(|r| r.0)
+            .unwrap_or_default(),
+    );
+    let failures: Vec<(String, String, String)> = gw
+        .cluster
+        .list(&events(), ns, &lo)
+        .map(|r| r.0)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.get("reason").and_then(Value::as_str) == Some(BOOTSTRAP_FAILED_EVENT))
+        .filter_map(|e| {
+            Some((
+                e.pointer("/involvedObject/name")?.as_str()?.to_string(),
+                e.pointer("/metadata/name")?.as_str()?.to_string(),
+                e.get("message")?.as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    let topo = gw.model.topology;
+    let names = gw.core().store.names();
+    for name in names {
+        let mut core = gw.core();
+        let Some(rec) = core.store.get(&name).cloned() else {
+            continue;
+        };
+        let connected = core.sessions.contains_key(&name);
+        let Some(cr) = crs.get(&rec.cr_name) else {
+            if rec.phase == Phase::Deleting {
+                core.store.db.sandboxes.remove(&name);
+                core.store.save();
+                gw.log(
+                    "INFO",
+                    "openshell_server::compute",
+                    "Removing sandbox from store after it disappeared from the compute driver",
+                    &[("sandbox_id", &rec.id), ("sandbox_name", &name)],
+                );
+            }
+            continue;
+        };
+        let workload = pods.get(&rec.cr_name);
+        let gate_pending = topo.gated() && !connected && workload.is_none_or(has_gate);
+        let attached = rec.boundary_attached;
+        let snap = Snapshot::from_cr(cr);
+        gw.commit(&mut core, &name, |r, rec| {
+            r.apply_snapshot(rec, &snap, connected, gate_pending);
+        });
+        for (obj, ev, msg) in &failures {
+            let seen = core
+                .store
+                .get(&name)
+                .is_some_and(|r| r.seen_events.contains(ev));
+            if obj == &rec.cr_name && !seen {
+                gw.commit(&mut core, &name, |r, rec| {
+                    rec.seen_events.push(ev.clone());
+                    r.bootstrap_failed(rec, msg);
+                });
+            }
+        }
+        let phase = core.store.get(&name).map(|r| r.phase);
+        drop(core);
+        // Reported 0.1.x topologies: the dedicated supervisor pod follows the sandbox's intent,
+        // and the workload pod's gate opens once the boundary attached.
+        if topo == Topo::SupervisorPod {
+            let sup = supervisor_pod_name(&rec.cr_name);
+            let wanted = !matches!(
+                phase,
+                Some(Phase::Stopped | Phase::Stopping | Phase::Deleting)
+            );
+            match (wanted, pods.get(&sup)) {
+                (true, None) => {
+                    let uid = cr
+                        .pointer("/metadata/uid")
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    let _ = gw.cluster.create(
+                        &ResourceRef::pods(),
+                        ns,
+                        render_supervisor_pod(gw, &rec, uid),
+                    );
+                }
+                (false, Some(p)) if p.pointer("/metadata/deletionTimestamp").is_none() => {
+                    let _ = gw.cluster.delete(
+                        &ResourceRef::pods(),
+                        ns,
+                        &sup,
+                        &DeleteOptions::default(),
+                    );
+                }
+                _ => {}
+            }
+        }
+        if topo.gated()
+            && attached
+            && let Some(p) = workload
+            && has_gate(p)
+        {
+            let _ = gw.cluster.patch(
+                &ResourceRef::pods(),
+                ns,
+                &rec.cr_name,
+                PatchKind::Merge,
+                &json!({"spec": {"schedulingGates": []}}),
+            );
+            gw.log(
+                "INFO",
+                "openshell_driver_kubernetes",
+                "Released scheduling gate",
+                &[("sandbox_name", &name), ("gate", BOOTSTRAP_GATE)],
+            );
+        }
+    }
+}

@@ -1,0 +1,666 @@
+//! The OpenShell gateway model: a container program (image `ghcr.io/nvidia/openshell/gateway`)
+//! that keeps sandbox records in a store on its PVC, derives phases, serves the client and
+//! supervisor RPCs on port 8080 through [`crate::network::Network`], drives Sandbox CRs
+//! through the Kubernetes driver, and holds the supervisor sessions in memory.
+//!
+//! Parts: [`store`] (durable rows), [`phase`] (derivation), [`rpc`] (types), [`core`] (the
+//! rules over one record), [`driver`] (Kubernetes objects), [`startup`] (the startup sweep).
+
+pub mod core;
+pub mod driver;
+pub mod phase;
+pub mod rpc;
+pub mod startup;
+pub mod store;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use self::core::Rules;
+use self::phase::Phase;
+use self::rpc::{ConnectRequest, ExitAck, SandboxConfig, ServerCert, Session, Status};
+use self::store::{SandboxRecord, Store};
+use super::model::{CredentialFault, GRPC_PORT, OpenShellModel, cr_name};
+use super::program::{ContainerCtx, ContainerProgram};
+use conformance_core::target::{ExecResult, RestartPolicy, SandboxSpec, SandboxView};
+use kube_emulator::Cluster;
+
+/// The gateway container's name in the StatefulSet (k8s-objects.md §4).
+pub const GATEWAY_CONTAINER: &str = "openshell-gateway";
+/// Where the gateway's data PVC is mounted (`sqlite:/var/openshell/openshell.db`).
+pub const DATA_MOUNT: &str = "/var/openshell";
+
+/// The program the kubelet runs for the gateway image.
+pub struct GatewayProgram {
+    pub model: Arc<OpenShellModel>,
+}
+
+#[async_trait]
+impl ContainerProgram for GatewayProgram {
+    async fn run(&self, mut ctx: ContainerCtx) -> i32 {
+        // The StatefulSet's claim template `openshell-data` mounted at /var/openshell.
+        let volume = ctx
+            .cluster
+            .pvc_volume(&ctx.namespace, &format!("openshell-data-{}", ctx.pod));
+        let gw = Gateway::start(
+            self.model.clone(),
+            ctx.cluster.clone(),
+            &ctx.namespace,
+            &ctx.pod,
+            &ctx.container,
+            Store::open(volume),
+        );
+        // §1.5: the startup sweep runs before the watchers and the listeners start.
+        gw.startup_sweep();
+        gw.spawn(driver::reconcile_loop(gw.clone()));
+        ctx.network
+            .bind(&ctx.namespace, &ctx.pod, GRPC_PORT, gw.clone());
+        gw.log(
+            "INFO",
+            "openshell_server",
+            "Server listening",
+            &[("address", "0.0.0.0:8080")],
+        );
+        ctx.set_ready(true);
+        let sig = ctx.signalled().await;
+        ctx.set_ready(false);
+        ctx.network.unbind(&ctx.namespace, &ctx.pod, GRPC_PORT);
+        gw.shutdown();
+        gw.log("INFO", "openshell_server", "Shutting down", &[]);
+        match sig {
+            super::program::Signal::Term => 0,
+            super::program::Signal::Kill => 137,
+        }
+    }
+}
+
+/// One sandbox a shared supervisor must serve (gateway topology).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BoundaryAssignment {
+    pub sandbox_id: String,
+    pub cr_name: String,
+    /// How many times the user started the sandbox again: a boundary that failed for good is
+    /// retried only in a new epoch.
+    pub epoch: u64,
+}
+
+pub(crate) struct SessionEntry {
+    pub id: u64,
+    /// Held so that dropping the entry (stop, delete, shutdown) ends the supervisor's session.
+    pub _alive: watch::Sender<bool>,
+}
+
+pub(crate) struct Core {
+    pub store: Store,
+    pub sessions: BTreeMap<String, SessionEntry>,
+    pub next_session: u64,
+}
+
+/// One running gateway process. Clients and supervisors hold an `Arc<Gateway>` they got from
+/// [`crate::network::Network::connect`]; once the process ends, every call is Unavailable.
+pub struct Gateway {
+    pub model: Arc<OpenShellModel>,
+    pub cluster: Cluster,
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub started: Instant,
+    core: Mutex<Core>,
+    alive: watch::Sender<bool>,
+    pub(crate) wake: Notify,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Gateway {
+    pub fn start(
+        model: Arc<OpenShellModel>,
+        cluster: Cluster,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+        mut store: Store,
+    ) -> Arc<Self> {
+        store.db.boots += 1;
+        store.save();
+        Arc::new(Self {
+            model,
+            cluster,
+            namespace: namespace.to_string(),
+            pod: pod.to_string(),
+            container: container.to_string(),
+            started: Instant::now(),
+            core: Mutex::new(Core {
+                store,
+                sessions: BTreeMap::new(),
+                next_session: 1,
+            }),
+            alive: watch::channel(true).0,
+            wake: Notify::new(),
+            tasks: Mutex::default(),
+        })
+    }
+
+    pub(crate) fn core(&self) -> MutexGuard<'_, Core> {
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn rules(&self) -> Rules {
+        Rules {
+            b: self.model.behaviour,
+            t: self.model.timings.clone(),
+            topology: self.model.topology,
+        }
+    }
+
+    pub fn is_alive(&self) -> bool {
+        *self.alive.borrow()
+    }
+
+    fn check_alive(&self) -> Result<(), Status> {
+        if self.is_alive() {
+            Ok(())
+        } else {
+            Err(Status::unavailable(
+                "error trying to connect: tcp connect error: Connection refused (os error 111)",
+            ))
+        }
+    }
+
+    pub(crate) fn spawn(&self, f: impl std::future::Future<Output = ()> + Send + 'static) {
+        let h = tokio::spawn(f);
+        self.tasks.lock().unwrap_or_else(|p| p.into_inner()).push(h);
+    }
+
+    fn shutdown(&self) {
+        self.alive.send_replace(false);
+        self.core().sessions.clear();
+        for t in self
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
+            t.abort();
+        }
+    }
+
+    /// A tracing-shaped line in the gateway container's log (openshell-k8s.md §6.3).
+    pub(crate) fn log(&self, level: &str, target: &str, msg: &str, fields: &[(&str, &str)]) {
+        let mut line = format!("{level} {target}: {msg}");
+        for (k, v) in fields {
+            if v.contains(' ') {
+                line.push_str(&format!(" {k}=\"{v}\""));
+            } else {
+                line.push_str(&format!(" {k}={v}"));
+            }
+        }
+        self.cluster
+            .append_log(&self.namespace, &self.pod, &self.container, &line);
+    }
+
+    /// Writes a phase (and logs the change); persists the row.
+    pub(crate) fn commit(
+        &self,
+        core: &mut Core,
+        name: &str,
+        f: impl FnOnce(&Rules, &mut SandboxRecord),
+    ) {
+        let rules = self.rules();
+        let Some(rec) = core.store.get_mut(name) else {
+            return;
+        };
+        let before = rec.clone();
+        f(&rules, rec);
+        if *rec != before {
+            if rec.phase != before.phase {
+                let (id, old, new) = (rec.id.clone(), before.phase.name(), rec.phase.name());
+                let reason = rec.reason.clone().unwrap_or_default();
+                self.log(
+                    "INFO",
+                    "openshell_server::compute",
+                    "Sandbox phase changed",
+                    &[
+                        ("sandbox_id", &id),
+                        ("sandbox_name", name),
+                        ("old_phase", old),
+                        ("new_phase", new),
+                        ("reason", &reason),
+                    ],
+                );
+            }
+            core.store.save();
+        }
+    }
+
+    fn view(rec: &SandboxRecord) -> SandboxView {
+        SandboxView {
+            name: rec.name.clone(),
+            phase: rec.phase.name().to_string(),
+            reason: rec.reason.clone().filter(|s| !s.is_empty()),
+            message: rec.message.clone().filter(|s| !s.is_empty()),
+            exit_code: rec.exit_code,
+        }
+    }
+
+    fn by_id<'a>(core: &'a Core, id: &str) -> Option<&'a SandboxRecord> {
+        core.store.db.sandboxes.values().find(|r| r.id == id)
+    }
+
+    // -------------------------------------------------------------------------------------
+    // client RPCs (§1.4)
+    // -------------------------------------------------------------------------------------
+
+    /// CreateSandbox: persists Provisioning, then asks the driver (§1.4 Create).
+    pub fn create_sandbox(&self, spec: &SandboxSpec) -> Result<SandboxView, Status> {
+        self.check_alive()?;
+        if spec.name.is_empty() {
+            return Err(Status::new("InvalidArgument", "sandbox name is required"));
+        }
+        if spec.restart_policy.is_some() && !self.model.behaviour.restart_policy {
+            return Err(Status::new(
+                "InvalidArgument",
+                "unknown field restart_policy (no restart policy in this version)",
+            ));
+        }
+        let rec = {
+            let mut core = self.core();
+            if core.store.get(&spec.name).is_some() {
+                return Err(Status::new(
+                    "AlreadyExists",
+                    format!("sandbox '{}' already exists", spec.name),
+                ));
+            }
+            core.store.db.next_id += 1;
+            let rec = SandboxRecord {
+                id: format!("sbx-{:04}", core.store.db.next_id),
+                name: spec.name.clone(),
+                cr_name: cr_name(&spec.name),
+                phase: Phase::Provisioning,
+                command: spec.command.clone(),
+                restart_policy: spec.restart_policy,
+                ..Default::default()
+            };
+            core.store
+                .db
+                .sandboxes
+                .insert(spec.name.clone(), rec.clone());
+            core.store.save();
+            rec
+        };
+        if let Err(e) = driver::create_sandbox(self, &rec) {
+            let mut core = self.core();
+            core.store.db.sandboxes.remove(&spec.name);
+            core.store.save();
+            return Err(if e.code == 409 {
+                Status::new("AlreadyExists", e.message)
+            } else {
+                Status::new("Internal", e.message)
+            });
+        }
+        self.log(
+            "INFO",
+            "openshell_server::grpc",
+            "Sandbox created",
+            &[("sandbox_id", &rec.id), ("sandbox_name", &rec.name)],
+        );
+        self.wake.notify_one();
+        Ok(Self::view(&rec))
+    }
+
+    pub fn get_sandbox(&self, name: &str) -> Result<Option<SandboxView>, Status> {
+        self.check_alive()?;
+        Ok(self.core().store.get(name).map(Self::view))
+    }
+
+    pub fn list_sandboxes(&self) -> Result<Vec<SandboxView>, Status> {
+        self.check_alive()?;
+        Ok(self
+            .core()
+            .store
+            .db
+            .sandboxes
+            .values()
+            .map(Self::view)
+            .collect())
+    }
+
+    /// StopSandbox (§1.4): returns once Stopping is persisted; the driver work continues.
+    pub fn stop_sandbox(self: &Arc<Self>, name: &str) -> Result<(), Status> {
+        self.check_alive()?;
+        {
+            let mut core = self.core();
+            let rec = core
+                .store
+                .get(name)
+                .ok_or_else(|| Status::not_found(format!("sandbox '{name}' not found")))?;
+            match self.rules().stop_allowed(rec.phase) {
+                core::Verdict::Idempotent => return Ok(()),
+                core::Verdict::Refuse(msg) => return Err(Status::failed_precondition(msg)),
+                core::Verdict::Proceed => {}
+            }
+            self.commit(&mut core, name, |r, rec| r.begin_stop(rec));
+            core.sessions.remove(name);
+        }
+        let gw = self.clone();
+        let name = name.to_string();
+        self.spawn(async move { driver::stop_sandbox(&gw, &name).await });
+        Ok(())
+    }
+
+    /// StartSandbox (§1.4): Starting, patch the CR, return; a session makes it Ready.
+    pub fn start_sandbox(&self, name: &str) -> Result<(), Status> {
+        self.check_alive()?;
+        let cr = {
+            let mut core = self.core();
+            let rec = core
+                .store
+                .get(name)
+                .ok_or_else(|| Status::not_found(format!("sandbox '{name}' not found")))?;
+            match self.rules().start_allowed(rec.phase) {
+                core::Verdict::Idempotent => return Ok(()),
+                core::Verdict::Refuse(msg) => return Err(Status::failed_precondition(msg)),
+                core::Verdict::Proceed => {}
+            }
+            let cr = rec.cr_name.clone();
+            self.commit(&mut core, name, |r, rec| r.begin_start(rec));
+            cr
+        };
+        driver::set_operating_mode(self, &cr, "Running")
+            .map_err(|e| Status::new("Internal", e.message))?;
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// DeleteSandbox (§1.4): any phase; Deleting, then the driver deletes the CR.
+    pub fn delete_sandbox(&self, name: &str) -> Result<(), Status> {
+        self.check_alive()?;
+        let rec = {
+            let mut core = self.core();
+            let rec = core
+                .store
+                .get(name)
+                .cloned()
+                .ok_or_else(|| Status::not_found(format!("Sandbox {name} not found")))?;
+            self.commit(&mut core, name, |_, rec| {
+                rec.phase = Phase::Deleting;
+                rec.reason = Some("Deleting".into());
+                rec.message = None;
+            });
+            core.sessions.remove(name);
+            rec
+        };
+        let gone = driver::delete_sandbox(self, &rec);
+        if gone {
+            let mut core = self.core();
+            core.store.db.sandboxes.remove(name);
+            core.store.save();
+        }
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// ExecSandbox: Ready only (§1.4, grpc/sandbox.rs L1209), then runs in the `agent` container.
+    pub async fn exec(&self, name: &str, argv: &[String]) -> Result<ExecResult, Status> {
+        self.check_alive()?;
+        let cr = {
+            let core = self.core();
+            let rec = core
+                .store
+                .get(name)
+                .ok_or_else(|| Status::not_found(format!("sandbox '{name}' not found")))?;
+            if rec.phase != Phase::Ready {
+                return Err(Status::failed_precondition("sandbox is not ready"));
+            }
+            rec.cr_name.clone()
+        };
+        let out = self
+            .cluster
+            .exec(&self.namespace, &cr, Some("agent"), argv, &[])
+            .await
+            .map_err(|e| Status::unavailable(format!("sandbox relay failed: {}", e.message)))?;
+        Ok(ExecResult {
+            exit_code: out.exit_code,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+
+    // -------------------------------------------------------------------------------------
+    // supervisor RPCs (§2.1, §6.1)
+    // -------------------------------------------------------------------------------------
+
+    /// The certificate this gateway shows a sandbox's supervisor during the TLS handshake.
+    pub fn server_certificate(&self, cr: &str) -> ServerCert {
+        if self.model.has_fault(cr, CredentialFault::Certificate) {
+            ServerCert::UnknownIssuer
+        } else {
+            ServerCert::Trusted
+        }
+    }
+
+    /// IssueSandboxToken: the projected SA token for a gateway JWT (§2.1 token bootstrap).
+    pub fn issue_sandbox_token(&self, sandbox_id: &str, pod_uid: &str) -> Result<String, Status> {
+        self.check_alive()?;
+        let core = self.core();
+        let rec = Self::by_id(&core, sandbox_id)
+            .ok_or_else(|| Status::not_found(format!("sandbox {sandbox_id} not found")))?;
+        if self
+            .model
+            .has_fault(&rec.cr_name, CredentialFault::Credentials)
+        {
+            return Err(Status::unauthenticated(
+                "sandbox service account token rejected: TokenReview: token is not valid for audience openshell-gateway",
+            ));
+        }
+        Ok(format!("jwt.{sandbox_id}.{pod_uid}"))
+    }
+
+    fn token_parts(token: &str) -> Option<(&str, &str)> {
+        let rest = token.strip_prefix("jwt.")?;
+        rest.split_once('.')
+    }
+
+    /// GetSandboxConfig: the policy (the "Policy fetch" of §2.1).
+    pub fn get_sandbox_config(&self, token: &str) -> Result<SandboxConfig, Status> {
+        self.check_alive()?;
+        let (id, pod_uid) = Self::token_parts(token)
+            .ok_or_else(|| Status::unauthenticated("invalid sandbox token"))?;
+        let mut core = self.core();
+        let name = Self::by_id(&core, id)
+            .map(|r| r.name.clone())
+            .ok_or_else(|| Status::not_found(format!("sandbox {id} not found")))?;
+        let mut reset = false;
+        let rules = self.rules();
+        self.commit(&mut core, &name, |r, rec| {
+            reset = r.note_bootstrap_pod(rec, pod_uid);
+        });
+        let _ = rules;
+        let rec = core.store.get(&name).expect("present");
+        Ok(SandboxConfig {
+            sandbox_id: rec.id.clone(),
+            policy_version: 1,
+            command: rec.command.clone(),
+            reset_workspace: reset,
+            main_completed: rec.phase == Phase::Completed,
+        })
+    }
+
+    /// ConnectSupervisor: registers the session; the sandbox becomes Ready (§1.3).
+    pub fn connect_supervisor(self: &Arc<Self>, req: &ConnectRequest) -> Result<Session, Status> {
+        self.check_alive()?;
+        let mut core = self.core();
+        let (name, cr) = Self::by_id(&core, &req.sandbox_id)
+            .map(|r| (r.name.clone(), r.cr_name.clone()))
+            .ok_or_else(|| Status::not_found(format!("sandbox {} not found", req.sandbox_id)))?;
+        if Self::token_parts(&req.token).map(|p| p.0) != Some(req.sandbox_id.as_str()) {
+            return Err(Status::unauthenticated("invalid sandbox token"));
+        }
+        let rules = self.rules();
+        let rec = core.store.get(&name).expect("present").clone();
+        if let Err(refusal) = rules.accept_session(&rec, req) {
+            let st = refusal.status.clone();
+            self.commit(&mut core, &name, |r, rec| r.refuse_session(rec, &refusal));
+            self.log(
+                "WARN",
+                "openshell_server::supervisor_session",
+                "supervisor session: rejected",
+                &[("sandbox_id", &req.sandbox_id), ("error", &st.to_string())],
+            );
+            return Err(st);
+        }
+        let id = core.next_session;
+        core.next_session += 1;
+        let (alive_tx, alive_rx) = watch::channel(true);
+        let (guard_tx, mut guard_rx) = watch::channel(());
+        if core
+            .sessions
+            .insert(
+                name.clone(),
+                SessionEntry {
+                    id,
+                    _alive: alive_tx,
+                },
+            )
+            .is_some()
+        {
+            self.log(
+                "INFO",
+                "openshell_server::supervisor_session",
+                "supervisor session: superseded previous session",
+                &[("sandbox_id", &req.sandbox_id)],
+            );
+        }
+        let mut relaunch = false;
+        self.commit(&mut core, &name, |r, rec| {
+            relaunch = r.session_connected(rec, req);
+        });
+        self.log(
+            "INFO",
+            "openshell_server::supervisor_session",
+            "supervisor session: accepted",
+            &[
+                ("sandbox_id", &req.sandbox_id),
+                ("session_id", &id.to_string()),
+                ("reattach", if req.reattach { "true" } else { "false" }),
+            ],
+        );
+        drop(core);
+        let _ = cr;
+        // The session ends when the supervisor drops its handle.
+        let gw_alive = self.alive.subscribe();
+        let weak = Arc::downgrade(self);
+        let sid = req.sandbox_id.clone();
+        self.spawn(async move {
+            let _ = guard_rx.changed().await;
+            drop(gw_alive);
+            if let Some(gw) = weak.upgrade() {
+                gw.session_ended(&name, id, &sid);
+            }
+        });
+        self.wake.notify_one();
+        Ok(Session {
+            id,
+            heartbeat: self.model.timings.heartbeat,
+            alive: alive_rx,
+            relaunch_main: relaunch,
+            _guard: guard_tx,
+        })
+    }
+
+    fn session_ended(&self, name: &str, id: u64, sandbox_id: &str) {
+        let mut core = self.core();
+        if core.sessions.get(name).map(|s| s.id) != Some(id) {
+            return;
+        }
+        core.sessions.remove(name);
+        self.commit(&mut core, name, |r, rec| r.session_disconnected(rec));
+        self.log(
+            "INFO",
+            "openshell_server::supervisor_session",
+            "supervisor session: ended",
+            &[("sandbox_id", sandbox_id)],
+        );
+    }
+
+    /// ReportMainProcessExit (§1.3 main_process_exited; §8 restart policy).
+    pub fn report_main_exit(
+        &self,
+        token: &str,
+        instance: u64,
+        code: i32,
+        exited_at: Instant,
+    ) -> Result<ExitAck, Status> {
+        self.check_alive()?;
+        let (id, _) = Self::token_parts(token)
+            .ok_or_else(|| Status::unauthenticated("invalid sandbox token"))?;
+        let mut core = self.core();
+        let name = Self::by_id(&core, id)
+            .map(|r| r.name.clone())
+            .ok_or_else(|| Status::not_found(format!("sandbox {id} not found")))?;
+        let across_restart = exited_at < self.started;
+        let mut ack = ExitAck::Ignored;
+        self.commit(&mut core, &name, |r, rec| {
+            ack = r.main_exited(rec, instance, code, across_restart);
+        });
+        Ok(ack)
+    }
+
+    /// The 0.1.x boundary reports its bootstrap material ready; the gate opens (reported).
+    pub fn attach_boundary(&self, token: &str) -> Result<(), Status> {
+        self.check_alive()?;
+        let (id, _) = Self::token_parts(token)
+            .ok_or_else(|| Status::unauthenticated("invalid sandbox token"))?;
+        let mut core = self.core();
+        let Some(name) = Self::by_id(&core, id).map(|r| r.name.clone()) else {
+            return Err(Status::not_found(format!("sandbox {id} not found")));
+        };
+        let mut res = Ok(());
+        self.commit(&mut core, &name, |r, rec| res = r.attach_boundary(rec));
+        drop(core);
+        self.wake.notify_one();
+        res
+    }
+
+    /// The main process was (re)launched (restart policy; replay).
+    pub fn report_main_started(&self, token: &str, instance: u64) -> Result<(), Status> {
+        self.check_alive()?;
+        let (id, _) = Self::token_parts(token)
+            .ok_or_else(|| Status::unauthenticated("invalid sandbox token"))?;
+        let mut core = self.core();
+        let Some(name) = Self::by_id(&core, id).map(|r| r.name.clone()) else {
+            return Err(Status::not_found(format!("sandbox {id} not found")));
+        };
+        let connected = core.sessions.contains_key(&name);
+        self.commit(&mut core, &name, |r, rec| {
+            r.main_started(rec, instance, connected)
+        });
+        Ok(())
+    }
+
+    /// Sandboxes a shared supervisor (gateway topology) must serve.
+    pub fn boundary_assignments(&self) -> Result<Vec<BoundaryAssignment>, Status> {
+        self.check_alive()?;
+        Ok(self
+            .core()
+            .store
+            .db
+            .sandboxes
+            .values()
+            .filter(|r| !matches!(r.phase, Phase::Stopped | Phase::Stopping | Phase::Deleting))
+            .map(|r| BoundaryAssignment {
+                sandbox_id: r.id.clone(),
+                cr_name: r.cr_name.clone(),
+                epoch: r.starts,
+            })
+            .collect())
+    }
+
+    pub fn restart_policy_of(&self, name: &str) -> Option<RestartPolicy> {
+        self.core().store.get(name).and_then(|r| r.restart_policy)
+    }
+}

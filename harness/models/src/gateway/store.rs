@@ -1,0 +1,123 @@
+//! The gateway's durable store: one JSON document on the gateway's PVC volume, the way upstream
+//! keeps an SQLite `objects` table on `openshell-data-openshell-0` (k8s-objects.md §4.2). It
+//! survives gateway restarts; sessions and logs do not (openshell-k8s.md §4.2).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::phase::Phase;
+use conformance_core::target::RestartPolicy;
+use kube_emulator::shell::Volume;
+
+/// Where the database lives inside the gateway's data volume (`sqlite:/var/openshell/openshell.db`).
+pub const DB_PATH: &str = "/openshell.db";
+
+/// One sandbox row (`object_type = "sandbox"`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SandboxRecord {
+    pub id: String,
+    pub name: String,
+    pub cr_name: String,
+    pub phase: Phase,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+    #[serde(default)]
+    pub restart_policy: Option<RestartPolicy>,
+    #[serde(default)]
+    pub restart_count: u32,
+    /// `main_process_instance_id` of the running generation, as the supervisor reported it.
+    #[serde(default)]
+    pub main_instance: Option<u64>,
+    /// The last sandbox pod a supervisor bootstrapped from (to tell a replacement pod).
+    #[serde(default)]
+    pub last_pod_uid: Option<String>,
+    /// A workspace reset is owed to the next bootstrap (defect `workspace-pvc-replaced…`).
+    #[serde(default)]
+    pub workspace_reset_pending: bool,
+    /// Relaunch the completed main on the next session (defect `completed-workload-replayed`).
+    #[serde(default)]
+    pub replay_pending: bool,
+    /// The 0.1.x boundary attached: the workload pod's gate may open.
+    #[serde(default)]
+    pub boundary_attached: bool,
+    /// StartSandbox calls accepted so far (a new boundary epoch on the gateway topology).
+    #[serde(default)]
+    pub starts: u64,
+    /// Kubernetes Events already turned into status (their resourceVersions).
+    #[serde(default)]
+    pub seen_events: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Db {
+    /// Incremented at each gateway start.
+    pub boots: u64,
+    /// Sandbox ids are `sbx-<n>` (deterministic; upstream uses UUIDs).
+    pub next_id: u64,
+    pub sandboxes: BTreeMap<String, SandboxRecord>,
+}
+
+/// The store: the document in memory, written through to the volume on every change.
+pub struct Store {
+    volume: Volume,
+    pub db: Db,
+}
+
+impl Store {
+    /// Opens the store; a missing or unreadable file is a fresh database.
+    pub fn open(volume: Volume) -> Self {
+        let db = volume
+            .read(DB_PATH)
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        Self { volume, db }
+    }
+
+    pub fn save(&self) {
+        let bytes = serde_json::to_vec_pretty(&self.db).expect("the store serializes");
+        self.volume.write(DB_PATH, &bytes);
+    }
+
+    pub fn get(&self, name: &str) -> Option<&SandboxRecord> {
+        self.db.sandboxes.get(name)
+    }
+
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut SandboxRecord> {
+        self.db.sandboxes.get_mut(name)
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.db.sandboxes.keys().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_survive_reopening_the_volume() {
+        let v = Volume::new();
+        let mut s = Store::open(v.clone());
+        s.db.boots = 1;
+        s.db.sandboxes.insert(
+            "demo".into(),
+            SandboxRecord {
+                name: "demo".into(),
+                phase: Phase::Stopped,
+                ..Default::default()
+            },
+        );
+        s.save();
+        let s2 = Store::open(v);
+        assert_eq!(s2.db.boots, 1);
+        assert_eq!(s2.get("demo").unwrap().phase, Phase::Stopped);
+    }
+}

@@ -1,0 +1,151 @@
+//! The Kubernetes models in one call: [`KubeModels::start`] runs the kubelet, the workload
+//! controllers (StatefulSet, Deployment → ReplicaSet) and the Agent Sandbox controller on a
+//! [`Cluster`], and [`KubeConfig`] holds every timing constant and version switch they use as
+//! named data (sources: `/work/shared/reference/k8s-objects.md` §1–§5).
+
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use crate::agent_sandbox::{AgentSandboxController, AgentSandboxVersion};
+use crate::kubelet::Kubelet;
+use crate::network::Network;
+use crate::program::Programs;
+use crate::workloads::WorkloadControllers;
+use kube_emulator::Cluster;
+
+/// How PersistentVolumeClaims get bound (k8s-objects.md §3.3: kind and k3d use
+/// `WaitForFirstConsumer`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VolumeBinding {
+    /// Bound when the first pod that uses the claim is scheduled (the default, as kind/k3d).
+    WaitForFirstConsumer,
+    /// Bound as soon as the kubelet sees the claim.
+    Immediate,
+}
+
+/// Every constant of the Kubernetes models, with defaults that follow upstream.
+#[derive(Clone, Debug)]
+pub struct KubeConfig {
+    /// The single node's name (`spec.nodeName` of every scheduled pod).
+    pub node_name: String,
+    /// The node's address (`status.hostIP`).
+    pub host_ip: String,
+    /// Pod IPs are `<pod_ip_prefix><n>`, n = 2, 3, … in start order (deterministic).
+    pub pod_ip_prefix: String,
+    /// From scheduling to the pod sandbox being ready (image pull + sandbox creation); the
+    /// containers start after it. Default 1 s.
+    pub pod_start_delay: Duration,
+    /// CrashLoopBackOff: the first back-off (kubelet `initialBackOff`, 10 s).
+    pub restart_backoff_initial: Duration,
+    /// CrashLoopBackOff cap (kubelet `MaxContainerBackOff`, 300 s).
+    pub restart_backoff_max: Duration,
+    /// A container that ran at least this long restarts with the initial back-off again
+    /// (kubelet resets the back-off after 2 × max = 10 min without a crash).
+    pub restart_backoff_reset: Duration,
+    /// The kubelet restarts a container the first time it exits without waiting (its back-off
+    /// entry only exists from then on), then waits initial, 2 × initial, … up to max.
+    /// Set to false to wait the initial back-off before the first restart too.
+    pub first_restart_immediate: bool,
+    /// PVC binding mode (see [`VolumeBinding`]).
+    pub volume_binding: VolumeBinding,
+    /// `storageClassName` given to claims that have none (the default class of kind/k3d).
+    pub storage_class: String,
+    /// Which Agent Sandbox controller release to model (k8s-objects.md §1.3). Default v0.5.0,
+    /// the OpenShell CI default.
+    pub agent_sandbox_version: AgentSandboxVersion,
+}
+
+impl Default for KubeConfig {
+    fn default() -> Self {
+        Self {
+            node_name: "emulated-node".into(),
+            host_ip: "172.18.0.2".into(),
+            pod_ip_prefix: "10.244.0.".into(),
+            pod_start_delay: Duration::from_secs(1),
+            restart_backoff_initial: Duration::from_secs(10),
+            restart_backoff_max: Duration::from_secs(300),
+            restart_backoff_reset: Duration::from_secs(600),
+            first_restart_immediate: true,
+            volume_binding: VolumeBinding::WaitForFirstConsumer,
+            storage_class: "standard".into(),
+            agent_sandbox_version: AgentSandboxVersion::V0_5_0,
+        }
+    }
+}
+
+impl KubeConfig {
+    /// The back-off before restart number `restart` (1-based) of a container.
+    pub fn restart_delay(&self, restart: u32) -> Duration {
+        let steps = if self.first_restart_immediate {
+            if restart <= 1 {
+                return Duration::ZERO;
+            }
+            restart - 2
+        } else {
+            restart.saturating_sub(1)
+        };
+        let factor = 1u32.checked_shl(steps.min(31)).unwrap_or(u32::MAX);
+        self.restart_backoff_initial
+            .saturating_mul(factor)
+            .min(self.restart_backoff_max)
+    }
+}
+
+/// The running Kubernetes models. Dropping it stops them (their tasks are aborted); programs
+/// already running in containers are stopped with them.
+pub struct KubeModels {
+    kubelet: Kubelet,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl KubeModels {
+    /// Starts the kubelet, the workload controllers and the Agent Sandbox controller. Call it
+    /// inside a tokio runtime (paused time works: everything waits on tokio time or on changes).
+    pub fn start(
+        cluster: &Cluster,
+        network: &Network,
+        programs: Programs,
+        config: KubeConfig,
+    ) -> Self {
+        let kubelet = Kubelet::new(cluster.clone(), network.clone(), programs, config.clone());
+        let tasks = vec![
+            kubelet.spawn(),
+            WorkloadControllers::new(cluster.clone()).spawn(),
+            AgentSandboxController::new(cluster.clone(), config.agent_sandbox_version).spawn(),
+        ];
+        Self { kubelet, tasks }
+    }
+
+    /// The kubelet: signal or kill one container of a pod, look at its programs.
+    pub fn kubelet(&self) -> &Kubelet {
+        &self.kubelet
+    }
+}
+
+impl Drop for KubeModels {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        self.kubelet.stop_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_restart_back_off_is_immediate_then_ten_seconds_doubling_to_five_minutes() {
+        let c = KubeConfig::default();
+        let d: Vec<u64> = (1..=9).map(|n| c.restart_delay(n).as_secs()).collect();
+        assert_eq!(d, [0, 10, 20, 40, 80, 160, 300, 300, 300]);
+        let c = KubeConfig {
+            first_restart_immediate: false,
+            ..KubeConfig::default()
+        };
+        assert_eq!(c.restart_delay(1).as_secs(), 10);
+        assert_eq!(c.restart_delay(2).as_secs(), 20);
+    }
+}

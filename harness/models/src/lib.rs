@@ -1,0 +1,25 @@
+//! Reference models of OpenShell on Kubernetes, running against the emulated API server in
+//! virtual time: the Kubernetes parts (kubelet, workload controllers, the Agent Sandbox
+//! controller) and the OpenShell parts (gateway, supervisors per topology, client), selectable
+//! by model name and defect switches. Together with [`kube_emulator`] they form the `emulated`
+//! target.
+//!
+//! Two seams keep the parts independent: [`program`] (what runs inside a container, started and
+//! stopped by the kubelet) and [`network`] (in-process connections to pod ports through
+//! Services, available only while a ready pod backs them).
+
+pub mod agent_sandbox;
+pub mod client;
+pub mod gateway;
+pub mod install;
+pub mod kube;
+pub mod kubelet;
+pub mod model;
+pub mod network;
+pub mod program;
+pub mod spec;
+pub mod supervisor;
+pub mod target;
+pub mod workloads;
+
+pub use spec::{DEFECTS, Defect, MODELS, Model, Selection};

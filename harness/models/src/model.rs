@@ -1,0 +1,226 @@
+//! The running OpenShell model: what the gateway, the supervisors, the client and the target
+//! share inside one emulated cluster. It holds the selection and the rules it implies, the
+//! constants, the topology, the harness's fault switches, and the in-container process tables
+//! (a main process and a supervisor process are not Kubernetes objects, so the target reaches
+//! them here, like `kill` inside the container would).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::watch;
+
+use crate::spec::{Behaviour, Selection, Timings};
+
+/// Namespace of the release and of the sandboxes (shared workspace mode; k8s-objects.md §4).
+pub const NAMESPACE: &str = "openshell";
+/// Workspace of every sandbox the harness creates (`--workspace`, default `default`; §5).
+pub const WORKSPACE: &str = "default";
+pub const GATEWAY_IMAGE_REPO: &str = "ghcr.io/nvidia/openshell/gateway";
+pub const SUPERVISOR_IMAGE_REPO: &str = "ghcr.io/nvidia/openshell/supervisor";
+pub const SANDBOX_IMAGE_REPO: &str = "ghcr.io/nvidia/openshell-community/sandboxes/base";
+/// The gateway's callback endpoint (§4.3 `server.grpcEndpoint`).
+pub const GATEWAY_ENDPOINT: &str = "https://openshell.openshell.svc.cluster.local:8080";
+pub const GATEWAY_SERVICE_HOST: &str = "openshell.openshell.svc.cluster.local";
+pub const GRPC_PORT: u16 = 8080;
+
+/// CR (and pod) name of a sandbox in shared mode: `<workspace>--<name>` (§3.2).
+pub fn cr_name(name: &str) -> String {
+    format!("{WORKSPACE}--{name}")
+}
+
+/// The workspace PVC of a sandbox: `workspace-<crName>` (k8s-objects.md §5.1).
+pub fn pvc_name(name: &str) -> String {
+    format!("workspace-{}", cr_name(name))
+}
+
+/// Which supervisor topology the model runs (fixtures/topologies).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Topo {
+    Combined,
+    Sidecar,
+    /// Reported (0.1.x, #3144): a dedicated supervisor pod per sandbox, gated workload pod.
+    SupervisorPod,
+    /// Reported (0.1.x): one shared supervisor Deployment.
+    Gateway,
+}
+
+impl Topo {
+    pub fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "combined" => Self::Combined,
+            "sidecar" => Self::Sidecar,
+            "supervisor-pod" => Self::SupervisorPod,
+            "gateway" => Self::Gateway,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Combined => "combined",
+            Self::Sidecar => "sidecar",
+            Self::SupervisorPod => "supervisor-pod",
+            Self::Gateway => "gateway",
+        }
+    }
+
+    /// The workload pod waits behind a scheduling gate until the boundary attaches (reported).
+    pub fn gated(self) -> bool {
+        matches!(self, Self::SupervisorPod | Self::Gateway)
+    }
+}
+
+/// The scheduling gate of the 0.1.x topologies (reported, #3144).
+pub const BOOTSTRAP_GATE: &str = "openshell.ai/bootstrap-material";
+/// The shared supervisor Deployment of the `gateway` topology (fixtures/topologies/gateway.yaml).
+pub const SHARED_SUPERVISOR: &str = "openshell-supervisor";
+/// Dedicated supervisor pod name of a sandbox (supervisor-pod topology; reported).
+pub fn supervisor_pod_name(cr: &str) -> String {
+    format!("{cr}-supervisor")
+}
+
+/// What the harness broke about one sandbox's bootstrap (Fault::BootstrapCredentials).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CredentialFault {
+    /// The gateway rejects the sandbox's token: Unauthenticated.
+    Credentials,
+    /// The gateway presents a certificate the sandbox cannot verify.
+    Certificate,
+}
+
+/// The main process as its container sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum MainStatus {
+    #[default]
+    NotStarted,
+    Running,
+    Exited(i32),
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MainState {
+    /// The workload pod this state belongs to (a new pod starts from scratch).
+    pub pod_uid: String,
+    /// Increases with every launch in this pod.
+    pub instance: u64,
+    pub status: MainStatus,
+    /// When the current status began (tokio time).
+    pub since: Option<tokio::time::Instant>,
+    /// The boundary decided the exit is final (0.0.111: the supervisor then exits too).
+    pub terminal: bool,
+}
+
+/// The in-pod link between the boundary (policy, session, exit reports) and the process side
+/// (main process), wherever the topology puts them: one process (combined), the control socket
+/// (sidecar), or across pods (supervisor-pod, gateway).
+pub struct Link {
+    pub main: watch::Sender<MainState>,
+    /// Set by the boundary once token exchange and policy fetch succeeded (0: not yet).
+    pub bootstrapped: watch::Sender<u64>,
+    /// Incremented by the boundary to relaunch the main process (restart policy, replay).
+    pub relaunch: watch::Sender<u64>,
+    /// The boundary process is alive (false when its container exited).
+    pub boundary_alive: watch::Sender<bool>,
+}
+
+impl Default for Link {
+    fn default() -> Self {
+        Self {
+            main: watch::channel(MainState::default()).0,
+            bootstrapped: watch::channel(0).0,
+            relaunch: watch::channel(0).0,
+            boundary_alive: watch::channel(false).0,
+        }
+    }
+}
+
+type Kill = tokio::sync::mpsc::UnboundedSender<()>;
+
+#[derive(Default)]
+struct Tables {
+    links: BTreeMap<String, Arc<Link>>,
+    faults: BTreeMap<String, BTreeSet<CredentialFault>>,
+    /// Kill switches of main processes, by CR name.
+    mains: BTreeMap<String, Kill>,
+    /// Kill switches of supervisor processes, by CR name.
+    supervisors: BTreeMap<String, Kill>,
+}
+
+/// Shared by every part of one model instance.
+pub struct OpenShellModel {
+    pub selection: Selection,
+    pub behaviour: Behaviour,
+    pub timings: Timings,
+    pub topology: Topo,
+    /// The OpenShell version images are tagged with.
+    pub version: String,
+    tables: Mutex<Tables>,
+}
+
+impl OpenShellModel {
+    pub fn new(selection: Selection, topology: Topo) -> Arc<Self> {
+        let behaviour = selection.behaviour();
+        let version = selection
+            .model
+            .openshell()
+            .map_or_else(|| "0.1.6".to_string(), |v| v.to_string());
+        Arc::new(Self {
+            selection,
+            behaviour,
+            timings: Timings::default(),
+            topology,
+            version,
+            tables: Mutex::default(),
+        })
+    }
+
+    fn tables(&self) -> MutexGuard<'_, Tables> {
+        self.tables.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn link(&self, cr: &str) -> Arc<Link> {
+        self.tables()
+            .links
+            .entry(cr.to_string())
+            .or_default()
+            .clone()
+    }
+
+    pub fn set_fault(&self, cr: &str, f: CredentialFault, on: bool) {
+        let mut t = self.tables();
+        let set = t.faults.entry(cr.to_string()).or_default();
+        if on {
+            set.insert(f);
+        } else {
+            set.remove(&f);
+        }
+    }
+
+    pub fn has_fault(&self, cr: &str, f: CredentialFault) -> bool {
+        self.tables().faults.get(cr).is_some_and(|s| s.contains(&f))
+    }
+
+    pub(crate) fn register_main(&self, cr: &str, kill: Kill) {
+        self.tables().mains.insert(cr.to_string(), kill);
+    }
+
+    pub(crate) fn register_supervisor(&self, cr: &str, kill: Kill) {
+        self.tables().supervisors.insert(cr.to_string(), kill);
+    }
+
+    /// SIGKILLs the sandbox's main process; false if none runs.
+    pub fn kill_main(&self, cr: &str) -> bool {
+        self.tables()
+            .mains
+            .get(cr)
+            .is_some_and(|k| k.send(()).is_ok())
+    }
+
+    /// SIGKILLs the supervisor process of a sandbox container; false if none runs.
+    pub fn kill_supervisor(&self, cr: &str) -> bool {
+        self.tables()
+            .supervisors
+            .get(cr)
+            .is_some_and(|k| k.send(()).is_ok())
+    }
+}

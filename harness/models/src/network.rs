@@ -1,0 +1,302 @@
+//! The in-process network: programs bind endpoints on their pod's ports, clients connect
+//! through Services. A connection succeeds only while a Running, Ready, non-terminating pod
+//! selected by the Service has the port bound, so scaling the gateway to zero makes it
+//! unreachable at once (openshell-k8s.md §1.5, k8s-objects.md §4), and a blocked Service
+//! black-holes connections like an egress NetworkPolicy would.
+
+use std::any::Any;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::Value;
+
+use kube_emulator::{Cluster, ListOptions, ResourceRef};
+
+type Endpoint = Arc<dyn Any + Send + Sync>;
+
+#[derive(Default)]
+struct Inner {
+    endpoints: BTreeMap<(String, String, u16), Endpoint>,
+    blocked: BTreeSet<(String, String)>,
+}
+
+#[derive(Clone, Default)]
+pub struct Network {
+    inner: Arc<Mutex<Inner>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NetError {
+    /// DNS: no such Service.
+    #[error("dns error: failed to lookup address information: {0}")]
+    NoSuchHost(String),
+    /// No ready pod behind the Service, or none listening on the port.
+    #[error("tcp connect error: Connection refused (os error 111) connecting to {0}")]
+    Refused(String),
+    /// Packets are dropped (a NetworkPolicy): the caller waits its own connect timeout.
+    #[error("connection to {0} timed out")]
+    Blackholed(String),
+}
+
+fn lock(m: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Network {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Listens on a pod port with an endpoint object (any type; clients ask for that type).
+    pub fn bind<T: Send + Sync + 'static>(&self, ns: &str, pod: &str, port: u16, endpoint: Arc<T>) {
+        lock(&self.inner)
+            .endpoints
+            .insert((ns.to_string(), pod.to_string(), port), endpoint);
+    }
+
+    pub fn unbind(&self, ns: &str, pod: &str, port: u16) {
+        lock(&self.inner)
+            .endpoints
+            .remove(&(ns.to_string(), pod.to_string(), port));
+    }
+
+    /// Drops every endpoint of a pod (its containers stopped or it was deleted).
+    pub fn unbind_pod(&self, ns: &str, pod: &str) {
+        lock(&self.inner)
+            .endpoints
+            .retain(|(n, p, _), _| !(n == ns && p == pod));
+    }
+
+    /// Black-holes connections to a Service until [`Network::unblock`].
+    pub fn block(&self, ns: &str, service: &str) {
+        lock(&self.inner)
+            .blocked
+            .insert((ns.to_string(), service.to_string()));
+    }
+
+    pub fn unblock(&self, ns: &str, service: &str) {
+        lock(&self.inner)
+            .blocked
+            .remove(&(ns.to_string(), service.to_string()));
+    }
+
+    /// Connects to `host:port` where host is `svc`, `svc.ns`, `svc.ns.svc` or
+    /// `svc.ns.svc.cluster.local` (resolved from `from_ns` when it has no namespace), and returns
+    /// the endpoint of the first ready backing pod, by name, that listens on the target port.
+    pub fn connect<T: Send + Sync + 'static>(
+        &self,
+        cluster: &Cluster,
+        from_ns: &str,
+        host: &str,
+        port: u16,
+    ) -> Result<Arc<T>, NetError> {
+        let mut parts = host.split('.');
+        let svc = parts.next().unwrap_or_default().to_string();
+        let ns = parts.next().unwrap_or(from_ns).to_string();
+        let addr = format!("{host}:{port}");
+        if lock(&self.inner)
+            .blocked
+            .contains(&(ns.clone(), svc.clone()))
+        {
+            return Err(NetError::Blackholed(addr));
+        }
+        let service = cluster
+            .get(&ResourceRef::new("", "v1", "services"), Some(&ns), &svc)
+            .map_err(|_| NetError::NoSuchHost(host.to_string()))?;
+        let selector: BTreeMap<String, String> = service
+            .pointer("/spec/selector")
+            .and_then(|s| serde_json::from_value(s.clone()).ok())
+            .unwrap_or_default();
+        let target = service
+            .pointer("/spec/ports")
+            .and_then(Value::as_array)
+            .and_then(|ps| {
+                ps.iter()
+                    .find(|p| p.get("port").and_then(Value::as_u64) == Some(u64::from(port)))
+            })
+            .map(|p| p.get("targetPort").cloned().unwrap_or(Value::from(port)))
+            .ok_or_else(|| NetError::Refused(addr.clone()))?;
+        if selector.is_empty() {
+            return Err(NetError::Refused(addr));
+        }
+        let pods = cluster
+            .list(&ResourceRef::pods(), Some(&ns), &ListOptions::default())
+            .map(|(items, _rv)| items)
+            .unwrap_or_default();
+        let inner = lock(&self.inner);
+        for pod in pods.iter().filter(|p| selects(&selector, p) && is_ready(p)) {
+            let name = pod
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let Some(pod_port) = resolve_port(pod, &target) else {
+                continue;
+            };
+            if let Some(ep) = inner
+                .endpoints
+                .get(&(ns.clone(), name.to_string(), pod_port))
+                && let Ok(ep) = ep.clone().downcast::<T>()
+            {
+                return Ok(ep);
+            }
+        }
+        Err(NetError::Refused(addr))
+    }
+}
+
+fn selects(selector: &BTreeMap<String, String>, pod: &Value) -> bool {
+    selector.iter().all(|(k, v)| {
+        pod.pointer("/metadata/labels")
+            .and_then(|l| l.get(k))
+            .and_then(Value::as_str)
+            == Some(v.as_str())
+    })
+}
+
+/// Ready as an EndpointSlice controller sees it: Running, Ready condition True, not terminating.
+pub fn is_ready(pod: &Value) -> bool {
+    pod.pointer("/metadata/deletionTimestamp").is_none()
+        && pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running")
+        && pod
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c.get("type").and_then(Value::as_str) == Some("Ready")
+                        && c.get("status").and_then(Value::as_str) == Some("True")
+                })
+            })
+}
+
+/// A Service `targetPort`, numeric or named, as the pod's port number.
+fn resolve_port(pod: &Value, target: &Value) -> Option<u16> {
+    if let Some(n) = target.as_u64() {
+        return u16::try_from(n).ok();
+    }
+    let name = target.as_str()?;
+    if let Ok(n) = name.parse::<u16>() {
+        return Some(n);
+    }
+    pod.pointer("/spec/containers")?
+        .as_array()?
+        .iter()
+        .flat_map(|c| {
+            c.get("ports")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        })
+        .find(|p| p.get("name").and_then(Value::as_str) == Some(name))
+        .and_then(|p| p.get("containerPort").and_then(Value::as_u64))
+        .and_then(|n| u16::try_from(n).ok())
+}
+
+/// Splits an endpoint URL such as `https://openshell.openshell.svc.cluster.local:8080` into
+/// host and port (default 443 for https, 80 for http).
+pub fn parse_endpoint(url: &str) -> Option<(String, u16)> {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
+    let hostport = rest.split('/').next()?;
+    match hostport.rsplit_once(':') {
+        Some((h, p)) => Some((h.to_string(), p.parse().ok()?)),
+        None => Some((
+            hostport.to_string(),
+            if scheme == "https" { 443 } else { 80 },
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[derive(Debug)]
+    struct Gateway(&'static str);
+
+    fn setup(ready: bool) -> (Cluster, Network) {
+        let c = Cluster::new(kube_emulator::ClusterConfig::default());
+        let svc = ResourceRef::new("", "v1", "services");
+        c.create(
+            &ResourceRef::new("", "v1", "namespaces"),
+            None,
+            json!({"metadata": {"name": "openshell"}}),
+        )
+        .unwrap();
+        c.create(&svc, Some("openshell"), json!({
+            "metadata": {"name": "openshell"},
+            "spec": {"selector": {"app": "gw"}, "ports": [{"name": "grpc", "port": 8080, "targetPort": "grpc"}]}
+        }))
+        .unwrap();
+        c.create(&ResourceRef::pods(), Some("openshell"), json!({
+            "metadata": {"name": "openshell-0", "labels": {"app": "gw"}},
+            "spec": {"containers": [{"name": "gw", "image": "gw", "ports": [{"name": "grpc", "containerPort": 8080}]}]},
+        }))
+        .unwrap();
+        if ready {
+            c.update_status(&ResourceRef::pods(), Some("openshell"), "openshell-0", json!({
+                "metadata": {"name": "openshell-0"},
+                "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+            }))
+            .unwrap();
+        }
+        (c, Network::new())
+    }
+
+    #[tokio::test]
+    async fn a_ready_pod_behind_the_service_answers_on_its_named_target_port() {
+        let (c, net) = setup(true);
+        net.bind("openshell", "openshell-0", 8080, Arc::new(Gateway("gw-0")));
+        let ep: Arc<Gateway> = net
+            .connect(&c, "default", "openshell.openshell.svc.cluster.local", 8080)
+            .unwrap();
+        assert_eq!(ep.0, "gw-0");
+    }
+
+    #[tokio::test]
+    async fn a_service_without_a_ready_pod_refuses_connections() {
+        let (c, net) = setup(false);
+        net.bind("openshell", "openshell-0", 8080, Arc::new(Gateway("gw-0")));
+        let err = net
+            .connect::<Gateway>(&c, "openshell", "openshell", 8080)
+            .unwrap_err();
+        assert!(matches!(err, NetError::Refused(_)), "{err}");
+    }
+
+    #[tokio::test]
+    async fn an_unbound_port_unknown_service_and_blocked_service_each_fail_their_own_way() {
+        let (c, net) = setup(true);
+        assert!(matches!(
+            net.connect::<Gateway>(&c, "openshell", "openshell", 8080),
+            Err(NetError::Refused(_))
+        ));
+        net.bind("openshell", "openshell-0", 8080, Arc::new(Gateway("gw-0")));
+        assert!(matches!(
+            net.connect::<Gateway>(&c, "openshell", "nope", 8080),
+            Err(NetError::NoSuchHost(_))
+        ));
+        net.block("openshell", "openshell");
+        assert!(matches!(
+            net.connect::<Gateway>(&c, "openshell", "openshell", 8080),
+            Err(NetError::Blackholed(_))
+        ));
+        net.unblock("openshell", "openshell");
+        assert!(
+            net.connect::<Gateway>(&c, "openshell", "openshell", 8080)
+                .is_ok()
+        );
+        net.unbind_pod("openshell", "openshell-0");
+        assert!(matches!(
+            net.connect::<Gateway>(&c, "openshell", "openshell", 8080),
+            Err(NetError::Refused(_))
+        ));
+    }
+
+    #[test]
+    fn endpoint_urls_split_into_host_and_port() {
+        assert_eq!(
+            parse_endpoint("https://openshell.openshell.svc.cluster.local:8080"),
+            Some(("openshell.openshell.svc.cluster.local".into(), 8080))
+        );
+        assert_eq!(parse_endpoint("http://gw"), Some(("gw".into(), 80)));
+    }
+}

@@ -1,0 +1,947 @@
+//! The OpenShell supervisor model (`openshell-sandbox`, openshell-k8s.md §2), one program for
+//! the sandbox image's `agent` container and the supervisor image, dispatched on argv:
+//!
+//! - combined (`openshell-sandbox --workdir /sandbox`): boundary and process side in `agent`.
+//! - sidecar: process side in `agent` (`--mode=process`), boundary in
+//!   `openshell-supervisor-network` (`--mode=network`), joined by the control socket in the
+//!   `openshell-sidecar-state` emptyDir (§2.1).
+//! - supervisor-pod (reported, #3144): boundary in a dedicated pod (`--mode=boundary`); the
+//!   workload pod is gated until the boundary attached.
+//! - gateway (reported): one shared Deployment (`--mode=shared-boundary`) runs a boundary per
+//!   sandbox.
+//!
+//! The boundary does token exchange and policy fetch (`grpc_retry`), the supervisor session and
+//! the exit reports; the process side launches the main process only after bootstrap (§2.2).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio::time::{Instant, sleep};
+
+use crate::gateway::Gateway;
+use crate::gateway::driver::BOOTSTRAP_FAILED_EVENT;
+use crate::gateway::rpc::{ConnectRequest, ExitAck, SandboxConfig, ServerCert, Status};
+use crate::model::{Link, MainState, MainStatus, OpenShellModel, pvc_name};
+use crate::network::{NetError, Network, parse_endpoint};
+use crate::program::{ContainerCtx, ContainerProgram, ShellProgram};
+use crate::spec::{Diagnostics, backoff};
+use kube_emulator::shell::DefaultHooks;
+use kube_emulator::{Cluster, ResourceRef};
+
+pub const CONTROL_SOCKET: &str = "/control.sock";
+pub const SIDECAR_STATE_VOLUME: &str = "openshell-sidecar-state";
+
+/// Writes log lines into one container's log (clonable into helper tasks).
+#[derive(Clone)]
+pub struct Log {
+    cluster: Cluster,
+    ns: String,
+    pod: String,
+    container: String,
+}
+
+impl Log {
+    fn of(ctx: &ContainerCtx) -> Self {
+        Self {
+            cluster: ctx.cluster.clone(),
+            ns: ctx.namespace.clone(),
+            pod: ctx.pod.clone(),
+            container: ctx.container.clone(),
+        }
+    }
+    pub fn line(&self, text: &str) {
+        self.cluster
+            .append_log(&self.ns, &self.pod, &self.container, text);
+    }
+}
+
+/// Who the boundary works for and where it runs.
+#[derive(Clone)]
+struct Boundary {
+    model: Arc<OpenShellModel>,
+    cluster: Cluster,
+    network: Network,
+    ns: String,
+    /// The pod the boundary runs in (its uid is bound into the token).
+    pod_uid: String,
+    sandbox_id: String,
+    cr: String,
+    endpoint: String,
+    log: Log,
+    /// The workload pod shares this pod (combined, sidecar): wait for this pod's main.
+    same_pod: bool,
+}
+
+/// Why bootstrap ended for good.
+#[derive(Debug)]
+struct Fatal {
+    message: String,
+}
+
+#[derive(Debug)]
+struct AttemptError {
+    message: String,
+    permanent: bool,
+}
+
+impl Boundary {
+    fn b(&self) -> &crate::spec::Behaviour {
+        &self.model.behaviour
+    }
+
+    /// One connection to the gateway, bounded by the 10 s connect timeout (§2.1).
+    async fn connect(&self) -> Result<Arc<Gateway>, AttemptError> {
+        let (host, port) = parse_endpoint(&self.endpoint).unwrap_or_default();
+        match self
+            .network
+            .connect::<Gateway>(&self.cluster, &self.ns, &host, port)
+        {
+            Ok(gw) if gw.is_alive() => Ok(gw),
+            Ok(_) => Err(AttemptError {
+                message: format!(
+                    "status: Unavailable, message: \"error trying to connect: tcp connect error: Connection refused (os error 111)\", endpoint {}",
+                    self.endpoint
+                ),
+                permanent: false,
+            }),
+            Err(e @ NetError::Blackholed(_)) => {
+                sleep(self.model.timings.connect_timeout).await;
+                Err(AttemptError {
+                    message: format!("status: Unavailable, message: \"transport error: {e}\""),
+                    permanent: false,
+                })
+            }
+            Err(e) => Err(AttemptError {
+                message: format!("status: Unavailable, message: \"error trying to connect: {e}\""),
+                permanent: false,
+            }),
+        }
+    }
+
+    fn status_err(s: &Status) -> AttemptError {
+        AttemptError {
+            message: format!("status: {}, message: \"{}\"", s.code, s.message),
+            permanent: !s.retryable(),
+        }
+    }
+
+    /// One "Policy fetch" attempt: TLS handshake, token exchange, GetSandboxConfig.
+    async fn attempt(&self) -> Result<(String, SandboxConfig), AttemptError> {
+        let gw = self.connect().await?;
+        if gw.server_certificate(&self.cr) == ServerCert::UnknownIssuer && self.b().tls_validation {
+            // No gRPC status: upstream retries it (§2.1); the contract fails fast (R4).
+            return Err(AttemptError {
+                message: "transport error: invalid peer certificate: certificate verify failed (UnknownIssuer)".into(),
+                permanent: self.b().tls_error_permanent,
+            });
+        }
+        let token = gw
+            .issue_sandbox_token(&self.sandbox_id, &self.pod_uid)
+            .map_err(|s| Self::status_err(&s))?;
+        let cfg = gw
+            .get_sandbox_config(&token)
+            .map_err(|s| Self::status_err(&s))?;
+        Ok((token, cfg))
+    }
+
+    /// `load_policy` wrapped in `grpc_retry` (§2.1): 5 attempts, 1/2/4/4 s, permanent codes at
+    /// once; the contract retries with capped backoff until cancelled (R1, R5).
+    async fn bootstrap(&self) -> Result<(String, SandboxConfig), Fatal> {
+        let t = &self.model.timings;
+        let forever = self.b().bootstrap_retry_forever;
+        let mut n: u32 = 0;
+        loop {
+            n += 1;
+            match self.attempt().await {
+                Ok(x) => {
+                    self.log.line(&format!(
+                        "OCSF CONFIG:LOADED [INFO] policy loaded (sandbox_id={}, policy_version={}, attempts={n})",
+                        self.sandbox_id, x.1.policy_version
+                    ));
+                    return Ok(x);
+                }
+                Err(e) => {
+                    let permanent = e.permanent && self.b().permanent_errors_fail_fast;
+                    if permanent {
+                        return Err(Fatal {
+                            message: format!("Policy fetch failed: {}", e.message),
+                        });
+                    }
+                    if !forever && n >= t.policy_fetch_attempts {
+                        let m = format!(
+                            "Policy fetch failed after {} attempts: {}",
+                            t.policy_fetch_attempts, e.message
+                        );
+                        self.log.line(&format!("ERROR openshell_sandbox: {m}"));
+                        return Err(Fatal { message: m });
+                    }
+                    let (delay, max) = if forever {
+                        (
+                            backoff(
+                                t.policy_fetch_backoff_initial,
+                                t.contract_bootstrap_backoff_cap,
+                                n,
+                            ),
+                            "unbounded".to_string(),
+                        )
+                    } else {
+                        (
+                            backoff(
+                                t.policy_fetch_backoff_initial,
+                                t.policy_fetch_backoff_cap,
+                                n,
+                            ),
+                            t.policy_fetch_attempts.to_string(),
+                        )
+                    };
+                    let cause = if self.b().diagnostics == Diagnostics::Hidden {
+                        String::new()
+                    } else {
+                        format!(" error=\"{}\"", e.message.replace('"', "'"))
+                    };
+                    self.log.line(&format!(
+                        "WARN openshell_sandbox: Policy fetch failed, retrying attempt={n} max_attempts={max} retry_in={}ms{cause}",
+                        delay.as_millis()
+                    ));
+                    sleep(delay).await;
+                }
+            }
+        }
+    }
+
+    /// A fatal bootstrap error: logged (and, in the contract, posted as an Event on the Sandbox
+    /// so the gateway can name it, R14).
+    fn report_fatal(&self, f: &Fatal) -> String {
+        match self.b().diagnostics {
+            Diagnostics::Hidden => {
+                self.log.line("Error: sandbox bootstrap failed");
+                "sandbox bootstrap failed".into()
+            }
+            d => {
+                self.log.line(&format!(
+                    "OCSF LIFECYCLE:FAIL [HIGH] bootstrap failed: {}",
+                    f.message
+                ));
+                self.log.line(&format!("Error: {}", f.message));
+                if d == Diagnostics::Named {
+                    let ev = json!({
+                        "metadata": {"name": format!("{}.bootstrap.{}", self.cr, self.pod_uid), "namespace": self.ns},
+                        "involvedObject": {"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox", "name": self.cr, "namespace": self.ns},
+                        "reason": BOOTSTRAP_FAILED_EVENT,
+                        "message": f.message,
+                        "type": "Warning",
+                        "source": {"component": "openshell-sandbox"},
+                        "count": 1,
+                    });
+                    let _ = self.cluster.create(
+                        &ResourceRef::new("", "v1", "events"),
+                        Some(&self.ns),
+                        ev,
+                    );
+                }
+                f.message.clone()
+            }
+        }
+    }
+
+    /// Workspace reset for the defect `workspace-pvc-replaced-on-pod-replacement`.
+    fn reset_workspace(&self) {
+        let name = self.cr.trim_start_matches("default--");
+        let vol = self.cluster.pvc_volume(&self.ns, &pvc_name(name));
+        for entry in vol.list("/").unwrap_or_default() {
+            vol.remove(&entry);
+        }
+        self.log
+            .line("INFO openshell_sandbox: workspace initialised (fresh volume)");
+    }
+
+    /// Everything after bootstrap: attach (gated topologies), wait for the main process, the
+    /// session with reconnects, and exit reports. Never returns unless the session is refused.
+    async fn serve(&self, link: Arc<Link>, token: String, cfg: SandboxConfig, adopted: bool) {
+        let t = self.model.timings.clone();
+        if cfg.reset_workspace {
+            self.reset_workspace();
+        }
+        if self.model.topology.gated() {
+            let mut n = 0;
+            loop {
+                n += 1;
+                let r = match self.connect().await {
+                    Ok(gw) => gw.attach_boundary(&token).map_err(|s| s.to_string()),
+                    Err(e) => Err(e.message),
+                };
+                match r {
+                    Ok(()) => break,
+                    Err(e) => {
+                        let d = backoff(t.session_backoff_initial, t.session_backoff_cap, n);
+                        self.log.line(&format!(
+                            "OCSF NET:FAIL [MED] boundary attach failed, retrying (attempt {n}, retry_in={}s): {e}",
+                            d.as_secs()
+                        ));
+                        sleep(d).await;
+                    }
+                }
+            }
+        }
+        link.bootstrapped.send_modify(|g| *g += 1);
+        if adopted
+            && self.b().replay_completed
+            && matches!(link.main.borrow().status, MainStatus::Exited(_))
+        {
+            // Defect `completed-workload-replayed`: the restarted supervisor runs it again.
+            link.relaunch.send_modify(|n| *n += 1);
+        }
+        // The session opens once the entrypoint started (§2.2 step 9; sidecar EntrypointStarted).
+        let gated = self.model.topology.gated();
+        if gated {
+            self.await_workload(&link, &token).await;
+        } else {
+            let mut main_rx = link.main.subscribe();
+            let own = self.pod_uid.clone();
+            let same_pod = self.same_pod;
+            let _ = main_rx
+                .wait_for(|m| m.status != MainStatus::NotStarted && (!same_pod || m.pod_uid == own))
+                .await;
+        }
+        let reporter = {
+            let me = self.clone();
+            let link = link.clone();
+            let token = token.clone();
+            tokio::spawn(async move { me.report_exits(link, token).await })
+        };
+        let _reporter = AbortOnDrop(reporter);
+        let mut reattach = adopted;
+        let mut n: u32 = 0;
+        loop {
+            if gated {
+                // The workload pod may have been replaced (stop and start) since the last
+                // session: never tell the gateway the sandbox is usable before it is.
+                self.await_workload(&link, &token).await;
+            }
+            let instance = link.main.borrow().instance;
+            let req = ConnectRequest {
+                sandbox_id: self.sandbox_id.clone(),
+                token: token.clone(),
+                pod_uid: self.pod_uid.clone(),
+                main_instance: Some(instance),
+                reattach,
+                policy_version: cfg.policy_version,
+            };
+            let res = match self.connect().await {
+                Ok(gw) => gw.connect_supervisor(&req).map_err(|s| (s, true)),
+                Err(e) => Err((Status::unavailable(e.message), false)),
+            };
+            match res {
+                Ok(mut session) => {
+                    n = 0;
+                    reattach = false;
+                    self.log.line(&format!(
+                        "OCSF NET:OPEN [INFO] supervisor session established (session_id={}, heartbeat_secs={})",
+                        session.id,
+                        session.heartbeat.as_secs()
+                    ));
+                    if session.relaunch_main {
+                        link.relaunch.send_modify(|n| *n += 1);
+                    }
+                    let _ = session.alive.wait_for(|a| !*a).await;
+                }
+                Err((s, reached)) if reached && !s.retryable() => {
+                    self.log.line(&format!(
+                        "OCSF NET:FAIL [HIGH] supervisor session refused, not retrying: {s}"
+                    ));
+                    std::future::pending::<()>().await;
+                }
+                Err(_) => {}
+            }
+            n += 1;
+            let d = backoff(t.session_backoff_initial, t.session_backoff_cap, n);
+            self.log.line(&format!(
+                "OCSF NET:FAIL [LOW] supervisor session failed, reconnecting (attempt {n})"
+            ));
+            sleep(d).await;
+        }
+    }
+
+    /// The workload pod of a gated topology as it stands: (uid, still behind its gate); None
+    /// while it is absent or terminating.
+    fn workload_pod(&self) -> Option<(String, bool)> {
+        let p = self
+            .cluster
+            .get(&ResourceRef::pods(), Some(&self.ns), &self.cr)
+            .ok()?;
+        if p.pointer("/metadata/deletionTimestamp").is_some() {
+            return None;
+        }
+        let uid = p.pointer("/metadata/uid")?.as_str()?.to_string();
+        let gated = p
+            .pointer("/spec/schedulingGates")
+            .and_then(Value::as_array)
+            .is_some_and(|g| !g.is_empty());
+        Some((uid, gated))
+    }
+
+    /// Gated topologies (R1: Ready means usable): waits until the main process was started in
+    /// the *current* workload pod, attaching the boundary again for a replacement pod that
+    /// waits behind its gate (stop and start make a new pod; the link may still describe the
+    /// old one).
+    async fn await_workload(&self, link: &Link, token: &str) {
+        let t = self.model.timings.clone();
+        let mut rx = link.main.subscribe();
+        loop {
+            if let Some((uid, gated)) = self.workload_pod() {
+                if gated {
+                    if let Ok(gw) = self.connect().await {
+                        let _ = gw.attach_boundary(token);
+                    }
+                } else {
+                    let m = rx.borrow_and_update().clone();
+                    if m.pod_uid == uid && m.status != MainStatus::NotStarted {
+                        return;
+                    }
+                }
+            }
+            tokio::select! {
+                biased;
+                _ = rx.changed() => {}
+                _ = sleep(t.session_backoff_initial) => {}
+            }
+        }
+    }
+
+    /// ReportMainProcessExit retried 250 ms → 2 s until acknowledged (§2.1), then the restart
+    /// policy's relaunch (§8).
+    async fn report_exits(&self, link: Arc<Link>, token: String) {
+        let t = self.model.timings.clone();
+        let mut rx = link.main.subscribe();
+        loop {
+            let m = rx
+                .wait_for(|m| matches!(m.status, MainStatus::Exited(_)) && !m.terminal)
+                .await
+                .map(|m| m.clone());
+            let Ok(m) = m else { return };
+            let MainStatus::Exited(code) = m.status else {
+                continue;
+            };
+            if link.main.borrow().terminal {
+                continue;
+            }
+            let at = m.since.unwrap_or_else(Instant::now);
+            let mut n = 0;
+            let ack = loop {
+                n += 1;
+                if let Ok(gw) = self.connect().await
+                    && let Ok(ack) = gw.report_main_exit(&token, m.instance, code, at)
+                {
+                    break ack;
+                }
+                sleep(backoff(t.exit_report_initial, t.exit_report_cap, n)).await;
+            };
+            match ack {
+                ExitAck::RestartAfter(d) => {
+                    sleep(d).await;
+                    link.relaunch.send_modify(|n| *n += 1);
+                    let _ = rx
+                        .wait_for(|x| x.instance > m.instance && x.status == MainStatus::Running)
+                        .await;
+                    let inst = link.main.borrow().instance;
+                    let mut n = 0;
+                    loop {
+                        n += 1;
+                        if let Ok(gw) = self.connect().await
+                            && gw.report_main_started(&token, inst).is_ok()
+                        {
+                            break;
+                        }
+                        sleep(backoff(t.exit_report_initial, t.exit_report_cap, n)).await;
+                    }
+                }
+                ExitAck::Terminal | ExitAck::Ignored => {
+                    link.main.send_modify(|x| {
+                        if x.instance == m.instance {
+                            x.terminal = true;
+                        }
+                    });
+                }
+            }
+        }
+    }
+
+    /// Bootstrap, then serve. Returns only with a fatal error.
+    async fn run(&self, link: Arc<Link>) -> Fatal {
+        let adopted = {
+            let m = link.main.borrow();
+            m.status != MainStatus::NotStarted && (!self.same_pod || m.pod_uid == self.pod_uid)
+        };
+        match self.bootstrap().await {
+            Ok((token, cfg)) => {
+                self.serve(link, token, cfg, adopted).await;
+                Fatal {
+                    message: "supervisor session refused".into(),
+                }
+            }
+            Err(f) => f,
+        }
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The supervisor program (both images).
+pub struct SupervisorProgram {
+    pub model: Arc<OpenShellModel>,
+}
+
+fn flag(argv: &[String], name: &str) -> Option<String> {
+    argv.iter()
+        .find_map(|a| a.strip_prefix(&format!("{name}=")).map(str::to_string))
+}
+
+#[async_trait]
+impl ContainerProgram for SupervisorProgram {
+    async fn run(&self, ctx: ContainerCtx) -> i32 {
+        let is_supervisor = ctx
+            .argv
+            .first()
+            .is_some_and(|a| a.ends_with("openshell-sandbox"));
+        if !is_supervisor {
+            return ShellProgram.run(ctx).await;
+        }
+        if ctx.argv.get(1).map(String::as_str) == Some("copy-self") {
+            ctx.log("Installed supervisor binary to /opt/openshell/bin/openshell-sandbox");
+            return 0;
+        }
+        match flag(&ctx.argv, "--mode").as_deref() {
+            None => self.combined(ctx).await,
+            Some("network-init") => 0,
+            Some("process") => self.process_container(ctx).await,
+            Some("network") => self.boundary_container(ctx, true).await,
+            Some("boundary") => self.boundary_container(ctx, false).await,
+            Some("shared-boundary") => self.shared(ctx).await,
+            Some(other) => {
+                ctx.log(&format!("Error: unknown mode {other}"));
+                2
+            }
+        }
+    }
+}
+
+impl SupervisorProgram {
+    fn boundary(&self, ctx: &ContainerCtx, cr: &str, id: &str, same_pod: bool) -> Boundary {
+        Boundary {
+            model: self.model.clone(),
+            cluster: ctx.cluster.clone(),
+            network: ctx.network.clone(),
+            ns: ctx.namespace.clone(),
+            pod_uid: ctx.pod_uid.clone(),
+            sandbox_id: id.to_string(),
+            cr: cr.to_string(),
+            endpoint: ctx
+                .env("OPENSHELL_ENDPOINT")
+                .unwrap_or(crate::model::GATEWAY_ENDPOINT)
+                .to_string(),
+            log: Log::of(ctx),
+            same_pod,
+        }
+    }
+
+    /// Combined topology: boundary and process side share `agent` (§2.2).
+    async fn combined(&self, ctx: ContainerCtx) -> i32 {
+        let cr = ctx.pod.clone();
+        let id = ctx
+            .env("OPENSHELL_SANDBOX_ID")
+            .unwrap_or_default()
+            .to_string();
+        let link = self.model.link(&cr);
+        reset_main(&link, &ctx.pod_uid);
+        link.bootstrapped.send_replace(0);
+        // No readiness probe: running is ready (k8s-objects.md §5.17).
+        ctx.set_ready(true);
+        ctx.log("INFO openshell_sandbox: Starting sandbox supervision (topology=combined)");
+        let boundary = self.boundary(&ctx, &cr, &id, true);
+        let sup = self.supervise(boundary, link.clone(), &cr);
+        let sigs = ctx.signals();
+        let proc_side = process_side(&self.model, &ctx, link.clone(), Go::Bootstrapped(0));
+        tokio::select! {
+            biased;
+            code = sup => code,
+            code = proc_side => code,
+            s = signalled(sigs) => s.exit_code(),
+        }
+    }
+
+    /// The boundary as a supervisor process: killed by the harness, it either ends its
+    /// container (0.0.111: PID 1, §2.2) or restarts in place and re-attaches (contract, 0.1.x).
+    async fn supervise(&self, boundary: Boundary, link: Arc<Link>, cr: &str) -> i32 {
+        link.boundary_alive.send_replace(true);
+        loop {
+            let (kill_tx, mut kill_rx) = tokio::sync::mpsc::unbounded_channel();
+            self.model.register_supervisor(cr, kill_tx);
+            tokio::select! {
+                biased;
+                fatal = boundary.run(link.clone()) => {
+                    boundary.report_fatal(&fatal);
+                    link.boundary_alive.send_replace(false);
+                    return 1;
+                }
+                _ = kill_rx.recv() => {
+                    boundary.log.line("OCSF PROC:TERMINATE [HIGH] supervisor process killed (signal 9)");
+                    if !self.model.behaviour.supervisor_restarts_in_place {
+                        link.boundary_alive.send_replace(false);
+                        return 137;
+                    }
+                    sleep(self.model.timings.supervisor_restart_delay).await;
+                    boundary.log.line("INFO openshell_sandbox: supervisor process restarted; re-attaching to the running workload");
+                }
+            }
+        }
+    }
+
+    /// Sidecar network container or dedicated supervisor pod.
+    async fn boundary_container(&self, mut ctx: ContainerCtx, sidecar: bool) -> i32 {
+        let cr = ctx
+            .env("OPENSHELL_SANDBOX_RESOURCE")
+            .map_or_else(|| ctx.pod.clone(), str::to_string);
+        let id = ctx
+            .env("OPENSHELL_SANDBOX_ID")
+            .unwrap_or_default()
+            .to_string();
+        let link = self.model.link(&cr);
+        ctx.log(&format!(
+            "INFO openshell_sandbox: Starting sandbox supervision (mode={})",
+            if sidecar { "network" } else { "boundary" }
+        ));
+        ctx.set_ready(true);
+        let boundary = self.boundary(&ctx, &cr, &id, sidecar);
+        let mut bootstrapped = link.bootstrapped.subscribe();
+        let start = *bootstrapped.borrow();
+        let socket = {
+            let cluster = ctx.cluster.clone();
+            let uid = ctx.pod_uid.clone();
+            let log = Log::of(&ctx);
+            async move {
+                if sidecar {
+                    let _ = bootstrapped.wait_for(|g| *g > start).await;
+                    // §2.1: the network sidecar creates the socket only after load_policy.
+                    cluster
+                        .empty_dir(&uid, SIDECAR_STATE_VOLUME)
+                        .write(CONTROL_SOCKET, b"");
+                    log.line("INFO openshell_sandbox: sidecar control socket listening at /run/openshell-sidecar/control.sock");
+                }
+                std::future::pending::<()>().await;
+            }
+        };
+        let sup = self.supervise(boundary, link, &cr);
+        tokio::select! {
+            biased;
+            code = sup => code,
+            _ = socket => 0,
+            s = ctx.signalled() => s.exit_code(),
+        }
+    }
+
+    /// Sidecar and 0.1.x workload containers: the process side only.
+    async fn process_container(&self, ctx: ContainerCtx) -> i32 {
+        let cr = ctx.pod.clone();
+        let link = self.model.link(&cr);
+        reset_main(&link, &ctx.pod_uid);
+        let topo = ctx
+            .env("OPENSHELL_SUPERVISOR_TOPOLOGY")
+            .unwrap_or("sidecar")
+            .to_string();
+        ctx.log(&format!(
+            "INFO openshell_sandbox: Starting sandbox supervision (mode=process, topology={topo})"
+        ));
+        ctx.set_ready(true);
+        let go = if topo == "sidecar" {
+            Go::ControlSocket
+        } else {
+            Go::Bootstrapped(0)
+        };
+        let sigs = ctx.signals();
+        let p = process_side(&self.model, &ctx, link, go);
+        tokio::select! {
+            biased;
+            code = p => code,
+            s = signalled(sigs) => s.exit_code(),
+        }
+    }
+
+    /// The shared supervisor Deployment (gateway topology, reported): one boundary per sandbox
+    /// the gateway assigns.
+    async fn shared(&self, mut ctx: ContainerCtx) -> i32 {
+        ctx.log("INFO openshell_sandbox: Starting shared sandbox supervision (topology=gateway)");
+        ctx.set_ready(true);
+        let me = Arc::new(SupervisorProgram {
+            model: self.model.clone(),
+        });
+        // By CR: the start epoch a boundary was spawned for. A boundary whose bootstrap failed
+        // for good is not retried within that epoch (R4), but a stop and start (a new epoch)
+        // is the documented recovery (R8): it gets a fresh boundary.
+        let mut served: BTreeMap<String, (u64, AbortOnDrop)> = BTreeMap::new();
+        let mut failed: BTreeMap<String, u64> = BTreeMap::new();
+        let endpoint = ctx
+            .env("OPENSHELL_ENDPOINT")
+            .unwrap_or(crate::model::GATEWAY_ENDPOINT)
+            .to_string();
+        let (host, port) = parse_endpoint(&endpoint).unwrap_or_default();
+        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(String, u64)>();
+        loop {
+            while let Ok((cr, epoch)) = done_rx.try_recv() {
+                if served.get(&cr).is_some_and(|(e, _)| *e == epoch) {
+                    served.remove(&cr);
+                }
+                failed.insert(cr, epoch);
+            }
+            if let Ok(gw) =
+                ctx.network
+                    .connect::<Gateway>(&ctx.cluster, &ctx.namespace, &host, port)
+                && let Ok(list) = gw.boundary_assignments()
+            {
+                let wanted: BTreeMap<String, (String, u64)> = list
+                    .into_iter()
+                    .map(|a| (a.cr_name, (a.sandbox_id, a.epoch)))
+                    .collect();
+                served.retain(|cr, _| wanted.contains_key(cr));
+                failed.retain(|cr, e| wanted.get(cr).is_some_and(|w| w.1 == *e));
+                for (cr, (id, epoch)) in wanted {
+                    if served.contains_key(&cr) || failed.contains_key(&cr) {
+                        continue;
+                    }
+                    let b = me.boundary(&ctx, &cr, &id, false);
+                    let link = self.model.link(&cr);
+                    let me2 = me.clone();
+                    let tx = done_tx.clone();
+                    let cr2 = cr.clone();
+                    served.insert(
+                        cr.clone(),
+                        (
+                            epoch,
+                            AbortOnDrop(tokio::spawn(async move {
+                                me2.supervise(b, link, &cr2).await;
+                                let _ = tx.send((cr2, epoch));
+                            })),
+                        ),
+                    );
+                }
+            }
+            tokio::select! {
+                biased;
+                s = ctx.signalled() => return s.exit_code(),
+                _ = sleep(self.model.timings.session_backoff_initial * 2) => {}
+            }
+        }
+    }
+}
+
+async fn signalled(
+    mut rx: tokio::sync::watch::Receiver<Option<crate::program::Signal>>,
+) -> crate::program::Signal {
+    loop {
+        if let Some(s) = *rx.borrow_and_update() {
+            return s;
+        }
+        if rx.changed().await.is_err() {
+            return crate::program::Signal::Kill;
+        }
+    }
+}
+
+fn reset_main(link: &Link, pod_uid: &str) {
+    link.main.send_if_modified(|m| {
+        if m.pod_uid == pod_uid {
+            return false;
+        }
+        *m = MainState {
+            pod_uid: pod_uid.to_string(),
+            ..Default::default()
+        };
+        true
+    });
+}
+
+/// What the process side waits for before the first launch (§2.2).
+enum Go {
+    /// The boundary's bootstrap counter passes this value.
+    Bootstrapped(u64),
+    /// The sidecar's control socket appears (§2.1).
+    ControlSocket,
+}
+
+/// Launches and relaunches the main process; returns the container's exit code when the
+/// container must end (0.0.111 after a terminal exit, a sidecar that gave up, …).
+async fn process_side(
+    model: &Arc<OpenShellModel>,
+    ctx: &ContainerCtx,
+    link: Arc<Link>,
+    go: Go,
+) -> i32 {
+    let log = Log::of(ctx);
+    let b = model.behaviour;
+    let t = model.timings.clone();
+    let cr = ctx.pod.clone();
+    if !b.workload_before_policy {
+        match go {
+            Go::Bootstrapped(v) => {
+                let mut rx = link.bootstrapped.subscribe();
+                let _ = rx.wait_for(|g| *g > v).await;
+            }
+            Go::ControlSocket => {
+                let vol = ctx.cluster.empty_dir(&ctx.pod_uid, SIDECAR_STATE_VOLUME);
+                let started = Instant::now();
+                let mut last_note = Instant::now();
+                while !vol.exists(CONTROL_SOCKET) {
+                    if b.sidecar_gives_up && started.elapsed() >= t.sidecar_ready_timeout {
+                        let m = format!(
+                            "timed out waiting for sidecar control socket /run/openshell-sidecar/control.sock after {}s",
+                            t.sidecar_ready_timeout.as_secs()
+                        );
+                        if b.diagnostics == Diagnostics::Hidden {
+                            log.line("Error: sandbox bootstrap failed");
+                        } else {
+                            log.line(&format!("ERROR openshell_sandbox: {m}"));
+                            log.line(&format!("Error: {m}"));
+                            if b.diagnostics == Diagnostics::Named {
+                                post_failure_event(ctx, &cr, &m);
+                            }
+                        }
+                        return 1;
+                    }
+                    if last_note.elapsed() >= t.heartbeat * 2 {
+                        last_note = Instant::now();
+                        log.line(&format!(
+                            "INFO openshell_sandbox: waiting for sidecar control socket (elapsed={}s)",
+                            started.elapsed().as_secs()
+                        ));
+                    }
+                    sleep(t.sidecar_poll).await;
+                }
+            }
+        }
+    }
+    let spec: Option<Vec<String>> = ctx
+        .env("OPENSHELL_MAIN_PROCESS_SPEC")
+        .and_then(|s| serde_json::from_str::<Value>(s).ok())
+        .and_then(|v| v.get("command").cloned())
+        .and_then(|c| serde_json::from_value(c).ok());
+    let (kill_tx, mut kill_rx) = tokio::sync::mpsc::unbounded_channel();
+    model.register_main(&cr, kill_tx);
+    let mut relaunch = link.relaunch.subscribe();
+    relaunch.borrow_and_update();
+    let mut boundary_alive = link.boundary_alive.subscribe();
+    // A relaunch request seen by `changed()` below: `changed()` marks the value seen, so
+    // `has_changed()` alone would miss it and the request would be lost.
+    let mut requested = false;
+    loop {
+        let launch = matches!(link.main.borrow().status, MainStatus::NotStarted);
+        if launch || requested || relaunch.has_changed().unwrap_or(false) {
+            requested = false;
+            relaunch.borrow_and_update();
+            if link.main.borrow().status == MainStatus::Running {
+                // Already running (a relaunch request for a live process is a no-op).
+            } else {
+                let code = run_main(ctx, &link, &log, spec.clone(), &mut kill_rx).await;
+                if link.main.borrow().terminal && !b.supervisor_restarts_in_place {
+                    return code;
+                }
+                let _ = code;
+                continue;
+            }
+        }
+        tokio::select! {
+            biased;
+            r = relaunch.changed() => requested = r.is_ok(),
+            _ = kill_rx.recv() => {}
+            _ = boundary_alive.wait_for(|a| !*a), if !b.supervisor_restarts_in_place && ctx.container == "agent" && ctx.env("OPENSHELL_SUPERVISOR_TOPOLOGY") == Some("sidecar") => {
+                log.line("ERROR openshell_sandbox: authoritative network-sidecar control channel closed");
+                return 1;
+            }
+            _ = async {
+                let mut rx = link.main.subscribe();
+                let _ = rx.wait_for(|m| m.terminal).await;
+            }, if !b.supervisor_restarts_in_place => {
+                if let MainStatus::Exited(code) = link.main.borrow().status {
+                    return code;
+                }
+            }
+        }
+    }
+}
+
+fn post_failure_event(ctx: &ContainerCtx, cr: &str, message: &str) {
+    let ev = json!({
+        "metadata": {"name": format!("{cr}.bootstrap.{}", ctx.pod_uid), "namespace": ctx.namespace},
+        "involvedObject": {"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox", "name": cr, "namespace": ctx.namespace},
+        "reason": BOOTSTRAP_FAILED_EVENT, "message": message, "type": "Warning", "count": 1,
+    });
+    let _ = ctx.cluster.create(
+        &ResourceRef::new("", "v1", "events"),
+        Some(&ctx.namespace),
+        ev,
+    );
+}
+
+/// One generation of the main process, until it exits or is killed.
+async fn run_main(
+    ctx: &ContainerCtx,
+    link: &Link,
+    log: &Log,
+    spec: Option<Vec<String>>,
+    kill: &mut tokio::sync::mpsc::UnboundedReceiver<()>,
+) -> i32 {
+    while kill.try_recv().is_ok() {}
+    let mut instance = 0;
+    link.main.send_modify(|m| {
+        m.instance += 1;
+        instance = m.instance;
+        m.status = MainStatus::Running;
+        m.since = Some(Instant::now());
+        m.terminal = false;
+    });
+    let shown = spec
+        .as_ref()
+        .map_or_else(|| "(idle)".to_string(), |c| c.join(" "));
+    log.line(&format!(
+        "OCSF PROC:LAUNCH [INFO] main process started (instance={instance}) {shown}"
+    ));
+    let hooks = DefaultHooks::new(ctx.cluster.now_unix());
+    let env = ctx.env.clone();
+    let run = async {
+        match &spec {
+            Some(argv) if !argv.is_empty() => {
+                let out =
+                    kube_emulator::shell::run(argv, &[], &env, "/sandbox", &ctx.mounts, &hooks)
+                        .await;
+                for s in [&out.stdout, &out.stderr] {
+                    if !s.is_empty() {
+                        log.line(String::from_utf8_lossy(s).trim_end());
+                    }
+                }
+                out.exit_code
+            }
+            _ => std::future::pending().await,
+        }
+    };
+    let code = tokio::select! {
+        biased;
+        c = run => c,
+        _ = kill.recv() => crate::program::Signal::Kill.exit_code(),
+    };
+    log.line(&format!(
+        "OCSF PROC:TERMINATE [INFO] main process exited (instance={instance}) [exit:{code}]"
+    ));
+    link.main.send_modify(|m| {
+        if m.instance == instance {
+            m.status = MainStatus::Exited(code);
+            m.since = Some(Instant::now());
+        }
+    });
+    code
+}

@@ -1,0 +1,559 @@
+//! The `emulated` target: a fresh in-process cluster per case, the Kubernetes models, and an
+//! OpenShell model installed on it. Scenarios see it only through [`Target`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::json;
+
+use crate::client::OpenShellClient;
+use crate::gateway::GatewayProgram;
+use crate::model::{
+    CredentialFault, GATEWAY_IMAGE_REPO, NAMESPACE, OpenShellModel, SANDBOX_IMAGE_REPO,
+    SHARED_SUPERVISOR, SUPERVISOR_IMAGE_REPO, Topo, cr_name, supervisor_pod_name,
+};
+use crate::network::{Network, is_ready};
+use crate::program::Programs;
+use crate::spec::{AgentSandboxVersion, Model, Selection};
+use crate::supervisor::SupervisorProgram;
+use conformance_core::target::{
+    Capability, ExecResult, Fault, Observers, SandboxSpec, SandboxView, Target, TargetError,
+    TargetFactory, TargetInfo, TargetResult,
+};
+use conformance_core::timeline::{ObjectState, Recorder};
+use conformance_core::topology::Topology;
+use conformance_observe::{self as observe, ObserveSpec, sandbox_resource};
+use kube_emulator::{Cluster, ClusterConfig, ResourceRef};
+
+/// Deadlines of the target's own waits (install, faults), and how often they poll.
+#[derive(Clone, Debug)]
+pub struct TargetTimings {
+    pub install_deadline: Duration,
+    pub fault_deadline: Duration,
+    pub poll: Duration,
+    /// The gateway view is recorded this often while the gateway answers.
+    pub view_poll: Duration,
+}
+
+impl Default for TargetTimings {
+    fn default() -> Self {
+        Self {
+            install_deadline: Duration::from_secs(300),
+            fault_deadline: Duration::from_secs(300),
+            poll: Duration::from_millis(250),
+            view_poll: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Makes emulated targets for one model selection.
+pub struct EmulatedFactory {
+    pub selection: Selection,
+}
+
+impl EmulatedFactory {
+    pub fn new(selection: Selection) -> Self {
+        Self { selection }
+    }
+}
+
+fn info_for(sel: &Selection) -> TargetInfo {
+    let mut versions = BTreeMap::new();
+    let openshell = sel.model.openshell();
+    versions.insert(
+        "openshell".to_string(),
+        openshell
+            .as_ref()
+            .map_or_else(|| "contract".to_string(), |v| v.to_string()),
+    );
+    versions.insert(
+        "agent-sandbox".to_string(),
+        sel.agent_sandbox.name().to_string(),
+    );
+    let mut capabilities: BTreeSet<Capability> = [
+        Capability::RestartPolicy,
+        Capability::MainCommand,
+        Capability::GatewayStop,
+        Capability::GatewayRestart,
+        Capability::SandboxPodReplace,
+        Capability::SupervisorKill,
+        Capability::MainProcessKill,
+        Capability::BootstrapCredentialFault,
+    ]
+    .into_iter()
+    .collect();
+    if sel.model == Model::OpenShell0_0_111 {
+        // §1.5: no restart policy at v0.0.111.
+        capabilities.remove(&Capability::RestartPolicy);
+    }
+    TargetInfo {
+        kind: "emulated".into(),
+        model: Some(sel.model.name().to_string()),
+        defects: sel.defect_names(),
+        openshell,
+        versions,
+        capabilities,
+    }
+}
+
+#[async_trait]
+impl TargetFactory for EmulatedFactory {
+    fn info(&self) -> TargetInfo {
+        info_for(&self.selection)
+    }
+
+    async fn provision(
+        &self,
+        topology: &Topology,
+        _rec: &Recorder,
+    ) -> TargetResult<Arc<dyn Target>> {
+        let topo = Topo::from_name(&topology.name).ok_or_else(|| {
+            TargetError::Unsupported(format!(
+                "the emulated models have no topology {}",
+                topology.name
+            ))
+        })?;
+        Ok(Arc::new(EmulatedTarget::start(
+            self.selection.clone(),
+            topo,
+        )))
+    }
+}
+
+/// One emulated cluster with an OpenShell model on it.
+pub struct EmulatedTarget {
+    pub cluster: Cluster,
+    pub network: Network,
+    pub model: Arc<OpenShellModel>,
+    pub client: OpenShellClient,
+    pub timings: TargetTimings,
+    kube: Mutex<Option<crate::kube::KubeModels>>,
+    /// StatefulSet replicas before a GatewayStop.
+    saved_replicas: Mutex<Option<i32>>,
+}
+
+/// The Agent Sandbox release the Kubernetes models run for a selection (§2.3 table).
+fn agent_sandbox(v: AgentSandboxVersion) -> crate::agent_sandbox::AgentSandboxVersion {
+    match v {
+        AgentSandboxVersion::V0_5_0 => crate::agent_sandbox::AgentSandboxVersion::V0_5_0,
+        AgentSandboxVersion::V0_5_1Plus => crate::agent_sandbox::AgentSandboxVersion::V0_5_4,
+    }
+}
+
+impl EmulatedTarget {
+    /// A fresh cluster, network and Kubernetes models running the selection's programs.
+    pub fn start(selection: Selection, topo: Topo) -> Self {
+        Self::start_with(selection, topo, ClusterConfig::default())
+    }
+
+    /// As [`EmulatedTarget::start`] on a cluster built from `cfg` (e.g. a wall-clock epoch).
+    pub fn start_with(selection: Selection, topo: Topo, mut cfg: ClusterConfig) -> Self {
+        if !cfg.namespaces.iter().any(|n| n == NAMESPACE) {
+            cfg.namespaces.push(NAMESPACE.to_string());
+        }
+        cfg.crds.push(crate::agent_sandbox::crd());
+        let cluster = Cluster::new(cfg);
+        let network = Network::new();
+        let agent = agent_sandbox(selection.agent_sandbox);
+        let model = OpenShellModel::new(selection, topo);
+        let mut programs = Programs::new();
+        programs.register(
+            GATEWAY_IMAGE_REPO,
+            Arc::new(GatewayProgram {
+                model: model.clone(),
+            }),
+        );
+        let sup = Arc::new(SupervisorProgram {
+            model: model.clone(),
+        });
+        programs.register(SUPERVISOR_IMAGE_REPO, sup.clone());
+        programs.register(SANDBOX_IMAGE_REPO, sup);
+        let kube = crate::kube::KubeModels::start(
+            &cluster,
+            &network,
+            programs,
+            crate::kube::KubeConfig {
+                agent_sandbox_version: agent,
+                ..Default::default()
+            },
+        );
+        Self {
+            client: OpenShellClient::new(cluster.clone(), network.clone()),
+            cluster,
+            network,
+            model,
+            timings: TargetTimings::default(),
+            kube: Mutex::new(Some(kube)),
+            saved_replicas: Mutex::new(None),
+        }
+    }
+
+    fn spec(&self) -> ObserveSpec {
+        ObserveSpec {
+            namespace: NAMESPACE.into(),
+            sandbox_resource: sandbox_resource("v1beta1"),
+        }
+    }
+
+    fn pod(&self, name: &str) -> Option<serde_json::Value> {
+        self.cluster
+            .get(&ResourceRef::pods(), Some(NAMESPACE), name)
+            .ok()
+    }
+
+    /// Polls `cond` until it holds or the deadline passes; the error names what was awaited
+    /// and the last state seen.
+    async fn wait(
+        &self,
+        what: &str,
+        mut cond: impl FnMut(&Self) -> Result<(), String>,
+    ) -> TargetResult<()> {
+        let deadline = tokio::time::Instant::now() + self.timings.fault_deadline;
+        loop {
+            match cond(self) {
+                Ok(()) => return Ok(()),
+                Err(last) if tokio::time::Instant::now() >= deadline => {
+                    return Err(TargetError::Infra(format!(
+                        "gave up waiting for {what} after {}s; last seen: {last}",
+                        self.timings.fault_deadline.as_secs()
+                    )));
+                }
+                Err(_) => tokio::time::sleep(self.timings.poll).await,
+            }
+        }
+    }
+
+    fn pod_summary(p: Option<&serde_json::Value>) -> String {
+        match p {
+            None => "absent".into(),
+            Some(p) => format!(
+                "uid={} phase={} ready={} deleting={}",
+                p.pointer("/metadata/uid")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("?"),
+                p.pointer("/status/phase")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("?"),
+                is_ready(p),
+                p.pointer("/metadata/deletionTimestamp").is_some()
+            ),
+        }
+    }
+
+    fn gateway_ready(&self) -> Result<(), String> {
+        let sts = self
+            .cluster
+            .get(
+                &ResourceRef::new("apps", "v1", "statefulsets"),
+                Some(NAMESPACE),
+                "openshell",
+            )
+            .map_err(|e| e.message)?;
+        let want = sts
+            .pointer("/spec/replicas")
+            .and_then(|v| v.as_i64())
+            .unwrap_or(1);
+        let ready = sts
+            .pointer("/status/readyReplicas")
+            .and_then(|v| v.as_i64())
+            .unwrap_or(0);
+        let reachable = self.client.connect().is_ok();
+        if ready >= want && reachable {
+            Ok(())
+        } else {
+            Err(format!(
+                "StatefulSet openshell readyReplicas={ready}/{want}, gateway reachable={reachable}, pod openshell-0 {}",
+                Self::pod_summary(self.pod("openshell-0").as_ref())
+            ))
+        }
+    }
+
+    /// The gateway's views of every sandbox it knows, as timeline states.
+    pub fn gateway_views(&self) -> Vec<ObjectState> {
+        self.client
+            .list()
+            .map(|vs| vs.iter().map(SandboxView::to_state).collect())
+            .unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl Target for EmulatedTarget {
+    fn info(&self) -> TargetInfo {
+        info_for(&self.model.selection)
+    }
+
+    async fn install(&self, _topology: &Topology) -> TargetResult<()> {
+        crate::install::install(&self.cluster, &self.model)
+            .map_err(|e| TargetError::Infra(format!("install: {}", e.message)))?;
+        let deadline = tokio::time::Instant::now() + self.timings.install_deadline;
+        loop {
+            match self.gateway_ready() {
+                Ok(()) => return Ok(()),
+                Err(last) if tokio::time::Instant::now() >= deadline => {
+                    return Err(TargetError::Infra(format!(
+                        "install: gave up waiting for the gateway to be ready after {}s; last seen: {last}",
+                        self.timings.install_deadline.as_secs()
+                    )));
+                }
+                Err(_) => tokio::time::sleep(self.timings.poll).await,
+            }
+        }
+    }
+
+    async fn observe(&self, rec: Recorder) -> TargetResult<Observers> {
+        let mut obs = observe::spawn(self.cluster.client(), &self.spec())(rec.clone());
+        let client = self.client.clone();
+        let every = self.timings.view_poll;
+        obs.push(tokio::spawn(async move {
+            loop {
+                if let Ok(views) = client.list() {
+                    for v in views {
+                        rec.observe(v.to_state());
+                    }
+                }
+                tokio::time::sleep(every).await;
+            }
+        }));
+        Ok(obs)
+    }
+
+    async fn snapshot(&self) -> TargetResult<Vec<ObjectState>> {
+        let mut out = observe::snapshot(self.cluster.client(), &self.spec())
+            .await
+            .map_err(|e| TargetError::Infra(format!("snapshot: {e}")))?;
+        out.extend(self.gateway_views());
+        Ok(out)
+    }
+
+    async fn create_sandbox(&self, spec: &SandboxSpec) -> TargetResult<SandboxView> {
+        self.client.create(spec)
+    }
+
+    async fn get_sandbox(&self, name: &str) -> TargetResult<Option<SandboxView>> {
+        self.client.get(name)
+    }
+
+    async fn exec(&self, sandbox: &str, argv: &[String]) -> TargetResult<ExecResult> {
+        self.client.exec(sandbox, argv).await
+    }
+
+    async fn probe_exec(&self, sandbox: &str, argv: &[String]) -> TargetResult<ExecResult> {
+        let out = self
+            .cluster
+            .exec(NAMESPACE, &cr_name(sandbox), Some("agent"), argv, &[])
+            .await
+            .map_err(|e| TargetError::refused("KubernetesExec", e.message))?;
+        Ok(ExecResult {
+            exit_code: out.exit_code,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+
+    async fn read_workspace(&self, sandbox: &str, path: &str) -> TargetResult<Option<String>> {
+        // The PVC's volume, as a reader pod mounting `workspace-<cr>` would see it.
+        let vol = self
+            .cluster
+            .pvc_volume(NAMESPACE, &crate::model::pvc_name(sandbox));
+        Ok(vol
+            .read(&format!("/{}", path.trim_start_matches('/')))
+            .map(|b| String::from_utf8_lossy(&b).into_owned()))
+    }
+
+    async fn stop_sandbox(&self, name: &str) -> TargetResult<()> {
+        self.client.stop(name)
+    }
+
+    async fn start_sandbox(&self, name: &str) -> TargetResult<()> {
+        self.client.start(name)
+    }
+
+    async fn delete_sandbox(&self, name: &str) -> TargetResult<()> {
+        self.client.delete(name)
+    }
+
+    async fn inject(&self, fault: &Fault) -> TargetResult<()> {
+        let kc = self.cluster.client();
+        let infra = |e: kube::Error| TargetError::Infra(e.to_string());
+        match fault {
+            Fault::GatewayStop => {
+                // Through the kube client: the scale subresource, as kubectl scale does.
+                let sts: Api<StatefulSet> = Api::namespaced(kc.clone(), NAMESPACE);
+                let cur = sts.get_scale("openshell").await.map_err(infra)?;
+                let replicas = cur.spec.and_then(|s| s.replicas).unwrap_or(1);
+                self.saved_replicas
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(replicas);
+                sts.patch_scale(
+                    "openshell",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"replicas": 0}})),
+                )
+                .await
+                .map_err(infra)?;
+                self.wait("pod openshell-0 to be gone", |t| {
+                    match t.pod("openshell-0") {
+                        None => Ok(()),
+                        p => Err(format!("pod openshell-0 {}", Self::pod_summary(p.as_ref()))),
+                    }
+                })
+                .await
+            }
+            Fault::GatewayRestart => {
+                let pods: Api<Pod> = Api::namespaced(kc, NAMESPACE);
+                pods.delete("openshell-0", &DeleteParams::default())
+                    .await
+                    .map_err(infra)?;
+                Ok(())
+            }
+            Fault::SandboxPodReplace { sandbox } => {
+                let pods: Api<Pod> = Api::namespaced(kc, NAMESPACE);
+                let name = cr_name(sandbox);
+                let old = self.pod(&name).and_then(|p| {
+                    p.pointer("/metadata/uid")
+                        .and_then(|u| u.as_str())
+                        .map(String::from)
+                });
+                pods.delete(&name, &DeleteParams::default())
+                    .await
+                    .map_err(infra)?;
+                self.wait(&format!("pod {name} to be replaced"), |t| {
+                    let p = t.pod(&name);
+                    let uid = p
+                        .as_ref()
+                        .and_then(|p| p.pointer("/metadata/uid").and_then(|u| u.as_str()));
+                    if uid.is_some() && uid != old.as_deref() {
+                        Ok(())
+                    } else {
+                        Err(format!("pod {name} {}", Self::pod_summary(p.as_ref())))
+                    }
+                })
+                .await
+            }
+            Fault::SupervisorKill { sandbox } => {
+                let cr = cr_name(sandbox);
+                match self.model.topology {
+                    Topo::Combined | Topo::Sidecar => {
+                        if self.model.kill_supervisor(&cr) {
+                            Ok(())
+                        } else {
+                            // Nothing to kill (the supervisor has exited, for example after
+                            // the main process finished): the case cannot test a restart.
+                            Err(TargetError::Unsupported(format!(
+                                "no supervisor process runs for sandbox {sandbox}, so it cannot be restarted"
+                            )))
+                        }
+                    }
+                    Topo::SupervisorPod => {
+                        let pods: Api<Pod> = Api::namespaced(kc, NAMESPACE);
+                        pods.delete(&supervisor_pod_name(&cr), &DeleteParams::default())
+                            .await
+                            .map_err(infra)?;
+                        Ok(())
+                    }
+                    Topo::Gateway => {
+                        let pods: Api<Pod> = Api::namespaced(kc, NAMESPACE);
+                        let list = pods
+                            .list(
+                                &kube::api::ListParams::default()
+                                    .labels("app.kubernetes.io/component=supervisor"),
+                            )
+                            .await
+                            .map_err(infra)?;
+                        let Some(p) = list.items.first().and_then(|p| p.metadata.name.clone())
+                        else {
+                            return Err(TargetError::Infra(format!(
+                                "no pod of Deployment {SHARED_SUPERVISOR} found"
+                            )));
+                        };
+                        pods.delete(&p, &DeleteParams::default())
+                            .await
+                            .map_err(infra)?;
+                        Ok(())
+                    }
+                }
+            }
+            Fault::MainProcessKill { sandbox } => {
+                if self.model.kill_main(&cr_name(sandbox)) {
+                    Ok(())
+                } else {
+                    Err(TargetError::Infra(format!(
+                        "no main process runs for sandbox {sandbox}"
+                    )))
+                }
+            }
+            Fault::BootstrapCredentials { sandbox, what } => {
+                let f = credential_fault(what)?;
+                self.model.set_fault(&cr_name(sandbox), f, true);
+                Ok(())
+            }
+        }
+    }
+
+    async fn restore(&self, fault: &Fault) -> TargetResult<()> {
+        let kc = self.cluster.client();
+        let infra = |e: kube::Error| TargetError::Infra(e.to_string());
+        match fault {
+            Fault::GatewayStop => {
+                let replicas = self
+                    .saved_replicas
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take()
+                    .unwrap_or(1);
+                let sts: Api<StatefulSet> = Api::namespaced(kc, NAMESPACE);
+                sts.patch_scale(
+                    "openshell",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+                )
+                .await
+                .map_err(infra)?;
+                self.wait("StatefulSet openshell readyReplicas", Self::gateway_ready)
+                    .await
+            }
+            Fault::GatewayRestart => {
+                self.wait(
+                    "the replacement gateway pod to be ready",
+                    Self::gateway_ready,
+                )
+                .await
+            }
+            Fault::SandboxPodReplace { .. }
+            | Fault::SupervisorKill { .. }
+            | Fault::MainProcessKill { .. } => Ok(()),
+            Fault::BootstrapCredentials { sandbox, what } => {
+                let f = credential_fault(what)?;
+                self.model.set_fault(&cr_name(sandbox), f, false);
+                Ok(())
+            }
+        }
+    }
+
+    async fn teardown(&self) -> TargetResult<()> {
+        if let Ok(views) = self.client.list() {
+            for v in views {
+                let _ = self.client.delete(&v.name);
+            }
+        }
+        drop(self.kube.lock().unwrap_or_else(|p| p.into_inner()).take());
+        Ok(())
+    }
+}
+
+fn credential_fault(what: &str) -> TargetResult<CredentialFault> {
+    match what {
+        "credentials" => Ok(CredentialFault::Credentials),
+        "certificate" => Ok(CredentialFault::Certificate),
+        other => Err(TargetError::Unsupported(format!(
+            "bootstrap-credentials fault '{other}'; valid: credentials, certificate"
+        ))),
+    }
+}

@@ -1,0 +1,290 @@
+//! The OpenShell models on the emulated cluster, in paused (virtual) time, judged only from what
+//! a harness can observe: gateway views, pod objects, container logs and workspace files.
+//!
+//! Until the workload controllers and the Agent Sandbox controller land (branch kube-models),
+//! `materialise` stands in for them in these tests only: it creates the gateway pod from the
+//! StatefulSet template and a sandbox's pod and PVC from its CR, exactly as named upstream.
+
+use std::time::Duration;
+
+use conformance_core::target::{SandboxSpec, SandboxView};
+use conformance_models::model::{NAMESPACE, Topo, cr_name, pvc_name};
+use conformance_models::spec::{Defect, Model, Selection};
+use conformance_models::target::EmulatedTarget;
+use kube_emulator::{ListOptions, ResourceRef};
+use serde_json::{Value, json};
+
+fn pvcs() -> ResourceRef {
+    ResourceRef::new("", "v1", "persistentvolumeclaims")
+}
+
+fn create_gateway_pod(t: &EmulatedTarget) {
+    let sts = t
+        .cluster
+        .get(
+            &ResourceRef::new("apps", "v1", "statefulsets"),
+            Some(NAMESPACE),
+            "openshell",
+        )
+        .unwrap();
+    let _ = t.cluster.create(
+        &pvcs(),
+        Some(NAMESPACE),
+        json!({"metadata": {"name": "openshell-data-openshell-0"},
+               "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+    );
+    let mut tpl = sts["spec"]["template"].clone();
+    tpl["metadata"]["name"] = json!("openshell-0");
+    tpl["spec"]["volumes"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "openshell-data", "persistentVolumeClaim": {"claimName": "openshell-data-openshell-0"}}));
+    t.cluster
+        .create(&ResourceRef::pods(), Some(NAMESPACE), tpl)
+        .unwrap();
+}
+
+/// Stands in for the Agent Sandbox controller: pod and PVC for every CR that lacks them.
+fn materialise(t: &EmulatedTarget) {
+    let (crs, _) = t
+        .cluster
+        .list(
+            &conformance_models::agent_sandbox::sandboxes_in("v1beta1"),
+            Some(NAMESPACE),
+            &ListOptions::default(),
+        )
+        .unwrap();
+    for cr in crs {
+        let name = cr["metadata"]["name"].as_str().unwrap().to_string();
+        if cr.pointer("/spec/operatingMode").and_then(Value::as_str) == Some("Suspended") {
+            continue;
+        }
+        let _ = t.cluster.create(
+            &pvcs(),
+            Some(NAMESPACE),
+            json!({"metadata": {"name": format!("workspace-{name}")},
+                   "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "2Gi"}}}}),
+        );
+        if t.cluster
+            .get(&ResourceRef::pods(), Some(NAMESPACE), &name)
+            .is_ok()
+        {
+            continue;
+        }
+        let mut spec = cr["spec"]["podTemplate"]["spec"].clone();
+        spec["volumes"].as_array_mut().unwrap().push(
+            json!({"name": "workspace", "persistentVolumeClaim": {"claimName": format!("workspace-{name}")}}),
+        );
+        let _ = t.cluster.create(
+            &ResourceRef::pods(),
+            Some(NAMESPACE),
+            json!({"metadata": {"name": name, "annotations": cr["spec"]["podTemplate"]["metadata"]["annotations"].clone()},
+                   "spec": spec}),
+        );
+        let _ = t.cluster.patch_status(
+            &conformance_models::agent_sandbox::sandboxes_in("v1beta1"),
+            Some(NAMESPACE),
+            &name,
+            kube_emulator::PatchKind::Merge,
+            &json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "DependenciesReady", "message": "Pod is Ready"}]}}),
+        );
+    }
+}
+
+async fn setup(sel: Selection, topo: Topo) -> EmulatedTarget {
+    let t = EmulatedTarget::start(sel, topo);
+    conformance_models::install::install(&t.cluster, &t.model).unwrap();
+    create_gateway_pod(&t);
+    wait(&t, "gateway reachable", |t| t.client.connect().is_ok()).await;
+    t
+}
+
+async fn wait(t: &EmulatedTarget, what: &str, mut f: impl FnMut(&EmulatedTarget) -> bool) {
+    for i in 0..2400 {
+        materialise(t);
+        if std::env::var("DEBUG_MODELS").is_ok() && i % 8 == 0 {
+            let pods: Vec<String> = t
+                .cluster
+                .list(
+                    &ResourceRef::pods(),
+                    Some(NAMESPACE),
+                    &ListOptions::default(),
+                )
+                .unwrap()
+                .0
+                .iter()
+                .map(|p| format!("{} {}", p["metadata"]["name"], p["status"]["phase"]))
+                .collect();
+            eprintln!(
+                "{:?} {:?} {:?}",
+                tokio::time::Instant::now(),
+                t.client.list(),
+                pods
+            );
+        }
+        if f(t) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("gave up waiting for {what}");
+}
+
+fn view(t: &EmulatedTarget, name: &str) -> Option<SandboxView> {
+    t.client.get(name).ok().flatten()
+}
+
+fn phase_is(t: &EmulatedTarget, name: &str, phase: &str) -> bool {
+    view(t, name).is_some_and(|v| v.phase == phase)
+}
+
+fn logs(t: &EmulatedTarget, pod: &str, container: &str) -> String {
+    let _ = (t, pod, container);
+    String::new()
+}
+
+fn starts(t: &EmulatedTarget, name: &str) -> usize {
+    let vol = t.cluster.pvc_volume(NAMESPACE, &pvc_name(name));
+    vol.read("/.conformance/starts")
+        .map(|b| String::from_utf8_lossy(&b).lines().count())
+        .unwrap_or(0)
+}
+
+fn spec(name: &str) -> SandboxSpec {
+    SandboxSpec {
+        name: name.into(),
+        command: Some(vec![
+            "sh".into(),
+            "-c".into(),
+            "mkdir -p /sandbox/.conformance; echo start >> /sandbox/.conformance/starts; sleep 1000000".into(),
+        ]),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn contract_combined_becomes_ready_after_bootstrap_and_runs_the_main_command_once() {
+    let t = setup(Selection::contract(), Topo::Combined).await;
+    let v = t.client.create(&spec("demo")).unwrap();
+    assert_eq!(v.phase, "Provisioning");
+    wait(&t, "demo Ready", |t| phase_is(t, "demo", "Ready")).await;
+    wait(&t, "main started", |t| starts(t, "demo") == 1).await;
+    let out = t
+        .client
+        .exec(
+            "demo",
+            &[
+                "sh".into(),
+                "-c".into(),
+                "cat /sandbox/.conformance/starts".into(),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, "start\n");
+    let _ = logs(&t, &cr_name("demo"), "agent");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_request_names_upstreams_precondition() {
+    let t = setup(Selection::model(Model::OpenShell0_0_111), Topo::Combined).await;
+    t.client.create(&spec("demo")).unwrap();
+    let err = t.client.start("demo").unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "FailedPrecondition: sandbox must be Stopped to start (current phase: Provisioning)"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn permanent_credential_error_fails_fast_with_its_cause_on_the_contract() {
+    let t = setup(Selection::contract(), Topo::Combined).await;
+    t.model.set_fault(
+        &cr_name("demo"),
+        conformance_models::model::CredentialFault::Credentials,
+        true,
+    );
+    t.client.create(&spec("demo")).unwrap();
+    wait(&t, "demo Error", |t| phase_is(t, "demo", "Error")).await;
+    let v = view(&t, "demo").unwrap();
+    assert_eq!(v.reason.as_deref(), Some("BootstrapFailed"));
+    assert!(v.message.unwrap().contains("Unauthenticated"));
+    assert_eq!(starts(&t, "demo"), 0, "the workload never started");
+}
+
+async fn main_starts_while_the_gateway_is_blackholed(sel: Selection) -> usize {
+    let t = setup(sel, Topo::Combined).await;
+    t.client.create(&spec("demo")).unwrap();
+    // An egress policy drops the sandbox's packets: every attempt waits its 10 s connect timeout.
+    t.network.block(NAMESPACE, "openshell");
+    for _ in 0..240 {
+        materialise(&t);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    starts(&t, "demo")
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_contract_starts_no_workload_before_policy_and_the_defect_does() {
+    assert_eq!(
+        main_starts_while_the_gateway_is_blackholed(Selection::contract()).await,
+        0
+    );
+    assert_eq!(
+        main_starts_while_the_gateway_is_blackholed(
+            Selection::contract().with_defect(Defect::WorkloadStartsBeforePolicy)
+        )
+        .await,
+        1
+    );
+}
+
+/// End to end through the `Target` trait on the full Kubernetes models (StatefulSet, Agent
+/// Sandbox controller, kubelet): install, create, Ready, main command once.
+#[tokio::test(start_paused = true)]
+async fn target_end_to_end_contract_combined() {
+    use conformance_core::target::TargetFactory;
+    let topo = conformance_core::topology::Topologies::builtin();
+    let topo = topo.get("combined").unwrap();
+    let f = conformance_models::target::EmulatedFactory::new(Selection::contract());
+    let rec = conformance_core::timeline::Recorder::new();
+    let t = f.provision(topo, &rec).await.unwrap();
+    t.install(topo).await.unwrap();
+    t.create_sandbox(&spec("demo")).await.unwrap();
+    let mut phase = String::new();
+    for _ in 0..1200 {
+        if let Ok(Some(v)) = t.get_sandbox("demo").await {
+            phase = v.phase.clone();
+            if phase == "Ready" {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(phase, "Ready");
+    let starts = t
+        .read_workspace("demo", ".conformance/starts")
+        .await
+        .unwrap();
+    assert_eq!(starts.as_deref(), Some("start\n"));
+    // Gateway restart (bug 3): back to Ready, the main process not replayed.
+    let f = conformance_core::target::Fault::GatewayRestart;
+    t.inject(&f).await.unwrap();
+    t.restore(&f).await.unwrap();
+    let mut phase = String::new();
+    for _ in 0..240 {
+        if let Ok(Some(v)) = t.get_sandbox("demo").await {
+            phase = v.phase.clone();
+            if phase == "Ready" {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(phase, "Ready");
+    let starts = t
+        .read_workspace("demo", ".conformance/starts")
+        .await
+        .unwrap();
+    assert_eq!(starts.as_deref(), Some("start\n"), "main not restarted");
+}

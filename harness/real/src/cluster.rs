@@ -1,0 +1,90 @@
+//! Cluster providers behind one trait: kind and k3d create (or reuse) a local cluster from the
+//! config file in the repository, load local images and export logs; `existing` connects to a
+//! kubeconfig context and never creates or deletes anything.
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+
+use crate::command::{Cmd, CmdError, CommandRunner, run_ok};
+use crate::options::{Provider, RealOptions};
+use crate::plan::Step;
+use conformance_core::error::{Error, Result};
+
+/// What `up` found or did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterUp {
+    pub context: String,
+    /// The kubeconfig to use; None means the default lookup.
+    pub kubeconfig: Option<PathBuf>,
+    /// True when an existing cluster was reused (then it is checked for leftovers).
+    pub reused: bool,
+}
+
+#[async_trait]
+pub trait ClusterProvider: Send + Sync {
+    fn provider(&self) -> Provider;
+    fn context(&self) -> &str;
+    /// The steps `up` takes, for plans.
+    fn up_plan(&self) -> Vec<Step>;
+    /// Creates the cluster, or reuses it when one of that name exists.
+    async fn up(&self, runner: &dyn CommandRunner) -> Result<ClusterUp>;
+    fn down_plan(&self) -> Vec<Step>;
+    /// Deletes the cluster (kind, k3d); does nothing for an existing cluster.
+    async fn down(&self, runner: &dyn CommandRunner) -> Result<()>;
+    fn load_images_plan(&self, images: &[String]) -> Result<Vec<Step>>;
+    /// Makes local images available to the cluster's nodes.
+    async fn load_images(&self, runner: &dyn CommandRunner, images: &[String]) -> Result<()>;
+    /// Writes the cluster's own logs (nodes, kubelet) under `dir`, best effort.
+    async fn export_logs(&self, runner: &dyn CommandRunner, dir: &Path) -> Result<()>;
+}
+
+/// The provider for the resolved options.
+pub fn provider(opts: &RealOptions) -> Box<dyn ClusterProvider> {
+    match opts.provider {
+        Provider::Kind => Box::new(crate::kind::Kind::new(opts)),
+        Provider::K3d => Box::new(crate::k3d::K3d::new(opts)),
+        Provider::Existing => Box::new(crate::existing::Existing::new(opts)),
+    }
+}
+
+/// The kubeconfig a kind or k3d run writes its context into: the user's choice, else a private
+/// file in the run directory (so the user's own kubeconfig is never edited).
+pub fn private_kubeconfig(opts: &RealOptions) -> PathBuf {
+    opts.kubeconfig
+        .clone()
+        .unwrap_or_else(|| opts.run_dir.join("kubeconfig"))
+}
+
+/// Maps a tool failure during a cluster stage to an infrastructure error naming the stage.
+pub fn infra(stage: &str, e: CmdError) -> Error {
+    match e {
+        CmdError::NotFound { .. } => Error::Infra(format!("{stage}: {e}")),
+        other => Error::Infra(format!("{stage}: {other}")),
+    }
+}
+
+/// The `up` of kind and k3d: reuse the cluster when the tool's listing shows it (`listed`
+/// reads the listing), create it otherwise, then write its private kubeconfig.
+pub(crate) async fn create_or_reuse(
+    runner: &dyn CommandRunner,
+    list: &Cmd,
+    listed: impl Fn(&str) -> Result<bool>,
+    create: &Cmd,
+    write_kubeconfig: &Cmd,
+    context: &str,
+    kubeconfig: &Path,
+) -> Result<ClusterUp> {
+    let step = |e| infra("cluster up", e);
+    let out = run_ok(runner, list).await.map_err(step)?;
+    let reused = listed(&out.stdout)?;
+    if !reused {
+        run_ok(runner, create).await.map_err(step)?;
+    }
+    run_ok(runner, write_kubeconfig).await.map_err(step)?;
+    Ok(ClusterUp {
+        context: context.to_string(),
+        kubeconfig: Some(kubeconfig.to_path_buf()),
+        reused,
+    })
+}

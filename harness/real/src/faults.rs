@@ -1,0 +1,557 @@
+//! Faults on a real cluster, through the Kubernetes API: gateway stopped (scale to zero, hold,
+//! scale back), gateway pod deleted, sandbox pod deleted, supervisor killed per topology, and
+//! gateway traffic blocked by a NetworkPolicy. Changes that do not heal by themselves go to the
+//! restore journal first; a guard restores on drop and panic, and a handler on Ctrl-C/SIGTERM.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{Api, AttachParams, DeleteParams, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+
+use crate::gateway::{self, Workload};
+use crate::journal::{Entry, Journal, Undo};
+use conformance_core::target::{Fault, TargetError, TargetResult};
+use conformance_core::timeline::{Event, Recorder};
+use conformance_core::topology::SupervisorPlacement;
+
+/// The Agent Sandbox CR name (and pod name) of a gateway sandbox in shared workspace mode:
+/// `<workspace>--<name>` (openshell-k8s.md §3.2; pod name = CR name, k8s-objects.md §5).
+pub fn cr_name(workspace: &str, sandbox: &str) -> String {
+    format!("{workspace}--{sandbox}")
+}
+
+/// What an injected fault left to restore.
+#[derive(Clone, Debug)]
+enum Active {
+    GatewayStop {
+        original: i32,
+        journal_id: String,
+    },
+    GatewayRestart {
+        old_uids: Vec<String>,
+    },
+    PodReplace {
+        pods: Vec<(String, String)>,
+    },
+    TrafficBlock {
+        journal_id: String,
+    },
+    /// A killed container: nothing to put back (restartPolicy Never, openshell-k8s.md §1.5).
+    Nothing,
+}
+
+/// Deadlines of fault stages.
+#[derive(Clone, Debug)]
+pub struct FaultDeadlines {
+    pub pods_gone: Duration,
+    pub ready: Duration,
+    pub replacement: Duration,
+}
+
+impl Default for FaultDeadlines {
+    fn default() -> Self {
+        Self {
+            // The gateway's grace period is 5 s (k8s-objects.md §4); a minute is generous.
+            pods_gone: Duration::from_secs(60),
+            ready: Duration::from_secs(300),
+            replacement: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Injects and restores faults on one cluster.
+pub struct FaultInjector {
+    client: Client,
+    journal: Journal,
+    pub gateway: Workload,
+    /// Where sandboxes live (shared mode: the release namespace).
+    pub sandbox_namespace: String,
+    pub workspace: String,
+    pub supervisor: SupervisorPlacement,
+    pub deadlines: FaultDeadlines,
+    rec: std::sync::Mutex<Option<Recorder>>,
+    active: tokio::sync::Mutex<BTreeMap<String, Active>>,
+}
+
+fn key(f: &Fault) -> String {
+    format!("{}:{}", f.kind(), f.subject().unwrap_or(""))
+}
+
+fn kerr(stage: &str, e: kube::Error) -> TargetError {
+    TargetError::Infra(format!("{stage}: {e}"))
+}
+
+impl FaultInjector {
+    pub fn new(
+        client: Client,
+        journal: Journal,
+        gateway: Workload,
+        sandbox_namespace: &str,
+        supervisor: SupervisorPlacement,
+    ) -> Self {
+        Self {
+            client,
+            journal,
+            gateway,
+            sandbox_namespace: sandbox_namespace.to_string(),
+            workspace: "default".into(),
+            supervisor,
+            deadlines: FaultDeadlines::default(),
+            rec: std::sync::Mutex::new(None),
+            active: Default::default(),
+        }
+    }
+
+    /// Fault measurements (the actual window) go to this recorder.
+    pub fn set_recorder(&self, rec: Recorder) {
+        *self.rec.lock().expect("recorder lock") = Some(rec);
+    }
+
+    fn observe(&self, key: &str, subject: Option<&str>, value: serde_json::Value) {
+        if let Some(r) = self.rec.lock().expect("recorder lock").as_ref() {
+            r.record(Event::Observation {
+                key: key.to_string(),
+                subject: subject.map(str::to_string),
+                value,
+            });
+        }
+    }
+
+    fn elapsed_ms(&self) -> Option<u64> {
+        self.rec
+            .lock()
+            .expect("recorder lock")
+            .as_ref()
+            .map(|r| r.elapsed().as_millis() as u64)
+    }
+
+    /// Faults injected and not yet restored.
+    pub async fn active(&self) -> Vec<String> {
+        self.active.lock().await.keys().cloned().collect()
+    }
+
+    fn pods(&self, ns: &str) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), ns)
+    }
+
+    /// Deletes pods now and returns (name, uid) of each, to recognise their replacements.
+    async fn delete_pods(
+        &self,
+        ns: &str,
+        pods: &[Pod],
+        stage: &str,
+    ) -> TargetResult<Vec<(String, String)>> {
+        let api = self.pods(ns);
+        let mut gone = Vec::new();
+        for p in pods {
+            let name = p.name_any();
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => gone.push((name, p.uid().unwrap_or_default())),
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(kerr(stage, e)),
+            }
+        }
+        Ok(gone)
+    }
+
+    pub async fn inject(&self, fault: &Fault) -> TargetResult<()> {
+        let k = key(fault);
+        if self.active.lock().await.contains_key(&k) {
+            return Err(TargetError::Infra(format!("{k} is already injected")));
+        }
+        let active = match fault {
+            Fault::GatewayStop => {
+                let (original, _) = gateway::replicas(&self.client, &self.gateway).await?;
+                let journal_id = format!("gateway-stop-{}", self.gateway.name);
+                // Journal first: if the process dies right after the scale, restore knows.
+                self.journal
+                    .add(Entry {
+                        id: journal_id.clone(),
+                        fault: fault.kind().into(),
+                        undo: Undo::ScaleBack {
+                            workload: self.gateway.clone(),
+                            replicas: original.max(1),
+                        },
+                    })
+                    .await
+                    .map_err(|e| TargetError::Infra(e.to_string()))?;
+                gateway::scale(&self.client, &self.gateway, 0).await?;
+                gateway::wait_pods_gone(&self.client, &self.gateway, self.deadlines.pods_gone)
+                    .await?;
+                self.observe(
+                    "gateway-stop.pods-gone-ms",
+                    None,
+                    serde_json::json!(self.elapsed_ms()),
+                );
+                Active::GatewayStop {
+                    original: original.max(1),
+                    journal_id,
+                }
+            }
+            Fault::GatewayRestart => {
+                let pods = gateway::pods(&self.client, &self.gateway).await?;
+                let gone = self
+                    .delete_pods(&self.gateway.namespace, &pods, "delete the gateway pod")
+                    .await?;
+                Active::GatewayRestart {
+                    old_uids: gone.into_iter().map(|(_, u)| u).collect(),
+                }
+            }
+            Fault::SandboxPodReplace { sandbox } => {
+                let name = cr_name(&self.workspace, sandbox);
+                let pod = self
+                    .pods(&self.sandbox_namespace)
+                    .get(&name)
+                    .await
+                    .map_err(|e| kerr(&format!("find sandbox pod {name}"), e))?;
+                let gone = self
+                    .delete_pods(&self.sandbox_namespace, &[pod], "delete the sandbox pod")
+                    .await?;
+                Active::PodReplace { pods: gone }
+            }
+            Fault::SupervisorKill { sandbox } => self.kill_supervisor(sandbox).await?,
+            Fault::MainProcessKill { .. } | Fault::BootstrapCredentials { .. } => {
+                return Err(TargetError::Unsupported(format!(
+                    "{} is not implemented on real clusters yet",
+                    fault.kind()
+                )));
+            }
+        };
+        self.active.lock().await.insert(k, active);
+        Ok(())
+    }
+
+    async fn kill_supervisor(&self, sandbox: &str) -> TargetResult<Active> {
+        let cr = cr_name(&self.workspace, sandbox);
+        match &self.supervisor {
+            SupervisorPlacement::SandboxContainer { container } => {
+                let api = self.pods(&self.sandbox_namespace);
+                let pod = api
+                    .get(&cr)
+                    .await
+                    .map_err(|e| kerr(&format!("find sandbox pod {cr}"), e))?;
+                let shared = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.share_process_namespace)
+                    .unwrap_or(false);
+                let argv = supervisor_kill_argv(container, shared);
+                let ap = AttachParams::default()
+                    .container(container.clone())
+                    .stdout(true)
+                    .stderr(true);
+                let mut proc = api
+                    .exec(&cr, argv, &ap)
+                    .await
+                    .map_err(|e| kerr(&format!("exec kill in {cr}/{container}"), e))?;
+                // The container may die under the exec; its status is not needed.
+                if let Some(st) = proc.take_status() {
+                    let _ = tokio::time::timeout(Duration::from_secs(30), st).await;
+                }
+                Ok(Active::Nothing)
+            }
+            SupervisorPlacement::DedicatedPod {
+                selector,
+                sandbox_label,
+            } => {
+                let mut sel: Vec<String> =
+                    selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                sel.push(format!("{sandbox_label}={cr}"));
+                self.kill_pods(&sel.join(",")).await
+            }
+            SupervisorPlacement::SharedDeployment { selector, .. } => {
+                let sel: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                self.kill_pods(&sel.join(",")).await
+            }
+        }
+    }
+
+    async fn kill_pods(&self, selector: &str) -> TargetResult<Active> {
+        let api = self.pods(&self.sandbox_namespace);
+        let pods = api
+            .list(&ListParams::default().labels(selector))
+            .await
+            .map_err(|e| kerr("find supervisor pods", e))?
+            .items;
+        if pods.is_empty() {
+            return Err(TargetError::Infra(format!(
+                "supervisor kill: no pod matches {selector} in {}",
+                self.sandbox_namespace
+            )));
+        }
+        let gone = self
+            .delete_pods(&self.sandbox_namespace, &pods, "delete supervisor pods")
+            .await?;
+        Ok(Active::PodReplace { pods: gone })
+    }
+
+    pub async fn restore(&self, fault: &Fault) -> TargetResult<()> {
+        let k = key(fault);
+        let Some(active) = self.active.lock().await.get(&k).cloned() else {
+            return Ok(());
+        };
+        self.restore_active(&active).await?;
+        self.active.lock().await.remove(&k);
+        Ok(())
+    }
+
+    async fn restore_active(&self, active: &Active) -> TargetResult<()> {
+        match active {
+            Active::GatewayStop {
+                original,
+                journal_id,
+            } => {
+                gateway::scale(&self.client, &self.gateway, *original).await?;
+                gateway::wait_ready(
+                    &self.client,
+                    &self.gateway,
+                    *original,
+                    &[],
+                    self.deadlines.ready,
+                )
+                .await?;
+                self.observe(
+                    "gateway-stop.ready-again-ms",
+                    None,
+                    serde_json::json!(self.elapsed_ms()),
+                );
+                self.journal
+                    .remove(journal_id)
+                    .await
+                    .map_err(|e| TargetError::Infra(e.to_string()))?;
+            }
+            Active::GatewayRestart { old_uids } => {
+                gateway::wait_ready(
+                    &self.client,
+                    &self.gateway,
+                    1,
+                    old_uids,
+                    self.deadlines.ready,
+                )
+                .await?;
+            }
+            Active::PodReplace { pods } => {
+                let api = self.pods(&self.sandbox_namespace);
+                for (name, old_uid) in pods {
+                    // Restored once a replacement exists; whether it boots is the product's
+                    // behaviour, judged by checks, not by the harness.
+                    gateway::wait_until(
+                        &format!("replacement of pod {name}"),
+                        self.deadlines.replacement,
+                        gateway::POLL,
+                        || async {
+                            let p = api.get_opt(name).await.map_err(|e| kerr("get pod", e))?;
+                            let uid = p.as_ref().and_then(|p| p.uid());
+                            let seen = match &uid {
+                                Some(u) => format!("pod {name} uid={u}"),
+                                None => format!("pod {name} absent"),
+                            };
+                            Ok((uid.filter(|u| u != old_uid).map(|_| ()), seen))
+                        },
+                    )
+                    .await?;
+                }
+            }
+            Active::TrafficBlock { journal_id } => {
+                let entries = self
+                    .journal
+                    .entries()
+                    .await
+                    .map_err(|e| TargetError::Infra(e.to_string()))?;
+                if let Some(e) = entries.iter().find(|e| &e.id == journal_id) {
+                    crate::journal::undo(&self.client, &e.undo, self.deadlines.ready)
+                        .await
+                        .map_err(|e| TargetError::Infra(e.to_string()))?;
+                }
+                self.journal
+                    .remove(journal_id)
+                    .await
+                    .map_err(|e| TargetError::Infra(e.to_string()))?;
+            }
+            Active::Nothing => {}
+        }
+        Ok(())
+    }
+
+    /// Restores every active fault; errors are collected, not short-circuited.
+    pub async fn restore_all(&self) -> Vec<String> {
+        let all: Vec<(String, Active)> = self
+            .active
+            .lock()
+            .await
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut errors = Vec::new();
+        for (k, a) in all {
+            match self.restore_active(&a).await {
+                Ok(()) => {
+                    self.active.lock().await.remove(&k);
+                }
+                Err(e) => errors.push(format!("{k}: {e}")),
+            }
+        }
+        errors
+    }
+
+    /// Cuts sandbox pods off the gateway with a NetworkPolicy denying all egress from pods
+    /// carrying the Agent Sandbox name-hash label (openshell-k8s.md §9.2). Requirement: a CNI
+    /// that enforces NetworkPolicy (Calico, Cilium, k3s's embedded policy controller); without
+    /// one the policy is accepted and has no effect, so scenarios must check reachability.
+    pub async fn block_gateway_traffic(&self) -> TargetResult<()> {
+        let name = "openshell-conformance-block-gateway";
+        let journal_id = format!("traffic-block-{name}");
+        self.journal
+            .add(Entry {
+                id: journal_id.clone(),
+                fault: "gateway-traffic-block".into(),
+                undo: Undo::DeleteNetworkPolicy {
+                    namespace: self.sandbox_namespace.clone(),
+                    name: name.into(),
+                },
+            })
+            .await
+            .map_err(|e| TargetError::Infra(e.to_string()))?;
+        let np: NetworkPolicy =
+            serde_json::from_value(block_policy(name)).expect("static NetworkPolicy");
+        Api::<NetworkPolicy>::namespaced(self.client.clone(), &self.sandbox_namespace)
+            .create(&PostParams::default(), &np)
+            .await
+            .map_err(|e| kerr("create the blocking NetworkPolicy", e))?;
+        self.active.lock().await.insert(
+            "gateway-traffic-block:".into(),
+            Active::TrafficBlock { journal_id },
+        );
+        Ok(())
+    }
+}
+
+/// The NetworkPolicy that cuts sandbox pods off the gateway (and everything else): Egress with
+/// no rule denies all egress of the selected pods.
+pub fn block_policy(name: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "labels": {crate::pins::RUN_LABEL: "fault"}},
+        "spec": {
+            "podSelector": {"matchExpressions": [
+                {"key": "agents.x-k8s.io/sandbox-name-hash", "operator": "Exists"}]},
+            "policyTypes": ["Egress"],
+            "egress": []
+        }
+    })
+}
+
+/// The command that kills the supervisor in its container. Without a shared process
+/// namespace the supervisor is the container's PID 1; with one (sidecar topology,
+/// openshell-k8s.md §3.7) PID 1 is the pause process, so the supervisor is found by its
+/// command line: `openshell-sandbox`, without `--mode=process` in the network container.
+pub fn supervisor_kill_argv(container: &str, shared_process_namespace: bool) -> Vec<String> {
+    if !shared_process_namespace {
+        return vec!["kill".into(), "-KILL".into(), "1".into()];
+    }
+    let want_process_side = container == "agent";
+    let filter = if want_process_side {
+        "grep -q -- --mode=process"
+    } else {
+        "! grep -q -- --mode=process"
+    };
+    let script = format!(
+        "for d in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $d/cmdline 2>/dev/null) || continue; \
+         case \"$c\" in *openshell-sandbox*) printf %s \"$c\" | {filter} && kill -KILL ${{d#/proc/}};; esac; done"
+    );
+    vec!["sh".into(), "-c".into(), script]
+}
+
+/// Restores on drop (including unwinding from a panic): the last line of defence after the
+/// engine's own restore. On a multi-thread runtime it blocks until restored; elsewhere it
+/// spawns the restore and the journal covers a process that exits first.
+pub struct RestoreGuard {
+    injector: Arc<FaultInjector>,
+}
+
+impl RestoreGuard {
+    pub fn new(injector: Arc<FaultInjector>) -> Self {
+        Self { injector }
+    }
+}
+
+impl Drop for RestoreGuard {
+    fn drop(&mut self) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            tracing::error!(
+                "restore guard dropped outside a runtime; run `openshell-conformance restore`"
+            );
+            return;
+        };
+        let inj = self.injector.clone();
+        let work = async move {
+            let errors = inj.restore_all().await;
+            for e in errors {
+                tracing::error!(error = %e, "restore on drop failed; the journal keeps it");
+            }
+        };
+        if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+            tokio::task::block_in_place(|| handle.block_on(work));
+        } else {
+            handle.spawn(work);
+        }
+    }
+}
+
+/// Waits for Ctrl-C or SIGTERM, restores every active fault, and returns the signal's name so
+/// the caller can exit (130 / 143).
+pub async fn restore_on_signal(injector: Arc<FaultInjector>) -> &'static str {
+    let name = wait_for_signal().await;
+    tracing::warn!(signal = name, "restoring active faults before exiting");
+    for e in injector.restore_all().await {
+        tracing::error!(error = %e, "restore after {name} failed; the journal keeps it");
+    }
+    name
+}
+
+/// Waits for Ctrl-C or SIGTERM and returns its name.
+#[cfg(unix)]
+pub async fn wait_for_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return "SIGINT";
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    }
+}
+
+/// Waits for Ctrl-C and returns its name.
+#[cfg(not(unix))]
+pub async fn wait_for_signal() -> &'static str {
+    let _ = tokio::signal::ctrl_c().await;
+    "SIGINT"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_supervisor_is_pid_1_unless_the_pod_shares_its_process_namespace() {
+        assert_eq!(supervisor_kill_argv("agent", false), ["kill", "-KILL", "1"]);
+        let net = supervisor_kill_argv("openshell-supervisor-network", true);
+        assert_eq!(net[..2], ["sh", "-c"]);
+        assert!(net[2].contains("! grep -q -- --mode=process"), "{}", net[2]);
+    }
+
+    #[test]
+    fn sandbox_objects_are_named_workspace_dash_dash_name() {
+        assert_eq!(cr_name("default", "demo"), "default--demo");
+    }
+}

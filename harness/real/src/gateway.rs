@@ -1,0 +1,276 @@
+//! Finding the gateway workload and its pods, and waiting on them. The chart renders
+//! `StatefulSet/openshell` by default and `Deployment/openshell` with an external database; the
+//! certgen Job's pod carries the same selector labels, so pods are filtered by owner
+//! (k8s-objects.md §4).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde::{Deserialize, Serialize};
+
+use conformance_core::target::{TargetError, TargetResult};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WorkloadKind {
+    StatefulSet,
+    Deployment,
+}
+
+/// The gateway workload: kind, namespace, name and pod selector.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Workload {
+    pub kind: WorkloadKind,
+    pub namespace: String,
+    pub name: String,
+    /// `matchLabels` of the workload's selector.
+    pub selector: BTreeMap<String, String>,
+}
+
+impl Workload {
+    pub fn selector_string(&self) -> String {
+        self.selector
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn label(&self) -> String {
+        format!("{:?}/{}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+fn kerr(stage: &str, e: kube::Error) -> TargetError {
+    TargetError::Infra(format!("{stage}: {e}"))
+}
+
+/// Finds `StatefulSet/<name>`, else `Deployment/<name>` (the order upstream's e2e probes).
+pub async fn resolve(client: &Client, namespace: &str, name: &str) -> TargetResult<Workload> {
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+    if let Some(s) = sts
+        .get_opt(name)
+        .await
+        .map_err(|e| kerr("find the gateway", e))?
+    {
+        return Ok(Workload {
+            kind: WorkloadKind::StatefulSet,
+            namespace: namespace.into(),
+            name: name.into(),
+            selector: s
+                .spec
+                .and_then(|sp| sp.selector.match_labels)
+                .unwrap_or_default(),
+        });
+    }
+    let dep: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    if let Some(d) = dep
+        .get_opt(name)
+        .await
+        .map_err(|e| kerr("find the gateway", e))?
+    {
+        return Ok(Workload {
+            kind: WorkloadKind::Deployment,
+            namespace: namespace.into(),
+            name: name.into(),
+            selector: d
+                .spec
+                .and_then(|sp| sp.selector.match_labels)
+                .unwrap_or_default(),
+        });
+    }
+    Err(TargetError::Infra(format!(
+        "find the gateway: neither StatefulSet nor Deployment {namespace}/{name} exists (is OpenShell installed with fullnameOverride={name}?)"
+    )))
+}
+
+/// (desired, ready) replicas of the workload.
+pub async fn replicas(client: &Client, w: &Workload) -> TargetResult<(i32, i32)> {
+    let stage = "read gateway replicas";
+    Ok(match w.kind {
+        WorkloadKind::StatefulSet => {
+            let s = Api::<StatefulSet>::namespaced(client.clone(), &w.namespace)
+                .get(&w.name)
+                .await
+                .map_err(|e| kerr(stage, e))?;
+            (
+                s.spec.and_then(|x| x.replicas).unwrap_or(1),
+                s.status.and_then(|x| x.ready_replicas).unwrap_or(0),
+            )
+        }
+        WorkloadKind::Deployment => {
+            let d = Api::<Deployment>::namespaced(client.clone(), &w.namespace)
+                .get(&w.name)
+                .await
+                .map_err(|e| kerr(stage, e))?;
+            (
+                d.spec.and_then(|x| x.replicas).unwrap_or(1),
+                d.status.and_then(|x| x.ready_replicas).unwrap_or(0),
+            )
+        }
+    })
+}
+
+/// Sets the replica count through the `scale` subresource.
+pub async fn scale(client: &Client, w: &Workload, replicas: i32) -> TargetResult<()> {
+    let patch = Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}}));
+    let pp = PatchParams::default();
+    let stage = format!("scale {} to {replicas}", w.label());
+    match w.kind {
+        WorkloadKind::StatefulSet => {
+            Api::<StatefulSet>::namespaced(client.clone(), &w.namespace)
+                .patch_scale(&w.name, &pp, &patch)
+                .await
+                .map_err(|e| kerr(&stage, e))?;
+        }
+        WorkloadKind::Deployment => {
+            Api::<Deployment>::namespaced(client.clone(), &w.namespace)
+                .patch_scale(&w.name, &pp, &patch)
+                .await
+                .map_err(|e| kerr(&stage, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether a pod belongs to the workload (not the certgen Job's pod, which has the same labels).
+fn owned_by_workload(p: &Pod) -> bool {
+    p.owner_references()
+        .iter()
+        .any(|o| o.kind == "StatefulSet" || o.kind == "ReplicaSet")
+}
+
+pub fn pod_ready(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status.as_ref().is_some_and(|s| {
+            s.phase.as_deref() == Some("Running")
+                && s.conditions
+                    .iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+}
+
+/// The workload's pods (any state), sorted by name.
+pub async fn pods(client: &Client, w: &Workload) -> TargetResult<Vec<Pod>> {
+    let lp = ListParams::default().labels(&w.selector_string());
+    let mut v: Vec<Pod> = Api::<Pod>::namespaced(client.clone(), &w.namespace)
+        .list(&lp)
+        .await
+        .map_err(|e| kerr("list gateway pods", e))?
+        .items
+        .into_iter()
+        .filter(owned_by_workload)
+        .collect();
+    v.sort_by_key(|p| p.name_any());
+    Ok(v)
+}
+
+/// A ready gateway pod to connect to, if any.
+pub async fn ready_pod(client: &Client, w: &Workload) -> TargetResult<Option<String>> {
+    Ok(pods(client, w)
+        .await?
+        .into_iter()
+        .find(pod_ready)
+        .map(|p| p.name_any()))
+}
+
+fn describe(pods: &[Pod]) -> String {
+    if pods.is_empty() {
+        return "no pods".into();
+    }
+    pods.iter()
+        .map(|p| {
+            format!(
+                "{} uid={} phase={}{}{}",
+                p.name_any(),
+                p.uid().unwrap_or_default(),
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.phase.clone())
+                    .unwrap_or_else(|| "?".into()),
+                if pod_ready(p) { " ready" } else { "" },
+                if p.metadata.deletion_timestamp.is_some() {
+                    " terminating"
+                } else {
+                    ""
+                }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Polls `probe` every `every` until it returns Some, or fails at `deadline` with an error
+/// naming the stage, the deadline and the last state seen.
+pub async fn wait_until<T, F, Fut>(
+    stage: &str,
+    deadline: Duration,
+    every: Duration,
+    mut probe: F,
+) -> TargetResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = TargetResult<(Option<T>, String)>>,
+{
+    let end = tokio::time::Instant::now() + deadline;
+    let mut last;
+    loop {
+        match probe().await {
+            Ok((Some(v), _)) => return Ok(v),
+            Ok((None, seen)) => last = seen,
+            Err(e) => last = format!("error: {e}"),
+        }
+        if tokio::time::Instant::now() >= end {
+            return Err(TargetError::Infra(format!(
+                "{stage}: gave up after {}; last seen: {last}",
+                humantime::format_duration(deadline)
+            )));
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+pub const POLL: Duration = Duration::from_millis(500);
+
+/// Waits until the workload has no pods left (a scale to zero took effect).
+pub async fn wait_pods_gone(client: &Client, w: &Workload, deadline: Duration) -> TargetResult<()> {
+    wait_until("gateway pods gone", deadline, POLL, || async {
+        let p = pods(client, w).await?;
+        Ok((p.is_empty().then_some(()), describe(&p)))
+    })
+    .await
+}
+
+/// Waits until `want` replicas are ready, none terminating, and (if given) none of the pods
+/// has one of the `old_uids` (a deleted pod was replaced, not merely still there).
+pub async fn wait_ready(
+    client: &Client,
+    w: &Workload,
+    want: i32,
+    old_uids: &[String],
+    deadline: Duration,
+) -> TargetResult<()> {
+    wait_until(
+        &format!("gateway {} ready ({want} replicas)", w.label()),
+        deadline,
+        POLL,
+        || async {
+            let p = pods(client, w).await?;
+            let ready = p
+                .iter()
+                .filter(|p| pod_ready(p) && !old_uids.contains(&p.uid().unwrap_or_default()))
+                .count() as i32;
+            let (_, ready_replicas) = replicas(client, w).await?;
+            let done = ready >= want && ready_replicas >= want;
+            Ok((
+                done.then_some(()),
+                format!("readyReplicas={ready_replicas}; {}", describe(&p)),
+            ))
+        },
+    )
+    .await
+}

@@ -1,0 +1,227 @@
+//! The restore journal: before the harness changes something that will not heal by itself (a
+//! gateway scaled to zero, a blocking NetworkPolicy), it writes how to undo it to a file, and
+//! removes the entry once restored. If the process is killed in between, `openshell-conformance
+//! restore` reads the file and repairs the cluster.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::Client;
+use kube::api::{Api, DeleteParams};
+use serde::{Deserialize, Serialize};
+
+use crate::gateway::{self, Workload};
+use conformance_core::error::{Error, Result};
+
+/// How to undo one change.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "undo", rename_all = "kebab-case")]
+pub enum Undo {
+    /// Scale the workload back to its original replica count and wait until ready.
+    ScaleBack { workload: Workload, replicas: i32 },
+    /// Delete a NetworkPolicy the harness created.
+    DeleteNetworkPolicy { namespace: String, name: String },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    pub id: String,
+    /// The fault this entry belongs to (`gateway-stop`, …).
+    pub fault: String,
+    pub undo: Undo,
+}
+
+/// The journal file: the context it applies to and what is left to undo.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JournalFile {
+    pub context: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig: Option<PathBuf>,
+    pub entries: Vec<Entry>,
+}
+
+/// A journal on disk. Every change is written with write-then-rename, so a kill leaves either
+/// the old or the new file, never half of one.
+#[derive(Clone, Debug)]
+pub struct Journal {
+    path: PathBuf,
+    lock: std::sync::Arc<tokio::sync::Mutex<()>>,
+    context: String,
+    kubeconfig: Option<PathBuf>,
+}
+
+/// The journal's file name inside a run directory.
+pub const FILE_NAME: &str = "restore-journal.json";
+
+impl Journal {
+    pub fn new(path: impl Into<PathBuf>, context: &str, kubeconfig: Option<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            lock: Default::default(),
+            context: context.to_string(),
+            kubeconfig,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads a journal file; a missing file is an empty journal.
+    pub async fn read(path: &Path) -> Result<JournalFile> {
+        match tokio::fs::read_to_string(path).await {
+            Ok(text) => serde_json::from_str(&text)
+                .map_err(|e| Error::config(path, "(document)", e.to_string())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(JournalFile::default()),
+            Err(e) => Err(Error::Infra(format!(
+                "restore journal {}: {e}",
+                path.display()
+            ))),
+        }
+    }
+
+    async fn write(path: &Path, file: &JournalFile) -> Result<()> {
+        if let Some(dir) = path.parent() {
+            tokio::fs::create_dir_all(dir)
+                .await
+                .map_err(|e| Error::Infra(format!("restore journal {}: {e}", dir.display())))?;
+        }
+        let tmp = path.with_extension("json.tmp");
+        let text = serde_json::to_string_pretty(file).expect("journal serializes");
+        tokio::fs::write(&tmp, text)
+            .await
+            .map_err(|e| Error::Infra(format!("restore journal {}: {e}", tmp.display())))?;
+        tokio::fs::rename(&tmp, path)
+            .await
+            .map_err(|e| Error::Infra(format!("restore journal {}: {e}", path.display())))
+    }
+
+    /// Records an entry before the change it undoes is made.
+    pub async fn add(&self, entry: Entry) -> Result<()> {
+        let _g = self.lock.lock().await;
+        let mut f = Self::read(&self.path).await?;
+        f.context = self.context.clone();
+        f.kubeconfig = self.kubeconfig.clone();
+        f.entries.retain(|e| e.id != entry.id);
+        f.entries.push(entry);
+        Self::write(&self.path, &f).await
+    }
+
+    /// Drops an entry once its change is undone; the file goes when it is empty.
+    pub async fn remove(&self, id: &str) -> Result<()> {
+        let _g = self.lock.lock().await;
+        let mut f = Self::read(&self.path).await?;
+        f.entries.retain(|e| e.id != id);
+        if f.entries.is_empty() {
+            match tokio::fs::remove_file(&self.path).await {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(Error::Infra(format!(
+                    "restore journal {}: {e}",
+                    self.path.display()
+                ))),
+            }
+        } else {
+            Self::write(&self.path, &f).await
+        }
+    }
+
+    pub async fn entries(&self) -> Result<Vec<Entry>> {
+        Ok(Self::read(&self.path).await?.entries)
+    }
+}
+
+/// Carries out one undo.
+pub async fn undo(client: &Client, u: &Undo, deadline: Duration) -> Result<()> {
+    match u {
+        Undo::ScaleBack { workload, replicas } => {
+            gateway::scale(client, workload, *replicas)
+                .await
+                .map_err(|e| Error::Infra(e.to_string()))?;
+            gateway::wait_ready(client, workload, *replicas, &[], deadline)
+                .await
+                .map_err(|e| Error::Infra(format!("restore: {e}")))
+        }
+        Undo::DeleteNetworkPolicy { namespace, name } => {
+            let api: Api<NetworkPolicy> = Api::namespaced(client.clone(), namespace);
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                Err(e) => Err(Error::Infra(format!(
+                    "restore: delete NetworkPolicy {namespace}/{name}: {e}"
+                ))),
+            }
+        }
+    }
+}
+
+/// What `restore` did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RestoreReport {
+    pub restored: Vec<String>,
+    pub failed: Vec<String>,
+}
+
+impl std::fmt::Display for RestoreReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.restored.is_empty() && self.failed.is_empty() {
+            return writeln!(f, "nothing to restore");
+        }
+        for r in &self.restored {
+            writeln!(f, "restored: {r}")?;
+        }
+        for r in &self.failed {
+            writeln!(f, "FAILED: {r}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Repairs the cluster from a journal left by a killed run: undoes every entry, removing each
+/// one that succeeds. The caller builds `client` for the journal's context
+/// ([`Journal::read`] tells which) after the interlock allowed it.
+pub async fn restore_from(
+    path: &Path,
+    client: &Client,
+    deadline: Duration,
+) -> Result<RestoreReport> {
+    let file = Journal::read(path).await?;
+    let journal = Journal::new(path, &file.context, file.kubeconfig.clone());
+    let mut report = RestoreReport::default();
+    for e in &file.entries {
+        let label = format!("{} ({}): {:?}", e.fault, e.id, e.undo);
+        match undo(client, &e.undo, deadline).await {
+            Ok(()) => {
+                journal.remove(&e.id).await?;
+                report.restored.push(label);
+            }
+            Err(err) => report.failed.push(format!("{label}: {err}")),
+        }
+    }
+    if report.failed.is_empty() {
+        Ok(report)
+    } else {
+        Err(Error::Infra(format!(
+            "restore left {} change(s) undone; the journal {} keeps them:\n{report}",
+            report.failed.len(),
+            path.display()
+        )))
+    }
+}
+
+/// `openshell-conformance restore`: reads the journal, checks its context against the
+/// interlock, connects and undoes what is left. An absent journal restores nothing.
+pub async fn restore(
+    path: &Path,
+    allow_contexts: &[String],
+    deadline: Duration,
+) -> Result<RestoreReport> {
+    let file = Journal::read(path).await?;
+    if file.entries.is_empty() {
+        return Ok(RestoreReport::default());
+    }
+    crate::interlock::check(&file.context, allow_contexts)?;
+    let client = crate::target::client_for(file.kubeconfig.as_deref(), &file.context).await?;
+    restore_from(path, &client, deadline).await
+}

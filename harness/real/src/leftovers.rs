@@ -1,0 +1,212 @@
+//! Leftovers of earlier runs on a reused cluster: namespaces labelled by another run, helm
+//! releases in the harness's namespace, and Sandbox resources there. They are reported, then
+//! swept or the run stops, per `--sweep-leftovers`.
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
+use kube::{Client, ResourceExt};
+
+use crate::command::{Cmd, CommandRunner, run_ok};
+use crate::options::{LeftoverPolicy, RealOptions};
+use crate::pins;
+use crate::plan::Step;
+use conformance_core::error::{Error, Result};
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Leftovers {
+    /// Namespaces with the run label of another run.
+    pub namespaces: Vec<String>,
+    /// Helm releases in the harness namespace.
+    pub releases: Vec<String>,
+    /// Sandbox resources (`namespace/name`) in the harness namespace.
+    pub sandboxes: Vec<String>,
+    /// The Sandbox API version they were listed with.
+    pub sandbox_version: Option<String>,
+}
+
+impl Leftovers {
+    pub fn is_empty(&self) -> bool {
+        self.namespaces.is_empty() && self.releases.is_empty() && self.sandboxes.is_empty()
+    }
+}
+
+impl std::fmt::Display for Leftovers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list = |v: &[String]| {
+            if v.is_empty() {
+                "none".to_string()
+            } else {
+                v.join(", ")
+            }
+        };
+        write!(
+            f,
+            "namespaces: {}; helm releases: {}; sandboxes: {}",
+            list(&self.namespaces),
+            list(&self.releases),
+            list(&self.sandboxes)
+        )
+    }
+}
+
+pub fn helm_list_cmd(opts: &RealOptions) -> Cmd {
+    Cmd::new("helm")
+        .args(["list", "--namespace", &opts.namespace, "-o", "json"])
+        .args(opts.kube_flags("--kube-context"))
+}
+
+pub fn plan(opts: &RealOptions) -> Vec<Step> {
+    let mut v = vec![
+        Step::kube(format!(
+            "list namespaces labelled {} (not {}), and Sandbox resources in {}",
+            pins::RUN_LABEL,
+            opts.run_id,
+            opts.namespace
+        )),
+        Step::run(helm_list_cmd(opts)),
+    ];
+    v.push(Step::kube(match opts.leftovers {
+        LeftoverPolicy::Stop => "if any: report them and stop before changing anything (pass --sweep-leftovers to delete them)".to_string(),
+        LeftoverPolicy::Sweep => "if any: report them, delete the Sandbox resources, uninstall the releases, delete the namespaces".to_string(),
+    }));
+    v
+}
+
+/// Release names from `helm list -o json`.
+pub fn parse_helm_list(json: &str) -> Result<Vec<String>> {
+    let t = json.trim();
+    if t.is_empty() {
+        return Ok(Vec::new());
+    }
+    let v: serde_json::Value = serde_json::from_str(t).map_err(|e| {
+        Error::Infra(format!(
+            "leftovers: `helm list -o json` printed no JSON: {e}"
+        ))
+    })?;
+    Ok(v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.get("name").and_then(|n| n.as_str()).map(str::to_string))
+        .collect())
+}
+
+fn kerr(e: kube::Error) -> Error {
+    Error::Infra(format!("leftovers: {e}"))
+}
+
+/// Finds leftovers. Sandboxes are looked up in whichever Sandbox API version is served.
+pub async fn find(
+    client: &Client,
+    runner: &dyn CommandRunner,
+    opts: &RealOptions,
+) -> Result<Leftovers> {
+    let ns: Api<Namespace> = Api::all(client.clone());
+    let namespaces = ns
+        .list(&ListParams::default().labels(pins::RUN_LABEL))
+        .await
+        .map_err(kerr)?
+        .items
+        .into_iter()
+        .filter(|n| n.labels().get(pins::RUN_LABEL) != Some(&opts.run_id))
+        .map(|n| n.name_any())
+        // The harness namespace is reported through its release and sandboxes, and reused.
+        .filter(|n| n != &opts.namespace)
+        .collect();
+    let helm = run_ok(runner, &helm_list_cmd(opts))
+        .await
+        .map_err(|e| Error::Infra(format!("leftovers: {e}")))?;
+    let releases = parse_helm_list(&helm.stdout)?;
+    let mut sandboxes = Vec::new();
+    let mut sandbox_version = None;
+    for version in ["v1beta1", "v1alpha1"] {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            &opts.namespace,
+            &conformance_observe::sandbox_resource(version),
+        );
+        match api.list(&ListParams::default()).await {
+            Ok(list) => {
+                sandboxes = list
+                    .items
+                    .iter()
+                    .map(|o| format!("{}/{}", opts.namespace, o.name_any()))
+                    .collect();
+                sandbox_version = Some(version.to_string());
+                break;
+            }
+            // Not served (or CRD absent): try the older version, then give up quietly.
+            Err(kube::Error::Api(s)) if s.code == 404 => continue,
+            Err(e) => return Err(kerr(e)),
+        }
+    }
+    Ok(Leftovers {
+        namespaces,
+        releases,
+        sandboxes,
+        sandbox_version,
+    })
+}
+
+/// Applies the policy: Ok when there is nothing or it was swept; a usage error listing them
+/// when the policy is to stop.
+pub async fn handle(
+    client: &Client,
+    runner: &dyn CommandRunner,
+    opts: &RealOptions,
+    found: &Leftovers,
+) -> Result<()> {
+    if found.is_empty() {
+        return Ok(());
+    }
+    match opts.leftovers {
+        LeftoverPolicy::Stop => Err(Error::Usage(format!(
+            "context {} holds leftovers of earlier runs ({found}); nothing was changed. Pass --sweep-leftovers to delete them, or clean up by hand",
+            opts.context
+        ))),
+        LeftoverPolicy::Sweep => sweep(client, runner, opts, found).await,
+    }
+}
+
+async fn sweep(
+    client: &Client,
+    runner: &dyn CommandRunner,
+    opts: &RealOptions,
+    found: &Leftovers,
+) -> Result<()> {
+    tracing::warn!(%found, "sweeping leftovers of earlier runs");
+    if let Some(version) = &found.sandbox_version {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            &opts.namespace,
+            &conformance_observe::sandbox_resource(version),
+        );
+        for s in &found.sandboxes {
+            let name = s.rsplit('/').next().unwrap_or(s);
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(kerr(e)),
+            }
+        }
+    }
+    for r in &found.releases {
+        run_ok(
+            runner,
+            &Cmd::new("helm")
+                .args(["uninstall", r, "--namespace", &opts.namespace])
+                .args(opts.kube_flags("--kube-context"))
+                .args(["--wait", "--timeout", "120s"]),
+        )
+        .await
+        .map_err(|e| Error::Infra(format!("leftovers: {e}")))?;
+    }
+    let ns: Api<Namespace> = Api::all(client.clone());
+    for n in &found.namespaces {
+        match ns.delete(n, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(kerr(e)),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,477 @@
+//! Options of the real-cluster path: a `clap::Args` struct the CLI flattens into `run`,
+//! `doctor`, `cluster up|down` and `restore`, and the resolved [`RealOptions`] the library uses.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use serde::{Deserialize, Serialize};
+
+use crate::pins;
+use conformance_core::error::{Error, Result};
+
+/// Which cluster to run against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Provider {
+    /// Create (or reuse) a kind cluster from `kind-config.yaml`.
+    Kind,
+    /// Create (or reuse) a k3d cluster from `k3d-config.yaml`.
+    K3d,
+    /// A cluster you already have: a kubeconfig and a context.
+    Existing,
+}
+
+impl Provider {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Kind => "kind",
+            Self::K3d => "k3d",
+            Self::Existing => "existing",
+        }
+    }
+}
+
+/// What to do with leftovers of earlier runs on a reused cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum LeftoverPolicy {
+    /// Report them and stop before changing anything.
+    Stop,
+    /// Report them, delete them, and go on.
+    Sweep,
+}
+
+/// When to write a diagnostics bundle for a case.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum DiagnosticsPolicy {
+    /// When a check or stage failed (before teardown removes the evidence).
+    #[default]
+    OnFailure,
+    Always,
+    Never,
+}
+
+/// Flags of the real-cluster path. Flatten into a subcommand with `#[command(flatten)]`.
+#[derive(Clone, Debug, Default, Args)]
+pub struct RealArgs {
+    /// Kubeconfig file (default: $KUBECONFIG or ~/.kube/config; kind and k3d clusters get a
+    /// private one under the run directory).
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (kind: `kind-<cluster>`, k3d: `k3d-<cluster>`; required for existing).
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_CONTEXT")]
+    pub context: Option<String>,
+    /// Allow fault injection into this context although it is not named `kind-*` or `k3d-*`.
+    /// Repeatable. Only for disposable clusters.
+    #[arg(long = "allow-context", value_name = "NAME")]
+    pub allow_context: Vec<String>,
+    /// kind or k3d cluster name to create or reuse.
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_CLUSTER_NAME", default_value = pins::CLUSTER_NAME)]
+    pub cluster_name: String,
+    /// OCI chart reference.
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_CHART", default_value = pins::CHART_REF)]
+    pub chart: String,
+    /// Chart version (for the OCI chart; also selects the topology's helm values).
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_CHART_VERSION", default_value = pins::CHART_VERSION)]
+    pub chart_version: String,
+    /// A local chart directory instead of the OCI chart (its Chart.yaml version selects values).
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_CHART_PATH")]
+    pub chart_path: Option<PathBuf>,
+    /// Extra helm values files, applied after the topology's values, in order.
+    #[arg(long = "values", short = 'f', value_name = "FILE")]
+    pub values: Vec<PathBuf>,
+    /// Extra helm `--set` overrides, applied last.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Gateway image repository override (a local build).
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_IMAGE_REPOSITORY")]
+    pub image_repository: Option<String>,
+    /// Gateway image tag override.
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_IMAGE_TAG")]
+    pub image_tag: Option<String>,
+    /// Supervisor image repository override.
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_SUPERVISOR_IMAGE_REPOSITORY")]
+    pub supervisor_image_repository: Option<String>,
+    /// Supervisor image tag override.
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_SUPERVISOR_IMAGE_TAG")]
+    pub supervisor_image_tag: Option<String>,
+    /// Local images to load into the kind or k3d cluster before installing.
+    #[arg(long = "load-image", value_name = "IMAGE")]
+    pub load_images: Vec<String>,
+    /// Agent Sandbox release to install.
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_AGENT_SANDBOX_VERSION", default_value = pins::AGENT_SANDBOX_VERSION)]
+    pub agent_sandbox_version: String,
+    /// A local Agent Sandbox manifest instead of the release URL.
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_AGENT_SANDBOX_MANIFEST")]
+    pub agent_sandbox_manifest: Option<PathBuf>,
+    /// Keep the release (and the kind/k3d cluster) after the run.
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_KEEP")]
+    pub keep: bool,
+    /// Sweep leftovers of earlier runs instead of stopping.
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_SWEEP_LEFTOVERS")]
+    pub sweep_leftovers: bool,
+    /// The openshell CLI binary.
+    #[arg(
+        long,
+        env = "OPENSHELL_CONFORMANCE_OPENSHELL_BIN",
+        default_value = "openshell"
+    )]
+    pub openshell_bin: String,
+    /// When to collect a diagnostics bundle per case (into <run-dir>/diagnostics/).
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_DIAGNOSTICS", value_enum, default_value_t = DiagnosticsPolicy::OnFailure)]
+    pub diagnostics: DiagnosticsPolicy,
+    /// Where the run keeps its kubeconfig, CLI configuration, journal and diagnostics.
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_RUN_DIR")]
+    pub run_dir: Option<PathBuf>,
+}
+
+/// Resolved options: defaults filled in, the provider chosen, paths fixed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RealOptions {
+    pub provider: Provider,
+    pub cluster_name: String,
+    pub kubeconfig: Option<PathBuf>,
+    pub context: String,
+    pub allow_contexts: Vec<String>,
+    pub chart: ChartSource,
+    pub values_files: Vec<PathBuf>,
+    pub set: Vec<String>,
+    pub image_repository: Option<String>,
+    pub image_tag: Option<String>,
+    pub supervisor_image_repository: Option<String>,
+    pub supervisor_image_tag: Option<String>,
+    pub load_images: Vec<String>,
+    pub agent_sandbox: AgentSandboxSource,
+    pub keep: bool,
+    pub leftovers: LeftoverPolicy,
+    pub diagnostics: DiagnosticsPolicy,
+    pub openshell_bin: String,
+    pub run_dir: PathBuf,
+    /// The run id, the value of [`pins::RUN_LABEL`] on what this run creates.
+    pub run_id: String,
+    pub namespace: String,
+    pub release: String,
+    /// The repository root, where `kind-config.yaml` and `k3d-config.yaml` are.
+    pub repo_root: PathBuf,
+    pub timeouts: Timeouts,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "from", rename_all = "kebab-case")]
+pub enum ChartSource {
+    Oci { reference: String, version: String },
+    Local { path: PathBuf },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "from", rename_all = "kebab-case")]
+pub enum AgentSandboxSource {
+    Release { version: String },
+    File { path: PathBuf },
+}
+
+impl AgentSandboxSource {
+    /// What `kubectl apply -f` gets: the release URL or the local file.
+    pub fn manifest(&self) -> String {
+        match self {
+            Self::Release { version } => pins::agent_sandbox_manifest_url(version),
+            Self::File { path } => path.display().to_string(),
+        }
+    }
+
+    pub fn version(&self) -> String {
+        match self {
+            Self::Release { version } => version.clone(),
+            Self::File { path } => format!("file:{}", path.display()),
+        }
+    }
+}
+
+/// Deadlines of the stages that wait. Defaults follow upstream's budgets (openshell-e2e.md §2.8).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Timeouts {
+    #[serde(with = "humantime_serde_secs")]
+    pub cluster_create: Duration,
+    #[serde(with = "humantime_serde_secs")]
+    pub crd_established: Duration,
+    #[serde(with = "humantime_serde_secs")]
+    pub controller_ready: Duration,
+    #[serde(with = "humantime_serde_secs")]
+    pub helm: Duration,
+    #[serde(with = "humantime_serde_secs")]
+    pub gateway_ready: Duration,
+    #[serde(with = "humantime_serde_secs")]
+    pub cli_call: Duration,
+    /// `sandbox create` and `start` wait for Ready inside the CLI (300 s idle timeout,
+    /// openshell-k8s.md §5), so the call gets more.
+    #[serde(with = "humantime_serde_secs")]
+    pub cli_lifecycle: Duration,
+}
+
+mod humantime_serde_secs {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let t = String::deserialize(d)?;
+        humantime::parse_duration(&t).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            cluster_create: Duration::from_secs(300),
+            crd_established: Duration::from_secs(120),
+            controller_ready: Duration::from_secs(300),
+            helm: Duration::from_secs(300),
+            gateway_ready: Duration::from_secs(300),
+            cli_call: Duration::from_secs(60),
+            cli_lifecycle: Duration::from_secs(330),
+        }
+    }
+}
+
+/// A fresh run id: seconds since the epoch and the process id, valid as a label value.
+pub fn new_run_id() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    format!("{secs}-{}", std::process::id())
+}
+
+impl RealArgs {
+    /// Resolves the flags for a provider. `run_id` labels what the run creates; `repo_root`
+    /// locates the cluster config files.
+    pub fn resolve(
+        &self,
+        provider: Provider,
+        run_id: &str,
+        repo_root: impl Into<PathBuf>,
+    ) -> Result<RealOptions> {
+        let context = match (provider, &self.context) {
+            (_, Some(c)) if c.trim().is_empty() => {
+                return Err(Error::Usage("--context must not be empty".into()));
+            }
+            (_, Some(c)) => c.clone(),
+            (Provider::Kind, None) => format!("kind-{}", self.cluster_name),
+            (Provider::K3d, None) => format!("k3d-{}", self.cluster_name),
+            (Provider::Existing, None) => {
+                return Err(Error::Usage(
+                    "--target existing needs --context NAME (the kubeconfig context of the cluster to test)".into(),
+                ));
+            }
+        };
+        if matches!(provider, Provider::Kind | Provider::K3d)
+            && self.context.is_some()
+            && !context.ends_with(&self.cluster_name)
+        {
+            return Err(Error::Usage(format!(
+                "--context {context} does not name the {} cluster `{}`; drop --context or use --target existing",
+                provider.name(),
+                self.cluster_name
+            )));
+        }
+        for s in &self.set {
+            if !s.contains('=') {
+                return Err(Error::Usage(format!(
+                    "--set {s}: expected KEY=VALUE, as helm takes it"
+                )));
+            }
+        }
+        if !self.chart_version.is_empty() && semver::Version::parse(&self.chart_version).is_err() {
+            return Err(Error::Usage(format!(
+                "--chart-version {}: not a semantic version such as {}",
+                self.chart_version,
+                pins::CHART_VERSION
+            )));
+        }
+        let chart = match &self.chart_path {
+            Some(path) => ChartSource::Local { path: path.clone() },
+            None => ChartSource::Oci {
+                reference: self.chart.clone(),
+                version: self.chart_version.clone(),
+            },
+        };
+        let agent_sandbox = match &self.agent_sandbox_manifest {
+            Some(path) => AgentSandboxSource::File { path: path.clone() },
+            None => AgentSandboxSource::Release {
+                version: self.agent_sandbox_version.clone(),
+            },
+        };
+        let run_dir = self.run_dir.clone().unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("openshell-conformance-{run_id}"))
+        });
+        // kind and k3d write their context to a private kubeconfig in the run directory, so
+        // the user's own is never edited.
+        let kubeconfig = match provider {
+            Provider::Existing => self.kubeconfig.clone(),
+            _ => Some(
+                self.kubeconfig
+                    .clone()
+                    .unwrap_or_else(|| run_dir.join("kubeconfig")),
+            ),
+        };
+        Ok(RealOptions {
+            provider,
+            cluster_name: self.cluster_name.clone(),
+            kubeconfig,
+            context,
+            allow_contexts: self.allow_context.clone(),
+            chart,
+            values_files: self.values.clone(),
+            set: self.set.clone(),
+            image_repository: self.image_repository.clone(),
+            image_tag: self.image_tag.clone(),
+            supervisor_image_repository: self.supervisor_image_repository.clone(),
+            supervisor_image_tag: self.supervisor_image_tag.clone(),
+            load_images: self.load_images.clone(),
+            agent_sandbox,
+            keep: self.keep,
+            leftovers: if self.sweep_leftovers {
+                LeftoverPolicy::Sweep
+            } else {
+                LeftoverPolicy::Stop
+            },
+            diagnostics: self.diagnostics,
+            openshell_bin: self.openshell_bin.clone(),
+            run_dir,
+            run_id: run_id.to_string(),
+            namespace: pins::NAMESPACE.to_string(),
+            release: pins::RELEASE.to_string(),
+            repo_root: repo_root.into(),
+            timeouts: Timeouts::default(),
+        })
+    }
+}
+
+impl RealOptions {
+    /// The chart version the topology values are chosen for: the OCI version, or the version
+    /// in a local chart's `Chart.yaml`.
+    pub fn chart_version(&self) -> Result<semver::Version> {
+        match &self.chart {
+            ChartSource::Oci { version, .. } => semver::Version::parse(version)
+                .map_err(|e| Error::Usage(format!("chart version {version}: {e}"))),
+            ChartSource::Local { path } => {
+                let file = path.join("Chart.yaml");
+                let text = std::fs::read_to_string(&file)
+                    .map_err(|e| Error::Usage(format!("cannot read {}: {e}", file.display())))?;
+                let v: serde_json::Value = serde_saphyr::from_str(&text)
+                    .map_err(|e| Error::config(&file, "(document)", e.to_string()))?;
+                let text = v
+                    .get("version")
+                    .and_then(|v| v.as_str())
+                    .ok_or_else(|| Error::config(&file, "version", "missing"))?;
+                semver::Version::parse(text)
+                    .map_err(|e| Error::config(&file, "version", e.to_string()))
+            }
+        }
+    }
+
+    /// kubectl and helm flags that select the cluster.
+    pub fn kube_flags(&self, context_flag: &str) -> Vec<String> {
+        let mut v = Vec::new();
+        if let Some(k) = &self.kubeconfig {
+            v.push("--kubeconfig".into());
+            v.push(k.display().to_string());
+        }
+        v.push(context_flag.into());
+        v.push(self.context.clone());
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        real: RealArgs,
+    }
+
+    fn args(v: &[&str]) -> RealArgs {
+        Cli::try_parse_from(std::iter::once("x").chain(v.iter().copied()))
+            .unwrap()
+            .real
+    }
+
+    #[test]
+    fn a_run_id_is_a_valid_label_value() {
+        let id = new_run_id();
+        assert!(
+            id.len() <= 63 && id.chars().all(|c| c.is_ascii_digit() || c == '-'),
+            "{id}"
+        );
+    }
+
+    #[test]
+    fn kind_and_k3d_contexts_follow_the_cluster_name() {
+        let a = args(&[]);
+        assert_eq!(
+            a.resolve(Provider::Kind, "r1", ".").unwrap().context,
+            "kind-openshell-conformance"
+        );
+        assert_eq!(
+            a.resolve(Provider::K3d, "r1", ".").unwrap().context,
+            "k3d-openshell-conformance"
+        );
+    }
+
+    #[test]
+    fn an_existing_cluster_without_a_context_is_a_usage_error() {
+        let err = args(&[])
+            .resolve(Provider::Existing, "r1", ".")
+            .unwrap_err();
+        assert_eq!(
+            err.exit_status(),
+            conformance_core::error::ExitStatus::Usage
+        );
+        assert!(err.to_string().contains("--context"), "{err}");
+    }
+
+    #[test]
+    fn a_set_without_an_equals_sign_or_a_bad_chart_version_is_a_usage_error() {
+        let err = args(&["--set", "image.tag"])
+            .resolve(Provider::Kind, "r1", ".")
+            .unwrap_err();
+        assert!(err.to_string().contains("KEY=VALUE"), "{err}");
+        let err = args(&["--chart-version", "latest"])
+            .resolve(Provider::Kind, "r1", ".")
+            .unwrap_err();
+        assert!(err.to_string().contains("semantic version"), "{err}");
+    }
+
+    #[test]
+    fn a_local_chart_selects_values_by_its_chart_yaml_version() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("Chart.yaml"),
+            "apiVersion: v2\nname: openshell\nversion: 0.1.6-dev.3\nappVersion: 0.1.6\n",
+        )
+        .unwrap();
+        let o = args(&["--chart-path", dir.path().to_str().unwrap()])
+            .resolve(Provider::Kind, "r1", ".")
+            .unwrap();
+        assert_eq!(o.chart_version().unwrap().to_string(), "0.1.6-dev.3");
+    }
+
+    #[test]
+    fn a_kind_target_with_a_context_of_another_cluster_is_refused() {
+        let err = args(&["--context", "prod-east"])
+            .resolve(Provider::Kind, "r1", ".")
+            .unwrap_err();
+        assert!(err.to_string().contains("--target existing"), "{err}");
+    }
+}

@@ -1,0 +1,732 @@
+//! The real target: a kind, k3d or existing cluster behind the core [`Target`] and
+//! [`TargetFactory`] traits. The factory checks the interlock before anything else, brings the
+//! cluster up (or reuses it and checks it for leftovers) and installs Agent Sandbox once; each
+//! case then installs OpenShell for its topology, reaches the gateway through the in-process
+//! port-forward and drives sandboxes through the `openshell` CLI.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use super::{interlock, interlock::Allowed};
+use crate::cli::{OpenShellCli, app_version_from_helm_list};
+use crate::cluster::{self, ClusterUp};
+use crate::command::{CommandRunner, run_ok};
+use crate::faults::{FaultInjector, RestoreGuard};
+use crate::gateway;
+use crate::install::{self, Install};
+use crate::journal::{self, Journal};
+use crate::leftovers;
+use crate::options::RealOptions;
+use crate::pins;
+use crate::plan::Step;
+use crate::portforward::GatewayForward;
+use conformance_core::error::{Error, Result};
+use conformance_core::target::{
+    Capability, ExecResult, Fault, Observers, SandboxSpec, SandboxView, Target, TargetError,
+    TargetFactory, TargetInfo, TargetResult,
+};
+use conformance_core::timeline::{ObjectState, Recorder};
+use conformance_core::topology::Topology;
+use conformance_observe::{self as observe, ObserveSpec};
+
+/// A client for a kubeconfig context. An unknown context is a usage error; an unreadable
+/// kubeconfig an infrastructure one.
+pub async fn client_for(kubeconfig: Option<&Path>, context: &str) -> Result<Client> {
+    let kc = match kubeconfig {
+        Some(p) => Kubeconfig::read_from(p)
+            .map_err(|e| Error::Infra(format!("kubeconfig {}: {e}", p.display())))?,
+        None => Kubeconfig::read().map_err(|e| Error::Infra(format!("default kubeconfig: {e}")))?,
+    };
+    if !kc.contexts.iter().any(|c| c.name == context) {
+        let known: Vec<&str> = kc.contexts.iter().map(|c| c.name.as_str()).collect();
+        return Err(Error::Usage(format!(
+            "context `{context}` is not in the kubeconfig; known contexts: {}",
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        )));
+    }
+    let opts = KubeConfigOptions {
+        context: Some(context.to_string()),
+        ..Default::default()
+    };
+    let cfg = Config::from_custom_kubeconfig(kc, &opts)
+        .await
+        .map_err(|e| Error::Infra(format!("context {context}: {e}")))?;
+    Client::try_from(cfg).map_err(|e| Error::Infra(format!("context {context}: {e}")))
+}
+
+/// Checks that the API server answers.
+pub async fn reachable(client: &Client, context: &str) -> Result<String> {
+    let v = tokio::time::timeout(Duration::from_secs(20), client.apiserver_version())
+        .await
+        .map_err(|_| Error::Infra(format!("cluster {context} did not answer within 20s")))?
+        .map_err(|e| Error::Infra(format!("cluster {context} is unreachable: {e}")))?;
+    Ok(v.git_version)
+}
+
+/// The Sandbox API version the cluster serves: v1beta1, else v1alpha1 (the driver's own probe
+/// order, openshell-k8s.md §3.1).
+pub async fn sandbox_version(client: &Client, namespace: &str) -> TargetResult<&'static str> {
+    for v in ["v1beta1", "v1alpha1"] {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), namespace, &observe::sandbox_resource(v));
+        match api.list(&ListParams::default().limit(1)).await {
+            Ok(_) => return Ok(v),
+            Err(kube::Error::Api(s)) if s.code == 404 => continue,
+            Err(e) => return Err(TargetError::Infra(format!("probe Sandbox API: {e}"))),
+        }
+    }
+    Err(TargetError::Infra(
+        "the cluster serves no Sandbox API (agents.x-k8s.io v1beta1 or v1alpha1); is Agent Sandbox installed?".into(),
+    ))
+}
+
+/// Capabilities every real target has, before the CLI is asked.
+fn base_capabilities() -> BTreeSet<Capability> {
+    [
+        Capability::MainCommand,
+        Capability::GatewayStop,
+        Capability::GatewayRestart,
+        Capability::SandboxPodReplace,
+        Capability::SupervisorKill,
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// Steps that make the gateway reachable for the CLI (for plans).
+pub fn access_plan(opts: &RealOptions, tls: bool, topology: &str) -> Vec<Step> {
+    let cli = cli_for(opts, Arc::new(crate::command::SystemRunner), topology);
+    let mut v = vec![Step::kube(format!(
+        "port-forward 127.0.0.1:$PORT -> a ready pod of {}/{} port {} (re-resolved per connection)",
+        opts.namespace,
+        opts.release,
+        pins::GATEWAY_GRPC_PORT
+    ))];
+    if tls {
+        v.push(Step::kube(format!(
+            "read Secret {}/openshell-client-tls (ca.crt, tls.crt, tls.key) into {}",
+            opts.namespace,
+            cli.mtls_dir().display()
+        )));
+    }
+    v.push(Step::run(cli.gateway_add_cmd("$PORT", tls)));
+    v.push(Step::run(cli.cmd(["--version"])));
+    v.push(Step::run(cli.cmd(["sandbox", "create", "--help"])));
+    v.push(Step::run(leftovers::helm_list_cmd(opts)));
+    v
+}
+
+/// Steps that observe a case (for plans).
+pub fn observe_plan(opts: &RealOptions, topology: &str) -> Vec<Step> {
+    let cli = cli_for(opts, Arc::new(crate::command::SystemRunner), topology);
+    vec![
+        Step::kube(format!(
+            "watch Sandbox resources (v1beta1, else v1alpha1), Pods, PVCs, Events, StatefulSets and Deployments in {}",
+            opts.namespace
+        )),
+        Step::run_when(
+            cli.cmd([
+                "sandbox".to_string(),
+                "list".to_string(),
+                "-o".to_string(),
+                "json".to_string(),
+                "--selector".to_string(),
+                format!("{}={}", pins::RUN_LABEL, opts.run_id),
+            ]),
+            "every 2s, as the phase poller",
+        ),
+    ]
+}
+
+fn cli_for(opts: &RealOptions, runner: Arc<dyn CommandRunner>, topology: &str) -> OpenShellCli {
+    let mut cli = OpenShellCli::new(
+        runner,
+        &opts.openshell_bin,
+        opts.run_dir.join(format!("xdg-{topology}")),
+        &format!("conformance-{topology}"),
+    );
+    cli.call_timeout = opts.timeouts.cli_call;
+    cli.lifecycle_timeout = opts.timeouts.cli_lifecycle;
+    cli
+}
+
+struct Cluster {
+    up: ClusterUp,
+    client: Client,
+}
+
+/// Makes real targets. Construct it with [`RealFactory::new`], which applies the interlock.
+pub struct RealFactory {
+    opts: RealOptions,
+    runner: Arc<dyn CommandRunner>,
+    pub allowed: Allowed,
+    cluster: tokio::sync::Mutex<Option<Arc<Cluster>>>,
+    /// Fault injectors of the targets provisioned so far, for the signal handler.
+    injectors: Injectors,
+}
+
+/// Injectors of live targets; dead ones are skipped.
+type Injectors = Arc<Mutex<Vec<std::sync::Weak<FaultInjector>>>>;
+
+impl RealFactory {
+    /// Refuses a context that is not disposable, before anything else happens.
+    pub fn new(opts: RealOptions, runner: Arc<dyn CommandRunner>) -> Result<Self> {
+        let allowed = interlock::check(&opts.context, &opts.allow_contexts)?;
+        Ok(Self {
+            opts,
+            runner,
+            allowed,
+            cluster: Default::default(),
+            injectors: Default::default(),
+        })
+    }
+
+    pub fn options(&self) -> &RealOptions {
+        &self.opts
+    }
+
+    /// Waits for Ctrl-C or SIGTERM, restores every active fault of every live target, and
+    /// returns the signal's name; the CLI then exits (130 / 143). Run it beside the engine
+    /// (`tokio::select!`).
+    pub async fn restore_on_signal(&self) -> &'static str {
+        let name = crate::faults::wait_for_signal().await;
+        tracing::warn!(signal = name, "restoring active faults before exiting");
+        let live: Vec<Arc<FaultInjector>> = self
+            .injectors
+            .lock()
+            .expect("injectors lock")
+            .iter()
+            .filter_map(|w| w.upgrade())
+            .collect();
+        for inj in live {
+            for e in inj.restore_all().await {
+                tracing::error!(error = %e, "restore after {name} failed; the journal keeps it");
+            }
+        }
+        name
+    }
+
+    /// Brings the cluster up (or reuses it), connects, checks leftovers on a reused cluster and
+    /// installs Agent Sandbox. Runs once; later calls return at once.
+    pub async fn prepare(&self) -> Result<()> {
+        self.cluster().await.map(|_| ())
+    }
+
+    async fn cluster(&self) -> Result<Arc<Cluster>> {
+        let mut slot = self.cluster.lock().await;
+        if let Some(c) = slot.as_ref() {
+            return Ok(c.clone());
+        }
+        let o = &self.opts;
+        tokio::fs::create_dir_all(&o.run_dir)
+            .await
+            .map_err(|e| Error::Infra(format!("run directory {}: {e}", o.run_dir.display())))?;
+        let provider = cluster::provider(o);
+        let up = provider.up(&*self.runner).await?;
+        let client = client_for(up.kubeconfig.as_deref(), &up.context).await?;
+        reachable(&client, &up.context).await?;
+        if up.reused {
+            let found = leftovers::find(&client, &*self.runner, o).await?;
+            leftovers::handle(&client, &*self.runner, o, &found).await?;
+        }
+        provider.load_images(&*self.runner, &o.load_images).await?;
+        install::install_agent_sandbox(&*self.runner, &opts_with(o, &up)).await?;
+        let c = Arc::new(Cluster { up, client });
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+}
+
+/// Options pointing at the kubeconfig `up` produced.
+fn opts_with(o: &RealOptions, up: &ClusterUp) -> RealOptions {
+    let mut o = o.clone();
+    o.kubeconfig = up.kubeconfig.clone();
+    o.context = up.context.clone();
+    o
+}
+
+#[async_trait]
+impl TargetFactory for RealFactory {
+    fn info(&self) -> TargetInfo {
+        TargetInfo {
+            kind: self.opts.provider.name().into(),
+            capabilities: base_capabilities(),
+            versions: BTreeMap::from([
+                (
+                    "agent-sandbox".to_string(),
+                    self.opts.agent_sandbox.version(),
+                ),
+                ("chart".to_string(), install::chart_label(&self.opts)),
+            ]),
+            ..TargetInfo::default()
+        }
+    }
+
+    async fn provision(
+        &self,
+        _topology: &Topology,
+        rec: &Recorder,
+    ) -> TargetResult<Arc<dyn Target>> {
+        let c = self
+            .cluster()
+            .await
+            .map_err(|e| TargetError::Infra(e.to_string()))?;
+        let mut t = RealTarget::new(
+            opts_with(&self.opts, &c.up),
+            self.runner.clone(),
+            c.client.clone(),
+            self.info(),
+            rec.clone(),
+        );
+        t.injectors = Some(self.injectors.clone());
+        Ok(Arc::new(t))
+    }
+}
+
+/// What `install` set up for a case.
+struct Installed {
+    install: Install,
+    cli: OpenShellCli,
+    forward: GatewayForward,
+    injector: Arc<FaultInjector>,
+    _guard: RestoreGuard,
+    sandbox_version: &'static str,
+}
+
+/// One case on a real cluster.
+pub struct RealTarget {
+    opts: RealOptions,
+    runner: Arc<dyn CommandRunner>,
+    client: Client,
+    info: Mutex<TargetInfo>,
+    rec: Recorder,
+    installed: tokio::sync::Mutex<Option<Arc<Installed>>>,
+    created: Mutex<BTreeSet<String>>,
+    injectors: Option<Injectors>,
+}
+
+impl RealTarget {
+    pub fn new(
+        opts: RealOptions,
+        runner: Arc<dyn CommandRunner>,
+        client: Client,
+        info: TargetInfo,
+        rec: Recorder,
+    ) -> Self {
+        Self {
+            opts,
+            runner,
+            client,
+            info: Mutex::new(info),
+            rec,
+            installed: Default::default(),
+            created: Default::default(),
+            injectors: None,
+        }
+    }
+
+    async fn installed(&self) -> TargetResult<Arc<Installed>> {
+        self.installed
+            .lock()
+            .await
+            .clone()
+            .ok_or_else(|| TargetError::Infra("the target was used before install()".into()))
+    }
+
+    /// The fault injector of the installed case, for signal handlers and diagnostics.
+    pub async fn injector(&self) -> Option<Arc<FaultInjector>> {
+        self.installed
+            .lock()
+            .await
+            .as_ref()
+            .map(|i| i.injector.clone())
+    }
+
+    /// The local port of the gateway port-forward, once installed.
+    pub async fn gateway_port(&self) -> Option<u16> {
+        self.installed
+            .lock()
+            .await
+            .as_ref()
+            .map(|i| i.forward.port())
+    }
+
+    async fn diagnostics_with(
+        &self,
+        i: &Installed,
+        dir: &Path,
+        timeline: Option<&conformance_core::timeline::Timeline>,
+    ) -> Result<crate::diagnostics::Bundle> {
+        let src = crate::diagnostics::Sources {
+            client: &self.client,
+            runner: &*self.runner,
+            opts: &self.opts,
+            sandbox_version: i.sandbox_version,
+            cli: Some(&i.cli),
+            timeline,
+        };
+        crate::diagnostics::collect(&src, dir).await
+    }
+
+    /// Collects a diagnostics bundle of this case into `dir` (and `dir.tar.gz`).
+    pub async fn diagnostics(
+        &self,
+        dir: &Path,
+        timeline: Option<&conformance_core::timeline::Timeline>,
+    ) -> Result<crate::diagnostics::Bundle> {
+        let i = self.installed.lock().await.clone();
+        let version = match &i {
+            Some(i) => i.sandbox_version,
+            None => sandbox_version(&self.client, &self.opts.namespace)
+                .await
+                .unwrap_or("v1beta1"),
+        };
+        let src = crate::diagnostics::Sources {
+            client: &self.client,
+            runner: &*self.runner,
+            opts: &self.opts,
+            sandbox_version: version,
+            cli: i.as_ref().map(|i| &i.cli),
+            timeline,
+        };
+        crate::diagnostics::collect(&src, dir).await
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Writes the client certificate of a TLS gateway where the CLI looks for it.
+    async fn write_mtls(&self, dir: &Path) -> TargetResult<()> {
+        let secret = Api::<Secret>::namespaced(self.client.clone(), &self.opts.namespace)
+            .get("openshell-client-tls")
+            .await
+            .map_err(|e| TargetError::Infra(format!("read Secret openshell-client-tls: {e}")))?;
+        let data = secret.data.unwrap_or_default();
+        tokio::fs::create_dir_all(dir)
+            .await
+            .map_err(|e| TargetError::Infra(format!("{}: {e}", dir.display())))?;
+        for key in ["ca.crt", "tls.crt", "tls.key"] {
+            let v = data.get(key).ok_or_else(|| {
+                TargetError::Infra(format!("Secret openshell-client-tls has no `{key}`"))
+            })?;
+            tokio::fs::write(dir.join(key), &v.0)
+                .await
+                .map_err(|e| TargetError::Infra(format!("{}: {e}", dir.join(key).display())))?;
+        }
+        Ok(())
+    }
+}
+
+fn infra(e: Error) -> TargetError {
+    TargetError::Infra(e.to_string())
+}
+
+#[async_trait]
+impl Target for RealTarget {
+    fn info(&self) -> TargetInfo {
+        self.info.lock().expect("info lock").clone()
+    }
+
+    async fn install(&self, topology: &Topology) -> TargetResult<()> {
+        let o = &self.opts;
+        let inst = Install::new(o, topology).map_err(infra)?;
+        inst.run(&*self.runner).await.map_err(infra)?;
+        let label =
+            Patch::Merge(serde_json::json!({"metadata": {"labels": {pins::RUN_LABEL: o.run_id}}}));
+        Api::<Namespace>::all(self.client.clone())
+            .patch(&o.namespace, &PatchParams::default(), &label)
+            .await
+            .map_err(|e| TargetError::Infra(format!("install: label namespace: {e}")))?;
+        let workload = gateway::resolve(&self.client, &o.namespace, &o.release).await?;
+        let (want, _) = gateway::replicas(&self.client, &workload).await?;
+        gateway::wait_ready(
+            &self.client,
+            &workload,
+            want.max(1),
+            &[],
+            o.timeouts.gateway_ready,
+        )
+        .await?;
+        let forward = GatewayForward::start(
+            self.client.clone(),
+            workload.clone(),
+            pins::GATEWAY_GRPC_PORT,
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            Duration::from_secs(5),
+        )
+        .await?;
+        let cli = cli_for(o, self.runner.clone(), &topology.name);
+        if inst.tls {
+            self.write_mtls(&cli.mtls_dir()).await?;
+        }
+        run_ok(
+            &*self.runner,
+            &cli.gateway_add_cmd(forward.port(), inst.tls),
+        )
+        .await
+        .map_err(|e| TargetError::Infra(format!("install: register the gateway: {e}")))?;
+        let detected = cli.detect().await?;
+        let helm = run_ok(&*self.runner, &leftovers::helm_list_cmd(o))
+            .await
+            .map_err(|e| TargetError::Infra(format!("install: {e}")))?;
+        let app = app_version_from_helm_list(&helm.stdout, &o.release);
+        let sandbox_version = sandbox_version(&self.client, &o.namespace).await?;
+        let journal = Journal::new(
+            o.run_dir.join(journal::FILE_NAME),
+            &o.context,
+            o.kubeconfig.clone(),
+        );
+        let injector = Arc::new(FaultInjector::new(
+            self.client.clone(),
+            journal,
+            workload,
+            &o.namespace,
+            topology.supervisor.clone(),
+        ));
+        injector.set_recorder(self.rec.clone());
+        if let Some(reg) = &self.injectors {
+            let mut reg = reg.lock().expect("injectors lock");
+            reg.retain(|w| w.strong_count() > 0);
+            reg.push(Arc::downgrade(&injector));
+        }
+        {
+            let mut info = self.info.lock().expect("info lock");
+            // The gateway's version decides behaviour; the CLI's stands in when helm has none.
+            info.openshell = Some(app.clone().unwrap_or_else(|| detected.version.clone()));
+            info.versions
+                .insert("openshell-cli".into(), detected.version.to_string());
+            if let Some(a) = &app {
+                info.versions.insert("chart-app".into(), a.to_string());
+            }
+            info.versions
+                .insert("sandbox-api".into(), sandbox_version.to_string());
+            info.capabilities
+                .extend(detected.capabilities.iter().copied());
+        }
+        *self.installed.lock().await = Some(Arc::new(Installed {
+            install: inst,
+            cli,
+            forward,
+            _guard: RestoreGuard::new(injector.clone()),
+            injector,
+            sandbox_version,
+        }));
+        Ok(())
+    }
+
+    async fn observe(&self, rec: Recorder) -> TargetResult<Observers> {
+        let i = self.installed().await?;
+        let spec = ObserveSpec {
+            namespace: self.opts.namespace.clone(),
+            sandbox_resource: observe::sandbox_resource(i.sandbox_version),
+        };
+        let mut obs = observe::spawn(self.client.clone(), &spec)(rec.clone());
+        obs.push(observe::spawn_events(
+            self.client.clone(),
+            &self.opts.namespace,
+            rec.clone(),
+        ));
+        let selector = format!("{}={}", pins::RUN_LABEL, self.opts.run_id);
+        obs.push(tokio::spawn(phase_poller(
+            i.cli.clone(),
+            selector,
+            rec,
+            Duration::from_secs(2),
+        )));
+        Ok(obs)
+    }
+
+    async fn snapshot(&self) -> TargetResult<Vec<ObjectState>> {
+        let i = self.installed().await?;
+        let spec = ObserveSpec {
+            namespace: self.opts.namespace.clone(),
+            sandbox_resource: observe::sandbox_resource(i.sandbox_version),
+        };
+        let mut v = observe::snapshot(self.client.clone(), &spec)
+            .await
+            .map_err(|e| TargetError::Infra(format!("snapshot: {e}")))?;
+        let selector = format!("{}={}", pins::RUN_LABEL, self.opts.run_id);
+        if let Ok(list) = i.cli.list(Some(&selector)).await {
+            v.extend(list.iter().map(|s| s.view().to_state()));
+        }
+        Ok(v)
+    }
+
+    async fn create_sandbox(&self, spec: &SandboxSpec) -> TargetResult<SandboxView> {
+        let i = self.installed().await?;
+        let mut spec = spec.clone();
+        spec.labels
+            .insert(pins::RUN_LABEL.into(), self.opts.run_id.clone());
+        self.created
+            .lock()
+            .expect("created lock")
+            .insert(spec.name.clone());
+        let caps = self.info().capabilities;
+        i.cli.create(&spec, &caps).await
+    }
+
+    async fn get_sandbox(&self, name: &str) -> TargetResult<Option<SandboxView>> {
+        self.installed().await?.cli.get(name).await
+    }
+
+    async fn exec(&self, sandbox: &str, argv: &[String]) -> TargetResult<ExecResult> {
+        self.installed().await?.cli.exec(sandbox, argv).await
+    }
+
+    async fn probe_exec(&self, sandbox: &str, argv: &[String]) -> TargetResult<ExecResult> {
+        // The workload container is `agent` in every topology at 0.0.111 (openshell-k8s.md §3.2).
+        let pod = crate::faults::cr_name("default", sandbox);
+        crate::kexec::exec(&self.client, &self.opts.namespace, &pod, "agent", argv).await
+    }
+
+    async fn read_workspace(&self, sandbox: &str, path: &str) -> TargetResult<Option<String>> {
+        let cr = crate::faults::cr_name("default", sandbox);
+        crate::workspace::read(
+            &self.client,
+            &self.opts.namespace,
+            &cr,
+            path,
+            &self.opts.run_id,
+            Duration::from_secs(120),
+        )
+        .await
+    }
+
+    async fn stop_sandbox(&self, name: &str) -> TargetResult<()> {
+        self.installed().await?.cli.stop(name).await
+    }
+
+    async fn start_sandbox(&self, name: &str) -> TargetResult<()> {
+        self.installed().await?.cli.start(name).await
+    }
+
+    async fn delete_sandbox(&self, name: &str) -> TargetResult<()> {
+        self.installed().await?.cli.delete(name).await
+    }
+
+    async fn inject(&self, fault: &Fault) -> TargetResult<()> {
+        self.installed().await?.injector.inject(fault).await
+    }
+
+    async fn restore(&self, fault: &Fault) -> TargetResult<()> {
+        self.installed().await?.injector.restore(fault).await
+    }
+
+    async fn teardown(&self) -> TargetResult<()> {
+        let Some(i) = self.installed.lock().await.take() else {
+            return Ok(());
+        };
+        let mut errors = i.injector.restore_all().await;
+        // Evidence first: teardown is about to remove the release and the sandboxes.
+        let timeline = self.rec.snapshot();
+        if wants_diagnostics(self.opts.diagnostics, &timeline) {
+            let dir = self.opts.run_dir.join("diagnostics").join(format!(
+                "{}-{}",
+                i.install.topology,
+                self.rec.elapsed().as_millis()
+            ));
+            match self.diagnostics_with(&i, &dir, Some(&timeline)).await {
+                Ok(b) => self
+                    .rec
+                    .note(format!("diagnostics bundle: {}", b.archive.display())),
+                Err(e) => errors.push(format!("diagnostics: {e}")),
+            }
+        }
+        if !self.opts.keep {
+            let names: Vec<String> = self
+                .created
+                .lock()
+                .expect("created lock")
+                .iter()
+                .cloned()
+                .collect();
+            for n in names {
+                if let Err(e) = i.cli.delete(&n).await {
+                    errors.push(format!("delete sandbox {n}: {e}"));
+                }
+            }
+            if let Err(e) = i.install.uninstall(&*self.runner).await {
+                errors.push(e.to_string());
+            }
+        }
+        drop(i);
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(TargetError::Infra(format!(
+                "teardown: {}",
+                errors.join("; ")
+            )))
+        }
+    }
+}
+
+/// Polls `openshell sandbox list -o json` and records the gateway's phase of every sandbox of
+/// the run; a sandbox that leaves the list is recorded as deleted.
+pub async fn phase_poller(cli: OpenShellCli, selector: String, rec: Recorder, every: Duration) {
+    let mut known: BTreeSet<String> = BTreeSet::new();
+    loop {
+        match cli.list(Some(&selector)).await {
+            Ok(list) => {
+                let now: BTreeSet<String> = list.iter().map(|s| s.name.clone()).collect();
+                for s in &list {
+                    rec.observe(s.view().to_state());
+                }
+                for gone in known.difference(&now) {
+                    let mut st = SandboxView {
+                        name: gone.clone(),
+                        ..SandboxView::default()
+                    }
+                    .to_state();
+                    if let Some(last) = rec.last_state(&st.object_ref()) {
+                        st = last;
+                    }
+                    st.deleted = true;
+                    rec.observe(st);
+                }
+                known = now;
+            }
+            // The gateway may be down on purpose; the watchers keep observing meanwhile.
+            Err(e) => tracing::debug!(error = %e, "phase poll failed"),
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// Where a run keeps its files, for the CLI's `restore`: the journal path in a run directory.
+pub fn journal_path(run_dir: &Path) -> PathBuf {
+    run_dir.join(journal::FILE_NAME)
+}
+
+/// Whether a case's timeline calls for a bundle: a failed check, or a stage that failed or
+/// errored.
+pub fn wants_diagnostics(
+    policy: crate::options::DiagnosticsPolicy,
+    timeline: &conformance_core::timeline::Timeline,
+) -> bool {
+    use crate::options::DiagnosticsPolicy;
+    use conformance_core::timeline::{Event, StageStatus};
+    match policy {
+        DiagnosticsPolicy::Always => true,
+        DiagnosticsPolicy::Never => false,
+        DiagnosticsPolicy::OnFailure => timeline.entries.iter().any(|e| match &e.event {
+            Event::Check(c) => !c.passed,
+            Event::Stage(s) => matches!(s.status, StageStatus::Failed | StageStatus::Error),
+            _ => false,
+        }),
+    }
+}

@@ -1,0 +1,119 @@
+//! Reading a sandbox's workspace without the sandbox: a short-lived reader pod mounts the
+//! workspace PVC (`workspace-<cr>`, k8s-objects.md §5 fact 1) read-only on the node that holds it
+//! (the claim is ReadWriteOnce), and the harness execs `cat` in it. This works while the sandbox
+//! is stopped, failed or its gateway is down.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::Client;
+use kube::api::{Api, DeleteParams, PostParams};
+
+use super::{gateway, kexec, pins};
+use conformance_core::target::{TargetError, TargetResult};
+
+/// The image of the reader pod: the sandbox base image, already on the nodes that run sandboxes
+/// (`default_image` in the rendered gateway config, k8s-objects.md §4), so reading needs no pull.
+pub const READER_IMAGE: &str = "ghcr.io/nvidia/openshell-community/sandboxes/base:latest";
+
+/// The exit code the reader uses for "no such file".
+const ABSENT: i32 = 44;
+
+fn reader_name(cr: &str) -> String {
+    let mut n = format!("{cr}-ws-reader");
+    n.truncate(63);
+    n.trim_end_matches('-').to_string()
+}
+
+/// Reads `path` (relative to the workspace root) from the workspace of sandbox CR `cr`.
+/// None when the file does not exist.
+pub async fn read(
+    client: &Client,
+    namespace: &str,
+    cr: &str,
+    path: &str,
+    run_id: &str,
+    deadline: Duration,
+) -> TargetResult<Option<String>> {
+    let rel = path.trim_start_matches('/');
+    if rel.is_empty() || rel.split('/').any(|c| c == "..") {
+        return Err(TargetError::Infra(format!(
+            "read workspace: `{path}` must be a path inside the workspace"
+        )));
+    }
+    let claim = format!("workspace-{cr}");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    // The node that holds the claim: the sandbox pod's, else the scheduler's choice recorded
+    // on the claim; a RWO volume can be shared only by pods on that node.
+    let node = match pods.get_opt(cr).await {
+        Ok(Some(p)) => p.spec.and_then(|s| s.node_name),
+        _ => None,
+    };
+    let node = match node {
+        Some(n) => Some(n),
+        None => Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace)
+            .get_opt(&claim)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|c| c.metadata.annotations)
+            .and_then(|a| a.get("volume.kubernetes.io/selected-node").cloned()),
+    };
+    let name = reader_name(cr);
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {pins::RUN_LABEL: run_id}},
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": false,
+            "terminationGracePeriodSeconds": 0,
+            "nodeName": node,
+            "containers": [{"name": "reader", "image": READER_IMAGE, "command": ["sleep", "600"],
+                            "volumeMounts": [{"name": "workspace", "mountPath": "/workspace", "readOnly": true}]}],
+            "volumes": [{"name": "workspace", "persistentVolumeClaim": {"claimName": claim, "readOnly": true}}]
+        }
+    }))
+    .expect("static pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .map_err(|e| {
+            TargetError::Infra(format!("read workspace: create reader pod {name}: {e}"))
+        })?;
+    let result = async {
+        gateway::wait_until(
+            &format!("read workspace: reader pod {name} running"),
+            deadline,
+            gateway::POLL,
+            || async {
+                let p = pods
+                    .get(&name)
+                    .await
+                    .map_err(|e| TargetError::Infra(e.to_string()))?;
+                let phase = p.status.and_then(|s| s.phase).unwrap_or_default();
+                Ok(((phase == "Running").then_some(()), format!("phase={phase}")))
+            },
+        )
+        .await?;
+        let argv: Vec<String> = vec![
+            "sh".into(),
+            "-c".into(),
+            format!("if [ -e \"$1\" ]; then cat \"$1\"; else exit {ABSENT}; fi"),
+            "sh".into(),
+            format!("/workspace/{rel}"),
+        ];
+        let out = kexec::exec(client, namespace, &name, "reader", &argv).await?;
+        match out.exit_code {
+            0 => Ok(Some(out.stdout)),
+            ABSENT => Ok(None),
+            code => Err(TargetError::Infra(format!(
+                "read workspace: cat {rel} exited {code}: {}",
+                out.stderr.trim()
+            ))),
+        }
+    }
+    .await;
+    // Always remove the reader, whatever happened.
+    let _ = pods
+        .delete(&name, &DeleteParams::default().grace_period(0))
+        .await;
+    result
+}

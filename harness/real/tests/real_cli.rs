@@ -1,0 +1,236 @@
+//! The openshell CLI driver against recorded outputs in the shapes openshell-k8s.md §1.6 and §5
+//! describe (JSON of `sandbox_to_json`, tonic status lines on stderr, remote exit codes). The
+//! recordings are in fixtures/recorded/; they were written from the reference, not captured
+//! from a live gateway (there is none on our machines).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use conformance_core::target::{Capability, RestartPolicy, SandboxSpec, TargetError};
+use conformance_real::cli::{
+    OpenShellCli, app_version_from_helm_list, capabilities_from_help, parse_list, parse_refusal,
+    parse_version,
+};
+use conformance_real::command::{CmdOutput, ScriptedRunner, Unscripted};
+
+fn recorded() -> ScriptedRunner {
+    let r = ScriptedRunner::new(Unscripted::Fail);
+    r.load(include_str!(
+        "../../../fixtures/recorded/openshell-0.0.111.json"
+    ))
+    .unwrap();
+    r
+}
+
+fn cli(r: &ScriptedRunner) -> OpenShellCli {
+    OpenShellCli::new(Arc::new(r.clone()), "openshell", "/run/xdg".into(), "gw")
+}
+
+#[tokio::test]
+async fn create_without_a_command_waits_with_json_and_parses_the_sandbox() {
+    let r = recorded();
+    let spec = SandboxSpec {
+        name: "demo".into(),
+        labels: BTreeMap::from([("openshell-conformance.io/run".into(), "r1".into())]),
+        ..SandboxSpec::default()
+    };
+    let v = cli(&r).create(&spec, &BTreeSet::new()).await.unwrap();
+    assert_eq!((v.name.as_str(), v.phase.as_str()), ("demo", "Ready"));
+    let call = &r.calls()[0];
+    assert_eq!(call.env["XDG_CONFIG_HOME"], "/run/xdg");
+    assert_eq!(call.env["OPENSHELL_GATEWAY"], "gw");
+}
+
+#[tokio::test]
+async fn create_with_a_main_command_detaches_then_reads_the_phase_back() {
+    let r = ScriptedRunner::new(Unscripted::Fail);
+    r.respond(
+        "openshell sandbox create",
+        CmdOutput::ok("Created sandbox: demo\n"),
+    );
+    r.load(include_str!(
+        "../../../fixtures/recorded/openshell-0.0.111.json"
+    ))
+    .unwrap();
+    let spec = SandboxSpec {
+        name: "demo".into(),
+        command: Some(vec!["sh".into(), "-c".into(), "exit 0".into()]),
+        ..SandboxSpec::default()
+    };
+    let v = cli(&r).create(&spec, &BTreeSet::new()).await.unwrap();
+    assert_eq!(v.phase, "Error");
+    let lines = r.lines();
+    assert!(
+        lines[0].ends_with("openshell sandbox create --name demo --detach -- sh -c 'exit 0'"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].ends_with("openshell sandbox get demo -o json"),
+        "{lines:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_restart_policy_needs_the_flag_in_the_cli_help() {
+    let r = recorded();
+    let spec = SandboxSpec {
+        name: "demo".into(),
+        restart_policy: Some(RestartPolicy::OnFailure),
+        ..SandboxSpec::default()
+    };
+    let err = cli(&r).create(&spec, &BTreeSet::new()).await.unwrap_err();
+    assert!(matches!(err, TargetError::Unsupported(_)), "{err:?}");
+    assert!(
+        r.calls().is_empty(),
+        "nothing runs when the flag is missing"
+    );
+    let caps = BTreeSet::from([Capability::RestartPolicy]);
+    let c = cli(&r).create_cmd(&spec, &caps).unwrap();
+    assert!(c.line().contains("--restart-policy on-failure"), "{c}");
+}
+
+#[tokio::test]
+async fn get_of_an_unknown_sandbox_is_none_not_an_error() {
+    let r = recorded();
+    assert_eq!(cli(&r).get("ghost").await.unwrap(), None);
+    assert_eq!(cli(&r).get("demo").await.unwrap().unwrap().phase, "Error");
+}
+
+#[tokio::test]
+async fn exec_returns_the_remote_exit_code_and_output() {
+    let r = recorded();
+    let c = cli(&r);
+    let res = c
+        .exec("demo", &["sh".into(), "-c".into(), "exit 3".into()])
+        .await
+        .unwrap();
+    assert_eq!(res.exit_code, 3);
+    let res = c
+        .exec("demo", &["cat".into(), "/sandbox/.chaos".into()])
+        .await
+        .unwrap();
+    assert_eq!((res.exit_code, res.stdout.as_str()), (0, "token-1"));
+}
+
+#[tokio::test]
+async fn exec_on_a_sandbox_that_is_not_ready_is_a_refusal_with_the_grpc_code() {
+    let r = recorded();
+    let err = cli(&r).exec("stuck", &["true".into()]).await.unwrap_err();
+    assert_eq!(
+        err,
+        TargetError::refused("FailedPrecondition", "sandbox is not ready")
+    );
+}
+
+#[tokio::test]
+async fn stop_from_error_is_refused_with_the_gateway_message() {
+    let r = recorded();
+    let err = cli(&r).stop("demo").await.unwrap_err();
+    assert_eq!(
+        err,
+        TargetError::refused(
+            "FailedPrecondition",
+            "sandbox must be Ready to stop (current phase: Error)"
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_cli_failure_without_a_status_is_an_infrastructure_error() {
+    let r = recorded();
+    let err = cli(&r).start("broken").await.unwrap_err();
+    assert!(
+        matches!(&err, TargetError::Infra(m) if m.contains("connection refused")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_sandbox_that_is_already_gone_succeeds() {
+    let r = recorded();
+    cli(&r).delete("ghost").await.unwrap();
+    cli(&r).delete("demo").await.unwrap();
+}
+
+#[tokio::test]
+async fn list_parses_every_sandbox_with_labels_and_phase() {
+    let r = recorded();
+    let l = cli(&r)
+        .list(Some("openshell-conformance.io/run=r1"))
+        .await
+        .unwrap();
+    assert_eq!(l.len(), 2);
+    assert_eq!(l[0].labels["openshell-conformance.io/run"], "r1");
+    assert_eq!(l[1].phase, "Provisioning");
+    assert!(r.lines()[0].ends_with("--selector openshell-conformance.io/run=r1"));
+}
+
+#[tokio::test]
+async fn the_0_0_111_cli_has_a_main_command_but_no_restart_policy() {
+    let r = recorded();
+    let info = cli(&r).detect().await.unwrap();
+    assert_eq!(info.version.to_string(), "0.0.111");
+    assert!(info.capabilities.contains(&Capability::MainCommand));
+    assert!(!info.capabilities.contains(&Capability::RestartPolicy));
+}
+
+#[test]
+fn a_help_text_with_restart_policy_enables_the_capability() {
+    // The flag as the restart-policy branch adds it (openshell-k8s.md §8).
+    let help =
+        "Options:\n      --restart-policy <POLICY>  [possible values: never, on-failure, always]\n";
+    assert!(capabilities_from_help(help).contains(&Capability::RestartPolicy));
+}
+
+#[test]
+fn versions_are_read_from_cli_and_helm_outputs() {
+    assert_eq!(
+        parse_version("openshell 0.1.6-dev.3").unwrap().to_string(),
+        "0.1.6-dev.3"
+    );
+    assert_eq!(
+        parse_version("v3.17.2+gcc0bbbd").unwrap().to_string(),
+        "3.17.2+gcc0bbbd"
+    );
+    assert!(parse_version("no version here").is_none());
+    let helm = r#"[{"name":"openshell","namespace":"openshell","revision":"1","status":"deployed","chart":"helm-chart-0.0.111","app_version":"0.0.111"}]"#;
+    assert_eq!(
+        app_version_from_helm_list(helm, "openshell")
+            .unwrap()
+            .to_string(),
+        "0.0.111"
+    );
+    assert!(app_version_from_helm_list(helm, "other").is_none());
+}
+
+#[test]
+fn refusals_are_read_from_tonic_status_lines_and_known_messages() {
+    assert_eq!(
+        parse_refusal("status: AlreadyExists, message: \"sandbox demo already exists\""),
+        Some(("AlreadyExists".into(), "sandbox demo already exists".into()))
+    );
+    assert_eq!(
+        parse_refusal("Error: sandbox must be Stopped to start (current phase: Ready)")
+            .unwrap()
+            .0,
+        "FailedPrecondition"
+    );
+    assert_eq!(parse_refusal("Error: connection refused"), None);
+}
+
+#[test]
+fn an_empty_list_output_is_no_sandboxes_and_garbage_is_an_error() {
+    assert!(parse_list("\n").unwrap().is_empty());
+    assert!(parse_list("NAME PHASE\ndemo Ready").is_err());
+}
+
+#[tokio::test]
+async fn a_remote_command_printing_a_status_line_is_its_own_exit_code_not_a_refusal() {
+    let r = ScriptedRunner::new(Unscripted::Fail);
+    r.respond(
+        "openshell sandbox exec -n demo",
+        CmdOutput::failed(2, "status: Internal, message: \"from the workload\"\n"),
+    );
+    let res = cli(&r).exec("demo", &["./tool".into()]).await.unwrap();
+    assert_eq!(res.exit_code, 2);
+}

@@ -1,0 +1,358 @@
+//! Cluster providers, installs, leftovers parsing, the doctor and the restore journal file, with
+//! recorded command outputs (no Docker, kind, k3d or helm needed).
+
+use std::sync::Arc;
+
+use clap::Parser;
+use conformance_core::error::ExitStatus;
+use conformance_core::topology::Topologies;
+use conformance_real::cluster::provider;
+use conformance_real::command::{CmdOutput, ScriptedRunner, Unscripted};
+use conformance_real::doctor::{self, DoctorOptions, Status};
+use conformance_real::gateway::{Workload, WorkloadKind};
+use conformance_real::install::{Install, install_agent_sandbox};
+use conformance_real::journal::{Entry, Journal, Undo};
+use conformance_real::leftovers::parse_helm_list;
+use conformance_real::options::{Provider, RealArgs, RealOptions};
+use conformance_real::target::RealFactory;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    real: RealArgs,
+}
+
+fn opts(provider: Provider, extra: &[&str], run_dir: &str) -> RealOptions {
+    let base = ["x", "--run-dir", run_dir];
+    Cli::try_parse_from(base.iter().chain(extra.iter()).copied())
+        .unwrap()
+        .real
+        .resolve(provider, "r1", "/repo")
+        .unwrap()
+}
+
+#[tokio::test]
+async fn kind_creates_the_cluster_when_it_is_not_listed() {
+    let r = ScriptedRunner::new(Unscripted::Succeed);
+    r.respond("kind get clusters", CmdOutput::ok("other\n"));
+    let up = provider(&opts(Provider::Kind, &[], "/run"))
+        .up(&r)
+        .await
+        .unwrap();
+    assert!(!up.reused);
+    assert_eq!(up.context, "kind-openshell-conformance");
+    let lines = r.lines();
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    assert!(lines[1].starts_with("kind create cluster --name openshell-conformance"));
+    assert!(lines[2].starts_with("kind export kubeconfig"));
+}
+
+#[tokio::test]
+async fn kind_reuses_a_listed_cluster_without_creating_it() {
+    let r = ScriptedRunner::new(Unscripted::Succeed);
+    r.respond(
+        "kind get clusters",
+        CmdOutput::ok("openshell-conformance\n"),
+    );
+    let up = provider(&opts(Provider::Kind, &[], "/run"))
+        .up(&r)
+        .await
+        .unwrap();
+    assert!(up.reused);
+    assert!(r.lines().iter().all(|l| !l.starts_with("kind create")));
+}
+
+#[tokio::test]
+async fn k3d_reads_its_json_cluster_list_and_imports_images_in_one_call() {
+    let r = ScriptedRunner::new(Unscripted::Succeed);
+    r.respond(
+        "k3d cluster list -o json",
+        CmdOutput::ok(r#"[{"name":"openshell-conformance","serversCount":1}]"#),
+    );
+    let p = provider(&opts(Provider::K3d, &[], "/run"));
+    assert!(p.up(&r).await.unwrap().reused);
+    p.load_images(&r, &["a:1".into(), "b:2".into()])
+        .await
+        .unwrap();
+    assert_eq!(
+        r.lines().last().unwrap(),
+        "k3d image import a:1 b:2 --cluster openshell-conformance --mode direct"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_cluster_create_is_an_infrastructure_error_naming_the_stage() {
+    let r = ScriptedRunner::new(Unscripted::Succeed);
+    r.respond("kind get clusters", CmdOutput::ok(""));
+    r.respond(
+        "kind create cluster",
+        CmdOutput::failed(
+            1,
+            "ERROR: failed to create cluster: failed to get docker info",
+        ),
+    );
+    let err = provider(&opts(Provider::Kind, &[], "/run"))
+        .up(&r)
+        .await
+        .unwrap_err();
+    assert_eq!(err.exit_status(), ExitStatus::Infrastructure);
+    assert!(err.to_string().starts_with("cluster up:"), "{err}");
+    assert!(
+        err.to_string().contains("failed to get docker info"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn an_existing_cluster_is_never_deleted() {
+    let r = ScriptedRunner::new(Unscripted::Fail);
+    let o = opts(Provider::Existing, &["--context", "kind-x"], "/run");
+    let err = provider(&o).down(&r).await.unwrap_err();
+    assert_eq!(err.exit_status(), ExitStatus::Usage);
+    assert!(r.calls().is_empty());
+}
+
+#[tokio::test]
+async fn a_crd_that_never_becomes_established_fails_the_install_naming_the_wait() {
+    let r = ScriptedRunner::new(Unscripted::Succeed);
+    r.respond(
+        "kubectl --kubeconfig /run/kubeconfig --context kind-openshell-conformance wait",
+        CmdOutput::failed(1, "error: timed out waiting for the condition on customresourcedefinitions/sandboxes.agents.x-k8s.io"),
+    );
+    let err = install_agent_sandbox(&r, &opts(Provider::Kind, &[], "/run"))
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("wait for CRD sandboxes.agents.x-k8s.io to be Established"),
+        "{msg}"
+    );
+    assert!(msg.contains("timed out waiting for the condition"), "{msg}");
+    assert!(
+        msg.contains("--timeout=120s"),
+        "the deadline is named: {msg}"
+    );
+    // The controller wait does not run after the CRD wait failed.
+    assert_eq!(r.calls().len(), 2);
+}
+
+#[tokio::test]
+async fn helm_install_writes_the_values_file_it_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().to_str().unwrap();
+    let o = opts(Provider::Kind, &[], run);
+    let t = Topologies::builtin();
+    let i = Install::new(&o, t.get("sidecar").unwrap()).unwrap();
+    let r = ScriptedRunner::new(Unscripted::Succeed);
+    i.run(&r).await.unwrap();
+    let written = std::fs::read_to_string(dir.path().join("values-sidecar.yaml")).unwrap();
+    assert!(written.contains("topology: sidecar"), "{written}");
+    assert!(r.lines()[0].contains(&format!("-f {run}/values-sidecar.yaml")));
+}
+
+#[test]
+fn the_factory_refuses_a_production_context_before_running_anything() {
+    let r = ScriptedRunner::new(Unscripted::Fail);
+    let o = opts(
+        Provider::Existing,
+        &["--context", "arn:aws:eks:us-east-1:1:cluster/prod"],
+        "/run",
+    );
+    let err = RealFactory::new(o, Arc::new(r.clone()))
+        .err()
+        .expect("refused");
+    assert_eq!(err.exit_status(), ExitStatus::Usage);
+    assert!(
+        err.to_string().contains("refusing to touch context"),
+        "{err}"
+    );
+    assert!(r.calls().is_empty(), "nothing ran");
+}
+
+#[test]
+fn helm_releases_are_read_from_json() {
+    assert_eq!(
+        parse_helm_list(r#"[{"name":"openshell","namespace":"openshell","status":"deployed"}]"#)
+            .unwrap(),
+        vec!["openshell".to_string()]
+    );
+    assert!(parse_helm_list("").unwrap().is_empty());
+    assert!(parse_helm_list("NAME NAMESPACE").is_err());
+}
+
+fn doctor_opts(provider: Provider) -> DoctorOptions {
+    DoctorOptions {
+        provider,
+        openshell_bin: "openshell".into(),
+        namespace: "openshell".into(),
+        context: "kind-openshell-conformance".into(),
+    }
+}
+
+#[tokio::test]
+async fn doctor_reports_missing_tools_with_fixes_and_says_the_run_cannot_start() {
+    let r = ScriptedRunner::new(Unscripted::Fail);
+    r.respond(
+        "docker version",
+        CmdOutput::failed(
+            1,
+            "Cannot connect to the Docker daemon at unix:///var/run/docker.sock",
+        ),
+    );
+    r.respond("helm version", CmdOutput::ok("v3.6.0+g7f2df64\n"));
+    r.respond(
+        "kubectl version",
+        CmdOutput::ok("Client Version: v1.32.4\n"),
+    );
+    // kind and openshell are absent: the scripted runner has no output for them.
+    let rep = doctor::run(&doctor_opts(Provider::Kind), &r, None).await;
+    assert!(!rep.can_start());
+    assert_eq!(rep.exit_status(), ExitStatus::Infrastructure);
+    let by = |n: &str| rep.checks.iter().find(|c| c.name == n).unwrap().clone();
+    assert_eq!(by("docker").status, Status::Missing);
+    assert!(
+        by("docker")
+            .fix
+            .unwrap()
+            .contains("start the Docker daemon")
+    );
+    assert_eq!(by("helm").status, Status::Missing);
+    assert!(by("helm").detail.contains("too old"), "{:?}", by("helm"));
+    assert_eq!(by("kubectl").status, Status::Ok);
+    assert_eq!(by("kind").status, Status::Missing);
+    // A kind cluster that does not exist yet is created by the run: a note, not a blocker.
+    assert_eq!(by("cluster").status, Status::Note);
+    let text = rep.to_string();
+    assert!(text.contains("a run cannot start"), "{text}");
+}
+
+#[tokio::test]
+async fn doctor_passes_when_every_tool_answers_with_a_recent_version() {
+    let r = ScriptedRunner::new(Unscripted::Fail);
+    r.respond("docker version", CmdOutput::ok("28.2.2\n"));
+    r.respond(
+        "k3d version",
+        CmdOutput::ok("k3d version v5.8.3\nk3s version v1.31.5-k3s1 (default)\n"),
+    );
+    r.respond("helm version", CmdOutput::ok("v3.17.2+gcc0bbbd\n"));
+    r.respond(
+        "kubectl version",
+        CmdOutput::ok("Client Version: v1.32.4\n"),
+    );
+    r.respond("openshell --version", CmdOutput::ok("openshell 0.0.111\n"));
+    let rep = doctor::run(&doctor_opts(Provider::K3d), &r, None).await;
+    assert!(rep.can_start(), "{rep}");
+    assert!(
+        r.lines().iter().all(|l| !l.starts_with("kind")),
+        "k3d runs do not need kind"
+    );
+}
+
+#[tokio::test]
+async fn doctor_for_an_existing_cluster_without_a_context_cannot_start() {
+    let r = ScriptedRunner::new(Unscripted::Succeed);
+    let rep = doctor::run(&doctor_opts(Provider::Existing), &r, None).await;
+    assert!(!rep.can_start());
+    assert!(
+        r.lines().iter().all(|l| !l.starts_with("docker")),
+        "existing clusters need no docker"
+    );
+}
+
+fn workload() -> Workload {
+    Workload {
+        kind: WorkloadKind::StatefulSet,
+        namespace: "openshell".into(),
+        name: "openshell".into(),
+        selector: [(
+            "app.kubernetes.io/name".to_string(),
+            "openshell".to_string(),
+        )]
+        .into(),
+    }
+}
+
+#[tokio::test]
+async fn the_journal_keeps_entries_until_removed_and_then_disappears() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("restore-journal.json");
+    let j = Journal::new(&path, "kind-x", None);
+    j.add(Entry {
+        id: "gateway-stop-openshell".into(),
+        fault: "gateway-stop".into(),
+        undo: Undo::ScaleBack {
+            workload: workload(),
+            replicas: 1,
+        },
+    })
+    .await
+    .unwrap();
+    j.add(Entry {
+        id: "np".into(),
+        fault: "gateway-traffic-block".into(),
+        undo: Undo::DeleteNetworkPolicy {
+            namespace: "openshell".into(),
+            name: "block".into(),
+        },
+    })
+    .await
+    .unwrap();
+    let f = Journal::read(&path).await.unwrap();
+    assert_eq!(f.context, "kind-x");
+    assert_eq!(f.entries.len(), 2);
+    j.remove("gateway-stop-openshell").await.unwrap();
+    assert_eq!(Journal::read(&path).await.unwrap().entries.len(), 1);
+    j.remove("np").await.unwrap();
+    assert!(!path.exists(), "an empty journal is removed");
+    assert!(Journal::read(&path).await.unwrap().entries.is_empty());
+}
+
+#[tokio::test]
+async fn a_corrupt_journal_is_a_configuration_error_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("restore-journal.json");
+    std::fs::write(&path, "{not json").unwrap();
+    let err = Journal::read(&path).await.unwrap_err();
+    assert_eq!(err.exit_status(), ExitStatus::Usage);
+    assert!(err.to_string().contains("restore-journal.json"), "{err}");
+}
+
+#[test]
+fn a_bundle_is_collected_on_failure_only_unless_asked_for_always() {
+    use conformance_core::timeline::{Event, Recorder, StageRecord, StageStatus};
+    use conformance_real::options::DiagnosticsPolicy;
+    use conformance_real::target::wants_diagnostics;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let rec = Recorder::new();
+        rec.record(Event::Stage(StageRecord {
+            stage: "verify".into(),
+            status: StageStatus::Passed,
+            message: None,
+        }));
+        assert!(!wants_diagnostics(
+            DiagnosticsPolicy::OnFailure,
+            &rec.snapshot()
+        ));
+        assert!(wants_diagnostics(
+            DiagnosticsPolicy::Always,
+            &rec.snapshot()
+        ));
+        rec.record(Event::Stage(StageRecord {
+            stage: "fault".into(),
+            status: StageStatus::Error,
+            message: None,
+        }));
+        assert!(wants_diagnostics(
+            DiagnosticsPolicy::OnFailure,
+            &rec.snapshot()
+        ));
+        assert!(!wants_diagnostics(
+            DiagnosticsPolicy::Never,
+            &rec.snapshot()
+        ));
+    });
+}

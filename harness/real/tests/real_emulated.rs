@@ -1,0 +1,1201 @@
+//! The kube-rs parts of the real target against the embedded emulated API server, in paused
+//! time: the port-forward re-resolving the gateway pod, the gateway and sandbox faults with
+//! their restores (and the journal restore after a simulated kill), exec through the API,
+//! the event observer and leftover detection. A small StatefulSet "controller" in this file
+//! plays the part of kube-controller-manager (the emulator has none): it creates `openshell-0`
+//! when the StatefulSet wants a replica and deletes it when scaled to zero.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use conformance_core::target::{Fault, TargetError};
+use conformance_core::timeline::{Event, Recorder};
+use conformance_core::topology::SupervisorPlacement;
+use conformance_real::command::{CmdOutput, ScriptedRunner, Unscripted};
+use conformance_real::faults::FaultInjector;
+use conformance_real::gateway::{self, Workload, WorkloadKind};
+use conformance_real::journal::{self, Journal};
+use conformance_real::portforward::{ForwardStats, forward_connection};
+use kube_emulator::{Cluster, ClusterConfig, ExecOutput, ExecRequest, PatchKind, ResourceRef};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const NS: &str = "openshell";
+
+/// (container, argv) of an exec the emulator received.
+type ExecSeen = (String, Vec<String>);
+
+fn cluster() -> Cluster {
+    Cluster::new(ClusterConfig {
+        namespaces: ["default", "kube-system", NS].map(String::from).to_vec(),
+        crds: vec![
+            serde_saphyr::from_str(include_str!(
+                "../../../fixtures/crds/sandboxes.agents.x-k8s.io.yaml"
+            ))
+            .unwrap(),
+        ],
+        ..ClusterConfig::default()
+    })
+}
+
+fn selector() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            "app.kubernetes.io/name".to_string(),
+            "openshell".to_string(),
+        ),
+        (
+            "app.kubernetes.io/instance".to_string(),
+            "openshell".to_string(),
+        ),
+    ])
+}
+
+fn sts() -> ResourceRef {
+    ResourceRef::new("apps", "v1", "statefulsets")
+}
+
+/// Creates `StatefulSet/openshell` and returns its uid.
+fn create_gateway(c: &Cluster, replicas: i32) -> String {
+    let o = c
+        .create(
+            &sts(),
+            Some(NS),
+            json!({
+                "metadata": {"name": "openshell", "labels": selector()},
+                "spec": {"replicas": replicas, "serviceName": "openshell",
+                         "selector": {"matchLabels": selector()},
+                         "template": {"metadata": {"labels": selector()},
+                                      "spec": {"containers": [{"name": "openshell-gateway", "image": "gw:1"}]}}}
+            }),
+        )
+        .unwrap();
+    o["metadata"]["uid"].as_str().unwrap().to_string()
+}
+
+/// Creates a Running, Ready pod (as kubelet would report it).
+fn running_pod(
+    c: &Cluster,
+    name: &str,
+    labels: Value,
+    owner: Option<(&str, &str, &str)>,
+    containers: &[&str],
+) -> String {
+    let mut meta = json!({"name": name, "labels": labels});
+    if let Some((kind, oname, uid)) = owner {
+        meta["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": kind, "name": oname, "uid": uid, "controller": true}]);
+    }
+    let cs: Vec<Value> = containers
+        .iter()
+        .map(|n| json!({"name": n, "image": "i:1"}))
+        .collect();
+    let p = c
+        .create(
+            &ResourceRef::pods(),
+            Some(NS),
+            // The gateway's grace period is 5 s (k8s-objects.md §4); the same for every test pod.
+            json!({"metadata": meta, "spec": {"containers": cs, "terminationGracePeriodSeconds": 5}}),
+        )
+        .unwrap();
+    c.bind_pod(NS, name, "node-1").unwrap();
+    let statuses: Vec<Value> = containers
+        .iter()
+        .map(|n| json!({"name": n, "ready": true, "restartCount": 0, "image": "i:1", "imageID": "", "state": {"running": {"startedAt": c.now_rfc3339()}}}))
+        .collect();
+    c.patch_status(
+        &ResourceRef::pods(),
+        Some(NS),
+        name,
+        PatchKind::Merge,
+        &json!({"status": {"phase": "Running", "podIP": "10.244.0.9",
+                "conditions": [{"type": "Ready", "status": "True"}], "containerStatuses": statuses}}),
+    )
+    .unwrap();
+    p["metadata"]["uid"].as_str().unwrap().to_string()
+}
+
+fn exists(c: &Cluster, r: &ResourceRef, name: &str) -> Option<Value> {
+    c.get(r, Some(NS), name).ok()
+}
+
+/// Plays the StatefulSet controller for `openshell` with one ordinal, and answers the gateway
+/// port with `gen-N:` + what it read, N counting pod generations.
+fn run_sts_controller(
+    c: Cluster,
+    sts_uid: String,
+    generation: Arc<AtomicU32>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let want = exists(&c, &sts(), "openshell")
+                .and_then(|s| s["spec"]["replicas"].as_i64())
+                .unwrap_or(0);
+            let pod = exists(&c, &ResourceRef::pods(), "openshell-0");
+            match (want > 0, pod) {
+                (true, None) => {
+                    let g = generation.fetch_add(1, Ordering::SeqCst) + 1;
+                    running_pod(
+                        &c,
+                        "openshell-0",
+                        json!(selector()),
+                        Some(("StatefulSet", "openshell", &sts_uid)),
+                        &["openshell-gateway"],
+                    );
+                    c.register_port(
+                        NS,
+                        "openshell-0",
+                        8080,
+                        move |mut s: tokio::io::DuplexStream| {
+                            tokio::spawn(async move {
+                                let mut buf = [0u8; 4];
+                                if s.read_exact(&mut buf).await.is_ok() {
+                                    let _ = s.write_all(format!("gen-{g}:").as_bytes()).await;
+                                    let _ = s.write_all(&buf).await;
+                                }
+                            });
+                        },
+                    );
+                }
+                (false, Some(p)) if p["metadata"]["deletionTimestamp"].is_null() => {
+                    let _ = c.delete(
+                        &ResourceRef::pods(),
+                        Some(NS),
+                        "openshell-0",
+                        &Default::default(),
+                    );
+                }
+                _ => {}
+            }
+            let ready = exists(&c, &ResourceRef::pods(), "openshell-0")
+                .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+                .map(|_| 1)
+                .unwrap_or(0);
+            let _ = c.patch_status(
+                &sts(),
+                Some(NS),
+                "openshell",
+                PatchKind::Merge,
+                &json!({"status": {"replicas": ready, "readyReplicas": ready}}),
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
+fn workload() -> Workload {
+    Workload {
+        kind: WorkloadKind::StatefulSet,
+        namespace: NS.into(),
+        name: "openshell".into(),
+        selector: selector(),
+    }
+}
+
+async fn roundtrip(c: &Cluster, stats: &ForwardStats) -> Result<String, TargetError> {
+    let (mut mine, theirs) = tokio::io::duplex(1024);
+    let client = c.client();
+    let w = workload();
+    let fwd = async move {
+        forward_connection(&client, &w, 8080, Duration::from_secs(5), stats, theirs).await
+    };
+    let talk = async {
+        mine.write_all(b"ping").await.unwrap();
+        // The client closes its side, as a CLI does when done; the forward then ends.
+        mine.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        let _ = mine.read_to_end(&mut got).await;
+        String::from_utf8(got).unwrap()
+    };
+    let (r, text) = tokio::join!(fwd, talk);
+    r.map(|_| text)
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_port_forward_resolves_the_gateway_pod_again_for_each_connection() {
+    let c = cluster();
+    let uid = create_gateway(&c, 1);
+    // The certgen Job's pod carries the same labels (k8s-objects.md §4); it must never be
+    // picked. The emulator serves no Jobs, so a ConfigMap stands in as the owner object (the
+    // garbage collector only needs the uid to exist); the owner reference says kind Job.
+    let owner = c
+        .create(
+            &ResourceRef::new("", "v1", "configmaps"),
+            Some(NS),
+            json!({"metadata": {"name": "openshell-certgen"}}),
+        )
+        .unwrap();
+    let owner_uid = owner["metadata"]["uid"].as_str().unwrap().to_string();
+    running_pod(
+        &c,
+        "openshell-certgen-x",
+        json!(selector()),
+        Some(("Job", "openshell-certgen", &owner_uid)),
+        &["certgen"],
+    );
+    let generation = Arc::new(AtomicU32::new(0));
+    let ctl = run_sts_controller(c.clone(), uid, generation.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stats = ForwardStats::default();
+    assert_eq!(roundtrip(&c, &stats).await.unwrap(), "gen-1:ping");
+
+    // The gateway pod is replaced: the next connection reaches the new pod.
+    c.delete(
+        &ResourceRef::pods(),
+        Some(NS),
+        "openshell-0",
+        &Default::default(),
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(generation.load(Ordering::SeqCst), 2);
+    assert_eq!(roundtrip(&c, &stats).await.unwrap(), "gen-2:ping");
+
+    // Scaled to zero: a connection is refused after the short resolve wait, like an outage.
+    gateway::scale(&c.client(), &workload(), 0).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let err = roundtrip(&c, &stats).await.unwrap_err();
+    assert!(err.to_string().contains("no ready gateway pod"), "{err}");
+    assert_eq!(stats.refused.load(Ordering::Relaxed), 1);
+
+    // Scaled back: access works again without restarting anything.
+    gateway::scale(&c.client(), &workload(), 1).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(roundtrip(&c, &stats).await.unwrap(), "gen-3:ping");
+    assert_eq!(stats.connections.load(Ordering::Relaxed), 4);
+    assert_eq!(
+        stats.last_pod.lock().unwrap().as_deref(),
+        Some("openshell-0")
+    );
+    ctl.abort();
+}
+
+fn injector(c: &Cluster, dir: &std::path::Path, placement: SupervisorPlacement) -> FaultInjector {
+    FaultInjector::new(
+        c.client(),
+        Journal::new(dir.join(journal::FILE_NAME), "kind-test", None),
+        workload(),
+        NS,
+        placement,
+    )
+}
+
+fn sidecar() -> SupervisorPlacement {
+    SupervisorPlacement::SandboxContainer {
+        container: "agent".into(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn gateway_stop_scales_to_zero_journals_first_and_restores_the_original_replicas() {
+    let c = cluster();
+    let uid = create_gateway(&c, 1);
+    let ctl = run_sts_controller(c.clone(), uid, Arc::new(AtomicU32::new(0)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(&c, dir.path(), sidecar());
+    let rec = Recorder::new();
+    inj.set_recorder(rec.clone());
+
+    inj.inject(&Fault::GatewayStop).await.unwrap();
+    assert!(
+        exists(&c, &ResourceRef::pods(), "openshell-0").is_none(),
+        "the gateway pod is gone once inject returns"
+    );
+    assert_eq!(
+        exists(&c, &sts(), "openshell").unwrap()["spec"]["replicas"],
+        0
+    );
+    let entries = Journal::read(&dir.path().join(journal::FILE_NAME))
+        .await
+        .unwrap()
+        .entries;
+    assert_eq!(
+        entries.len(),
+        1,
+        "the journal holds the way back while the fault is on"
+    );
+
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    inj.restore(&Fault::GatewayStop).await.unwrap();
+    assert_eq!(
+        exists(&c, &sts(), "openshell").unwrap()["spec"]["replicas"],
+        1
+    );
+    assert!(
+        gateway::ready_pod(&c.client(), &workload())
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        !dir.path().join(journal::FILE_NAME).exists(),
+        "a restored fault leaves no journal"
+    );
+    assert!(inj.active().await.is_empty());
+
+    // The actual window is on the timeline: pods gone, then ready again 30 s or more later.
+    let obs: BTreeMap<String, u64> = rec
+        .snapshot()
+        .entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Observation { key, value, .. } => Some((key.clone(), value.as_u64().unwrap())),
+            _ => None,
+        })
+        .collect();
+    let gone = obs["gateway-stop.pods-gone-ms"];
+    let back = obs["gateway-stop.ready-again-ms"];
+    assert!(back - gone >= 30_000, "window {gone}..{back}");
+    ctl.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_simulated_kill_the_journal_restores_the_stopped_gateway() {
+    let c = cluster();
+    let uid = create_gateway(&c, 1);
+    let ctl = run_sts_controller(c.clone(), uid, Arc::new(AtomicU32::new(0)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let inj = injector(&c, dir.path(), sidecar());
+        inj.inject(&Fault::GatewayStop).await.unwrap();
+        // The process "dies" here: no restore, no guard.
+    }
+    assert_eq!(
+        exists(&c, &sts(), "openshell").unwrap()["spec"]["replicas"],
+        0
+    );
+    let path = dir.path().join(journal::FILE_NAME);
+    let report = journal::restore_from(&path, &c.client(), Duration::from_secs(120))
+        .await
+        .unwrap();
+    assert_eq!(report.restored.len(), 1, "{report}");
+    assert_eq!(
+        exists(&c, &sts(), "openshell").unwrap()["spec"]["replicas"],
+        1
+    );
+    assert!(
+        gateway::ready_pod(&c.client(), &workload())
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(!path.exists());
+    // Running it again finds nothing to do.
+    let again = journal::restore_from(&path, &c.client(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(again.to_string(), "nothing to restore\n");
+    ctl.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restore_that_cannot_complete_keeps_the_journal_and_names_the_wait() {
+    let c = cluster();
+    create_gateway(&c, 1);
+    // No controller: scaling back never brings a pod, so the restore runs out.
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(&c, dir.path(), sidecar());
+    inj.inject(&Fault::GatewayStop).await.unwrap();
+    let path = dir.path().join(journal::FILE_NAME);
+    let err = journal::restore_from(&path, &c.client(), Duration::from_secs(20))
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("gave up after 20s"), "{msg}");
+    assert!(msg.contains("last seen: readyReplicas=0; no pods"), "{msg}");
+    assert_eq!(
+        Journal::read(&path).await.unwrap().entries.len(),
+        1,
+        "kept for a later restore"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn gateway_restart_deletes_the_pod_and_restore_waits_for_a_new_ready_one() {
+    let c = cluster();
+    let uid = create_gateway(&c, 1);
+    let generation = Arc::new(AtomicU32::new(0));
+    let ctl = run_sts_controller(c.clone(), uid, generation.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let old = exists(&c, &ResourceRef::pods(), "openshell-0").unwrap()["metadata"]["uid"].clone();
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(&c, dir.path(), sidecar());
+    inj.inject(&Fault::GatewayRestart).await.unwrap();
+    inj.restore(&Fault::GatewayRestart).await.unwrap();
+    let new = exists(&c, &ResourceRef::pods(), "openshell-0").unwrap()["metadata"]["uid"].clone();
+    assert_ne!(old, new);
+    assert_eq!(generation.load(Ordering::SeqCst), 2);
+    ctl.abort();
+}
+
+/// Plays the Agent Sandbox controller for one sandbox pod: recreates it after deletion with
+/// the same name and a new uid (k8s-objects.md §2.7).
+fn run_sandbox_pod_controller(
+    c: Cluster,
+    name: &'static str,
+    labels: Value,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            if exists(&c, &ResourceRef::pods(), name).is_none() {
+                running_pod(&c, name, labels.clone(), None, &["agent"]);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn sandbox_pod_replace_is_restored_once_a_replacement_with_a_new_uid_exists() {
+    let c = cluster();
+    let ctl = run_sandbox_pod_controller(
+        c.clone(),
+        "default--demo",
+        json!({"agents.x-k8s.io/sandbox-name-hash": "523e82a3"}),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let old = exists(&c, &ResourceRef::pods(), "default--demo").unwrap()["metadata"]["uid"].clone();
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(&c, dir.path(), sidecar());
+    let f = Fault::SandboxPodReplace {
+        sandbox: "demo".into(),
+    };
+    inj.inject(&f).await.unwrap();
+    inj.restore(&f).await.unwrap();
+    let new = exists(&c, &ResourceRef::pods(), "default--demo").unwrap()["metadata"]["uid"].clone();
+    assert_ne!(old, new);
+    ctl.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_pod_replace_without_a_controller_fails_naming_the_pod_and_what_was_seen() {
+    let c = cluster();
+    running_pod(&c, "default--demo", json!({}), None, &["agent"]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut inj = injector(&c, dir.path(), sidecar());
+    inj.deadlines.replacement = Duration::from_secs(10);
+    let f = Fault::SandboxPodReplace {
+        sandbox: "demo".into(),
+    };
+    inj.inject(&f).await.unwrap();
+    let err = inj.restore(&f).await.unwrap_err().to_string();
+    assert!(
+        err.contains("replacement of pod default--demo: gave up after 10s"),
+        "{err}"
+    );
+    assert_eq!(
+        inj.active().await.len(),
+        1,
+        "still active: the guard or restore can retry"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn supervisor_kill_in_a_container_execs_the_kill_in_that_container() {
+    let c = cluster();
+    running_pod(
+        &c,
+        "default--demo",
+        json!({}),
+        None,
+        &["agent", "openshell-supervisor-network"],
+    );
+    let seen: Arc<std::sync::Mutex<Vec<ExecSeen>>> = Default::default();
+    let s = seen.clone();
+    c.register_exec(
+        NS,
+        "default--demo",
+        "openshell-supervisor-network",
+        move |req: ExecRequest| {
+            s.lock()
+                .unwrap()
+                .push((req.container.clone(), req.argv.clone()));
+            Box::pin(async {
+                ExecOutput {
+                    stdout: vec![],
+                    stderr: vec![],
+                    exit_code: 137,
+                }
+            }) as futures::future::BoxFuture<'static, ExecOutput>
+        },
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(
+        &c,
+        dir.path(),
+        SupervisorPlacement::SandboxContainer {
+            container: "openshell-supervisor-network".into(),
+        },
+    );
+    let f = Fault::SupervisorKill {
+        sandbox: "demo".into(),
+    };
+    inj.inject(&f).await.unwrap();
+    inj.restore(&f).await.unwrap();
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        vec![(
+            "openshell-supervisor-network".to_string(),
+            vec!["kill".to_string(), "-KILL".into(), "1".into()]
+        )]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn supervisor_kill_in_a_dedicated_pod_deletes_that_pod_only() {
+    let c = cluster();
+    let ctl = run_sandbox_pod_controller(
+        c.clone(),
+        "sup-demo",
+        json!({"app": "openshell-supervisor", "openshell.ai/sandbox-name": "default--demo"}),
+    );
+    running_pod(
+        &c,
+        "sup-other",
+        json!({"app": "openshell-supervisor", "openshell.ai/sandbox-name": "default--other"}),
+        None,
+        &["supervisor"],
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let old = exists(&c, &ResourceRef::pods(), "sup-demo").unwrap()["metadata"]["uid"].clone();
+    let other = exists(&c, &ResourceRef::pods(), "sup-other").unwrap()["metadata"]["uid"].clone();
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(
+        &c,
+        dir.path(),
+        SupervisorPlacement::DedicatedPod {
+            selector: BTreeMap::from([("app".to_string(), "openshell-supervisor".to_string())]),
+            sandbox_label: "openshell.ai/sandbox-name".into(),
+        },
+    );
+    let f = Fault::SupervisorKill {
+        sandbox: "demo".into(),
+    };
+    inj.inject(&f).await.unwrap();
+    inj.restore(&f).await.unwrap();
+    assert_ne!(
+        exists(&c, &ResourceRef::pods(), "sup-demo").unwrap()["metadata"]["uid"],
+        old
+    );
+    let o = exists(&c, &ResourceRef::pods(), "sup-other").unwrap();
+    assert_eq!(o["metadata"]["uid"], other);
+    assert!(o["metadata"]["deletionTimestamp"].is_null());
+    ctl.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn faults_the_real_target_cannot_do_yet_are_unsupported_not_errors() {
+    let c = cluster();
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(&c, dir.path(), sidecar());
+    let err = inj
+        .inject(&Fault::MainProcessKill {
+            sandbox: "demo".into(),
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, TargetError::Unsupported(_)), "{err:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_restore_guard_restores_a_stopped_gateway_when_dropped() {
+    let c = cluster();
+    let uid = create_gateway(&c, 1);
+    let ctl = run_sts_controller(c.clone(), uid, Arc::new(AtomicU32::new(0)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let inj = Arc::new(injector(&c, dir.path(), sidecar()));
+    inj.inject(&Fault::GatewayStop).await.unwrap();
+    drop(conformance_real::faults::RestoreGuard::new(inj.clone()));
+    // On a current-thread runtime the guard spawns the restore; let it run.
+    for _ in 0..100 {
+        if inj.active().await.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(inj.active().await.is_empty());
+    assert_eq!(
+        exists(&c, &sts(), "openshell").unwrap()["spec"]["replicas"],
+        1
+    );
+    ctl.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn exec_through_the_api_returns_output_and_the_exit_code() {
+    let c = cluster();
+    running_pod(&c, "default--demo", json!({}), None, &["agent"]);
+    c.register_exec(NS, "default--demo", "agent", |req: ExecRequest| {
+        let code = if req.argv.last().map(String::as_str) == Some("fail") {
+            3
+        } else {
+            0
+        };
+        Box::pin(async move {
+            ExecOutput {
+                stdout: b"out\n".to_vec(),
+                stderr: b"err\n".to_vec(),
+                exit_code: code,
+            }
+        }) as futures::future::BoxFuture<'static, ExecOutput>
+    });
+    let ok = conformance_real::kexec::exec(
+        &c.client(),
+        NS,
+        "default--demo",
+        "agent",
+        &["echo".into(), "ok".into()],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (ok.exit_code, ok.stdout.as_str(), ok.stderr.as_str()),
+        (0, "out\n", "err\n")
+    );
+    let bad =
+        conformance_real::kexec::exec(&c.client(), NS, "default--demo", "agent", &["fail".into()])
+            .await
+            .unwrap();
+    assert_eq!(bad.exit_code, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_event_observer_records_events_of_the_namespace() {
+    let c = cluster();
+    let rec = Recorder::new();
+    let task = conformance_observe::spawn_events(c.client(), NS, rec.clone());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.create(
+        &ResourceRef::new("", "v1", "events"),
+        Some(NS),
+        json!({"metadata": {"name": "default--demo.1"}, "involvedObject": {"kind": "Pod", "name": "default--demo", "namespace": NS},
+               "reason": "Killing", "type": "Normal", "message": "Stopping container agent"}),
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let states = rec.last_states();
+    let e = states
+        .iter()
+        .find(|s| s.kind == "Event")
+        .expect("an event state");
+    assert_eq!(e.phase.as_deref(), Some("Killing"));
+    assert_eq!(e.labels["involved"], "Pod/default--demo");
+    task.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn leftovers_of_another_run_are_found_and_stop_the_run_or_are_swept() {
+    use conformance_real::leftovers;
+    use conformance_real::options::{Provider, RealArgs};
+    let c = cluster();
+    let ns = ResourceRef::new("", "v1", "namespaces");
+    c.create(&ns, None, json!({"metadata": {"name": "old-run-ns", "labels": {"openshell-conformance.io/run": "old"}}})).unwrap();
+    c.create(
+        &ns,
+        None,
+        json!({"metadata": {"name": "mine", "labels": {"openshell-conformance.io/run": "r1"}}}),
+    )
+    .unwrap();
+    c.create(&ResourceRef::new("agents.x-k8s.io", "v1beta1", "sandboxes"), Some(NS), json!({"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox",
+        "metadata": {"name": "default--stale"}, "spec": {"podTemplate": {"spec": {"containers": []}}}})).unwrap();
+    let runner = ScriptedRunner::new(Unscripted::Succeed);
+    runner.respond(
+        "helm list",
+        CmdOutput::ok(r#"[{"name":"openshell","namespace":"openshell"}]"#),
+    );
+    let mut args = RealArgs {
+        cluster_name: "openshell-conformance".into(),
+        chart: "oci://x".into(),
+        chart_version: "0.0.111".into(),
+        agent_sandbox_version: "v0.5.0".into(),
+        openshell_bin: "openshell".into(),
+        run_dir: Some("/run-dir".into()),
+        ..RealArgs::default()
+    };
+    let opts = args.resolve(Provider::Kind, "r1", "/repo").unwrap();
+    let found = leftovers::find(&c.client(), &runner, &opts).await.unwrap();
+    assert_eq!(found.namespaces, vec!["old-run-ns".to_string()]);
+    assert_eq!(found.releases, vec!["openshell".to_string()]);
+    assert_eq!(
+        found.sandboxes,
+        vec!["openshell/default--stale".to_string()]
+    );
+    let err = leftovers::handle(&c.client(), &runner, &opts, &found)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("--sweep-leftovers"), "{err}");
+    assert!(
+        exists(
+            &c,
+            &ResourceRef::new("agents.x-k8s.io", "v1beta1", "sandboxes"),
+            "default--stale"
+        )
+        .is_some(),
+        "stop changes nothing"
+    );
+
+    args.sweep_leftovers = true;
+    let opts = args.resolve(Provider::Kind, "r1", "/repo").unwrap();
+    leftovers::handle(&c.client(), &runner, &opts, &found)
+        .await
+        .unwrap();
+    assert!(
+        exists(
+            &c,
+            &ResourceRef::new("agents.x-k8s.io", "v1beta1", "sandboxes"),
+            "default--stale"
+        )
+        .is_none()
+    );
+    assert!(
+        runner
+            .lines()
+            .iter()
+            .any(|l| l.starts_with("helm uninstall openshell --namespace openshell"))
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let gone = c.get(&ns, None, "old-run-ns");
+    assert!(gone.is_err() || !gone.unwrap()["metadata"]["deletionTimestamp"].is_null());
+}
+
+fn mark_running(c: &Cluster, pod: &str, container: &str) {
+    let _ = c.patch_status(
+        &ResourceRef::pods(),
+        Some(NS),
+        pod,
+        PatchKind::Merge,
+        &json!({"status": {"phase": "Running", "containerStatuses": [{"name": container, "ready": true, "restartCount": 0,
+                "image": "i", "imageID": "", "state": {"running": {"startedAt": c.now_rfc3339()}}}]}}),
+    );
+}
+
+/// Plays kubelet for pods named `*-ws-reader`: marks them Running once created.
+fn run_reader_kubelet(c: Cluster) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            if let Ok((pods, _)) = c.list(&ResourceRef::pods(), Some(NS), &Default::default()) {
+                for p in pods {
+                    let name = p["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    if name.ends_with("-ws-reader") && p["status"]["phase"] != "Running" {
+                        let _ = c.bind_pod(NS, &name, "node-1");
+                        mark_running(&c, &name, "reader");
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_workspace_is_read_through_a_reader_pod_mounting_the_claim() {
+    let c = cluster();
+    c.create(
+        &ResourceRef::new("", "v1", "persistentvolumeclaims"),
+        Some(NS),
+        json!({"metadata": {"name": "workspace-default--demo"},
+               "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "2Gi"}}}}),
+    )
+    .unwrap();
+    // The sandbox pod mounts the claim at /sandbox; the emulator's shell writes through it.
+    c.create(
+        &ResourceRef::pods(),
+        Some(NS),
+        json!({"metadata": {"name": "default--demo"},
+               "spec": {"containers": [{"name": "agent", "image": "i", "volumeMounts": [{"name": "workspace", "mountPath": "/sandbox"}]}],
+                        "volumes": [{"name": "workspace", "persistentVolumeClaim": {"claimName": "workspace-default--demo"}}]}}),
+    )
+    .unwrap();
+    c.bind_pod(NS, "default--demo", "node-1").unwrap();
+    mark_running(&c, "default--demo", "agent");
+    let w = conformance_real::kexec::exec(
+        &c.client(),
+        NS,
+        "default--demo",
+        "agent",
+        &[
+            "sh".into(),
+            "-c".into(),
+            "printf %s 3 > /sandbox/.starts".into(),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(w.exit_code, 0, "{w:?}");
+    let kubelet = run_reader_kubelet(c.clone());
+    let read = |p: &'static str| {
+        let client = c.client();
+        async move {
+            conformance_real::workspace::read(
+                &client,
+                NS,
+                "default--demo",
+                p,
+                "r1",
+                Duration::from_secs(30),
+            )
+            .await
+        }
+    };
+    assert_eq!(read(".starts").await.unwrap().as_deref(), Some("3"));
+    assert_eq!(read("/.starts").await.unwrap().as_deref(), Some("3"));
+    assert_eq!(read("missing").await.unwrap(), None);
+    assert!(read("../etc/passwd").await.is_err());
+    // Every reader pod is removed again.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (pods, _) = c
+        .list(&ResourceRef::pods(), Some(NS), &Default::default())
+        .unwrap();
+    assert!(
+        pods.iter().all(|p| !p["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .ends_with("-ws-reader")),
+        "{pods:?}"
+    );
+    kubelet.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_gateway_is_found_as_a_deployment_when_there_is_no_statefulset() {
+    let c = cluster();
+    assert!(
+        gateway::resolve(&c.client(), NS, "openshell")
+            .await
+            .unwrap_err()
+            .to_string()
+            .contains("neither StatefulSet nor Deployment")
+    );
+    c.create(
+        &ResourceRef::new("apps", "v1", "deployments"),
+        Some(NS),
+        json!({"metadata": {"name": "openshell"},
+               "spec": {"replicas": 2, "selector": {"matchLabels": selector()},
+                        "template": {"metadata": {"labels": selector()}, "spec": {"containers": [{"name": "g", "image": "g"}]}}}}),
+    )
+    .unwrap();
+    let w = gateway::resolve(&c.client(), NS, "openshell")
+        .await
+        .unwrap();
+    assert_eq!(w.kind, WorkloadKind::Deployment);
+    assert_eq!(w.selector, selector());
+    gateway::scale(&c.client(), &w, 0).await.unwrap();
+    assert_eq!(gateway::replicas(&c.client(), &w).await.unwrap().0, 0);
+}
+
+mod end_to_end {
+    //! RealTarget through install, observe, a sandbox, a gateway stop and teardown, with the
+    //! emulated API server for Kubernetes and recorded outputs for helm and the openshell CLI.
+
+    use super::*;
+    use conformance_core::target::{Capability, SandboxSpec, Target, TargetInfo};
+    use conformance_core::topology::Topologies;
+    use conformance_real::options::{Provider, RealArgs};
+    use conformance_real::target::RealTarget;
+
+    fn recorded(r: &ScriptedRunner) {
+        r.respond(
+            "helm list",
+            CmdOutput::ok(
+                r#"[{"name":"openshell","namespace":"openshell","app_version":"0.0.111"}]"#,
+            ),
+        );
+        r.respond("openshell --version", CmdOutput::ok("openshell 0.0.111\n"));
+        r.respond(
+            "openshell sandbox create --help",
+            CmdOutput::ok("Usage: openshell sandbox create [OPTIONS] [-- <COMMAND>...]\n"),
+        );
+        r.respond(
+            "openshell sandbox create --name demo",
+            CmdOutput::ok(
+                r#"{"id":"1","name":"demo","workspace":"default","labels":{},"phase":"Ready"}"#,
+            ),
+        );
+        r.respond(
+            "openshell sandbox list -o json",
+            CmdOutput::ok(r#"[{"id":"1","name":"demo","workspace":"default","labels":{"openshell-conformance.io/run":"r1"},"phase":"Ready"}]"#),
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_case_installs_observes_breaks_restores_and_tears_down() {
+        let c = cluster();
+        let uid = create_gateway(&c, 1);
+        let ctl = run_sts_controller(c.clone(), uid, Arc::new(AtomicU32::new(0)));
+        // The chart's client certificate (TLS is the chart default).
+        c.create(
+            &ResourceRef::new("", "v1", "secrets"),
+            Some(NS),
+            json!({"metadata": {"name": "openshell-client-tls"},
+                   "data": {"ca.crt": "Q0E=", "tls.crt": "Q1JU", "tls.key": "S0VZ"}}),
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let args = RealArgs {
+            cluster_name: "openshell-conformance".into(),
+            chart: "oci://ghcr.io/nvidia/openshell/helm-chart".into(),
+            chart_version: "0.0.111".into(),
+            agent_sandbox_version: "v0.5.0".into(),
+            openshell_bin: "openshell".into(),
+            run_dir: Some(dir.path().to_path_buf()),
+            ..RealArgs::default()
+        };
+        let opts = args.resolve(Provider::Kind, "r1", "/repo").unwrap();
+        let runner = ScriptedRunner::new(Unscripted::Succeed);
+        recorded(&runner);
+        let rec = Recorder::new();
+        let t = RealTarget::new(
+            opts,
+            Arc::new(runner.clone()),
+            c.client(),
+            TargetInfo {
+                kind: "kind".into(),
+                ..TargetInfo::default()
+            },
+            rec.clone(),
+        );
+        let topo = Topologies::builtin().get("combined").unwrap().clone();
+        t.install(&topo).await.unwrap();
+
+        let info = t.info();
+        assert_eq!(info.openshell.unwrap().to_string(), "0.0.111");
+        assert_eq!(info.versions["sandbox-api"], "v1beta1");
+        assert!(info.capabilities.contains(&Capability::MainCommand));
+        assert!(!info.capabilities.contains(&Capability::RestartPolicy));
+        let mtls = dir
+            .path()
+            .join("xdg-combined/openshell/gateways/conformance-combined/mtls");
+        assert_eq!(std::fs::read(mtls.join("tls.key")).unwrap(), b"KEY");
+        let port = t.gateway_port().await.unwrap();
+        assert!(
+            runner.lines().iter().any(|l| l.ends_with(&format!(
+                "openshell gateway add https://127.0.0.1:{port} --name conformance-combined --local"
+            ))),
+            "{:#?}",
+            runner.lines()
+        );
+        let ns = c
+            .get(&ResourceRef::new("", "v1", "namespaces"), None, NS)
+            .unwrap();
+        assert_eq!(
+            ns["metadata"]["labels"]["openshell-conformance.io/run"],
+            "r1"
+        );
+
+        let observers = t.observe(rec.clone()).await.unwrap();
+        let v = t
+            .create_sandbox(&SandboxSpec {
+                name: "demo".into(),
+                ..SandboxSpec::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(v.phase, "Ready");
+        assert!(runner.lines().iter().any(|l| l.contains(
+            "sandbox create --name demo --label openshell-conformance.io/run=r1 -o json"
+        )));
+
+        t.inject(&Fault::GatewayStop).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        t.restore(&Fault::GatewayStop).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        drop(observers);
+
+        // The watchers saw the gateway go to zero and come back; the poller saw the sandbox.
+        let tl = rec.snapshot();
+        let sts_replicas: Vec<u32> = tl
+            .entries
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::Object(s) if s.kind == "StatefulSet" => s.replicas.map(|r| r.desired),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            sts_replicas.contains(&0) && sts_replicas.last() == Some(&1),
+            "{sts_replicas:?}"
+        );
+        assert!(tl.entries.iter().any(|e| matches!(&e.event, Event::Object(s) if s.kind == "OpenShellSandbox" && s.phase.as_deref() == Some("Ready"))));
+        assert!(tl.entries.iter().any(|e| matches!(&e.event, Event::Object(s) if s.kind == "Pod" && s.name == "openshell-0" && s.deleted)));
+
+        t.teardown().await.unwrap();
+        let lines = runner.lines();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.ends_with("openshell sandbox delete demo")),
+            "{lines:#?}"
+        );
+        assert!(
+            lines
+                .last()
+                .unwrap()
+                .starts_with("helm uninstall openshell --namespace openshell"),
+            "{lines:#?}"
+        );
+        assert!(
+            !dir.path().join("diagnostics").exists(),
+            "no bundle for a case that did not fail"
+        );
+        ctl.abort();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_doctor_sees_a_reachable_cluster_and_the_sandbox_crd() {
+    use conformance_real::doctor::{self, DoctorOptions, Status};
+    use conformance_real::options::Provider;
+    let c = cluster();
+    let r = ScriptedRunner::new(Unscripted::Succeed);
+    let o = DoctorOptions {
+        provider: Provider::Existing,
+        openshell_bin: "openshell".into(),
+        namespace: NS.into(),
+        context: "kind-x".into(),
+    };
+    let rep = doctor::run(&o, &r, Some(&c.client())).await;
+    let by = |n: &str| rep.checks.iter().find(|x| x.name == n).unwrap().clone();
+    assert_eq!(by("cluster").status, Status::Ok, "{rep}");
+    let crd = by("agent-sandbox CRDs");
+    assert_eq!(crd.status, Status::Ok, "{rep}");
+    assert!(crd.detail.contains("v1beta1"), "{}", crd.detail);
+}
+
+/// Real time: a real SIGTERM is delivered to this test process (nextest runs each test in its
+/// own process), and signal delivery does not mix with paused time.
+#[tokio::test]
+async fn sigterm_restores_the_active_faults_before_the_process_exits() {
+    let c = cluster();
+    let uid = create_gateway(&c, 1);
+    let ctl = run_sts_controller(c.clone(), uid, Arc::new(AtomicU32::new(0)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let inj = Arc::new(injector(&c, dir.path(), sidecar()));
+    inj.inject(&Fault::GatewayStop).await.unwrap();
+    let handler = tokio::spawn(conformance_real::faults::restore_on_signal(inj.clone()));
+    // Let the handler install itself before the signal is sent.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &std::process::id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let name = tokio::time::timeout(Duration::from_secs(30), handler)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(name, "SIGTERM");
+    assert!(inj.active().await.is_empty());
+    assert_eq!(
+        exists(&c, &sts(), "openshell").unwrap()["spec"]["replicas"],
+        1
+    );
+    assert!(!dir.path().join(journal::FILE_NAME).exists());
+    ctl.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_traffic_block_creates_a_journaled_network_policy_that_restore_removes() {
+    let c = cluster();
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(&c, dir.path(), sidecar());
+    inj.block_gateway_traffic().await.unwrap();
+    let np = ResourceRef::new("networking.k8s.io", "v1", "networkpolicies");
+    let p = exists(&c, &np, "openshell-conformance-block-gateway").expect("the policy exists");
+    assert_eq!(p["spec"]["policyTypes"], json!(["Egress"]));
+    assert_eq!(
+        p["spec"]["podSelector"]["matchExpressions"][0]["key"],
+        "agents.x-k8s.io/sandbox-name-hash"
+    );
+    assert_eq!(
+        Journal::read(&dir.path().join(journal::FILE_NAME))
+            .await
+            .unwrap()
+            .entries
+            .len(),
+        1
+    );
+    assert!(inj.restore_all().await.is_empty());
+    assert!(exists(&c, &np, "openshell-conformance-block-gateway").is_none());
+    assert!(!dir.path().join(journal::FILE_NAME).exists());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_diagnostics_bundle_holds_logs_objects_helm_and_cli_output_with_secrets_redacted() {
+    use conformance_real::diagnostics::{Sources, collect};
+    use conformance_real::options::{Provider, RealArgs};
+    let c = cluster();
+    running_pod(&c, "default--demo", json!({}), None, &["agent"]);
+    c.append_log(
+        NS,
+        "default--demo",
+        "agent",
+        "Policy fetch failed, retrying attempt=1\n",
+    );
+    c.create(
+        &ResourceRef::new("agents.x-k8s.io", "v1beta1", "sandboxes"),
+        Some(NS),
+        json!({"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox", "metadata": {"name": "default--demo"},
+               "spec": {"podTemplate": {"spec": {"containers": [{"name": "agent", "image": "i",
+                   "env": [{"name": "OPENSHELL_SANDBOX_TOKEN", "value": "tok-123"}]}]}}}}),
+    )
+    .unwrap();
+    let runner = ScriptedRunner::new(Unscripted::Succeed);
+    runner.respond(
+        "helm get values",
+        CmdOutput::ok("server:\n  tls:\n    key: |\n      -----BEGIN PRIVATE KEY-----\n      MIIEsecret\n      -----END PRIVATE KEY-----\n  disableTls: false\n"),
+    );
+    runner.respond("helm get manifest", CmdOutput::ok("kind: StatefulSet\n"));
+    let opts = RealArgs {
+        cluster_name: "openshell-conformance".into(),
+        chart: "oci://x".into(),
+        chart_version: "0.0.111".into(),
+        agent_sandbox_version: "v0.5.0".into(),
+        openshell_bin: "openshell".into(),
+        run_dir: Some("/run-dir".into()),
+        ..RealArgs::default()
+    }
+    .resolve(Provider::Kind, "r1", "/repo")
+    .unwrap();
+    let rec = Recorder::new();
+    rec.note("a note");
+    let tl = rec.snapshot();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bundle");
+    let src = Sources {
+        client: &c.client(),
+        runner: &runner,
+        opts: &opts,
+        sandbox_version: "v1beta1",
+        cli: None,
+        timeline: Some(&tl),
+    };
+    let b = collect(&src, &out).await.unwrap();
+    let read = |rel: &str| {
+        std::fs::read_to_string(out.join(rel))
+            .unwrap_or_else(|e| panic!("{rel}: {e}; files {:?}", b.files))
+    };
+    assert!(read("openshell/logs/default--demo/agent.log").contains("Policy fetch failed"));
+    assert!(read("openshell/pods.yaml").contains("default--demo"));
+    let sandboxes = read("openshell/sandboxes.yaml");
+    assert!(
+        sandboxes.contains("OPENSHELL_SANDBOX_TOKEN") && !sandboxes.contains("tok-123"),
+        "{sandboxes}"
+    );
+    let values = read("helm/values.yaml");
+    assert!(
+        !values.contains("MIIEsecret") && values.contains("disableTls: false"),
+        "{values}"
+    );
+    assert!(read("timeline.jsonl").contains("a note"));
+    assert!(b.archive.exists());
+    assert_eq!(b.archive, dir.path().join("bundle.tar.gz"));
+}

@@ -26,7 +26,10 @@ struct Env {
 }
 
 fn start_with(programs: Programs, config: KubeConfig) -> Env {
-    let cluster = Cluster::new(ClusterConfig::default());
+    let cluster = Cluster::new(ClusterConfig {
+        crds: vec![conformance_models::agent_sandbox::crd()],
+        ..ClusterConfig::default()
+    });
     let models = KubeModels::start(&cluster, &Network::new(), programs, config);
     Env {
         cluster,

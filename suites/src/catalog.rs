@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conformance_core::scenario::{Case, Params, Scenario};
+use conformance_core::target::Capability;
 use conformance_core::topology::Topology;
 
 use crate::scenarios::{lifecycle, outages, sweep};
@@ -13,6 +14,8 @@ use crate::scenarios::{lifecycle, outages, sweep};
 pub struct Entry {
     pub scenario: Arc<Scenario>,
     pub variants: Vec<Params>,
+    /// Its variants run the fault schedule generated from the run's seed.
+    pub seeded: bool,
 }
 
 fn outages_of(secs: &[u64]) -> Vec<Params> {
@@ -30,6 +33,7 @@ pub fn entries() -> Vec<Entry> {
     let e = |s: Scenario, variants: Vec<Params>| Entry {
         scenario: Arc::new(s),
         variants,
+        seeded: false,
     };
     vec![
         e(lifecycle::provisioning(), one()),
@@ -51,22 +55,36 @@ pub fn entries() -> Vec<Entry> {
             ["0", "1"]
                 .iter()
                 .flat_map(|code| {
-                    ["gateway-restart", "supervisor-restart"]
-                        .iter()
-                        .map(move |via| Params::default().with("exit", code).with("via", via))
+                    [
+                        ("gateway-restart", Capability::GatewayRestart),
+                        ("supervisor-restart", Capability::SupervisorKill),
+                    ]
+                    .into_iter()
+                    .map(move |(via, needs)| {
+                        Params::default()
+                            .with("exit", code)
+                            .with("via", via)
+                            .requiring(needs)
+                    })
                 })
                 .collect(),
         ),
         e(lifecycle::error_recovery(), one()),
         e(
             lifecycle::restart_policy_always(),
-            ["main-kill", "gateway-restart"]
-                .iter()
-                .map(|t| Params::default().with("trigger", t))
-                .collect(),
+            vec![
+                Params::default().with("trigger", "main-kill"),
+                // The main process dies while the gateway is down.
+                Params::default()
+                    .with("trigger", "gateway-restart")
+                    .requiring(Capability::GatewayStop),
+            ],
         ),
         e(lifecycle::supervisor_restart(), one()),
-        e(sweep::seeded_sweep(), one()),
+        Entry {
+            seeded: true,
+            ..e(sweep::seeded_sweep(), one())
+        },
     ]
 }
 
@@ -91,7 +109,7 @@ pub fn cases(topologies: &[Topology], sel: &Selection) -> Vec<Case> {
         {
             variants = vec![Params::default().with_outage(o)];
         }
-        if entry.scenario.id == "seeded-sweep" {
+        if entry.seeded {
             let seed = sel.seed.unwrap_or(sweep::DEFAULT_SEED);
             for v in &mut variants {
                 v.schedule = Some(sweep::schedule_for(seed));

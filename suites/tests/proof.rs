@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use conformance_catalog::catalog::{self, Selection as Pick};
-use conformance_core::engine::{CaseReport, Engine, EngineOptions, Outcome};
+use conformance_core::engine::{CaseReport, EngineOptions, Outcome};
+use conformance_core::pool;
 use conformance_core::scenario::Case;
 use conformance_core::target::TargetFactory;
 use conformance_core::timeline::{Event, Timeline};
@@ -24,33 +25,11 @@ fn all_topologies() -> Vec<Topology> {
     Topologies::builtin().all().cloned().collect()
 }
 
-/// Runs cases on a model, each in its own paused runtime, spread over the machine's cores.
+/// Runs cases on a model through the engine's paused-time pool, spread over the machine's cores.
 fn run_cases(selection: Selection, cases: Vec<Case>) -> Vec<CaseReport> {
     let factory: Arc<dyn TargetFactory> = Arc::new(EmulatedFactory::new(selection));
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let queue = std::sync::Mutex::new(cases.into_iter().enumerate().collect::<Vec<_>>());
-    let results = std::sync::Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                loop {
-                    let next = queue.lock().unwrap().pop();
-                    let Some((i, case)) = next else { break };
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .start_paused(true)
-                        .build()
-                        .unwrap();
-                    let engine = Engine::new(factory.clone(), EngineOptions::default());
-                    let r = rt.block_on(engine.run_case(&case));
-                    results.lock().unwrap().push((i, r));
-                }
-            });
-        }
-    });
-    let mut out = results.into_inner().unwrap();
-    out.sort_by_key(|(i, _)| *i);
-    out.into_iter().map(|(_, r)| r).collect()
+    pool::run_paused(factory, EngineOptions::default(), cases, threads, &())
 }
 
 fn describe(r: &CaseReport) -> String {

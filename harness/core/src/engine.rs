@@ -285,7 +285,7 @@ impl Engine {
 
         if let Some(reason) = case_info
             .target
-            .skip_reason(&case.topology, &scenario.requires)
+            .skip_reason(&case.topology, &case.requires())
         {
             skip_rest(stages, 0, &reason);
             return (Outcome::Skipped(reason), Vec::new());

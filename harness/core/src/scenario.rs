@@ -135,6 +135,10 @@ pub struct Params {
     /// Anything else a scenario varies on (exit code, restart policy, fault variant).
     #[serde(default)]
     pub values: BTreeMap<String, String>,
+    /// What this variant needs of the target beyond what its scenario declares (a variant that
+    /// restarts the gateway where the scenario's other variants kill a supervisor).
+    #[serde(skip)]
+    pub requires: Vec<Capability>,
 }
 
 impl Params {
@@ -145,6 +149,14 @@ impl Params {
 
     pub fn with(mut self, key: &str, value: &str) -> Self {
         self.values.insert(key.to_string(), value.to_string());
+        self
+    }
+
+    /// Declares a capability this variant needs (see [`Case::requires`]).
+    pub fn requiring(mut self, capability: Capability) -> Self {
+        if !self.requires.contains(&capability) {
+            self.requires.push(capability);
+        }
         self
     }
 
@@ -241,6 +253,23 @@ impl Case {
             topology,
             params,
         }
+    }
+
+    /// What the case needs of the target: its scenario's capabilities and its variant's.
+    pub fn requires(&self) -> Vec<Capability> {
+        let mut all = self.scenario.requires.clone();
+        for c in &self.params.requires {
+            if !all.contains(c) {
+                all.push(*c);
+            }
+        }
+        all
+    }
+
+    /// Whether the case declares a fault that every sandbox on a shared cluster would see (the
+    /// gateway stopped or restarted), so it must run alone there.
+    pub fn touches_shared_gateway(&self) -> bool {
+        self.requires().iter().any(|c| c.affects_shared_gateway())
     }
 
     /// `scenario[topology,outage=30s]`: stable, readable, unique within a run.

@@ -31,6 +31,12 @@ pub enum Capability {
 }
 
 impl Capability {
+    /// The fault this capability injects reaches every sandbox the gateway serves, not just
+    /// the case's own.
+    pub fn affects_shared_gateway(self) -> bool {
+        matches!(self, Self::GatewayStop | Self::GatewayRestart)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Self::RestartPolicy => "restart-policy",

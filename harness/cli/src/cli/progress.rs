@@ -196,3 +196,13 @@ impl Progress {
         }
     }
 }
+
+impl conformance_core::pool::CaseObserver for Progress {
+    fn started(&self, case_id: &str) {
+        self.start(case_id);
+    }
+
+    fn finished(&self, report: &CaseReport) {
+        self.done(report);
+    }
+}

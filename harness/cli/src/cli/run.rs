@@ -5,9 +5,8 @@
 //! Real targets run in real time against one cluster; cases that stop or restart the gateway run
 //! one at a time, the others up to `--jobs` at once.
 
-use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
@@ -16,10 +15,11 @@ use super::progress::Progress;
 use super::summary;
 use conformance_catalog::catalog::{self, Selection};
 use conformance_catalog::expectations::{Expectations, Verdict};
-use conformance_core::engine::{CaseReport, Engine, EngineOptions};
+use conformance_core::engine::{CaseReport, EngineOptions};
 use conformance_core::error::{Error, ExitStatus};
+use conformance_core::pool;
 use conformance_core::scenario::Case;
-use conformance_core::target::{Capability, TargetFactory, TargetInfo};
+use conformance_core::target::{TargetFactory, TargetInfo};
 use conformance_core::topology::{Topologies, Topology};
 use conformance_real::options::{Provider, RealArgs, RealOptions};
 
@@ -279,112 +279,18 @@ pub async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
         ..EngineOptions::default()
     };
     let wall = std::time::SystemTime::now();
+    let jobs = args.jobs as usize;
     let reports = if args.provider().is_none() {
-        run_emulated(factory, opts, cases, args.jobs as usize, progress.clone()).await
+        let observer = progress.clone();
+        tokio::task::spawn_blocking(move || pool::run_paused(factory, opts, cases, jobs, &observer))
+            .await
+            .map_err(|e| Error::Infra(format!("the case pool stopped: {e}")))?
     } else {
-        run_real(factory, opts, cases, args.jobs as usize, progress.clone()).await
+        pool::run_shared(factory, opts, cases, jobs, &progress).await
     };
     progress.finish();
     let wall = wall.elapsed().unwrap_or_default();
     finish(&args, &info, &expectations, &reports, wall)
-}
-
-/// Each case on its own thread-owned runtime in paused time; `jobs` threads pull from a queue.
-async fn run_emulated(
-    factory: Arc<dyn TargetFactory>,
-    opts: EngineOptions,
-    cases: Vec<Case>,
-    jobs: usize,
-    progress: Progress,
-) -> Vec<CaseReport> {
-    let n = cases.len();
-    let queue = Arc::new(Mutex::new(
-        cases.into_iter().enumerate().collect::<VecDeque<_>>(),
-    ));
-    let results = Arc::new(Mutex::new(Vec::with_capacity(n)));
-    let handles: Vec<_> = (0..jobs.min(n).max(1))
-        .map(|_| {
-            let (queue, results, factory, opts, progress) = (
-                queue.clone(),
-                results.clone(),
-                factory.clone(),
-                opts.clone(),
-                progress.clone(),
-            );
-            std::thread::spawn(move || {
-                loop {
-                    let next = queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
-                    let Some((i, case)) = next else { break };
-                    progress.start(&case.id());
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .start_paused(true)
-                        .build()
-                        .expect("a current-thread runtime builds");
-                    let engine = Engine::new(factory.clone(), opts.clone());
-                    let report = rt.block_on(engine.run_case(&case));
-                    progress.done(&report);
-                    results
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push((i, report));
-                }
-            })
-        })
-        .collect();
-    // The threads block; wait for them without holding up this runtime's other tasks.
-    let _ = tokio::task::spawn_blocking(move || {
-        for h in handles {
-            let _ = h.join();
-        }
-    })
-    .await;
-    let mut out = std::mem::take(&mut *results.lock().unwrap_or_else(|p| p.into_inner()));
-    out.sort_by_key(|(i, _)| *i);
-    out.into_iter().map(|(_, r)| r).collect()
-}
-
-fn touches_gateway(case: &Case) -> bool {
-    case.scenario
-        .requires
-        .iter()
-        .any(|c| matches!(c, Capability::GatewayStop | Capability::GatewayRestart))
-        || case.params.get("via") == Some("gateway-restart")
-}
-
-/// Real time against one cluster: gateway faults affect every sandbox, so those cases run alone.
-async fn run_real(
-    factory: Arc<dyn TargetFactory>,
-    opts: EngineOptions,
-    cases: Vec<Case>,
-    jobs: usize,
-    progress: Progress,
-) -> Vec<CaseReport> {
-    let engine = Arc::new(Engine::new(factory, opts));
-    let mut indexed: Vec<(usize, Case)> = cases.into_iter().enumerate().collect();
-    let (alone, shared): (Vec<_>, Vec<_>) =
-        indexed.drain(..).partition(|(_, c)| touches_gateway(c));
-    let mut out = Vec::new();
-    for chunk in shared.chunks(jobs.max(1)) {
-        let runs = chunk.iter().map(|(i, c)| {
-            let (engine, progress) = (engine.clone(), progress.clone());
-            async move {
-                progress.start(&c.id());
-                let r = engine.run_case(c).await;
-                progress.done(&r);
-                (*i, r)
-            }
-        });
-        out.extend(futures::future::join_all(runs).await);
-    }
-    for (i, c) in &alone {
-        progress.start(&c.id());
-        let r = engine.run_case(c).await;
-        progress.done(&r);
-        out.push((*i, r));
-    }
-    out.sort_by_key(|(i, _)| *i);
-    out.into_iter().map(|(_, r)| r).collect()
 }
 
 fn sanitize(id: &str) -> String {

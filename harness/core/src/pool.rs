@@ -1,0 +1,226 @@
+//! How a set of cases runs. Two pools, one per kind of time:
+//! - [`run_paused`]: every case gets its own target and its own current-thread runtime in
+//!   paused (virtual) time, so cases are independent and `jobs` threads run them side by side;
+//! - [`run_shared`]: real time against one shared cluster, where a fault on the gateway reaches
+//!   every sandbox on it, so cases that declare such a fault ([`Case::touches_shared_gateway`])
+//!   run alone, after the others ran `jobs` at a time.
+//!
+//! Both return the reports in the order of the cases given.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::engine::{CaseReport, Engine, EngineOptions};
+use crate::scenario::Case;
+use crate::target::TargetFactory;
+
+/// Told when each case starts and ends (progress displays, benchmarks).
+pub trait CaseObserver: Send + Sync {
+    fn started(&self, _case_id: &str) {}
+    fn finished(&self, _report: &CaseReport) {}
+}
+
+/// Observes nothing.
+impl CaseObserver for () {}
+
+/// Runs each case on its own current-thread runtime in paused time, `jobs` at once (at least
+/// one). Blocks the calling thread; from async code, call it through `spawn_blocking`.
+pub fn run_paused(
+    factory: Arc<dyn TargetFactory>,
+    opts: EngineOptions,
+    cases: Vec<Case>,
+    jobs: usize,
+    observer: &dyn CaseObserver,
+) -> Vec<CaseReport> {
+    let n = cases.len();
+    let queue = Mutex::new(cases.into_iter().enumerate().collect::<VecDeque<_>>());
+    let results = Mutex::new(Vec::with_capacity(n));
+    std::thread::scope(|s| {
+        for _ in 0..jobs.clamp(1, n.max(1)) {
+            s.spawn(|| {
+                loop {
+                    let next = queue
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .pop_front();
+                    let Some((i, case)) = next else { break };
+                    observer.started(&case.id());
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .start_paused(true)
+                        .build()
+                        .expect("a current-thread runtime builds");
+                    let engine = Engine::new(factory.clone(), opts.clone());
+                    let report = rt.block_on(engine.run_case(&case));
+                    observer.finished(&report);
+                    results
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push((i, report));
+                }
+            });
+        }
+    });
+    in_order(results.into_inner().unwrap_or_else(PoisonError::into_inner))
+}
+
+/// Runs the cases in real time against one shared target: those that leave the gateway alone
+/// `jobs` at a time, then those that touch it one by one.
+pub async fn run_shared(
+    factory: Arc<dyn TargetFactory>,
+    opts: EngineOptions,
+    cases: Vec<Case>,
+    jobs: usize,
+    observer: &dyn CaseObserver,
+) -> Vec<CaseReport> {
+    let engine = Engine::new(factory, opts);
+    let (alone, side_by_side): (Vec<_>, Vec<_>) = cases
+        .into_iter()
+        .enumerate()
+        .partition(|(_, c)| c.touches_shared_gateway());
+    let run = |i: usize, case: Case| {
+        let engine = &engine;
+        async move {
+            observer.started(&case.id());
+            let report = engine.run_case(&case).await;
+            observer.finished(&report);
+            (i, report)
+        }
+    };
+    let mut out = Vec::new();
+    let mut side_by_side = side_by_side.into_iter().peekable();
+    while side_by_side.peek().is_some() {
+        let batch = side_by_side.by_ref().take(jobs.max(1));
+        out.extend(futures::future::join_all(batch.map(|(i, c)| run(i, c))).await);
+    }
+    for (i, case) in alone {
+        out.push(run(i, case).await);
+    }
+    in_order(out)
+}
+
+fn in_order(mut reports: Vec<(usize, CaseReport)>) -> Vec<CaseReport> {
+    reports.sort_by_key(|(i, _)| *i);
+    reports.into_iter().map(|(_, r)| r).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::Params;
+    use crate::target::Capability;
+    use crate::testkit::{Factory, Quirk, scenario, standard_steps, topology};
+
+    /// Records the order cases start and end in.
+    #[derive(Default)]
+    struct Log(Mutex<Vec<String>>);
+
+    impl CaseObserver for Log {
+        fn started(&self, id: &str) {
+            self.0.lock().unwrap().push(format!("start {id}"));
+        }
+        fn finished(&self, r: &CaseReport) {
+            self.0.lock().unwrap().push(format!("end {}", r.case_id));
+        }
+    }
+
+    /// A case whose scenario declares no fault of the gateway.
+    fn quiet_case(name: &str) -> Case {
+        Case::new(
+            scenario(standard_steps(), vec![]),
+            topology(),
+            Params::default()
+                .with_outage(std::time::Duration::from_secs(30))
+                .with("name", name),
+        )
+    }
+
+    /// A case whose variant declares a gateway restart (its scenario does not).
+    fn gateway_case(name: &str) -> Case {
+        let mut c = quiet_case(name);
+        c.params = c.params.requiring(Capability::GatewayRestart);
+        c
+    }
+
+    #[test]
+    fn paused_cases_come_back_in_the_order_given_whatever_the_jobs() {
+        let cases: Vec<Case> = ["a", "b", "c", "d", "e"].map(quiet_case).to_vec();
+        let ids: Vec<String> = cases.iter().map(Case::id).collect();
+        for jobs in [0, 1, 2, 8] {
+            let reports = run_paused(
+                Factory::new(Quirk::None),
+                EngineOptions::default(),
+                cases.clone(),
+                jobs,
+                &(),
+            );
+            let got: Vec<String> = reports.iter().map(|r| r.case_id.clone()).collect();
+            assert_eq!(got, ids, "jobs {jobs}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn on_a_shared_cluster_cases_that_touch_the_gateway_run_alone_after_the_others() {
+        let cases = vec![
+            gateway_case("g1"),
+            quiet_case("q1"),
+            quiet_case("q2"),
+            gateway_case("g2"),
+            quiet_case("q3"),
+        ];
+        let log = Log::default();
+        let reports = run_shared(
+            Factory::new(Quirk::None),
+            EngineOptions::default(),
+            cases.clone(),
+            2,
+            &log,
+        )
+        .await;
+        let id = |n: &str| format!("outage-demo[combined,outage=30s,name={n}]");
+        let got: Vec<String> = reports.iter().map(|r| r.case_id.clone()).collect();
+        assert_eq!(got, ["g1", "q1", "q2", "g2", "q3"].map(id));
+        let order = log.0.into_inner().unwrap();
+        // q1 and q2 run side by side (both start before either ends), then q3; each gateway
+        // case starts only after the case before it ended.
+        assert_eq!(
+            order[..2],
+            [format!("start {}", id("q1")), format!("start {}", id("q2"))]
+        );
+        let mut ends = order[2..4].to_vec();
+        ends.sort();
+        assert_eq!(
+            ends,
+            [format!("end {}", id("q1")), format!("end {}", id("q2"))]
+        );
+        assert_eq!(
+            order[4..],
+            [
+                format!("start {}", id("q3")),
+                format!("end {}", id("q3")),
+                format!("start {}", id("g1")),
+                format!("end {}", id("g1")),
+                format!("start {}", id("g2")),
+                format!("end {}", id("g2")),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_case_touches_the_shared_gateway_by_what_its_scenario_or_variant_declares() {
+        assert!(!quiet_case("q").touches_shared_gateway());
+        assert!(gateway_case("g").touches_shared_gateway());
+        let declared = Case::new(
+            scenario(standard_steps(), vec![Capability::GatewayStop]),
+            topology(),
+            Params::default(),
+        );
+        assert!(declared.touches_shared_gateway());
+        let kill = Case::new(
+            scenario(standard_steps(), vec![Capability::SupervisorKill]),
+            topology(),
+            Params::default(),
+        );
+        assert!(!kill.touches_shared_gateway());
+    }
+}

@@ -305,7 +305,7 @@ pub struct CaseInfo {
 
 impl CaseInfo {
     /// A sandbox name unique to this case and role, valid as a DNS label once OpenShell adds
-    /// its `<workspace>--` prefix (63 characters at most, k8s-objects.md §5 item 1).
+    /// its `<workspace>--` prefix (63 characters at most, docs/upstream-facts.md F3.2).
     pub fn sandbox_name(&self, role: &str) -> String {
         let hash = fnv1a(self.case_id.as_bytes());
         let mut base: String = format!("{}-{role}", self.scenario)
@@ -324,7 +324,7 @@ impl CaseInfo {
 
     /// The Kubernetes name of a sandbox's resources: the Sandbox resource and its pod are
     /// `<workspace>--<name>` in OpenShell's default shared workspace mode, its PVC
-    /// `workspace-<that>` (openshell-k8s.md §3.2, k8s-objects.md §5 item 1).
+    /// `workspace-<that>` (docs/upstream-facts.md F3.2).
     pub fn resource_name(&self, sandbox: &str) -> String {
         format!("{DEFAULT_WORKSPACE}--{sandbox}")
     }
@@ -345,11 +345,11 @@ fn fnv1a(bytes: &[u8]) -> u32 {
     })
 }
 
-/// OpenShell's default workspace (`--workspace`, openshell-k8s.md §5).
+/// OpenShell's default workspace (`--workspace`, docs/upstream-facts.md F6.1).
 pub const DEFAULT_WORKSPACE: &str = "default";
 
 /// Where sentinels live inside a sandbox: on the workspace volume (`/sandbox`,
-/// openshell-k8s.md §3.4), in a directory of their own.
+/// docs/upstream-facts.md F3.6), in a directory of their own.
 pub const SENTINEL_DIR: &str = "/sandbox/.conformance";
 
 /// A fault the case injected and has not yet restored.

@@ -56,7 +56,8 @@ pub struct ScheduleSpec {
 
 impl Default for ScheduleSpec {
     /// Outages from 5 s to 6 min in 5 s steps: that spans the 11 s policy-fetch window, the
-    /// 120 s sidecar wait and the 290 s watch idle timeout (openshell-k8s.md §2.1, deps.md §1).
+    /// 120 s sidecar wait and the 290 s watch idle timeout (docs/upstream-facts.md F2.1, F2.5;
+    /// docs/dependencies.md D1).
     fn default() -> Self {
         Self {
             faults: 5,

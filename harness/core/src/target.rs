@@ -17,7 +17,7 @@ use crate::topology::Topology;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Capability {
-    /// `--restart-policy` on create (OpenShell 0.1.x; openshell-k8s.md §8).
+    /// `--restart-policy` on create (OpenShell 0.1.x; docs/upstream-facts.md F9.1).
     RestartPolicy,
     /// A main command given at create time becomes the canonical main process.
     MainCommand,

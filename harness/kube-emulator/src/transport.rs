@@ -1,7 +1,7 @@
 //! The in-memory transport: a `tower::Service` that serves each request over its own
 //! `tokio::io::duplex` pair with hyper (upgrades enabled, so exec and port-forward work). With no
 //! sockets involved, tokio's paused clock only advances when every task is idle, so watches and
-//! timers behave exactly in virtual time (see `shared/reference/deps.md`, section 4).
+//! timers behave exactly in virtual time (see docs/dependencies.md D2).
 
 use crate::cluster::Cluster;
 use hyper::body::Incoming;

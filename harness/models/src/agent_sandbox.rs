@@ -1,12 +1,12 @@
 //! The Agent Sandbox controller (kubernetes-sigs/agent-sandbox), per release: Sandbox CR →
 //! workspace PVCs + one pod named like the CR, and the CR's status conditions with the exact
-//! reasons, messages and order of each release (k8s-objects.md §1.3, §2, §5).
+//! reasons, messages and order of each release (docs/upstream-facts.md section 4).
 //!
-//! Triggers like the real controller (§2.1): a Sandbox is reconciled when it changes or when its
+//! Triggers like the real controller (F4.6): a Sandbox is reconciled when it changes or when its
 //! pod (name = CR name, carrying the name-hash label) changes or disappears; PVC changes do not
-//! trigger (fact 23). One reconcile = PVCs, pod, conditions, one status write if anything
-//! changed (fact 16). No finalizers: deleting the CR removes it at once and the store's garbage
-//! collector removes pod and PVCs through the controller ownerRefs (fact 4).
+//! trigger (F4.6). One reconcile = PVCs, pod, conditions, one status write if anything
+//! changed (F4.9). No finalizers: deleting the CR removes it at once and the store's garbage
+//! collector removes pod and PVCs through the controller ownerRefs (F4.7).
 //! Reads and writes `agents.x-k8s.io/v1beta1`; a v1alpha1 `spec.replicas: 0` also counts as
 //! suspended. Not modelled: `spec.service` (headless Service), `shutdownTime` expiry, adoption
 //! of unowned PVCs, v0.5.6's PodScheduled mirror, v0.4.6 (v1alpha1-only) semantics.
@@ -19,14 +19,14 @@ use tokio::task::JoinHandle;
 use crate::workloads::fnv1a32;
 use kube_emulator::{Cluster, DeleteOptions, ListOptions, PatchKind, ResourceRef};
 
-/// Label on the pod, PVCs (and Service) with `NameHash(cr name)` (§2.3).
+/// Label on the pod, PVCs (and Service) with `NameHash(cr name)` (F4.8).
 pub const NAME_HASH_LABEL: &str = "agents.x-k8s.io/sandbox-name-hash";
-/// Annotation on the CR naming its pod (§2.6).
+/// Annotation on the CR naming its pod (F4.11).
 pub const POD_NAME_ANNOTATION: &str = "agents.x-k8s.io/pod-name";
 pub const PROPAGATED_LABELS: &str = "agents.x-k8s.io/propagated-labels";
 pub const PROPAGATED_ANNOTATIONS: &str = "agents.x-k8s.io/propagated-annotations";
 
-/// Which Agent Sandbox release to model (k8s-objects.md §1.3).
+/// Which Agent Sandbox release to model (F0.2, F4.4, F4.5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum AgentSandboxVersion {
     /// Failed pod → `Ready=False DependenciesNotReady "Pod exists with phase: Failed"` +
@@ -42,7 +42,7 @@ pub enum AgentSandboxVersion {
     V0_5_4,
 }
 
-/// `NameHash`: FNV-1a 32 of the CR name as 8 lowercase hex digits (§2.3).
+/// `NameHash`: FNV-1a 32 of the CR name as 8 lowercase hex digits (F4.8).
 pub fn name_hash(name: &str) -> String {
     format!("{:08x}", fnv1a32(name.as_bytes()))
 }
@@ -179,7 +179,7 @@ impl AgentSandboxController {
 
     fn reconcile(&self, sb: &Value) {
         if sb.pointer("/metadata/deletionTimestamp").is_some() {
-            return; // §2.2
+            return; // F4.7
         }
         let mut sb = sb.clone();
         let ns = s(&sb, "/metadata/namespace")
@@ -193,7 +193,7 @@ impl AgentSandboxController {
         let v5_4 = self.version >= AgentSandboxVersion::V0_5_4;
         let mut error: Option<String> = None;
 
-        // (a) PVCs (§2.5): created if missing, never deleted.
+        // (a) PVCs (F4.10): created if missing, never deleted.
         let vcts: Vec<Value> = sb
             .pointer("/spec/volumeClaimTemplates")
             .and_then(Value::as_array)
@@ -225,7 +225,7 @@ impl AgentSandboxController {
             }
         }
 
-        // (b) the pod (§2.6, §2.7, §2.9, §2.10).
+        // (b) the pod (F4.11, F4.12, F4.14).
         let pod = self
             .cluster
             .get(&ResourceRef::pods(), Some(&ns), &name)
@@ -291,7 +291,7 @@ impl AgentSandboxController {
             }
         };
 
-        // (d) conditions (§1.3): Suspended?, Finished?, Ready; new types are appended.
+        // (d) conditions (F4.2, F4.3): Suspended?, Finished?, Ready; new types are appended.
         let generation = sb
             .pointer("/metadata/generation")
             .cloned()
@@ -480,7 +480,7 @@ impl AgentSandboxController {
         }])
     }
 
-    /// The pod of §2.6.
+    /// The pod of F4.11.
     fn pod_for(&self, sb: &Value, hash: &str, vcts: &[Value]) -> Value {
         let name = s(sb, "/metadata/name").unwrap_or_default();
         let tmpl = sb

@@ -1,6 +1,6 @@
-//! The in-process OpenShell client (`openshell sandbox …`, openshell-k8s.md §5): every call
-//! connects to the gateway Service through [`Network`] like the CLI's gRPC channel, so a gateway
-//! that is scaled down, restarting or unready answers `Unavailable`.
+//! The in-process OpenShell client (`openshell sandbox …`, docs/upstream-facts.md section 6): every
+//! call connects to the gateway Service through [`Network`] like the CLI's gRPC channel, so a
+//! gateway that is scaled down, restarting or unready answers `Unavailable`.
 
 use std::sync::Arc;
 

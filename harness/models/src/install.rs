@@ -1,5 +1,5 @@
-//! What `helm install openshell` and the Agent Sandbox release create (k8s-objects.md §4,
-//! openshell-k8s.md §4): namespace, ServiceAccounts, ConfigMap, Secrets, Service `openshell`
+//! What `helm install openshell` and the Agent Sandbox release create (docs/upstream-facts.md
+//! section 5): namespace, ServiceAccounts, ConfigMap, Secrets, Service `openshell`
 //! (grpc 8080, metrics 9090), StatefulSet `openshell` with the `openshell-data` claim template,
 //! and per topology the shared supervisor Deployment. The Sandbox CRDs come with the emulated
 //! cluster (the Agent Sandbox release).
@@ -16,7 +16,7 @@ fn labels() -> Value {
            "app.kubernetes.io/managed-by": "Helm", "helm.sh/chart": "openshell"})
 }
 
-/// The rendered `gateway.toml` (k8s-objects.md §4 TOML keys).
+/// The rendered `gateway.toml` (docs/upstream-facts.md F5.8).
 pub fn gateway_toml(model: &OpenShellModel) -> String {
     let topo_key = if model.selection.model == crate::spec::Model::OpenShell0_0_111 {
         "topology"

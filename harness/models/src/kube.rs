@@ -1,7 +1,7 @@
 //! The Kubernetes models in one call: [`KubeModels::start`] runs the kubelet, the workload
 //! controllers (StatefulSet, Deployment → ReplicaSet) and the Agent Sandbox controller on a
 //! [`Cluster`], and [`KubeConfig`] holds every timing constant and version switch they use as
-//! named data (sources: `/work/shared/reference/k8s-objects.md` §1–§5).
+//! named data (sources: docs/upstream-facts.md sections 3-5 and 10).
 
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use crate::program::Programs;
 use crate::workloads::WorkloadControllers;
 use kube_emulator::Cluster;
 
-/// How PersistentVolumeClaims get bound (k8s-objects.md §3.3: kind and k3d use
+/// How PersistentVolumeClaims get bound (docs/upstream-facts.md F10.1: kind and k3d use
 /// `WaitForFirstConsumer`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VolumeBinding {
@@ -51,8 +51,8 @@ pub struct KubeConfig {
     pub volume_binding: VolumeBinding,
     /// `storageClassName` given to claims that have none (the default class of kind/k3d).
     pub storage_class: String,
-    /// Which Agent Sandbox controller release to model (k8s-objects.md §1.3). Default v0.5.0,
-    /// the OpenShell CI default.
+    /// Which Agent Sandbox controller release to model (docs/upstream-facts.md F0.2). Default
+    /// v0.5.0, the OpenShell CI default.
     pub agent_sandbox_version: AgentSandboxVersion,
 }
 

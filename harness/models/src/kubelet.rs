@@ -1,7 +1,7 @@
 //! The kubelet of the single emulated node (plus the scheduler's part of it: scheduling gates,
 //! binding, PVC binding). It follows every pod through the cluster's change channel (no
 //! polling), runs each container as a [`ContainerProgram`] chosen by image, and writes pod
-//! status the way a real kubelet does (k8s-objects.md §3.4).
+//! status the way a real kubelet does (docs/upstream-facts.md F10.2).
 //!
 //! What it models: scheduling gates (`PodScheduled=False/SchedulingGated`), a missing PVC
 //! (`Unschedulable`), binding, a start delay, init containers in order, containers

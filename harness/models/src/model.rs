@@ -11,24 +11,25 @@ use tokio::sync::watch;
 
 use crate::spec::{Behaviour, Selection, Timings};
 
-/// Namespace of the release and of the sandboxes (shared workspace mode; k8s-objects.md §4).
+/// Namespace of the release and of the sandboxes (shared workspace mode; docs/upstream-facts.md
+/// F5.8).
 pub const NAMESPACE: &str = "openshell";
-/// Workspace of every sandbox the harness creates (`--workspace`, default `default`; §5).
+/// Workspace of every sandbox the harness creates (`--workspace`, default `default`; F6.1).
 pub const WORKSPACE: &str = "default";
 pub const GATEWAY_IMAGE_REPO: &str = "ghcr.io/nvidia/openshell/gateway";
 pub const SUPERVISOR_IMAGE_REPO: &str = "ghcr.io/nvidia/openshell/supervisor";
 pub const SANDBOX_IMAGE_REPO: &str = "ghcr.io/nvidia/openshell-community/sandboxes/base";
-/// The gateway's callback endpoint (§4.3 `server.grpcEndpoint`).
+/// The gateway's callback endpoint (F5.5 `server.grpcEndpoint`).
 pub const GATEWAY_ENDPOINT: &str = "https://openshell.openshell.svc.cluster.local:8080";
 pub const GATEWAY_SERVICE_HOST: &str = "openshell.openshell.svc.cluster.local";
 pub const GRPC_PORT: u16 = 8080;
 
-/// CR (and pod) name of a sandbox in shared mode: `<workspace>--<name>` (§3.2).
+/// CR (and pod) name of a sandbox in shared mode: `<workspace>--<name>` (F3.2).
 pub fn cr_name(name: &str) -> String {
     format!("{WORKSPACE}--{name}")
 }
 
-/// The workspace PVC of a sandbox: `workspace-<crName>` (k8s-objects.md §5.1).
+/// The workspace PVC of a sandbox: `workspace-<crName>` (F3.2).
 pub fn pvc_name(name: &str) -> String {
     format!("workspace-{}", cr_name(name))
 }

@@ -1,7 +1,7 @@
 //! The in-process network: programs bind endpoints on their pod's ports, clients connect
 //! through Services. A connection succeeds only while a Running, Ready, non-terminating pod
 //! selected by the Service has the port bound, so scaling the gateway to zero makes it
-//! unreachable at once (openshell-k8s.md §1.5, k8s-objects.md §4), and a blocked Service
+//! unreachable at once (docs/upstream-facts.md F1.16, F5.2), and a blocked Service
 //! black-holes connections like an egress NetworkPolicy would.
 
 use std::any::Any;

@@ -14,7 +14,7 @@ use semver::Version;
 pub enum Model {
     /// What the acceptance criteria demand (issue 4).
     Contract,
-    /// Upstream v0.0.111 as `openshell-k8s.md` reads it from source.
+    /// Upstream v0.0.111 as read from its source (docs/upstream-facts.md).
     OpenShell0_0_111,
     /// 0.1.6 as the field reports describe it (reported, not read from source).
     OpenShell0_1_6Reported,
@@ -196,7 +196,7 @@ impl Defect {
     }
 }
 
-/// The Agent Sandbox controller release the model runs with (openshell-k8s.md §2.3).
+/// The Agent Sandbox controller release the model runs with (docs/upstream-facts.md F2.10).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum AgentSandboxVersion {
     /// Failed pod → `Ready=False/DependenciesNotReady` (transient: Provisioning forever).
@@ -323,31 +323,31 @@ impl Selection {
         let reported = self.model == Model::OpenShell0_1_6Reported;
         let d = |x| self.has(x);
         Behaviour {
-            // §2.1 grpc_retry: 5 attempts; contract (R1/R5): bounded attempts, capped backoff, forever.
+            // F2.1 grpc_retry: 5 attempts; contract (R1/R5): bounded attempts, capped backoff, forever.
             bootstrap_retry_forever: contract && !d(Defect::BootstrapGivesUpAfterRetryWindow),
-            // §2.1 SIDECAR_READY_TIMEOUT_SECS; contract (R2): waits as long as bootstrap takes.
+            // F2.5 SIDECAR_READY_TIMEOUT_SECS; contract (R2): waits as long as bootstrap takes.
             sidecar_gives_up: !contract || d(Defect::SidecarGivesUpAfter120s),
-            // §2.2: load_policy before the main process (all models); defect R3.
+            // F2.8: load_policy before the main process (all models); defect R3.
             workload_before_policy: d(Defect::WorkloadStartsBeforePolicy),
-            // §2.1: non-retryable gRPC codes fail at once; TLS errors carry no status (retried).
+            // F2.2: non-retryable gRPC codes fail at once; TLS errors carry no status (retried).
             permanent_errors_fail_fast: !d(Defect::PermanentErrorsRetriedForever),
-            // contract (R4): a certificate error is permanent; upstream retries it (no gRPC status, §2.1).
+            // contract (R4): a certificate error is permanent; upstream retries it (no gRPC status, F2.2).
             tls_error_permanent: contract && !d(Defect::PermanentErrorsRetriedForever),
             tls_validation: !d(Defect::TlsValidationSkipped),
-            // §3.4 the PVC survives pod replacement; defect R6.
+            // F3.6 the PVC survives pod replacement; defect R6.
             fresh_workspace_on_pod_replacement: d(Defect::WorkspacePvcReplacedOnPodReplacement),
-            // §1.5 Kubernetes gateway restart does not touch pods; field report bug 3 (0.1.6): StartFailed.
+            // F1.15 Kubernetes gateway restart does not touch pods; field report bug 3 (0.1.6): StartFailed.
             restart_marks_start_failed: reported || d(Defect::GatewayRestartMarksError),
-            // §1.5 recover_persisted_lifecycle_transitions leaves Stopped alone; defect R7.
+            // F1.15 recover_persisted_lifecycle_transitions leaves Stopped alone; defect R7.
             restart_starts_stopped: d(Defect::GatewayRestartStartsStoppedSandboxes),
-            // §1.1 (0.0.111): any main exit → Error/MainProcessExited; #2884 adds Completed (contract, 0.1.x).
+            // F1.2 (0.0.111): any main exit → Error/MainProcessExited; #2884 adds Completed (contract, 0.1.x).
             completed_phase: !upstream,
             // R7: completion is remembered across restarts; defect replays it.
             replay_completed: d(Defect::CompletedWorkloadReplayed),
-            // §1.4 stop needs Ready, start needs Stopped (0.0.111); field report: start refused from
-            // Error (0.1.6); contract (R8): stop from Error, then start.
+            // F1.9, F1.10 stop needs Ready, start needs Stopped (0.0.111); field report: start
+            // refused from Error (0.1.6); contract (R8): stop from Error, then start.
             stop_from_error: contract && !d(Defect::NoRecoveryFromError),
-            // §8 restart policy (0.1.x branch); 0.0.111 has none.
+            // F9.1 restart policy (0.1.x branch); 0.0.111 has none.
             restart_policy: !upstream,
             // field report bug 3: `--restart-policy always` not consulted on the gateway-restart path.
             restart_policy_across_gateway_restart: contract
@@ -359,10 +359,10 @@ impl Selection {
             // field report bug 2: ConfigurationPending until 300 s when the boundary cannot attach (0.1.6).
             boundary_cannot_attach: reported,
             // contract R12 and 0.1.x (#3144 rotates the session on restart): the supervisor restarts
-            // in place; 0.0.111: it is PID 1 of its container (§2.2), so its death ends the container.
+            // in place; 0.0.111: it is PID 1 of its container (F2.9), so its death ends the container.
             supervisor_restarts_in_place: !upstream,
             // contract R14: the cause is in the Ready reason/message and the logs; upstream logs
-            // it but shows the Agent Sandbox reason (PodFailed, §2.3); the defect hides both.
+            // it but shows the Agent Sandbox reason (PodFailed, F2.10); the defect hides both.
             diagnostics: if d(Defect::FailureCauseNotReported) {
                 Diagnostics::Hidden
             } else if contract {
@@ -370,7 +370,7 @@ impl Selection {
             } else {
                 Diagnostics::Generic
             },
-            // §2.3 version table.
+            // F2.10 version table.
             agent_sandbox: self.agent_sandbox,
         }
     }
@@ -422,34 +422,34 @@ pub enum Diagnostics {
     Hidden,
 }
 
-/// Every constant the models use, in one place (openshell-k8s.md §2.1, §6.5, §8).
+/// Every constant the models use, in one place (docs/upstream-facts.md F2.1-F2.7, F7.4, F9.1).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Timings {
-    /// `grpc_retry` attempts (§2.1).
+    /// `grpc_retry` attempts (F2.1).
     pub policy_fetch_attempts: u32,
-    /// Sleep after attempt n = min(2^(n-1), cap) (§2.1: 1, 2, 4, 4 s).
+    /// Sleep after attempt n = min(2^(n-1), cap) (F2.1: 1, 2, 4, 4 s).
     pub policy_fetch_backoff_initial: Duration,
     pub policy_fetch_backoff_cap: Duration,
     /// Contract: the cap of the unbounded bootstrap backoff (R5).
     pub contract_bootstrap_backoff_cap: Duration,
-    /// Per-attempt gRPC connect timeout (§2.1, grpc_client.rs L139).
+    /// Per-attempt gRPC connect timeout (F2.3, grpc_client.rs L139).
     pub connect_timeout: Duration,
-    /// SIDECAR_READY_TIMEOUT_SECS (§2.1).
+    /// SIDECAR_READY_TIMEOUT_SECS (F2.5).
     pub sidecar_ready_timeout: Duration,
-    /// The process supervisor polls the control socket this often (§2.1).
+    /// The process supervisor polls the control socket this often (F2.5).
     pub sidecar_poll: Duration,
-    /// Session reconnect backoff 1 s doubling to 30 s (§2.1).
+    /// Session reconnect backoff 1 s doubling to 30 s (F2.7).
     pub session_backoff_initial: Duration,
     pub session_backoff_cap: Duration,
-    /// Gateway heartbeat (§2.1).
+    /// Gateway heartbeat (F2.7).
     pub heartbeat: Duration,
-    /// ReportMainProcessExit retry 250 ms → 2 s (§2.1).
+    /// ReportMainProcessExit retry 250 ms → 2 s (F2.7).
     pub exit_report_initial: Duration,
     pub exit_report_cap: Duration,
-    /// Restart policy backoff 10 s → 5 min (§8).
+    /// Restart policy backoff 10 s → 5 min (F9.1).
     pub restart_backoff_initial: Duration,
     pub restart_backoff_cap: Duration,
-    /// Stop polls 250 ms → 2 s until Suspended=True, deadline grace + 30 s (§3.5).
+    /// Stop polls 250 ms → 2 s until Suspended=True, deadline grace + 30 s (F3.7).
     pub stop_poll_initial: Duration,
     pub stop_poll_cap: Duration,
     pub stop_deadline: Duration,
@@ -457,7 +457,7 @@ pub struct Timings {
     pub supervisor_restart_delay: Duration,
     /// The gateway's reconcile pass runs at least this often (besides on every change).
     pub reconcile_tick: Duration,
-    /// CLI provisioning idle timeout (§5).
+    /// CLI provisioning idle timeout (F6.3).
     pub provision_timeout: Duration,
 }
 

@@ -1,17 +1,17 @@
-//! The OpenShell supervisor model (`openshell-sandbox`, openshell-k8s.md §2), one program for
-//! the sandbox image's `agent` container and the supervisor image, dispatched on argv:
+//! The OpenShell supervisor model (`openshell-sandbox`, docs/upstream-facts.md section 2), one
+//! program for the sandbox image's `agent` container and the supervisor image, dispatched on argv:
 //!
 //! - combined (`openshell-sandbox --workdir /sandbox`): boundary and process side in `agent`.
 //! - sidecar: process side in `agent` (`--mode=process`), boundary in
 //!   `openshell-supervisor-network` (`--mode=network`), joined by the control socket in the
-//!   `openshell-sidecar-state` emptyDir (§2.1).
+//!   `openshell-sidecar-state` emptyDir (F2.5, F2.6).
 //! - supervisor-pod (reported, #3144): boundary in a dedicated pod (`--mode=boundary`); the
 //!   workload pod is gated until the boundary attached.
 //! - gateway (reported): one shared Deployment (`--mode=shared-boundary`) runs a boundary per
 //!   sandbox.
 //!
 //! The boundary does token exchange and policy fetch (`grpc_retry`), the supervisor session and
-//! the exit reports; the process side launches the main process only after bootstrap (§2.2).
+//! the exit reports; the process side launches the main process only after bootstrap (F2.8).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -91,7 +91,7 @@ impl Boundary {
         &self.model.behaviour
     }
 
-    /// One connection to the gateway, bounded by the 10 s connect timeout (§2.1).
+    /// One connection to the gateway, bounded by the 10 s connect timeout (F2.3).
     async fn connect(&self) -> Result<Arc<Gateway>, AttemptError> {
         let (host, port) = parse_endpoint(&self.endpoint).unwrap_or_default();
         match self
@@ -131,7 +131,7 @@ impl Boundary {
     async fn attempt(&self) -> Result<(String, SandboxConfig), AttemptError> {
         let gw = self.connect().await?;
         if gw.server_certificate(&self.cr) == ServerCert::UnknownIssuer && self.b().tls_validation {
-            // No gRPC status: upstream retries it (§2.1); the contract fails fast (R4).
+            // No gRPC status: upstream retries it (F2.2); the contract fails fast (R4).
             return Err(AttemptError {
                 message: "transport error: invalid peer certificate: certificate verify failed (UnknownIssuer)".into(),
                 permanent: self.b().tls_error_permanent,
@@ -146,8 +146,8 @@ impl Boundary {
         Ok((token, cfg))
     }
 
-    /// `load_policy` wrapped in `grpc_retry` (§2.1): 5 attempts, 1/2/4/4 s, permanent codes at
-    /// once; the contract retries with capped backoff until cancelled (R1, R5).
+    /// `load_policy` wrapped in `grpc_retry` (F2.1, F2.2): 5 attempts, 1/2/4/4 s, permanent codes
+    /// at once; the contract retries with capped backoff until cancelled (R1, R5).
     async fn bootstrap(&self) -> Result<(String, SandboxConfig), Fatal> {
         let t = &self.model.timings;
         let forever = self.b().bootstrap_retry_forever;
@@ -293,7 +293,7 @@ impl Boundary {
             // Defect `completed-workload-replayed`: the restarted supervisor runs it again.
             link.relaunch.send_modify(|n| *n += 1);
         }
-        // The session opens once the entrypoint started (§2.2 step 9; sidecar EntrypointStarted).
+        // The session opens once the entrypoint started (F2.8 step 9; sidecar EntrypointStarted).
         let gated = self.model.topology.gated();
         if gated {
             self.await_workload(&link, &token).await;
@@ -410,8 +410,8 @@ impl Boundary {
         }
     }
 
-    /// ReportMainProcessExit retried 250 ms → 2 s until acknowledged (§2.1), then the restart
-    /// policy's relaunch (§8).
+    /// ReportMainProcessExit retried 250 ms → 2 s until acknowledged (F2.7), then the restart
+    /// policy's relaunch (F9.1).
     async fn report_exits(&self, link: Arc<Link>, token: String) {
         let t = self.model.timings.clone();
         let mut rx = link.main.subscribe();
@@ -552,7 +552,7 @@ impl SupervisorProgram {
         }
     }
 
-    /// Combined topology: boundary and process side share `agent` (§2.2).
+    /// Combined topology: boundary and process side share `agent` (F2.8).
     async fn combined(&self, ctx: ContainerCtx) -> i32 {
         let cr = ctx.pod.clone();
         let id = ctx
@@ -562,7 +562,7 @@ impl SupervisorProgram {
         let link = self.model.link(&cr);
         reset_main(&link, &ctx.pod_uid);
         link.bootstrapped.send_replace(0);
-        // No readiness probe: running is ready (k8s-objects.md §5.17).
+        // No readiness probe: running is ready (F4.15).
         ctx.set_ready(true);
         ctx.log("INFO openshell_sandbox: Starting sandbox supervision (topology=combined)");
         let boundary = self.boundary(&ctx, &cr, &id, true);
@@ -578,7 +578,7 @@ impl SupervisorProgram {
     }
 
     /// The boundary as a supervisor process: killed by the harness, it either ends its
-    /// container (0.0.111: PID 1, §2.2) or restarts in place and re-attaches (contract, 0.1.x).
+    /// container (0.0.111: PID 1, F2.9) or restarts in place and re-attaches (contract, 0.1.x).
     async fn supervise(&self, boundary: Boundary, link: Arc<Link>, cr: &str) -> i32 {
         link.boundary_alive.send_replace(true);
         loop {
@@ -629,7 +629,7 @@ impl SupervisorProgram {
             async move {
                 if sidecar {
                     let _ = bootstrapped.wait_for(|g| *g > start).await;
-                    // §2.1: the network sidecar creates the socket only after load_policy.
+                    // F2.6: the network sidecar creates the socket only after load_policy.
                     cluster
                         .empty_dir(&uid, SIDECAR_STATE_VOLUME)
                         .write(CONTROL_SOCKET, b"");
@@ -767,11 +767,11 @@ fn reset_main(link: &Link, pod_uid: &str) {
     });
 }
 
-/// What the process side waits for before the first launch (§2.2).
+/// What the process side waits for before the first launch (F2.8).
 enum Go {
     /// The boundary's bootstrap counter passes this value.
     Bootstrapped(u64),
-    /// The sidecar's control socket appears (§2.1).
+    /// The sidecar's control socket appears (F2.6).
     ControlSocket,
 }
 

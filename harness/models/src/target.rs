@@ -88,7 +88,7 @@ fn info_for(sel: &Selection) -> TargetInfo {
     .into_iter()
     .collect();
     if sel.model == Model::OpenShell0_0_111 {
-        // §1.5: no restart policy at v0.0.111.
+        // docs/upstream-facts.md F1.14: no restart policy at v0.0.111.
         capabilities.remove(&Capability::RestartPolicy);
     }
     TargetInfo {
@@ -137,7 +137,8 @@ pub struct EmulatedTarget {
     saved_replicas: Mutex<Option<i32>>,
 }
 
-/// The Agent Sandbox release the Kubernetes models run for a selection (§2.3 table).
+/// The Agent Sandbox release the Kubernetes models run for a selection (docs/upstream-facts.md
+/// F2.10).
 fn agent_sandbox(v: AgentSandboxVersion) -> crate::agent_sandbox::AgentSandboxVersion {
     match v {
         AgentSandboxVersion::V0_5_0 => crate::agent_sandbox::AgentSandboxVersion::V0_5_0,

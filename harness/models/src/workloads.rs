@@ -3,8 +3,8 @@
 //! reconcile pass over all workloads (no polling, no timers); writes happen only when
 //! something differs, so the loop settles.
 //!
-//! Models (k8s-objects.md §4): StatefulSet pods `<name>-<ordinal>` with the template labels plus
-//! `statefulset.kubernetes.io/pod-name`, `apps.kubernetes.io/pod-index` and
+//! Models (docs/upstream-facts.md F10.3): StatefulSet pods `<name>-<ordinal>` with the template
+//! labels plus `statefulset.kubernetes.io/pod-name`, `apps.kubernetes.io/pod-index` and
 //! `controller-revision-hash`, `hostname`/`subdomain`, a controller ownerRef, and PVC volumes
 //! `<vct>-<name>-<ordinal>`; PVCs are created before the pod and kept on scale-down and on
 //! StatefulSet deletion (default retention policy `Retain`); `OrderedReady` (default: one pod
@@ -592,7 +592,7 @@ mod tests {
 
     #[test]
     fn fnv1a32_matches_the_reference_vector_of_agent_sandbox() {
-        // k8s-objects.md §2.3: NameHash("default--demo") = 523e82a3.
+        // docs/upstream-facts.md F4.8: NameHash("default--demo") = 523e82a3.
         assert_eq!(format!("{:08x}", fnv1a32(b"default--demo")), "523e82a3");
     }
 }

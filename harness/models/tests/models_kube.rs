@@ -850,7 +850,7 @@ fn start_version(v: AgentSandboxVersion) -> Env {
     )
 }
 
-/// A sandbox like OpenShell creates it (k8s-objects.md §3), running `command`.
+/// A sandbox like OpenShell creates it (docs/upstream-facts.md section 3), running `command`.
 fn create_sandbox(env: &Env, name: &str, command: &[&str]) -> Value {
     env.cluster
         .create(
@@ -1129,7 +1129,7 @@ async fn suspend_deletes_the_pod_and_keeps_the_pvc_and_resume_recreates_it_v0_5_
     })
     .await;
     let sb = sandbox_until(&env, "nap", "Ready", is_sb_ready).await;
-    // v0.5.0 never removes Suspended: it stays stale after a resume (§1.3 hazard).
+    // v0.5.0 never removes Suspended: it stays stale after a resume (docs/upstream-facts.md F4.5).
     assert_eq!(
         conditions(&sb),
         [

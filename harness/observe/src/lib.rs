@@ -19,11 +19,11 @@ use conformance_core::timeline::{
     ConditionState, ContainerState, ObjectRef, ObjectState, Recorder, Replicas,
 };
 
-/// The Agent Sandbox API group (k8s-objects.md §1.1).
+/// The Agent Sandbox API group (docs/upstream-facts.md F4.1).
 pub const SANDBOX_GROUP: &str = "agents.x-k8s.io";
 
 /// The `Sandbox` resource in a given version (`v1beta1` from Agent Sandbox v0.5.0, `v1alpha1`
-/// before; k8s-objects.md §1.1).
+/// before; docs/upstream-facts.md F4.1).
 pub fn sandbox_resource(version: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk(SANDBOX_GROUP, version, "Sandbox"),
@@ -138,7 +138,7 @@ pub fn deployment_state(o: &Deployment) -> ObjectState {
 }
 
 /// An Agent Sandbox resource: its conditions (Ready, Suspended, Finished) verbatim
-/// (k8s-objects.md §1.3).
+/// (docs/upstream-facts.md F4.2).
 pub fn sandbox_state(o: &DynamicObject) -> ObjectState {
     let mut s = base("Sandbox", o);
     s.conditions = o
@@ -397,7 +397,7 @@ mod tests {
 
     #[test]
     fn a_failed_bootstrap_pod_maps_to_terminated_exit_1_with_pod_failed() {
-        // The FAILED status block of k8s-objects.md §3.4.
+        // The failed bootstrap pod of docs/upstream-facts.md F10.2.
         let p = pod(serde_json::json!({
             "metadata": {"name": "default--demo", "namespace": "openshell", "uid": "u1",
                           "resourceVersion": "7", "labels": {"agents.x-k8s.io/sandbox-name-hash": "523e82a3"}},

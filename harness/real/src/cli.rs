@@ -1,6 +1,6 @@
 //! The `openshell` CLI as the user path: every sandbox action goes through the CLI binary, with
 //! a per-call timeout, an isolated configuration directory (`XDG_CONFIG_HOME`) and JSON output
-//! (never human tables). Shapes follow openshell-k8s.md §1.6 and §5.
+//! (never human tables). Shapes follow docs/upstream-facts.md section 6.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -15,7 +15,7 @@ use conformance_core::target::{
 };
 
 /// One entry of `sandbox list -o json` / `sandbox get -o json` (`sandbox_to_json`,
-/// openshell-k8s.md §1.6). Unknown fields are ignored so newer CLIs still parse.
+/// docs/upstream-facts.md F6.4). Unknown fields are ignored so newer CLIs still parse.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 pub struct SandboxJson {
     #[serde(default)]
@@ -29,7 +29,8 @@ pub struct SandboxJson {
     pub phase: String,
     #[serde(default)]
     pub created_at: Option<serde_json::Value>,
-    /// 0.1.x builds with a restart policy add these (openshell-k8s.md §8); absent at 0.0.111.
+    /// 0.1.x builds with a restart policy add these (docs/upstream-facts.md F9.1); absent at
+    /// 0.0.111.
     #[serde(default)]
     pub restart_count: Option<u32>,
     #[serde(default)]
@@ -82,7 +83,8 @@ pub fn parse_refusal(stderr: &str) -> Option<(String, String)> {
             return Some((code, message));
         }
     }
-    // Messages of the stop/start/exec rules (openshell-k8s.md §1.4) without a status prefix.
+    // Messages of the stop/start/exec rules (docs/upstream-facts.md F1.9, F1.10, F1.12) without a
+    // status prefix.
     for needle in [
         "sandbox must be Ready to stop",
         "sandbox must be Stopped to start",
@@ -107,8 +109,8 @@ pub fn parse_version(text: &str) -> Option<semver::Version> {
         .find_map(|w| semver::Version::parse(w).ok())
 }
 
-/// What the CLI supports, read from `--help` texts (openshell-k8s.md §5: no restart-policy flag
-/// at 0.0.111; §8: `--restart-policy` on the branch that adds it).
+/// What the CLI supports, read from `--help` texts (docs/upstream-facts.md F6.8: no restart-policy
+/// flag at 0.0.111; F9.1: `--restart-policy` on the branch that adds it).
 pub fn capabilities_from_help(create_help: &str) -> BTreeSet<Capability> {
     let mut caps = BTreeSet::new();
     if create_help.contains("--restart-policy") {
@@ -167,7 +169,7 @@ impl OpenShellCli {
             .timeout(self.call_timeout)
     }
 
-    /// Registers the port-forwarded gateway (openshell-k8s.md §5, gateway registration):
+    /// Registers the port-forwarded gateway (docs/upstream-facts.md F6.2):
     /// `http://` for plaintext; `https://` with `--local` and the mTLS files already in place.
     pub fn gateway_add_cmd(&self, port: impl std::fmt::Display, tls: bool) -> Cmd {
         let scheme = if tls { "https" } else { "http" };
@@ -184,7 +186,7 @@ impl OpenShellCli {
         c
     }
 
-    /// Where the CLI looks for the client certificate of a gateway (openshell-k8s.md §5).
+    /// Where the CLI looks for the client certificate of a gateway (docs/upstream-facts.md F6.2).
     pub fn mtls_dir(&self) -> PathBuf {
         self.config_home
             .join("openshell/gateways")
@@ -212,7 +214,7 @@ impl OpenShellCli {
         }
         c = match &spec.command {
             // `-o json` conflicts with a trailing command, so a main command detaches and the
-            // state is read back with `get` (openshell-k8s.md §5, create).
+            // state is read back with `get` (docs/upstream-facts.md F6.3).
             Some(argv) => c.arg("--detach").arg("--").args(argv.iter().cloned()),
             None => c.args(["-o", "json"]),
         };
@@ -334,7 +336,7 @@ impl OpenShellCli {
         self.lifecycle("start", name).await
     }
 
-    /// Deletes; "Sandbox N not found" counts as done (openshell-k8s.md §5, delete).
+    /// Deletes; "Sandbox N not found" counts as done (docs/upstream-facts.md F6.7).
     pub async fn delete(&self, name: &str) -> TargetResult<()> {
         let out = self.call(self.cmd(["sandbox", "delete", name])).await?;
         if out.success() || not_found(&out) {

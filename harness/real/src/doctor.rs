@@ -132,7 +132,7 @@ fn tools(o: &DoctorOptions) -> Vec<Tool> {
     v.push(Tool {
         name: "helm",
         cmd: Cmd::new("helm").args(["version", "--short"]),
-        // OCI charts need Helm ≥ 3.8; OpenShell documents Helm 3.x (deps.md §3).
+        // OCI charts need Helm ≥ 3.8; OpenShell documents Helm 3.x (docs/dependencies.md D6).
         min: Some((3, 8)),
     });
     v.push(Tool {

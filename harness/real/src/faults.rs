@@ -19,7 +19,7 @@ use conformance_core::timeline::{Event, Recorder};
 use conformance_core::topology::SupervisorPlacement;
 
 /// The Agent Sandbox CR name (and pod name) of a gateway sandbox in shared workspace mode:
-/// `<workspace>--<name>` (openshell-k8s.md §3.2; pod name = CR name, k8s-objects.md §5).
+/// `<workspace>--<name>` (docs/upstream-facts.md F3.2; pod name = CR name, F4.11).
 pub fn cr_name(workspace: &str, sandbox: &str) -> String {
     format!("{workspace}--{sandbox}")
 }
@@ -40,7 +40,7 @@ enum Active {
     TrafficBlock {
         journal_id: String,
     },
-    /// A killed container: nothing to put back (restartPolicy Never, openshell-k8s.md §1.5).
+    /// A killed container: nothing to put back (restartPolicy Never, docs/upstream-facts.md F1.14).
     Nothing,
 }
 
@@ -55,7 +55,8 @@ pub struct FaultDeadlines {
 impl Default for FaultDeadlines {
     fn default() -> Self {
         Self {
-            // The gateway's grace period is 5 s (k8s-objects.md §4); a minute is generous.
+            // The gateway's grace period is 5 s (docs/upstream-facts.md F5.2); a minute is
+            // generous.
             pods_gone: Duration::from_secs(60),
             ready: Duration::from_secs(300),
             replacement: Duration::from_secs(120),
@@ -399,7 +400,7 @@ impl FaultInjector {
     }
 
     /// Cuts sandbox pods off the gateway with a NetworkPolicy denying all egress from pods
-    /// carrying the Agent Sandbox name-hash label (openshell-k8s.md §9.2). Requirement: a CNI
+    /// carrying the Agent Sandbox name-hash label (docs/upstream-facts.md F9.6). Requirement: a CNI
     /// that enforces NetworkPolicy (Calico, Cilium, k3s's embedded policy controller); without
     /// one the policy is accepted and has no effect, so scenarios must check reachability.
     pub async fn block_gateway_traffic(&self) -> TargetResult<()> {
@@ -448,7 +449,7 @@ pub fn block_policy(name: &str) -> serde_json::Value {
 
 /// The command that kills the supervisor in its container. Without a shared process
 /// namespace the supervisor is the container's PID 1; with one (sidecar topology,
-/// openshell-k8s.md §3.7) PID 1 is the pause process, so the supervisor is found by its
+/// docs/upstream-facts.md F3.10) PID 1 is the pause process, so the supervisor is found by its
 /// command line: `openshell-sandbox`, without `--mode=process` in the network container.
 pub fn supervisor_kill_argv(container: &str, shared_process_namespace: bool) -> Vec<String> {
     if !shared_process_namespace {

@@ -1,7 +1,7 @@
 //! Finding the gateway workload and its pods, and waiting on them. The chart renders
 //! `StatefulSet/openshell` by default and `Deployment/openshell` with an external database; the
 //! certgen Job's pod carries the same selector labels, so pods are filtered by owner
-//! (k8s-objects.md §4).
+//! (docs/upstream-facts.md F5.7).
 
 use std::collections::BTreeMap;
 use std::time::Duration;

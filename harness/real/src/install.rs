@@ -24,8 +24,9 @@ fn kubectl(opts: &RealOptions) -> Cmd {
     Cmd::new("kubectl").args(opts.kube_flags("--context"))
 }
 
-/// The Agent Sandbox install, as upstream's installer does it (openshell-e2e.md §2.4): apply the
-/// release manifest, wait for the Sandbox CRD to be Established, then for the controller rollout.
+/// The Agent Sandbox install, as upstream's installer does it (docs/upstream-facts.md F8.1): apply
+/// the release manifest, wait for the Sandbox CRD to be Established, then for the controller
+/// rollout.
 pub fn agent_sandbox_cmds(opts: &RealOptions) -> Vec<Cmd> {
     let t = &opts.timeouts;
     let secs = |d: std::time::Duration| format!("--timeout={}s", d.as_secs());
@@ -91,7 +92,7 @@ impl Install {
             ))
         })?;
         // fullnameOverride pins the workload name to `openshell` whatever the release is
-        // called, as upstream CI does (openshell-k8s.md §4.4).
+        // called, as upstream CI does (docs/upstream-facts.md F5.6).
         let mut values = serde_json::json!({"fullnameOverride": opts.release});
         deep_merge(&mut values, &topo_values);
         let mut effective = values.clone();
@@ -137,7 +138,7 @@ impl Install {
         for s in &o.set {
             c = c.arg("--set").arg(s.clone());
         }
-        // Image overrides come last so they win (upstream CI sets the same keys, §4.4).
+        // Image overrides come last so they win (upstream CI sets the same keys, F5.6).
         let images = [
             ("image.repository", &o.image_repository),
             ("image.tag", &o.image_tag),
@@ -231,7 +232,7 @@ impl Install {
 }
 
 /// Whether the chart will serve TLS: on unless `server.disableTls` is true in the values or a
-/// `--set` (openshell-k8s.md §4.3, TLS row).
+/// `--set` (docs/upstream-facts.md F5.5).
 pub fn tls_enabled(values: &serde_json::Value, sets: &[String]) -> bool {
     let mut disabled = values
         .pointer("/server/disableTls")

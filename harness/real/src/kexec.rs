@@ -10,7 +10,7 @@ use tokio::io::AsyncReadExt;
 use conformance_core::target::{ExecResult, TargetError, TargetResult};
 
 /// The exit code in an exec status: Success is 0; a `NonZeroExitCode` failure carries the code
-/// in the `ExitCode` cause (the v5 channel protocol, deps.md §2B).
+/// in the `ExitCode` cause (the v5 channel protocol, docs/dependencies.md D1).
 pub fn exit_code(status: Option<&Status>) -> Option<i32> {
     let s = status?;
     if s.status.as_deref() == Some("Success") {

@@ -189,7 +189,8 @@ impl AgentSandboxSource {
     }
 }
 
-/// Deadlines of the stages that wait. Defaults follow upstream's budgets (openshell-e2e.md §2.8).
+/// Deadlines of the stages that wait. Defaults follow upstream's budgets (docs/upstream-facts.md
+/// F8.4).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Timeouts {
     #[serde(with = "humantime_serde_secs")]
@@ -205,7 +206,7 @@ pub struct Timeouts {
     #[serde(with = "humantime_serde_secs")]
     pub cli_call: Duration,
     /// `sandbox create` and `start` wait for Ready inside the CLI (300 s idle timeout,
-    /// openshell-k8s.md §5), so the call gets more.
+    /// docs/upstream-facts.md F6.3), so the call gets more.
     #[serde(with = "humantime_serde_secs")]
     pub cli_lifecycle: Duration,
 }

@@ -2,7 +2,7 @@
 //! the repository root carry the same node images; a test keeps them in step.
 
 /// The kind node image: Kubernetes 1.33 matches k8s-openapi's `v1_33` API level, the oldest
-/// kube 5 supports (deps.md §1).
+/// kube 5 supports (docs/dependencies.md D1).
 pub const KIND_NODE_IMAGE: &str = "kindest/node:v1.33.1";
 
 /// The k3s image k3d starts, the same Kubernetes minor as the kind node.
@@ -11,33 +11,33 @@ pub const K3S_IMAGE: &str = "rancher/k3s:v1.33.1-k3s1";
 /// The cluster name kind and k3d create or reuse (`kind-<name>` / `k3d-<name>` contexts).
 pub const CLUSTER_NAME: &str = "openshell-conformance";
 
-/// Agent Sandbox release installed before OpenShell: upstream's CI default (openshell-e2e.md
-/// §2.4), serving `v1beta1` Sandboxes (k8s-objects.md §1.1).
+/// Agent Sandbox release installed before OpenShell: upstream's CI default (docs/upstream-facts.md
+/// F8.1), serving `v1beta1` Sandboxes (F4.1).
 pub const AGENT_SANDBOX_VERSION: &str = "v0.5.0";
 
-/// The release manifest of an Agent Sandbox version (openshell-e2e.md §2.4).
+/// The release manifest of an Agent Sandbox version (docs/upstream-facts.md F8.1).
 pub fn agent_sandbox_manifest_url(version: &str) -> String {
     format!(
         "https://github.com/kubernetes-sigs/agent-sandbox/releases/download/{version}/manifest.yaml"
     )
 }
 
-/// The OpenShell chart: OCI reference and default version (the release the references read,
-/// openshell-k8s.md header).
+/// The OpenShell chart: OCI reference and default version (the release the upstream facts
+/// were read at, docs/upstream-facts.md F0.1).
 pub const CHART_REF: &str = "oci://ghcr.io/nvidia/openshell/helm-chart";
 pub const CHART_VERSION: &str = "0.0.111";
 
 /// Release and namespace, so the workload is `StatefulSet/openshell` and the pod `openshell-0`
-/// (k8s-objects.md §4).
+/// (docs/upstream-facts.md F5.1).
 pub const RELEASE: &str = "openshell";
 pub const NAMESPACE: &str = "openshell";
 
-/// The Agent Sandbox controller (openshell-e2e.md §2.4).
+/// The Agent Sandbox controller (docs/upstream-facts.md F8.1).
 pub const AGENT_SANDBOX_NAMESPACE: &str = "agent-sandbox-system";
 pub const AGENT_SANDBOX_CONTROLLER: &str = "agent-sandbox-controller";
 pub const SANDBOX_CRD: &str = "sandboxes.agents.x-k8s.io";
 
-/// Gateway ports (openshell-k8s.md §4.1): gRPC/HTTP on 8080, health on 8081.
+/// Gateway ports (docs/upstream-facts.md F5.2): gRPC/HTTP on 8080, health on 8081.
 pub const GATEWAY_GRPC_PORT: u16 = 8080;
 pub const GATEWAY_HEALTH_PORT: u16 = 8081;
 

@@ -1,7 +1,7 @@
 //! An in-process port-forward to the gateway that re-resolves the gateway pod for every new
 //! connection, so access survives gateway restarts and scale-downs. (`kubectl port-forward`
 //! binds one pod and dies with it; upstream's e2e names that as the blocker for restart tests,
-//! openshell-e2e.md §2.6.)
+//! docs/upstream-facts.md F8.3.)
 
 use std::net::SocketAddr;
 use std::sync::Arc;

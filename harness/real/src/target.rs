@@ -77,7 +77,7 @@ pub async fn reachable(client: &Client, context: &str) -> Result<String> {
 }
 
 /// The Sandbox API version the cluster serves: v1beta1, else v1alpha1 (the driver's own probe
-/// order, openshell-k8s.md §3.1).
+/// order, docs/upstream-facts.md F3.1).
 pub async fn sandbox_version(client: &Client, namespace: &str) -> TargetResult<&'static str> {
     for v in ["v1beta1", "v1alpha1"] {
         let api: Api<DynamicObject> =
@@ -588,7 +588,8 @@ impl Target for RealTarget {
     }
 
     async fn probe_exec(&self, sandbox: &str, argv: &[String]) -> TargetResult<ExecResult> {
-        // The workload container is `agent` in every topology at 0.0.111 (openshell-k8s.md §3.2).
+        // The workload container is `agent` in every topology at 0.0.111 (docs/upstream-facts.md
+        // F3.4).
         let pod = crate::faults::cr_name("default", sandbox);
         crate::kexec::exec(&self.client, &self.opts.namespace, &pod, "agent", argv).await
     }

@@ -1,6 +1,6 @@
 //! Reading a sandbox's workspace without the sandbox: a short-lived reader pod mounts the
-//! workspace PVC (`workspace-<cr>`, k8s-objects.md §5 fact 1) read-only on the node that holds it
-//! (the claim is ReadWriteOnce), and the harness execs `cat` in it. This works while the sandbox
+//! workspace PVC (`workspace-<cr>`, docs/upstream-facts.md F3.2) read-only on the node that holds
+//! it (the claim is ReadWriteOnce), and the harness execs `cat` in it. This works while the sandbox
 //! is stopped, failed or its gateway is down.
 
 use std::time::Duration;
@@ -13,7 +13,8 @@ use super::{gateway, kexec, pins};
 use conformance_core::target::{TargetError, TargetResult};
 
 /// The image of the reader pod: the sandbox base image, already on the nodes that run sandboxes
-/// (`default_image` in the rendered gateway config, k8s-objects.md §4), so reading needs no pull.
+/// (`default_image` in the rendered gateway config, docs/upstream-facts.md F5.8), so reading needs
+/// no pull.
 pub const READER_IMAGE: &str = "ghcr.io/nvidia/openshell-community/sandboxes/base:latest";
 
 /// The exit code the reader uses for "no such file".

@@ -1,7 +1,7 @@
-//! The openshell CLI driver against recorded outputs in the shapes openshell-k8s.md §1.6 and §5
-//! describe (JSON of `sandbox_to_json`, tonic status lines on stderr, remote exit codes). The
-//! recordings are in fixtures/recorded/; they were written from the reference, not captured
-//! from a live gateway (there is none on our machines).
+//! The openshell CLI driver against recorded outputs in the shapes docs/upstream-facts.md
+//! section 6 describes (JSON of `sandbox_to_json`, tonic status lines on stderr, remote exit
+//! codes). The recordings are in fixtures/recorded/; they were written from the upstream source,
+//! not captured from a live gateway.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -176,7 +176,7 @@ async fn the_0_0_111_cli_has_a_main_command_but_no_restart_policy() {
 
 #[test]
 fn a_help_text_with_restart_policy_enables_the_capability() {
-    // The flag as the restart-policy branch adds it (openshell-k8s.md §8).
+    // The flag as the restart-policy branch adds it (docs/upstream-facts.md F9.1).
     let help =
         "Options:\n      --restart-policy <POLICY>  [possible values: never, on-failure, always]\n";
     assert!(capabilities_from_help(help).contains(&Capability::RestartPolicy));

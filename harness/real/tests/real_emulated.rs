@@ -95,7 +95,8 @@ fn running_pod(
         .create(
             &ResourceRef::pods(),
             Some(NS),
-            // The gateway's grace period is 5 s (k8s-objects.md §4); the same for every test pod.
+            // The gateway's grace period is 5 s (docs/upstream-facts.md F5.2); the same for every
+            // test pod.
             json!({"metadata": meta, "spec": {"containers": cs, "terminationGracePeriodSeconds": 5}}),
         )
         .unwrap();
@@ -216,7 +217,7 @@ async fn roundtrip(c: &Cluster, stats: &ForwardStats) -> Result<String, TargetEr
 async fn the_port_forward_resolves_the_gateway_pod_again_for_each_connection() {
     let c = cluster();
     let uid = create_gateway(&c, 1);
-    // The certgen Job's pod carries the same labels (k8s-objects.md §4); it must never be
+    // The certgen Job's pod carries the same labels (docs/upstream-facts.md F5.7); it must never be
     // picked. The emulator serves no Jobs, so a ConfigMap stands in as the owner object (the
     // garbage collector only needs the uid to exist); the owner reference says kind Job.
     let owner = c
@@ -432,7 +433,7 @@ async fn gateway_restart_deletes_the_pod_and_restore_waits_for_a_new_ready_one()
 }
 
 /// Plays the Agent Sandbox controller for one sandbox pod: recreates it after deletion with
-/// the same name and a new uid (k8s-objects.md §2.7).
+/// the same name and a new uid (docs/upstream-facts.md F4.12).
 fn run_sandbox_pod_controller(
     c: Cluster,
     name: &'static str,

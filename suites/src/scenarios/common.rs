@@ -35,10 +35,11 @@ pub fn delete_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 /// The main-process start marker, relative to the workspace root (`/sandbox`).
 pub const STARTS_FILE: &str = ".conformance/starts";
 
-/// OpenShell's provisioning timeout: the CLI's idle wait for Ready (openshell-k8s.md §5, §6.5).
+/// OpenShell's provisioning timeout: the CLI's idle wait for Ready (docs/upstream-facts.md F6.3).
 pub const PROVISION_TIMEOUT: Duration = Duration::from_secs(300);
 /// How soon a sandbox must be Ready again once the gateway is back: the supervisor's session
-/// backoff is capped at 30 s (openshell-k8s.md §2.1), so 60 s leaves room for one more attempt.
+/// backoff is capped at 30 s (docs/upstream-facts.md F2.7), so 60 s leaves room for one more
+/// attempt.
 pub const RECOVERY: Duration = Duration::from_secs(60);
 /// How long bootstrap may take once the gateway is back after a long outage: a capped retry
 /// plus bootstrap plus the session (R1, R5).

@@ -25,7 +25,7 @@ fn from_ready(mut checks: Vec<Check>, case: &CaseInfo) -> Vec<Check> {
 // ---- a stopped sandbox through a gateway outage ---------------------------------------------
 
 /// A stopped sandbox stays stopped while the gateway goes away and comes back, then starts with
-/// its workspace (bug 3; the stop/start contract, openshell-k8s.md §1.4).
+/// its workspace (bug 3; the stop/start contract, docs/upstream-facts.md F1.9, F1.10).
 pub fn stopped_through_outage() -> Scenario {
     Scenario {
         id: "stopped-through-outage".into(),
@@ -228,7 +228,7 @@ fn completed_checks(case: &CaseInfo) -> Vec<Check> {
 // ---- recovery from bootstrap Error ----------------------------------------------------------
 
 /// A sandbox in terminal bootstrap Error is recovered by the documented path (stop, then start)
-/// with its workspace (bug 1; #2179, #3308; openshell-k8s.md §1.4, §7.1).
+/// with its workspace (bug 1; #2179, #3308; docs/upstream-facts.md F1.10, F9.5).
 pub fn error_recovery() -> Scenario {
     Scenario {
         id: "error-recovery".into(),
@@ -346,7 +346,7 @@ fn recovery_checks(case: &CaseInfo) -> Vec<Check> {
 // ---- restart policy always ------------------------------------------------------------------
 
 /// `--restart-policy always` is honoured when the main process is killed, and when it dies
-/// while the gateway is away (bug 3; #2798; openshell-k8s.md §8).
+/// while the gateway is away (bug 3; #2798; docs/upstream-facts.md F9.1).
 pub fn restart_policy_always() -> Scenario {
     Scenario {
         id: "restart-policy-always".into(),
@@ -385,7 +385,8 @@ fn end_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
             sandbox: name.clone(),
         };
         if ctx.params().get("trigger") == Some("gateway-restart") {
-            // The main process dies while its exit cannot be reported (openshell-k8s.md §2.1).
+            // The main process dies while its exit cannot be reported (docs/upstream-facts.md
+            // F2.7).
             let gw = ctx
                 .inject_for(Fault::GatewayStop, Some(Duration::from_secs(30)))
                 .await?;

@@ -12,7 +12,7 @@ use super::common::*;
 // ---- bootstrap outage ---------------------------------------------------------------------
 
 /// The gateway is stopped, the sandbox pod is replaced so that bootstrap runs while the gateway
-/// is away, and the gateway returns after the outage (bug 1; openshell-k8s.md §7.1, §9.2).
+/// is away, and the gateway returns after the outage (bug 1; docs/upstream-facts.md F9.5, F9.6).
 pub fn bootstrap_outage() -> Scenario {
     Scenario {
         id: "bootstrap-outage".into(),
@@ -153,7 +153,8 @@ fn bootstrap_outage_checks(case: &CaseInfo) -> Vec<Check> {
 
 // ---- gateway restart and outage with Ready sandboxes ----------------------------------------
 
-/// The gateway pod is deleted while sandboxes are Ready (bug 3; openshell-k8s.md §1.5, §9.2).
+/// The gateway pod is deleted while sandboxes are Ready (bug 3; docs/upstream-facts.md F1.15,
+/// F9.6).
 pub fn gateway_restart() -> Scenario {
     Scenario {
         id: "gateway-restart".into(),

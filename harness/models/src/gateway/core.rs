@@ -1,5 +1,6 @@
 //! The gateway's rules over one sandbox record, free of I/O so they can be tested alone. Every
-//! rule cites its source; which variant applies comes from [`Behaviour`].
+//! rule cites its source (an item of docs/upstream-facts.md); which variant applies comes from
+//! [`Behaviour`].
 
 use super::phase::{Phase, Snapshot, derive_phase};
 use super::rpc::{ConnectRequest, ExitAck, Status};
@@ -47,7 +48,7 @@ impl Rules {
         }
     }
 
-    /// §1.4 Stop: Stopped is idempotent; only Ready/Stopping are accepted (0.0.111, 0.1.6).
+    /// F1.9 Stop: Stopped is idempotent; only Ready/Stopping are accepted (0.0.111, 0.1.6).
     /// Contract (R8): also from Error, Completed, Restarting and Provisioning, so a sandbox in
     /// bootstrap Error can be stopped and started again.
     pub fn stop_allowed(&self, phase: Phase) -> Verdict {
@@ -66,7 +67,7 @@ impl Rules {
         }
     }
 
-    /// §1.4 Start: Ready is idempotent; only Stopped/Starting are accepted.
+    /// F1.10 Start: Ready is idempotent; only Stopped/Starting are accepted.
     pub fn start_allowed(&self, phase: Phase) -> Verdict {
         match phase {
             Phase::Ready => Verdict::Idempotent,
@@ -78,7 +79,7 @@ impl Rules {
         }
     }
 
-    /// §1.4: write Stopping (a pending restart is cancelled, §8).
+    /// F1.9: write Stopping (a pending restart is cancelled, F9.1).
     pub fn begin_stop(&self, rec: &mut SandboxRecord) {
         set(rec, Phase::Stopping, "Stopping", "");
         rec.exit_code = None;
@@ -91,7 +92,7 @@ impl Rules {
         }
     }
 
-    /// §1.4: write Starting; the next supervisor session makes it Ready.
+    /// F1.10: write Starting; the next supervisor session makes it Ready.
     pub fn begin_start(&self, rec: &mut SandboxRecord) {
         set(rec, Phase::Starting, "Starting", "");
         rec.starts += 1;
@@ -101,7 +102,7 @@ impl Rules {
     }
 
     /// A supervisor bootstraps from `pod_uid`; true when its workspace must be reset (defect
-    /// `workspace-pvc-replaced-on-pod-replacement`; §3.4 says the PVC survives replacement).
+    /// `workspace-pvc-replaced-on-pod-replacement`; F3.6 says the PVC survives replacement).
     pub fn note_bootstrap_pod(&self, rec: &mut SandboxRecord, pod_uid: &str) -> bool {
         let replaced = rec.last_pod_uid.as_deref().is_some_and(|u| u != pod_uid);
         rec.last_pod_uid = Some(pod_uid.to_string());
@@ -128,7 +129,7 @@ impl Rules {
         Ok(())
     }
 
-    /// Whether a session is accepted (§2.2 "supervisor session: accepted"); the 0.1.6 boundary
+    /// Whether a session is accepted (F1.7 "supervisor session: accepted"); the 0.1.6 boundary
     /// cannot attach on the gated topologies and refuses re-attach after a supervisor restart
     /// (field report bug 2).
     pub fn accept_session(
@@ -160,7 +161,7 @@ impl Rules {
         }
     }
 
-    /// §1.3 `set_supervisor_session_state`: connect → Ready, except in Deleting, Error,
+    /// F1.7 `set_supervisor_session_state`: connect → Ready, except in Deleting, Error,
     /// Stopping, Stopped (and Completed, R7). Returns whether to relaunch a completed main
     /// (defect `completed-workload-replayed`).
     pub fn session_connected(&self, rec: &mut SandboxRecord, req: &ConnectRequest) -> bool {
@@ -180,7 +181,7 @@ impl Rules {
         false
     }
 
-    /// §1.3: disconnect → Provisioning, only from Ready.
+    /// F1.7: disconnect → Provisioning, only from Ready.
     pub fn session_disconnected(&self, rec: &mut SandboxRecord) {
         if rec.phase == Phase::Ready {
             set(
@@ -192,7 +193,7 @@ impl Rules {
         }
     }
 
-    /// §1.3 `main_process_exited` and, beyond 0.0.111, the restart policy (§8) and Completed
+    /// F1.2 `main_process_exited` and, beyond 0.0.111, the restart policy (F9.1) and Completed
     /// (#2884).
     pub fn main_exited(
         &self,
@@ -212,7 +213,7 @@ impl Rules {
         rec.exit_code = Some(code);
         let msg = format!("main process exited with code {code}");
         if !self.b.restart_policy {
-            // §1.1: any exit, 0 included, is Error/MainProcessExited at 0.0.111.
+            // F1.2: any exit, 0 included, is Error/MainProcessExited at 0.0.111.
             self.set_error(rec, "MainProcessExited", &msg);
             return ExitAck::Terminal;
         }
@@ -277,7 +278,7 @@ impl Rules {
         }
     }
 
-    /// §1.3 `apply_driver_snapshot` with `ComposedPhase`: Error (and Completed) are sticky,
+    /// F1.6 `apply_driver_snapshot` with `ComposedPhase` (F1.5): Error (and Completed) are sticky,
     /// Stopping/Stopped/Starting are held, the backend alone never makes a sandbox Ready.
     /// `gate_pending`: the 0.1.x topologies still wait for the boundary (field report).
     pub fn apply_snapshot(
@@ -304,7 +305,7 @@ impl Rules {
         let (p, reason, message) = derive_phase(snap);
         let reason = reason.unwrap_or_default();
         if rec.phase == Phase::Starting && (!snap.fresh || reason == "SandboxSuspended") {
-            // Held until the controller has seen the resume (§1.3 "Starting is held"; #2932).
+            // Held until the controller has seen the resume (F1.6 "Starting is held"; #2932).
             return;
         }
         let message = message.unwrap_or_default();
@@ -376,10 +377,10 @@ impl Rules {
         }
     }
 
-    /// The startup sweep for one record (§1.5); returns what the driver must do.
+    /// The startup sweep for one record (F1.15); returns what the driver must do.
     pub fn on_startup(&self, rec: &mut SandboxRecord) -> StartupAction {
         match rec.phase {
-            // recover_persisted_lifecycle_transitions (§1.5).
+            // recover_persisted_lifecycle_transitions (F1.15).
             Phase::Stopping => StartupAction::Stop,
             Phase::Starting => StartupAction::Start,
             Phase::Stopped if self.b.restart_starts_stopped => {

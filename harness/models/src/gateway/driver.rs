@@ -1,7 +1,8 @@
-//! The Kubernetes compute driver (openshell-k8s.md §3): renders and creates the Sandbox CR,
-//! patches `operatingMode` to stop and start (§3.5), deletes with preconditions, and watches
-//! the CRs and the namespace's Events (§3.6) to feed the phase rules. For the reported 0.1.x
-//! topologies it also owns the dedicated supervisor pod and the workload pod's scheduling gate.
+//! The Kubernetes compute driver (docs/upstream-facts.md section 3): renders and creates the
+//! Sandbox CR, patches `operatingMode` to stop and start (F3.7), deletes with preconditions, and
+//! watches the CRs and the namespace's Events (F3.9) to feed the phase rules. For the reported
+//! 0.1.x topologies it also owns the dedicated supervisor pod and the workload pod's scheduling
+//! gate.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,11 +19,11 @@ use crate::model::{
 use crate::spec::backoff;
 use kube_emulator::{ApiError, DeleteOptions, ListOptions, PatchKind, ResourceRef};
 
-/// The Sandbox resource version the driver uses (§3.1: v1beta1 first).
+/// The Sandbox resource version the driver uses (F3.1: v1beta1 first).
 pub const SANDBOX_VERSION: &str = "v1beta1";
 /// The event reason a supervisor posts when bootstrap fails for good (contract, R14).
 pub const BOOTSTRAP_FAILED_EVENT: &str = "BootstrapFailed";
-/// Where the supervisor binary lands in the workload container (§3.3).
+/// Where the supervisor binary lands in the workload container (F3.4).
 pub const SUPERVISOR_BIN: &str = "/opt/openshell/bin/openshell-sandbox";
 
 fn sandboxes() -> ResourceRef {
@@ -42,13 +43,13 @@ fn env(pairs: &[(&str, String)]) -> Value {
     )
 }
 
-/// The main process spec the supervisor launches (`OPENSHELL_MAIN_PROCESS_SPEC`, §3.3). With no
+/// The main process spec the supervisor launches (`OPENSHELL_MAIN_PROCESS_SPEC`, F3.5). With no
 /// command upstream runs `/bin/bash -l`; the model idles instead (no TTY in the emulator).
 pub fn main_process_spec(command: Option<&Vec<String>>) -> String {
     json!({"version": 1, "command": command, "tty": false}).to_string()
 }
 
-/// The Sandbox CR for a record (k8s-objects.md §3.1, §3.2; gated topologies as reported).
+/// The Sandbox CR for a record (F3.2-F3.6, F3.10; gated topologies as reported).
 pub fn render_sandbox(gw: &Gateway, rec: &SandboxRecord) -> Value {
     let m = &gw.model;
     let v = &m.version;
@@ -73,7 +74,7 @@ pub fn render_sandbox(gw: &Gateway, rec: &SandboxRecord) -> Value {
             ));
         }
         _ => {
-            // Sidecar strips the agent's endpoint and credentials (§3.3); so do the 0.1.x ones.
+            // Sidecar strips the agent's endpoint and credentials (F3.5); so do the 0.1.x ones.
             agent_cmd.push("--mode=process".into());
             agent_env.push(("OPENSHELL_SUPERVISOR_TOPOLOGY", topo.name().into()));
             if topo == Topo::Sidecar {
@@ -141,7 +142,7 @@ pub fn render_sandbox(gw: &Gateway, rec: &SandboxRecord) -> Value {
     let mut pod_spec = json!({
         "serviceAccountName": "openshell-sandbox",
         "automountServiceAccountToken": false,
-        // §1.5: kubelet must not replace the canonical main-process generation.
+        // F1.14: kubelet must not replace the canonical main-process generation.
         "restartPolicy": "Never",
         "securityContext": {"fsGroup": 1000},
         "initContainers": init,
@@ -217,7 +218,7 @@ pub fn create_sandbox(gw: &Gateway, rec: &SandboxRecord) -> Result<(), ApiError>
         .map(|_| ())
 }
 
-/// §3.5: merge-patch `spec.operatingMode` (v1beta1).
+/// F3.7: merge-patch `spec.operatingMode` (v1beta1).
 pub fn set_operating_mode(gw: &Gateway, cr: &str, mode: &str) -> Result<(), ApiError> {
     gw.cluster
         .patch(
@@ -230,7 +231,7 @@ pub fn set_operating_mode(gw: &Gateway, cr: &str, mode: &str) -> Result<(), ApiE
         .map(|_| ())
 }
 
-/// Stop (§3.5): patch Suspended, poll 250 ms → 2 s until `Suspended=True`, deadline 60 s.
+/// Stop (F3.7): patch Suspended, poll 250 ms → 2 s until `Suspended=True`, deadline 60 s.
 pub async fn stop_sandbox(gw: &Arc<Gateway>, name: &str) {
     let Some(cr) = gw.core().store.get(name).map(|r| r.cr_name.clone()) else {
         return;
@@ -283,7 +284,7 @@ fn has_gate(pod: &Value) -> bool {
         .is_some_and(|g| !g.is_empty())
 }
 
-/// Delete (§3.5): the CR goes, GC takes the pod and PVC. Returns true if it was already gone.
+/// Delete (F3.8): the CR goes, GC takes the pod and PVC. Returns true if it was already gone.
 /// Reported (bug 2, 0.1.6) and defect `gate-and-pvc-leaked-on-failure`: a sandbox whose workload
 /// pod is still gated is deleted with orphan propagation, leaving that pod and its PVC behind.
 pub fn delete_sandbox(gw: &Gateway, rec: &SandboxRecord) -> bool {

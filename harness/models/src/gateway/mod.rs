@@ -5,6 +5,7 @@
 //!
 //! Parts: [`store`] (durable rows), [`phase`] (derivation), [`rpc`] (types), [`core`] (the
 //! rules over one record), [`driver`] (Kubernetes objects), [`startup`] (the startup sweep).
+//! `Fn.n` in comments are items of docs/upstream-facts.md.
 
 pub mod core;
 pub mod driver;
@@ -30,7 +31,7 @@ use super::program::{ContainerCtx, ContainerProgram};
 use conformance_core::target::{ExecResult, RestartPolicy, SandboxSpec, SandboxView};
 use kube_emulator::Cluster;
 
-/// The gateway container's name in the StatefulSet (k8s-objects.md §4).
+/// The gateway container's name in the StatefulSet (F5.1).
 pub const GATEWAY_CONTAINER: &str = "openshell-gateway";
 /// Where the gateway's data PVC is mounted (`sqlite:/var/openshell/openshell.db`).
 pub const DATA_MOUNT: &str = "/var/openshell";
@@ -55,7 +56,7 @@ impl ContainerProgram for GatewayProgram {
             &ctx.container,
             Store::open(volume),
         );
-        // §1.5: the startup sweep runs before the watchers and the listeners start.
+        // F1.15: the startup sweep runs before the watchers and the listeners start.
         gw.startup_sweep();
         gw.spawn(driver::reconcile_loop(gw.clone()));
         ctx.network
@@ -189,7 +190,7 @@ impl Gateway {
         }
     }
 
-    /// A tracing-shaped line in the gateway container's log (openshell-k8s.md §6.3).
+    /// A tracing-shaped line in the gateway container's log (F7.3).
     pub(crate) fn log(&self, level: &str, target: &str, msg: &str, fields: &[(&str, &str)]) {
         let mut line = format!("{level} {target}: {msg}");
         for (k, v) in fields {
@@ -252,10 +253,10 @@ impl Gateway {
     }
 
     // -------------------------------------------------------------------------------------
-    // client RPCs (§1.4)
+    // client RPCs (F1.8-F1.12)
     // -------------------------------------------------------------------------------------
 
-    /// CreateSandbox: persists Provisioning, then asks the driver (§1.4 Create).
+    /// CreateSandbox: persists Provisioning, then asks the driver (F1.8).
     pub fn create_sandbox(&self, spec: &SandboxSpec) -> Result<SandboxView, Status> {
         self.check_alive()?;
         if spec.name.is_empty() {
@@ -329,7 +330,7 @@ impl Gateway {
             .collect())
     }
 
-    /// StopSandbox (§1.4): returns once Stopping is persisted; the driver work continues.
+    /// StopSandbox (F1.9): returns once Stopping is persisted; the driver work continues.
     pub fn stop_sandbox(self: &Arc<Self>, name: &str) -> Result<(), Status> {
         self.check_alive()?;
         {
@@ -352,7 +353,7 @@ impl Gateway {
         Ok(())
     }
 
-    /// StartSandbox (§1.4): Starting, patch the CR, return; a session makes it Ready.
+    /// StartSandbox (F1.10): Starting, patch the CR, return; a session makes it Ready.
     pub fn start_sandbox(&self, name: &str) -> Result<(), Status> {
         self.check_alive()?;
         let cr = {
@@ -376,7 +377,7 @@ impl Gateway {
         Ok(())
     }
 
-    /// DeleteSandbox (§1.4): any phase; Deleting, then the driver deletes the CR.
+    /// DeleteSandbox (F1.11): any phase; Deleting, then the driver deletes the CR.
     pub fn delete_sandbox(&self, name: &str) -> Result<(), Status> {
         self.check_alive()?;
         let rec = {
@@ -404,7 +405,7 @@ impl Gateway {
         Ok(())
     }
 
-    /// ExecSandbox: Ready only (§1.4, grpc/sandbox.rs L1209), then runs in the `agent` container.
+    /// ExecSandbox: Ready only (F1.12, grpc/sandbox.rs L1209), then runs in the `agent` container.
     pub async fn exec(&self, name: &str, argv: &[String]) -> Result<ExecResult, Status> {
         self.check_alive()?;
         let cr = {
@@ -431,7 +432,7 @@ impl Gateway {
     }
 
     // -------------------------------------------------------------------------------------
-    // supervisor RPCs (§2.1, §6.1)
+    // supervisor RPCs (F2.1, F7.1)
     // -------------------------------------------------------------------------------------
 
     /// The certificate this gateway shows a sandbox's supervisor during the TLS handshake.
@@ -443,7 +444,7 @@ impl Gateway {
         }
     }
 
-    /// IssueSandboxToken: the projected SA token for a gateway JWT (§2.1 token bootstrap).
+    /// IssueSandboxToken: the projected SA token for a gateway JWT (F2.4 token bootstrap).
     pub fn issue_sandbox_token(&self, sandbox_id: &str, pod_uid: &str) -> Result<String, Status> {
         self.check_alive()?;
         let core = self.core();
@@ -465,7 +466,7 @@ impl Gateway {
         rest.split_once('.')
     }
 
-    /// GetSandboxConfig: the policy (the "Policy fetch" of §2.1).
+    /// GetSandboxConfig: the policy (the "Policy fetch" of F2.1).
     pub fn get_sandbox_config(&self, token: &str) -> Result<SandboxConfig, Status> {
         self.check_alive()?;
         let (id, pod_uid) = Self::token_parts(token)
@@ -490,7 +491,7 @@ impl Gateway {
         })
     }
 
-    /// ConnectSupervisor: registers the session; the sandbox becomes Ready (§1.3).
+    /// ConnectSupervisor: registers the session; the sandbox becomes Ready (F1.7).
     pub fn connect_supervisor(self: &Arc<Self>, req: &ConnectRequest) -> Result<Session, Status> {
         self.check_alive()?;
         let mut core = self.core();
@@ -587,7 +588,7 @@ impl Gateway {
         );
     }
 
-    /// ReportMainProcessExit (§1.3 main_process_exited; §8 restart policy).
+    /// ReportMainProcessExit (F1.2 main_process_exited; F9.1 restart policy).
     pub fn report_main_exit(
         &self,
         token: &str,

@@ -1,5 +1,5 @@
-//! Phases and how the gateway derives them (openshell-k8s.md §1.1, §1.3), plus the two phases
-//! the 0.1.x line adds (Completed #2884, Restarting #2798; §8).
+//! Phases and how the gateway derives them (docs/upstream-facts.md F1.1, F1.3-F1.6), plus the two
+//! phases the 0.1.x line adds (Completed #2884, Restarting #2798; F9.1, F9.2).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -18,12 +18,12 @@ pub enum Phase {
     Starting,
     /// The main process exited 0 (contract and 0.1.x; #2884).
     Completed,
-    /// Waiting to relaunch under the restart policy (0.1.x branch; §8).
+    /// Waiting to relaunch under the restart policy (0.1.x branch; F9.1).
     Restarting,
 }
 
 impl Phase {
-    /// As the CLI prints it (§1.1 `phase_name`).
+    /// As the CLI prints it (F1.1 `phase_name`).
     pub fn name(self) -> &'static str {
         match self {
             Self::Unspecified => "Unspecified",
@@ -40,14 +40,14 @@ impl Phase {
         }
     }
 
-    /// Driver snapshots never move a sandbox out of these (§1.3 "Error is sticky"; Completed
+    /// Driver snapshots never move a sandbox out of these (F1.6 "Error is sticky"; Completed
     /// is terminal by R7).
     pub fn sticky(self) -> bool {
         matches!(self, Self::Error | Self::Completed)
     }
 }
 
-/// Ready reasons that keep a sandbox Provisioning (§1.3, mod.rs L4049-4063); plus the
+/// Ready reasons that keep a sandbox Provisioning (F1.4, mod.rs L4049-4063); plus the
 /// `ConfigurationPending` of the 0.1.x topologies (field report).
 pub const TRANSIENT_REASONS: &[&str] = &[
     "ReconcilerError",
@@ -65,7 +65,7 @@ pub fn is_transient(reason: &str) -> bool {
     TRANSIENT_REASONS.contains(&reason)
 }
 
-/// What the driver reports of one Sandbox CR (`status_from_object`, §3.6).
+/// What the driver reports of one Sandbox CR (`status_from_object`, F3.9).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
     pub deleting: bool,
@@ -117,7 +117,7 @@ impl Snapshot {
     }
 }
 
-/// `derive_phase` (§1.3, mod.rs L3978-4010): the backend's own view, before sessions.
+/// `derive_phase` (F1.3, mod.rs L3978-4010): the backend's own view, before sessions.
 pub fn derive_phase(s: &Snapshot) -> (Phase, Option<String>, Option<String>) {
     if s.deleting {
         return (Phase::Deleting, None, None);

@@ -1,5 +1,6 @@
 //! The gateway's RPC surface as in-process types: gRPC status codes and messages as upstream
-//! writes them (openshell-k8s.md §1.4), the client calls and the supervisor calls (§6.1).
+//! writes them (docs/upstream-facts.md F1.9-F1.12), the client calls and the supervisor calls
+//! (F7.1).
 
 use std::time::Duration;
 
@@ -33,7 +34,7 @@ impl Status {
         Self::new("Unauthenticated", m)
     }
 
-    /// `grpc_retry` retries these (§2.1, lib.rs L2035-2052); the rest fail at once.
+    /// `grpc_retry` retries these (F2.2, lib.rs L2035-2052); the rest fail at once.
     pub fn retryable(&self) -> bool {
         matches!(
             self.code,

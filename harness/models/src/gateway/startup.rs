@@ -1,5 +1,5 @@
-//! The gateway's startup sweep (`start_persisted_sandboxes`, openshell-k8s.md §1.5): runs once,
-//! before the watchers and the listeners.
+//! The gateway's startup sweep (`start_persisted_sandboxes`, docs/upstream-facts.md F1.15): runs
+//! once, before the watchers and the listeners.
 
 use std::sync::Arc;
 

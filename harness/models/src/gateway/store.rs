@@ -1,6 +1,6 @@
 //! The gateway's durable store: one JSON document on the gateway's PVC volume, the way upstream
-//! keeps an SQLite `objects` table on `openshell-data-openshell-0` (k8s-objects.md §4.2). It
-//! survives gateway restarts; sessions and logs do not (openshell-k8s.md §4.2).
+//! keeps an SQLite `objects` table on `openshell-data-openshell-0` (docs/upstream-facts.md F5.3).
+//! It survives gateway restarts; sessions and logs do not (F1.17).
 
 use std::collections::BTreeMap;
 

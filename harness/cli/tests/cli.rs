@@ -293,10 +293,13 @@ fn without_a_terminal_progress_is_plain_lines_with_stages_and_fault_windows() {
         "{err}"
     );
     assert!(
-        err.contains("fault f1 gateway-stop requested for 30s"),
+        err.contains("fault gateway-outage gateway-stop requested for 30s"),
         "{err}"
     );
-    assert!(err.contains("fault f1 gateway-stop ended"), "{err}");
+    assert!(
+        err.contains("fault gateway-outage gateway-stop ended"),
+        "{err}"
+    );
     assert!(String::from_utf8_lossy(&o.stdout).contains("1 cases: 1 passed"));
 }
 

@@ -8,6 +8,7 @@
 pub mod checks;
 pub mod engine;
 pub mod error;
+pub mod keys;
 pub mod pool;
 pub mod scenario;
 pub mod schedule;

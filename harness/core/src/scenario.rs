@@ -2,7 +2,7 @@
 //! Steps act only through [`Ctx`], which records every action on the timeline, bounds every
 //! wait with a deadline, and tracks injected faults so the engine can restore them on any exit.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +10,7 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use crate::checks::Check;
+use crate::keys::{FaultKey, Marker};
 use crate::schedule::{FaultSchedule, InjectionPoint};
 use crate::target::{
     Capability, ExecResult, Fault, SandboxSpec, SandboxView, Target, TargetError, TargetInfo,
@@ -368,7 +369,8 @@ pub struct Ctx {
     /// How often waits poll the target.
     pub poll: Duration,
     active: Vec<ActiveFault>,
-    next_fault: u32,
+    /// Every fault key injected so far: a key names one fault of the case.
+    injected: BTreeSet<FaultKey>,
     /// Free-form state steps hand to later steps.
     pub vars: BTreeMap<String, String>,
 }
@@ -382,7 +384,7 @@ impl Ctx {
             stage: Stage::Seed,
             poll,
             active: Vec::new(),
-            next_fault: 1,
+            injected: BTreeSet::new(),
             vars: BTreeMap::new(),
         }
     }
@@ -395,8 +397,8 @@ impl Ctx {
         &self.case.params
     }
 
-    pub fn mark(&self, label: &str) {
-        self.rec.mark(label);
+    pub fn mark(&self, marker: &Marker) {
+        self.rec.mark(marker.as_str());
     }
 
     pub fn observe_value(&self, key: &str, subject: Option<&str>, value: serde_json::Value) {
@@ -647,20 +649,28 @@ impl Ctx {
         result
     }
 
-    /// Injects a fault and returns its id. The engine restores every fault still active when
-    /// the steps end, whatever way they end.
-    pub async fn inject(&mut self, fault: Fault) -> Result<String, StepError> {
-        self.inject_for(fault, None).await
+    /// Injects a fault under `key` and returns the key, which [`Ctx::restore`] and the checks
+    /// refer to. The engine restores every fault still active when the steps end, whatever way
+    /// they end.
+    pub async fn inject(&mut self, key: &FaultKey, fault: Fault) -> Result<FaultKey, StepError> {
+        self.inject_for(key, fault, None).await
     }
 
     /// Injects a fault meant to last `hold` (recorded as the requested window).
     pub async fn inject_for(
         &mut self,
+        key: &FaultKey,
         fault: Fault,
         hold: Option<Duration>,
-    ) -> Result<String, StepError> {
-        let id = format!("f{}", self.next_fault);
-        self.next_fault += 1;
+    ) -> Result<FaultKey, StepError> {
+        // Checks anchor on a key's first start and end; a second fault under it would be
+        // invisible to them.
+        if !self.injected.insert(key.clone()) {
+            return Err(StepError::Infra(format!(
+                "fault {key} was already injected in this case; give each fault its own FaultKey"
+            )));
+        }
+        let id = key.to_string();
         self.record_fault(&id, &fault, FaultPhase::Requested, hold);
         // Registered before the call: a fault that half-applied must still be restored.
         self.active.push(ActiveFault {
@@ -670,7 +680,7 @@ impl Ctx {
         match self.target.inject(&fault).await {
             Ok(()) => {
                 self.record_fault(&id, &fault, FaultPhase::Started, None);
-                Ok(id)
+                Ok(key.clone())
             }
             Err(TargetError::Unsupported(m)) => {
                 Err(StepError::Skip(format!("{}: {m}", fault.kind())))
@@ -680,8 +690,8 @@ impl Ctx {
     }
 
     /// Restores one fault now.
-    pub async fn restore(&mut self, id: &str) -> Result<(), StepError> {
-        let Some(pos) = self.active.iter().position(|a| a.id == id) else {
+    pub async fn restore(&mut self, key: &FaultKey) -> Result<(), StepError> {
+        let Some(pos) = self.active.iter().position(|a| a.id == key.as_str()) else {
             return Ok(());
         };
         let active = self.active.remove(pos);
@@ -690,12 +700,11 @@ impl Ctx {
             .map_err(StepError::Infra)
     }
 
-    /// Stops the gateway for `hold`, running nothing meanwhile, then restores it.
-    pub async fn outage(&mut self, hold: Duration) -> Result<String, StepError> {
-        let id = self.inject_for(Fault::GatewayStop, Some(hold)).await?;
+    /// Stops the gateway for `hold` under `key`, running nothing meanwhile, then restores it.
+    pub async fn outage(&mut self, key: &FaultKey, hold: Duration) -> Result<(), StepError> {
+        self.inject_for(key, Fault::GatewayStop, Some(hold)).await?;
         tokio::time::sleep(hold).await;
-        self.restore(&id).await?;
-        Ok(id)
+        self.restore(key).await
     }
 
     pub fn active_faults(&self) -> &[ActiveFault] {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::checks::{Anchor, Check, Predicate, Selector, Window};
 use crate::engine::{Engine, EngineOptions};
+use crate::keys::FaultKey;
 use crate::scenario::{Case, CaseInfo, Ctx, Params, Scenario, Stage, Step, StepResult};
 use crate::target::{
     Capability, ExecResult, Fault, Observers, SandboxSpec, SandboxView, Target, TargetError,
@@ -338,10 +339,13 @@ pub fn seed(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     })
 }
 
+/// The scenario's one fault.
+pub const OUTAGE: FaultKey = FaultKey::new("outage");
+
 pub fn outage(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let hold = ctx.params().outage.unwrap();
-        ctx.outage(hold).await?;
+        ctx.outage(&OUTAGE, hold).await?;
         Ok(())
     })
 }
@@ -363,14 +367,14 @@ pub fn checks(case: &CaseInfo) -> Vec<Check> {
             "sandbox returns to Ready after the outage",
             &["R9"],
             Predicate::phase(sandbox.clone(), &["Ready"]),
-            Anchor::fault_end("f1"),
+            Anchor::fault_end(&OUTAGE),
             Duration::from_secs(60),
         ),
         Check::never(
             "sandbox never Error during the outage",
             &["R9"],
             Predicate::phase(sandbox, &["Error"]),
-            Window::fault("f1"),
+            Window::fault(&OUTAGE),
         ),
         Check::sentinels("workspace sentinels retained", &["R6"]),
     ]

@@ -186,14 +186,14 @@ async fn a_topology_newer_than_the_target_is_skipped_not_passed() {
 
 fn panics_mid_outage(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
-        ctx.inject(Fault::GatewayStop).await?;
+        ctx.inject(&OUTAGE, Fault::GatewayStop).await?;
         panic!("scenario bug while the gateway is down");
     })
 }
 
 fn hangs_mid_outage(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
-        ctx.inject(Fault::GatewayStop).await?;
+        ctx.inject(&OUTAGE, Fault::GatewayStop).await?;
         futures::future::pending::<()>().await;
         Ok(())
     })
@@ -333,4 +333,33 @@ async fn a_failed_case_keeps_its_sandbox_logs_on_the_timeline_and_a_passed_one_d
         .run_case(&case(standard_steps()))
         .await;
     assert!(logs(&passed.timeline).is_empty());
+}
+
+fn injects_one_key_twice(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        ctx.inject(&OUTAGE, Fault::GatewayStop).await?;
+        ctx.restore(&OUTAGE).await?;
+        ctx.inject(&OUTAGE, Fault::GatewayStop).await?;
+        Ok(())
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fault_key_injected_twice_in_one_case_is_a_harness_error_naming_the_key() {
+    let f = Factory::new(Quirk::None);
+    let r = engine(f.clone())
+        .run_case(&case(vec![
+            Step::new(Stage::Seed, "create and seed", seed),
+            Step::new(Stage::Fault, "inject twice", injects_one_key_twice),
+        ]))
+        .await;
+    let Outcome::Error(reason) = &r.outcome else {
+        panic!("expected an error, got {:?}", r.outcome);
+    };
+    assert!(
+        reason.contains("fault outage was already injected"),
+        "{reason}"
+    );
+    // The first injection was restored once, and the refused one was never applied.
+    assert_eq!(f.restores.load(Ordering::SeqCst), 1);
 }

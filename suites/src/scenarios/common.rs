@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use conformance_core::checks::{Anchor, Check, Cmp, Counted, Predicate, Selector, Window};
+use conformance_core::keys::{FaultKey, Marker};
 use futures::future::BoxFuture;
 
 use conformance_core::scenario::{CaseInfo, Ctx, StepError, StepResult};
@@ -204,9 +205,24 @@ pub async fn delete(ctx: &Ctx, sandbox: &str) -> Result<(), StepError> {
     Ok(())
 }
 
-pub fn deleted_marker(sandbox: &str) -> String {
-    format!("deleted:{sandbox}")
+/// Set once a sandbox's deletion was waited for.
+pub fn deleted_marker(sandbox: &str) -> Marker {
+    Marker::owned(format!("deleted:{sandbox}"))
 }
+
+// Markers the steps set and the checks anchor on.
+/// The steps verified what the case is about (shell, sentinels).
+pub const VERIFIED: Marker = Marker::new("verified");
+/// A fault is over and the system had time to settle.
+pub const SETTLED: Marker = Marker::new("settled");
+
+// Faults, named for what they do.
+pub const GATEWAY_OUTAGE: FaultKey = FaultKey::new("gateway-outage");
+pub const GATEWAY_RESTART: FaultKey = FaultKey::new("gateway-restart");
+pub const POD_REPLACE: FaultKey = FaultKey::new("pod-replace");
+pub const BAD_CREDENTIALS: FaultKey = FaultKey::new("bad-credentials");
+pub const SUPERVISOR_KILL: FaultKey = FaultKey::new("supervisor-kill");
+pub const MAIN_KILL: FaultKey = FaultKey::new("main-kill");
 
 // ---- checks -------------------------------------------------------------------------------
 
@@ -333,6 +349,6 @@ pub fn no_leaks(case: &CaseInfo, role: &str) -> Vec<Check> {
 }
 
 /// The window from a fault's start to a marker set once the scenario has verified recovery.
-pub fn fault_until(fault: &str, marker: &str) -> Window {
+pub fn fault_until(fault: &FaultKey, marker: &Marker) -> Window {
     Window::new(Anchor::fault_start(fault), Anchor::marker(marker))
 }

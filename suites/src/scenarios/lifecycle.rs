@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use conformance_core::checks::{Anchor, Check, Cmp, Counted, Predicate, Selector, Window};
+use conformance_core::keys::{FaultKey, Marker};
 use conformance_core::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepResult};
 use conformance_core::target::{Capability, Fault, RestartPolicy, TargetError};
 use conformance_core::timeline::ActionStatus;
@@ -26,6 +27,16 @@ fn from_ready(mut checks: Vec<Check>, case: &CaseInfo) -> Vec<Check> {
 
 /// A stopped sandbox stays stopped while the gateway goes away and comes back, then starts with
 /// its workspace (bug 3; the stop/start contract, docs/upstream-facts.md F1.9, F1.10).
+// Markers of these scenarios (VERIFIED and SETTLED are common).
+const STOPPED: Marker = Marker::new("stopped");
+const COMPLETED: Marker = Marker::new("completed");
+const RECOVERING: Marker = Marker::new("recovering");
+const RECOVERED: Marker = Marker::new("recovered");
+const MAIN_ENDED: Marker = Marker::new("main-ended");
+/// The fault that ends a completed workload's supervision (a gateway restart or a supervisor
+/// kill, by variant).
+const TRIGGER: FaultKey = FaultKey::new("trigger");
+
 pub fn stopped_through_outage() -> Scenario {
     Scenario {
         id: "stopped-through-outage".into(),
@@ -57,7 +68,7 @@ fn seed_and_stop(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         ctx.stop_sandbox(&name).await?;
         ctx.wait_phase(&name, &["Stopped"], Duration::from_secs(120))
             .await?;
-        ctx.mark("stopped");
+        ctx.mark(&STOPPED);
         Ok(())
     })
 }
@@ -65,12 +76,12 @@ fn seed_and_stop(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 fn stopped_outage_fault(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let outage = ctx.params().outage.unwrap_or(Duration::from_secs(30));
-        ctx.outage(outage).await?;
+        ctx.outage(&GATEWAY_OUTAGE, outage).await?;
         // Watch the sandbox for a while: a returning gateway must not start it.
         ctx.sleep(SETTLE).await;
         let name = ctx.sandbox_name(MAIN);
         ctx.get_sandbox(&name).await.ok();
-        ctx.mark("settled");
+        ctx.mark(&SETTLED);
         Ok(())
     })
 }
@@ -97,7 +108,7 @@ fn stopped_checks(case: &CaseInfo) -> Vec<Check> {
                 case,
                 MAIN,
                 &["Starting", "Ready", "Provisioning", "Error"],
-                Window::new(Anchor::marker("stopped"), Anchor::marker("settled")),
+                Window::new(Anchor::marker(&STOPPED), Anchor::marker(&SETTLED)),
             ),
             ready_within(
                 "the sandbox starts when asked",
@@ -164,7 +175,7 @@ fn run_to_completion(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         ctx.create_sandbox(&spec).await?;
         ctx.wait_phase(&spec.name, TERMINAL, PROVISION_TIMEOUT)
             .await?;
-        ctx.mark("completed");
+        ctx.mark(&COMPLETED);
         Ok(())
     })
 }
@@ -177,10 +188,10 @@ fn completed_fault(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
             Some("supervisor-restart") => Fault::SupervisorKill { sandbox: name },
             _ => Fault::GatewayRestart,
         };
-        let id = ctx.inject(fault).await?;
-        ctx.restore(&id).await?;
+        ctx.inject(&TRIGGER, fault).await?;
+        ctx.restore(&TRIGGER).await?;
         ctx.sleep(SETTLE).await;
-        ctx.mark("settled");
+        ctx.mark(&SETTLED);
         Ok(())
     })
 }
@@ -210,7 +221,7 @@ fn completed_checks(case: &CaseInfo) -> Vec<Check> {
                 case,
                 MAIN,
                 &["Ready", "Starting", "Restarting", "Provisioning"],
-                Window::new(Anchor::marker("completed"), Anchor::marker("settled")),
+                Window::new(Anchor::marker(&COMPLETED), Anchor::marker(&SETTLED)),
             ),
             starts_eq(
                 "the completed command ran exactly once",
@@ -261,19 +272,21 @@ pub fn error_recovery() -> Scenario {
 fn into_error(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
-        let creds = ctx
-            .inject(Fault::BootstrapCredentials {
+        ctx.inject(
+            &BAD_CREDENTIALS,
+            Fault::BootstrapCredentials {
                 sandbox: name.clone(),
                 what: "credentials".into(),
-            })
-            .await?;
-        let replace = ctx.inject(rebootstrap(ctx, &name)).await?;
-        ctx.restore(&replace).await?;
+            },
+        )
+        .await?;
+        ctx.inject(&POD_REPLACE, rebootstrap(ctx, &name)).await?;
+        ctx.restore(&POD_REPLACE).await?;
         ctx.settle_phase(&name, &["Error"], Duration::from_secs(120))
             .await;
         // The cause is fixed; what remains is the sandbox's terminal state.
-        ctx.restore(&creds).await?;
-        ctx.mark("recovering");
+        ctx.restore(&BAD_CREDENTIALS).await?;
+        ctx.mark(&RECOVERING);
         Ok(())
     })
 }
@@ -298,7 +311,7 @@ fn recover(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         }
         check_shell(ctx, &name).await;
         ctx.read_sentinel(&name, "before-fault").await;
-        ctx.mark("recovered");
+        ctx.mark(&RECOVERED);
         Ok(())
     })
 }
@@ -323,7 +336,7 @@ fn recovery_checks(case: &CaseInfo) -> Vec<Check> {
                 "a bootstrap that cannot authenticate ends in Error",
                 &["R4"],
                 phase_is(case, MAIN, &["Error"]),
-                Anchor::fault_start("f2"),
+                Anchor::fault_start(&POD_REPLACE),
                 Duration::from_secs(120),
             ),
             refused("stop is accepted for a sandbox in Error", "stop"),
@@ -333,7 +346,7 @@ fn recovery_checks(case: &CaseInfo) -> Vec<Check> {
                 &["R8"],
                 case,
                 MAIN,
-                Anchor::marker("recovering"),
+                Anchor::marker(&RECOVERING),
                 PROVISION_TIMEOUT,
             ),
             shell_usable(case, MAIN, &["R8"]),
@@ -387,18 +400,21 @@ fn end_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         if ctx.params().get("trigger") == Some("gateway-restart") {
             // The main process dies while its exit cannot be reported (docs/upstream-facts.md
             // F2.7).
-            let gw = ctx
-                .inject_for(Fault::GatewayStop, Some(Duration::from_secs(30)))
-                .await?;
-            let k = ctx.inject(kill).await?;
-            ctx.restore(&k).await?;
+            ctx.inject_for(
+                &GATEWAY_OUTAGE,
+                Fault::GatewayStop,
+                Some(Duration::from_secs(30)),
+            )
+            .await?;
+            ctx.inject(&MAIN_KILL, kill).await?;
+            ctx.restore(&MAIN_KILL).await?;
             ctx.sleep(Duration::from_secs(30)).await;
-            ctx.restore(&gw).await?;
+            ctx.restore(&GATEWAY_OUTAGE).await?;
         } else {
-            let k = ctx.inject(kill).await?;
-            ctx.restore(&k).await?;
+            ctx.inject(&MAIN_KILL, kill).await?;
+            ctx.restore(&MAIN_KILL).await?;
         }
-        ctx.mark("main-ended");
+        ctx.mark(&MAIN_ENDED);
         Ok(())
     })
 }
@@ -412,7 +428,7 @@ fn verify_restarted(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
             .await;
         check_shell(ctx, &name).await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
-        ctx.mark("verified");
+        ctx.mark(&VERIFIED);
         Ok(())
     })
 }
@@ -425,7 +441,7 @@ fn restart_checks(case: &CaseInfo) -> Vec<Check> {
                 &["R10"],
                 case,
                 MAIN,
-                Anchor::marker("main-ended"),
+                Anchor::marker(&MAIN_ENDED),
                 Duration::from_secs(180),
             ),
             never(
@@ -434,7 +450,7 @@ fn restart_checks(case: &CaseInfo) -> Vec<Check> {
                 case,
                 MAIN,
                 &["Error", "Completed", "Stopped"],
-                Window::new(Anchor::marker("main-ended"), Anchor::marker("verified")),
+                Window::new(Anchor::marker(&MAIN_ENDED), Anchor::marker(&VERIFIED)),
             ),
             starts_eq(
                 "the main process was started again, once",
@@ -484,10 +500,13 @@ fn create_broken(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
             .unwrap_or("credentials")
             .to_string();
         let spec = spec(ctx, MAIN, workload_command(), None);
-        ctx.inject(Fault::BootstrapCredentials {
-            sandbox: spec.name.clone(),
-            what,
-        })
+        ctx.inject(
+            &BAD_CREDENTIALS,
+            Fault::BootstrapCredentials {
+                sandbox: spec.name.clone(),
+                what,
+            },
+        )
         .await?;
         ctx.create_sandbox(&spec).await?;
         Ok(())
@@ -655,8 +674,9 @@ pub fn supervisor_restart() -> Scenario {
 fn kill_supervisor(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
-        let id = ctx.inject(Fault::SupervisorKill { sandbox: name }).await?;
-        ctx.restore(&id).await
+        ctx.inject(&SUPERVISOR_KILL, Fault::SupervisorKill { sandbox: name })
+            .await?;
+        ctx.restore(&SUPERVISOR_KILL).await
     })
 }
 
@@ -670,7 +690,7 @@ fn verify_reattached(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         check_shell(ctx, &name).await;
         ctx.read_sentinel(&name, "before-fault").await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
-        ctx.mark("verified");
+        ctx.mark(&VERIFIED);
         Ok(())
     })
 }
@@ -684,7 +704,7 @@ fn supervisor_checks(case: &CaseInfo) -> Vec<Check> {
                 &["R12"],
                 case,
                 MAIN,
-                Anchor::fault_end("f1"),
+                Anchor::fault_end(&SUPERVISOR_KILL),
                 RECOVERY,
             ),
             Check::never(
@@ -694,7 +714,7 @@ fn supervisor_checks(case: &CaseInfo) -> Vec<Check> {
                     object: pod,
                     max: 1,
                 },
-                fault_until("f1", "verified"),
+                fault_until(&SUPERVISOR_KILL, &VERIFIED),
             ),
             starts_eq(
                 "the workload is re-attached, not started again",

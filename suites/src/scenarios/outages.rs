@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use conformance_core::checks::{Anchor, Check, Predicate, Selector, Window};
+use conformance_core::keys::FaultKey;
 use conformance_core::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepResult};
 use conformance_core::target::{Capability, Fault};
 use futures::future::BoxFuture;
@@ -52,9 +53,10 @@ fn bootstrap_outage_fault(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
         let outage = ctx.params().outage.unwrap_or(Duration::from_secs(150));
-        let gateway = ctx.inject_for(Fault::GatewayStop, Some(outage)).await?;
-        let replace = ctx.inject(rebootstrap(ctx, &name)).await?;
-        ctx.restore(&replace).await?;
+        ctx.inject_for(&GATEWAY_OUTAGE, Fault::GatewayStop, Some(outage))
+            .await?;
+        ctx.inject(&POD_REPLACE, rebootstrap(ctx, &name)).await?;
+        ctx.restore(&POD_REPLACE).await?;
         ctx.sleep(outage).await;
         // Before the gateway returns: has the workload started again without bootstrap (R3)?
         observe_starts(
@@ -63,7 +65,7 @@ fn bootstrap_outage_fault(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
             &starts_key(&name, "starts-before-gateway-returned"),
         )
         .await;
-        ctx.restore(&gateway).await?;
+        ctx.restore(&GATEWAY_OUTAGE).await?;
         Ok(())
     })
 }
@@ -76,7 +78,7 @@ fn verify_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         check_shell(ctx, &name).await;
         ctx.read_sentinel(&name, "before-fault").await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
-        ctx.mark("verified");
+        ctx.mark(&VERIFIED);
         Ok(())
     })
 }
@@ -89,7 +91,7 @@ fn bootstrap_outage_checks(case: &CaseInfo) -> Vec<Check> {
             &["R1", "R5"],
             case,
             MAIN,
-            Anchor::fault_end("f1"),
+            Anchor::fault_end(&GATEWAY_OUTAGE),
             BOOTSTRAP_RECOVERY,
         ),
         // A gateway that comes back may show its stored phase for a moment before it looks at
@@ -99,7 +101,7 @@ fn bootstrap_outage_checks(case: &CaseInfo) -> Vec<Check> {
             &["R1"],
             case,
             MAIN,
-            Anchor::marker("verified"),
+            Anchor::marker(&VERIFIED),
             Duration::ZERO,
         ),
         never(
@@ -108,7 +110,7 @@ fn bootstrap_outage_checks(case: &CaseInfo) -> Vec<Check> {
             case,
             MAIN,
             &["Error"],
-            fault_until("f1", "verified"),
+            fault_until(&GATEWAY_OUTAGE, &VERIFIED),
         ),
         Check::never(
             "the replacement pod's bootstrap does not give up while the gateway is away",
@@ -118,7 +120,7 @@ fn bootstrap_outage_checks(case: &CaseInfo) -> Vec<Check> {
                 container: None,
                 exit_code: Some(1),
             },
-            fault_until("f1", "verified"),
+            fault_until(&GATEWAY_OUTAGE, &VERIFIED),
         ),
         starts_eq(
             "the workload does not start before bootstrap succeeds",
@@ -171,7 +173,7 @@ pub fn gateway_restart() -> Scenario {
             Step::new(Stage::Verify, "wait for Ready and read back", verify_ready),
             Step::new(Stage::Verify, "delete the sandbox", delete_main),
         ],
-        checks: ready_sandbox_checks,
+        checks: gateway_restart_checks,
     }
 }
 
@@ -196,21 +198,21 @@ pub fn gateway_outage() -> Scenario {
             Step::new(Stage::Verify, "wait for Ready and read back", verify_ready),
             Step::new(Stage::Verify, "delete the sandbox", delete_main),
         ],
-        checks: ready_sandbox_checks,
+        checks: gateway_outage_checks,
     }
 }
 
 fn restart_fault(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
-        let id = ctx.inject(Fault::GatewayRestart).await?;
-        ctx.restore(&id).await
+        ctx.inject(&GATEWAY_RESTART, Fault::GatewayRestart).await?;
+        ctx.restore(&GATEWAY_RESTART).await
     })
 }
 
 fn outage_fault(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let outage = ctx.params().outage.unwrap_or(Duration::from_secs(30));
-        ctx.outage(outage).await?;
+        ctx.outage(&GATEWAY_OUTAGE, outage).await?;
         Ok(())
     })
 }
@@ -222,12 +224,21 @@ fn verify_ready(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         check_shell(ctx, &name).await;
         ctx.read_sentinel(&name, "before-fault").await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
-        ctx.mark("verified");
+        ctx.mark(&VERIFIED);
         Ok(())
     })
 }
 
-fn ready_sandbox_checks(case: &CaseInfo) -> Vec<Check> {
+fn gateway_restart_checks(case: &CaseInfo) -> Vec<Check> {
+    ready_sandbox_checks(case, &GATEWAY_RESTART)
+}
+
+fn gateway_outage_checks(case: &CaseInfo) -> Vec<Check> {
+    ready_sandbox_checks(case, &GATEWAY_OUTAGE)
+}
+
+/// A Ready sandbox goes through `fault` on the gateway unharmed.
+fn ready_sandbox_checks(case: &CaseInfo, fault: &FaultKey) -> Vec<Check> {
     let pod = Selector::named("Pod", &case.resource_name(&case.sandbox_name(MAIN)));
     let mut checks = vec![
         provisioned(case, MAIN),
@@ -236,7 +247,7 @@ fn ready_sandbox_checks(case: &CaseInfo) -> Vec<Check> {
             &["R9"],
             case,
             MAIN,
-            Anchor::fault_end("f1"),
+            Anchor::fault_end(fault),
             RECOVERY,
         ),
         never(
@@ -245,7 +256,7 @@ fn ready_sandbox_checks(case: &CaseInfo) -> Vec<Check> {
             case,
             MAIN,
             &["Error", "Stopped", "Completed"],
-            fault_until("f1", "verified"),
+            fault_until(fault, &VERIFIED),
         ),
         Check::count(
             "the sandbox pod keeps running: it is never replaced",
@@ -254,8 +265,8 @@ fn ready_sandbox_checks(case: &CaseInfo) -> Vec<Check> {
                 object: pod.clone(),
             },
             Some(Window::new(
-                Anchor::fault_start("f1"),
-                Anchor::marker("verified"),
+                Anchor::fault_start(fault),
+                Anchor::marker(&VERIFIED),
             )),
             conformance_core::checks::Cmp::Eq,
             1,
@@ -267,7 +278,7 @@ fn ready_sandbox_checks(case: &CaseInfo) -> Vec<Check> {
                 object: pod,
                 max: 0,
             },
-            fault_until("f1", "verified"),
+            fault_until(fault, &VERIFIED),
         ),
         starts_eq(
             "the running workload is not started again",

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use conformance_core::checks::{Anchor, Check, Window};
+use conformance_core::keys::{FaultKey, Marker};
 use conformance_core::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepError, StepResult};
 use conformance_core::schedule::{FaultSchedule, InjectionPoint, PlannedFault, ScheduleSpec};
 use conformance_core::target::{Capability, Fault, TargetError};
@@ -37,6 +38,16 @@ fn role(i: usize) -> String {
     format!("sweep-{}", i + 1)
 }
 
+/// The outage of the sandbox with `role`.
+fn outage_key(role: &str) -> FaultKey {
+    FaultKey::owned(format!("{role}-outage"))
+}
+
+/// Set once the sandbox `name` was verified after its outage.
+fn verified_marker(name: &str) -> Marker {
+    Marker::owned(format!("verified:{name}"))
+}
+
 fn run_schedule(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let schedule =
@@ -56,7 +67,9 @@ async fn run_one(ctx: &mut Ctx, role: &str, planned: &PlannedFault) -> StepResul
     let outage = planned.outage;
     match planned.point {
         InjectionPoint::BeforeCreate => {
-            let f = ctx.inject_for(Fault::GatewayStop, Some(outage)).await?;
+            let f = ctx
+                .inject_for(&outage_key(role), Fault::GatewayStop, Some(outage))
+                .await?;
             let early = ctx.create_sandbox(&spec).await;
             ctx.sleep(outage).await;
             ctx.restore(&f).await?;
@@ -71,20 +84,20 @@ async fn run_one(ctx: &mut Ctx, role: &str, planned: &PlannedFault) -> StepResul
         }
         InjectionPoint::DuringBootstrap => {
             ctx.create_sandbox(&spec).await?;
-            ctx.outage(outage).await?;
+            ctx.outage(&outage_key(role), outage).await?;
         }
         InjectionPoint::WhileReady => {
             ctx.create_sandbox(&spec).await?;
             ctx.wait_phase(&name, &["Ready"], PROVISION_TIMEOUT).await?;
             ctx.write_sentinel(&name, role).await?;
-            ctx.outage(outage).await?;
+            ctx.outage(&outage_key(role), outage).await?;
         }
         InjectionPoint::WhileStopping => {
             ctx.create_sandbox(&spec).await?;
             ctx.wait_phase(&name, &["Ready"], PROVISION_TIMEOUT).await?;
             ctx.write_sentinel(&name, role).await?;
             ctx.stop_sandbox(&name).await?;
-            ctx.outage(outage).await?;
+            ctx.outage(&outage_key(role), outage).await?;
             ctx.settle_phase(&name, &["Stopped"], PROVISION_TIMEOUT)
                 .await;
             ctx.start_sandbox(&name).await?;
@@ -97,7 +110,7 @@ async fn run_one(ctx: &mut Ctx, role: &str, planned: &PlannedFault) -> StepResul
             ctx.wait_phase(&name, &["Stopped"], PROVISION_TIMEOUT)
                 .await?;
             ctx.start_sandbox(&name).await?;
-            ctx.outage(outage).await?;
+            ctx.outage(&outage_key(role), outage).await?;
         }
     }
     ctx.settle_phase(&name, &["Ready"], PROVISION_TIMEOUT).await;
@@ -109,7 +122,7 @@ async fn run_one(ctx: &mut Ctx, role: &str, planned: &PlannedFault) -> StepResul
     }
     check_shell(ctx, &name).await;
     ctx.read_sentinel(&name, role).await;
-    ctx.mark(&format!("verified:{name}"));
+    ctx.mark(&verified_marker(&name));
     delete(ctx, &name).await
 }
 
@@ -120,7 +133,7 @@ fn sweep_checks(case: &CaseInfo) -> Vec<Check> {
     let mut checks = Vec::new();
     for (i, planned) in schedule.faults.iter().enumerate() {
         let role = role(i);
-        let fault = format!("f{}", i + 1);
+        let fault = outage_key(&role);
         let name = case.sandbox_name(&role);
         let label = format!(
             "{} {}",
@@ -143,7 +156,7 @@ fn sweep_checks(case: &CaseInfo) -> Vec<Check> {
             &["Error"],
             Window::new(
                 Anchor::fault_start(&fault),
-                Anchor::marker(&format!("verified:{name}")),
+                Anchor::marker(&verified_marker(&name)),
             ),
         ));
         let mut usable = shell_usable(case, &role, &["R1", "R9"]);

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 pub use ledger::{Ledger, SentinelClass, SentinelSummary};
 pub use predicate::{Predicate, Selector};
 
+use crate::keys::{FaultKey, Marker};
 use crate::timeline::{ActionStatus, Entry, Event, FaultPhase, ObjectState, Timeline, World};
 
 /// A point in a timeline that checks measure from.
@@ -55,19 +56,23 @@ fn one() -> usize {
 }
 
 impl Anchor {
-    pub fn marker(label: &str) -> Self {
+    pub fn marker(marker: &Marker) -> Self {
         Self::Marker {
-            label: label.to_string(),
+            label: marker.to_string(),
             nth: 1,
         }
     }
 
-    pub fn fault_start(id: &str) -> Self {
-        Self::FaultStart { id: id.to_string() }
+    pub fn fault_start(key: &FaultKey) -> Self {
+        Self::FaultStart {
+            id: key.to_string(),
+        }
     }
 
-    pub fn fault_end(id: &str) -> Self {
-        Self::FaultEnd { id: id.to_string() }
+    pub fn fault_end(key: &FaultKey) -> Self {
+        Self::FaultEnd {
+            id: key.to_string(),
+        }
     }
 
     pub fn action_end(name: &str) -> Self {
@@ -148,8 +153,8 @@ impl Window {
         Self { from, to }
     }
 
-    pub fn fault(id: &str) -> Self {
-        Self::new(Anchor::fault_start(id), Anchor::fault_end(id))
+    pub fn fault(key: &FaultKey) -> Self {
+        Self::new(Anchor::fault_start(key), Anchor::fault_end(key))
     }
 
     pub fn whole_run() -> Self {

@@ -143,7 +143,7 @@ fn ready_within(secs: u64) -> Check {
         "sandbox returns to Ready",
         &["R9"],
         Predicate::phase(sandbox(), &["Ready"]),
-        Anchor::fault_end("f1"),
+        Anchor::fault_end(&FaultKey::new("f1")),
         Duration::from_secs(secs),
     )
 }
@@ -200,7 +200,7 @@ fn eventually_within_zero_judges_the_instant_of_the_anchor_only() {
         "Ready when verified",
         &["R1"],
         Predicate::phase(sandbox(), &["Ready"]),
-        Anchor::marker("verified"),
+        Anchor::marker(&Marker::new("verified")),
         Duration::ZERO,
     );
     let o = c.evaluate(&t);
@@ -242,7 +242,7 @@ fn never_passes_when_the_predicate_stays_false_in_the_window() {
         "no Error during the outage",
         &["R9"],
         Predicate::phase(sandbox(), &["Error"]),
-        Window::fault("f1"),
+        Window::fault(&FaultKey::new("f1")),
     );
     let o = c.evaluate(&t);
     assert!(o.passed, "{}", o.diagnosis());
@@ -259,7 +259,7 @@ fn never_fails_at_the_first_instant_the_predicate_holds() {
         "no Error during the outage",
         &["R9"],
         Predicate::phase(sandbox(), &["Error"]),
-        Window::fault("f1"),
+        Window::fault(&FaultKey::new("f1")),
     );
     let o = c.evaluate(&t);
     assert!(!o.passed);
@@ -280,8 +280,8 @@ fn holds_until_passes_when_the_predicate_holds_across_the_whole_span() {
         "pod keeps running",
         &["R9"],
         Predicate::phase(Selector::named("Pod", "p"), &["Running"]),
-        Anchor::fault_start("f1"),
-        Anchor::marker("checked"),
+        Anchor::fault_start(&FaultKey::new("f1")),
+        Anchor::marker(&Marker::new("checked")),
     );
     assert!(c.evaluate(&t).passed);
 }
@@ -298,8 +298,8 @@ fn holds_until_fails_when_the_predicate_breaks_inside_the_span() {
         "pod keeps running",
         &["R9"],
         Predicate::phase(Selector::named("Pod", "p"), &["Running"]),
-        Anchor::fault_start("f1"),
-        Anchor::marker("checked"),
+        Anchor::fault_start(&FaultKey::new("f1")),
+        Anchor::marker(&Marker::new("checked")),
     );
     let o = c.evaluate(&t);
     assert!(!o.passed);
@@ -472,7 +472,7 @@ fn a_count_of_incarnations_sees_a_replaced_pod() {
         Counted::Incarnations {
             object: Selector::named("Pod", "p"),
         },
-        Some(Window::fault("f1")),
+        Some(Window::fault(&FaultKey::new("f1"))),
         Cmp::Eq,
         2,
     );
@@ -491,7 +491,7 @@ fn an_object_unchanged_through_the_window_is_one_incarnation() {
         Counted::Incarnations {
             object: Selector::named("Pod", "p"),
         },
-        Some(Window::fault("f1")),
+        Some(Window::fault(&FaultKey::new("f1"))),
         Cmp::Eq,
         1,
     );
@@ -736,7 +736,7 @@ fn checks_survive_a_round_trip_through_json() {
                 }],
             },
             Window::new(
-                Anchor::marker("m"),
+                Anchor::marker(&Marker::new("m")),
                 Anchor::ActionEnd {
                     name: "x".into(),
                     nth: 2,

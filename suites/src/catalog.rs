@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conformance_core::scenario::{Case, Params, Scenario};
-use conformance_core::target::Capability;
 use conformance_core::topology::Topology;
 
+use crate::scenarios::lifecycle::{BadMaterial, Completed, Trigger, Via};
 use crate::scenarios::{lifecycle, outages, sweep};
 
 /// A scenario and the parameter sets it runs with.
@@ -41,10 +41,9 @@ pub fn entries() -> Vec<Entry> {
         e(outages::bootstrap_outage(), outages_of(&[30, 150])),
         e(
             lifecycle::permanent_bootstrap_error(),
-            ["credentials", "certificate"]
-                .iter()
-                .map(|w| Params::default().with("what", w))
-                .collect(),
+            [BadMaterial::Credentials, BadMaterial::Certificate]
+                .map(|w| Params::default().with_variant(w))
+                .to_vec(),
         ),
         e(outages::gateway_restart(), one()),
         // The last is longer than a watch's 290 s idle timeout.
@@ -52,33 +51,20 @@ pub fn entries() -> Vec<Entry> {
         e(lifecycle::stopped_through_outage(), outages_of(&[30])),
         e(
             lifecycle::completed_workload(),
-            ["0", "1"]
-                .iter()
-                .flat_map(|code| {
-                    [
-                        ("gateway-restart", Capability::GatewayRestart),
-                        ("supervisor-restart", Capability::SupervisorKill),
-                    ]
-                    .into_iter()
-                    .map(move |(via, needs)| {
-                        Params::default()
-                            .with("exit", code)
-                            .with("via", via)
-                            .requiring(needs)
-                    })
+            [0, 1]
+                .into_iter()
+                .flat_map(|exit| {
+                    [Via::GatewayRestart, Via::SupervisorRestart]
+                        .map(|via| Params::default().with_variant(Completed { exit, via }))
                 })
                 .collect(),
         ),
         e(lifecycle::error_recovery(), one()),
         e(
             lifecycle::restart_policy_always(),
-            vec![
-                Params::default().with("trigger", "main-kill"),
-                // The main process dies while the gateway is down.
-                Params::default()
-                    .with("trigger", "gateway-restart")
-                    .requiring(Capability::GatewayStop),
-            ],
+            [Trigger::MainKill, Trigger::GatewayRestart]
+                .map(|t| Params::default().with_variant(t))
+                .to_vec(),
         ),
         e(lifecycle::supervisor_restart(), one()),
         Entry {

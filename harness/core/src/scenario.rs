@@ -124,8 +124,21 @@ impl Step {
     }
 }
 
+/// What one case of a scenario varies on, as the scenario's own type (an exit code and how the
+/// workload's supervision ends, say). Steps read it back typed with [`Ctx::variant`]; its label
+/// names the case and is what timelines and JUnit record.
+pub trait Variant: std::any::Any + Send + Sync + std::fmt::Debug {
+    /// `(key, value)` pairs for the case id (`exit=1,via=gateway-restart`).
+    fn label(&self) -> Vec<(&'static str, String)>;
+
+    /// What this variant needs of the target beyond what its scenario declares.
+    fn requires(&self) -> Vec<Capability> {
+        Vec::new()
+    }
+}
+
 /// Parameters of one case: what varies between cases of a scenario.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Params {
     #[serde(default, skip_serializing_if = "Option::is_none", with = "opt_ms")]
     pub outage: Option<Duration>,
@@ -140,6 +153,20 @@ pub struct Params {
     /// restarts the gateway where the scenario's other variants kill a supervisor).
     #[serde(skip)]
     pub requires: Vec<Capability>,
+    /// The scenario's typed variant, if it has one (its label is in `values`).
+    #[serde(skip)]
+    variant: Option<Arc<dyn Variant>>,
+}
+
+/// Equal when they name the same case: the typed variant is compared through its label.
+impl PartialEq for Params {
+    fn eq(&self, other: &Self) -> bool {
+        self.outage == other.outage
+            && self.point == other.point
+            && self.schedule == other.schedule
+            && self.values == other.values
+            && self.requires == other.requires
+    }
 }
 
 impl Params {
@@ -151,6 +178,25 @@ impl Params {
     pub fn with(mut self, key: &str, value: &str) -> Self {
         self.values.insert(key.to_string(), value.to_string());
         self
+    }
+
+    /// Sets the scenario's typed variant: its label joins the case's values and its
+    /// capabilities the case's requirements.
+    pub fn with_variant(mut self, variant: impl Variant) -> Self {
+        for (k, v) in variant.label() {
+            self.values.insert(k.to_string(), v);
+        }
+        for c in variant.requires() {
+            self = self.requiring(c);
+        }
+        self.variant = Some(Arc::new(variant));
+        self
+    }
+
+    /// The typed variant, if it is a `V`.
+    pub fn variant<V: Variant>(&self) -> Option<&V> {
+        let any: &dyn std::any::Any = self.variant.as_deref()?;
+        any.downcast_ref()
     }
 
     /// Declares a capability this variant needs (see [`Case::requires`]).
@@ -395,6 +441,17 @@ impl Ctx {
 
     pub fn params(&self) -> &crate::scenario::Params {
         &self.case.params
+    }
+
+    /// The case's typed variant; a case built without one is a harness error.
+    pub fn variant<V: Variant>(&self) -> Result<&V, StepError> {
+        self.case.params.variant().ok_or_else(|| {
+            StepError::Infra(format!(
+                "case {} has no variant of type {}",
+                self.case.case_id,
+                std::any::type_name::<V>()
+            ))
+        })
     }
 
     pub fn mark(&self, marker: &Marker) {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use conformance_core::checks::{Anchor, Check, Cmp, Counted, Predicate, Selector, Window};
 use conformance_core::keys::{FaultKey, Marker};
-use conformance_core::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepResult};
+use conformance_core::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepResult, Variant};
 use conformance_core::target::{Capability, Fault, RestartPolicy, TargetError};
 use conformance_core::timeline::ActionStatus;
 use futures::future::BoxFuture;
@@ -27,6 +27,87 @@ fn from_ready(mut checks: Vec<Check>, case: &CaseInfo) -> Vec<Check> {
 
 /// A stopped sandbox stays stopped while the gateway goes away and comes back, then starts with
 /// its workspace (bug 3; the stop/start contract, docs/upstream-facts.md F1.9, F1.10).
+/// A completed-workload case: the main process's exit code, and what ends its supervision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completed {
+    pub exit: i32,
+    pub via: Via,
+}
+
+/// How a completed workload loses its supervision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    GatewayRestart,
+    SupervisorRestart,
+}
+
+impl Variant for Completed {
+    fn label(&self) -> Vec<(&'static str, String)> {
+        let via = match self.via {
+            Via::GatewayRestart => "gateway-restart",
+            Via::SupervisorRestart => "supervisor-restart",
+        };
+        vec![("exit", self.exit.to_string()), ("via", via.to_string())]
+    }
+
+    fn requires(&self) -> Vec<Capability> {
+        vec![match self.via {
+            Via::GatewayRestart => Capability::GatewayRestart,
+            Via::SupervisorRestart => Capability::SupervisorKill,
+        }]
+    }
+}
+
+/// What a restart-policy-always case does to end the main process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// The main process is killed.
+    MainKill,
+    /// The main process dies while the gateway is down.
+    GatewayRestart,
+}
+
+impl Variant for Trigger {
+    fn label(&self) -> Vec<(&'static str, String)> {
+        let name = match self {
+            Self::MainKill => "main-kill",
+            Self::GatewayRestart => "gateway-restart",
+        };
+        vec![("trigger", name.to_string())]
+    }
+
+    fn requires(&self) -> Vec<Capability> {
+        match self {
+            Self::MainKill => Vec::new(),
+            Self::GatewayRestart => vec![Capability::GatewayStop],
+        }
+    }
+}
+
+/// Which bootstrap material a permanent-bootstrap-error case breaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BadMaterial {
+    /// The gateway rejects the sandbox's credentials.
+    Credentials,
+    /// The gateway presents a certificate the sandbox cannot verify.
+    Certificate,
+}
+
+impl BadMaterial {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Credentials => "credentials",
+            Self::Certificate => "certificate",
+        }
+    }
+}
+
+impl Variant for BadMaterial {
+    fn label(&self) -> Vec<(&'static str, String)> {
+        vec![("what", self.name().to_string())]
+    }
+}
+
 // Markers of these scenarios (VERIFIED and SETTLED are common).
 const STOPPED: Marker = Marker::new("stopped");
 const COMPLETED: Marker = Marker::new("completed");
@@ -170,8 +251,8 @@ const TERMINAL: &[&str] = &["Completed", "Error"];
 
 fn run_to_completion(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
-        let code: i32 = ctx.params().get("exit").unwrap_or("0").parse().unwrap_or(0);
-        let spec = spec(ctx, MAIN, completing_command(code), None);
+        let exit = ctx.variant::<Completed>()?.exit;
+        let spec = spec(ctx, MAIN, completing_command(exit), None);
         ctx.create_sandbox(&spec).await?;
         ctx.wait_phase(&spec.name, TERMINAL, PROVISION_TIMEOUT)
             .await?;
@@ -184,9 +265,9 @@ fn completed_fault(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
         // The variant declared the capability, so the engine skipped the case without it.
-        let fault = match ctx.params().get("via") {
-            Some("supervisor-restart") => Fault::SupervisorKill { sandbox: name },
-            _ => Fault::GatewayRestart,
+        let fault = match ctx.variant::<Completed>()?.via {
+            Via::SupervisorRestart => Fault::SupervisorKill { sandbox: name },
+            Via::GatewayRestart => Fault::GatewayRestart,
         };
         ctx.inject(&TRIGGER, fault).await?;
         ctx.restore(&TRIGGER).await?;
@@ -397,7 +478,7 @@ fn end_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         let kill = Fault::MainProcessKill {
             sandbox: name.clone(),
         };
-        if ctx.params().get("trigger") == Some("gateway-restart") {
+        if *ctx.variant::<Trigger>()? == Trigger::GatewayRestart {
             // The main process dies while its exit cannot be reported (docs/upstream-facts.md
             // F2.7).
             ctx.inject_for(
@@ -494,11 +575,7 @@ pub fn permanent_bootstrap_error() -> Scenario {
 
 fn create_broken(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
-        let what = ctx
-            .params()
-            .get("what")
-            .unwrap_or("credentials")
-            .to_string();
+        let what = ctx.variant::<BadMaterial>()?.name().to_string();
         let spec = spec(ctx, MAIN, workload_command(), None);
         ctx.inject(
             &BAD_CREDENTIALS,
@@ -526,15 +603,15 @@ fn delete_broken(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
         delete(ctx, &name).await?;
-        // Put the credentials back only after the checks' window: the engine restores f1.
+        // Put the credentials back only after the checks' window: the engine restores them.
         Ok(())
     })
 }
 
 fn permanent_checks(case: &CaseInfo) -> Vec<Check> {
-    let words: Vec<String> = match case.params.get("what") {
-        Some("certificate") => ["certificate", "tls", "x509"],
-        _ => ["unauthenticated", "credential", "token"],
+    let words: Vec<String> = match case.params.variant() {
+        Some(BadMaterial::Certificate) => ["certificate", "tls", "x509"],
+        Some(BadMaterial::Credentials) | None => ["unauthenticated", "credential", "token"],
     }
     .map(String::from)
     .to_vec();

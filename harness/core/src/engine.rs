@@ -178,7 +178,7 @@ fn status_of(e: &StepError) -> StageStatus {
 fn target_step_error(e: TargetError) -> StepError {
     match e {
         TargetError::Unsupported(m) => StepError::Skip(m),
-        other => StepError::Infra(other.to_string()),
+        other => StepError::Infra(crate::error::one_line(&other)),
     }
 }
 

@@ -78,11 +78,8 @@ pub fn parse_helm_list(json: &str) -> Result<Vec<String>> {
     if t.is_empty() {
         return Ok(Vec::new());
     }
-    let v: serde_json::Value = serde_json::from_str(t).map_err(|e| {
-        Error::Infra(format!(
-            "leftovers: `helm list -o json` printed no JSON: {e}"
-        ))
-    })?;
+    let v: serde_json::Value = serde_json::from_str(t)
+        .map_err(|e| Error::infra_from("leftovers: `helm list -o json` printed no JSON", e))?;
     Ok(v.as_array()
         .into_iter()
         .flatten()
@@ -91,7 +88,7 @@ pub fn parse_helm_list(json: &str) -> Result<Vec<String>> {
 }
 
 fn kerr(e: kube::Error) -> Error {
-    Error::Infra(format!("leftovers: {e}"))
+    Error::infra_from("leftovers", e)
 }
 
 /// Finds leftovers. Sandboxes are looked up in whichever Sandbox API version is served.
@@ -114,7 +111,7 @@ pub async fn find(
         .collect();
     let helm = run_ok(runner, &helm_list_cmd(opts))
         .await
-        .map_err(|e| Error::Infra(format!("leftovers: {e}")))?;
+        .map_err(|e| Error::infra_from("leftovers", e))?;
     let releases = parse_helm_list(&helm.stdout)?;
     let mut sandboxes = Vec::new();
     let mut sandbox_version = None;
@@ -159,7 +156,7 @@ pub async fn handle(
         return Ok(());
     }
     match opts.leftovers {
-        LeftoverPolicy::Stop => Err(Error::Usage(format!(
+        LeftoverPolicy::Stop => Err(Error::usage(format!(
             "context {} holds leftovers of earlier runs ({found}); nothing was changed. Pass --sweep-leftovers to delete them, or clean up by hand",
             opts.context
         ))),
@@ -198,7 +195,7 @@ async fn sweep(
                 .args(["--wait", "--timeout", "120s"]),
         )
         .await
-        .map_err(|e| Error::Infra(format!("leftovers: {e}")))?;
+        .map_err(|e| Error::infra_from("leftovers", e))?;
     }
     let ns: Api<Namespace> = Api::all(client.clone());
     for n in &found.namespaces {

@@ -463,7 +463,8 @@ impl Engine {
             );
             stages.end(StageStatus::Skipped, Some("kept for inspection".into()));
         } else if let Err(e) = target.teardown().await {
-            stages.end(StageStatus::Error, Some(e.to_string()));
+            let e = crate::error::one_line(&e);
+            stages.end(StageStatus::Error, Some(e.clone()));
             if matches!(outcome, Outcome::Passed) {
                 outcome = Outcome::Error(format!("teardown: {e}"));
             }

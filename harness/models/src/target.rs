@@ -326,7 +326,7 @@ impl Target for EmulatedTarget {
     async fn snapshot(&self) -> TargetResult<Vec<ObjectState>> {
         let mut out = observe::snapshot(self.cluster.client(), &self.spec())
             .await
-            .map_err(|e| TargetError::infra_from("snapshot", e))?;
+            .map_err(|e| TargetError::infra_from("snapshot: list the observed objects", e))?;
         out.extend(self.gateway_views());
         Ok(out)
     }

@@ -139,7 +139,15 @@ pub async fn undo(client: &Client, u: &Undo, deadline: Duration) -> Result<()> {
             gateway::scale(client, workload, *replicas).await?;
             gateway::wait_ready(client, workload, *replicas, &[], deadline)
                 .await
-                .map_err(|e| Error::infra_from("restore", e))
+                .map_err(|e| {
+                    Error::infra_from(
+                        format!(
+                            "restore: wait for {}/{} to be ready",
+                            workload.namespace, workload.name
+                        ),
+                        e,
+                    )
+                })
         }
         Undo::DeleteNetworkPolicy { namespace, name } => {
             let api: Api<NetworkPolicy> = Api::namespaced(client.clone(), namespace);

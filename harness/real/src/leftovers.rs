@@ -87,8 +87,8 @@ pub fn parse_helm_list(json: &str) -> Result<Vec<String>> {
         .collect())
 }
 
-fn kerr(e: kube::Error) -> Error {
-    Error::infra_from("leftovers", e)
+fn kerr(doing: &str, e: kube::Error) -> Error {
+    Error::infra_from(format!("leftovers: {doing}"), e)
 }
 
 /// Finds leftovers. Sandboxes are looked up in whichever Sandbox API version is served.
@@ -101,7 +101,7 @@ pub async fn find(
     let namespaces = ns
         .list(&ListParams::default().labels(pins::RUN_LABEL))
         .await
-        .map_err(kerr)?
+        .map_err(|e| kerr("list the namespaces of earlier runs", e))?
         .items
         .into_iter()
         .filter(|n| n.labels().get(pins::RUN_LABEL) != Some(&opts.run_id))
@@ -111,7 +111,7 @@ pub async fn find(
         .collect();
     let helm = run_ok(runner, &helm_list_cmd(opts))
         .await
-        .map_err(|e| Error::infra_from("leftovers", e))?;
+        .map_err(|e| Error::infra_from("leftovers: list Helm releases", e))?;
     let releases = parse_helm_list(&helm.stdout)?;
     let mut sandboxes = Vec::new();
     let mut sandbox_version = None;
@@ -133,7 +133,7 @@ pub async fn find(
             }
             // Not served (or CRD absent): try the older version, then give up quietly.
             Err(kube::Error::Api(s)) if s.code == 404 => continue,
-            Err(e) => return Err(kerr(e)),
+            Err(e) => return Err(kerr(&format!("list {version} sandboxes"), e)),
         }
     }
     Ok(Leftovers {
@@ -182,7 +182,7 @@ async fn sweep(
             match api.delete(name, &DeleteParams::default()).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(kerr(e)),
+                Err(e) => return Err(kerr(&format!("delete sandbox {s}"), e)),
             }
         }
     }
@@ -195,14 +195,14 @@ async fn sweep(
                 .args(["--wait", "--timeout", "120s"]),
         )
         .await
-        .map_err(|e| Error::infra_from("leftovers", e))?;
+        .map_err(|e| Error::infra_from(format!("leftovers: uninstall release {r}"), e))?;
     }
     let ns: Api<Namespace> = Api::all(client.clone());
     for n in &found.namespaces {
         match ns.delete(n, &DeleteParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(kerr(e)),
+            Err(e) => return Err(kerr(&format!("delete namespace {n}"), e)),
         }
     }
     Ok(())

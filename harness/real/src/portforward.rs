@@ -128,9 +128,9 @@ impl GatewayForward {
         let listener = TcpListener::bind(bind)
             .await
             .map_err(|e| TargetError::infra_from(format!("port-forward: bind {bind}"), e))?;
-        let local_addr = listener
-            .local_addr()
-            .map_err(|e| TargetError::infra_from("port-forward", e))?;
+        let local_addr = listener.local_addr().map_err(|e| {
+            TargetError::infra_from(format!("port-forward: local address of {bind}"), e)
+        })?;
         let stats = Arc::new(ForwardStats::default());
         let st = stats.clone();
         let task = tokio::spawn(async move {

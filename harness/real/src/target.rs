@@ -413,16 +413,19 @@ impl RealTarget {
             .await
             .map_err(|e| TargetError::infra_from("read Secret openshell-client-tls", e))?;
         let data = secret.data.unwrap_or_default();
-        tokio::fs::create_dir_all(dir)
-            .await
-            .map_err(|e| TargetError::infra_from(dir.display().to_string(), e))?;
+        tokio::fs::create_dir_all(dir).await.map_err(|e| {
+            TargetError::infra_from(format!("client certificate: create {}", dir.display()), e)
+        })?;
         for key in ["ca.crt", "tls.crt", "tls.key"] {
             let v = data.get(key).ok_or_else(|| {
                 TargetError::infra(format!("Secret openshell-client-tls has no `{key}`"))
             })?;
-            tokio::fs::write(dir.join(key), &v.0)
-                .await
-                .map_err(|e| TargetError::infra_from(dir.join(key).display().to_string(), e))?;
+            tokio::fs::write(dir.join(key), &v.0).await.map_err(|e| {
+                TargetError::infra_from(
+                    format!("client certificate: write {}", dir.join(key).display()),
+                    e,
+                )
+            })?;
         }
         Ok(())
     }
@@ -479,7 +482,7 @@ impl Target for RealTarget {
         let detected = cli.detect().await?;
         let helm = run_ok(&*self.runner, &leftovers::helm_list_cmd(o))
             .await
-            .map_err(|e| TargetError::infra_from("install", e))?;
+            .map_err(|e| TargetError::infra_from("install: list Helm releases", e))?;
         let app = app_version_from_helm_list(&helm.stdout, &o.release);
         let sandbox_version = sandbox_version(&self.client, &o.namespace).await?;
         let journal = Journal::new(
@@ -555,7 +558,7 @@ impl Target for RealTarget {
         };
         let mut v = observe::snapshot(self.client.clone(), &spec)
             .await
-            .map_err(|e| TargetError::infra_from("snapshot", e))?;
+            .map_err(|e| TargetError::infra_from("snapshot: list the observed objects", e))?;
         let selector = format!("{}={}", pins::RUN_LABEL, self.opts.run_id);
         if let Ok(list) = i.cli.list(Some(&selector)).await {
             v.extend(list.iter().map(|s| s.view().to_state()));

@@ -202,7 +202,7 @@ fn load_timeline(path: &std::path::Path) -> Result<conformance_core::timeline::T
     let file = std::fs::File::open(path)
         .map_err(|e| Error::usage_from(format!("cannot open timeline {}", path.display()), e))?;
     conformance_core::timeline::Timeline::read_jsonl(std::io::BufReader::new(file))
-        .map_err(|e| Error::usage_from(path.display().to_string(), e))
+        .map_err(|e| Error::usage_from(format!("cannot read timeline {}", path.display()), e))
 }
 
 /// `check`: re-evaluates each saved timeline's check plan.

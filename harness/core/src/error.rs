@@ -176,6 +176,20 @@ mod tests {
     }
 
     #[test]
+    fn a_target_failure_carried_into_a_command_error_and_back_keeps_its_message_and_cause() {
+        use crate::target::TargetError;
+        let t = TargetError::infra_from("port-forward to openshell-0:8080", unreadable());
+        let e = Error::from(t.clone());
+        assert_eq!(e.exit_status(), ExitStatus::Infrastructure);
+        assert_eq!(
+            one_line(&e),
+            "port-forward to openshell-0:8080: permission denied"
+        );
+        assert_eq!(TargetError::from(e), t);
+        assert_ne!(t, TargetError::infra("port-forward to openshell-0:8080"));
+    }
+
+    #[test]
     fn an_error_without_a_cause_reports_one_line_and_keeps_its_exit_status() {
         let e = Error::usage("no case matches --scenario x");
         assert_eq!(report(&e), "error: no case matches --scenario x");

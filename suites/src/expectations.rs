@@ -115,10 +115,10 @@ impl Expectations {
 
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::Usage(format!(
-                "cannot read expectations file {}: {e}",
-                path.display()
-            ))
+            Error::usage_from(
+                format!("cannot read expectations file {}", path.display()),
+                e,
+            )
         })?;
         Self::from_yaml(&text, path)
     }

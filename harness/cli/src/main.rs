@@ -1,6 +1,7 @@
 //! The openshell-conformance command line; everything lives in `openshell_conformance::cli`.
 
 use clap::Parser;
+use conformance_core::error::Error;
 use openshell_conformance::cli::{Cli, LogFormat, run};
 
 fn main() -> std::process::ExitCode {
@@ -21,8 +22,9 @@ fn main() -> std::process::ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return std::process::ExitCode::from(3);
+            let e = Error::infra_from("cannot start the async runtime", e);
+            eprintln!("{}", conformance_core::error::report(&e));
+            return std::process::ExitCode::from(e.exit_status().code());
         }
     };
     let status = rt.block_on(run(cli));

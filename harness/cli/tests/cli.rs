@@ -221,6 +221,42 @@ fn bad_flags_and_values_exit_2_with_a_message_that_says_what_to_do() {
 }
 
 #[test]
+fn an_infrastructure_error_caused_by_an_io_error_prints_the_context_then_the_io_error_and_exits_3()
+{
+    let dir = tempfile::tempdir().unwrap();
+    // A directory where the restore journal should be: reading it fails with an I/O error.
+    let journal = dir.path().join("restore-journal.json");
+    std::fs::create_dir(&journal).unwrap();
+    let io = std::fs::read_to_string(&journal).unwrap_err().to_string();
+    let o = run(
+        &["restore", "--journal", journal.to_str().unwrap()],
+        dir.path(),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(code(&o), 3, "{err}");
+    let context = format!("error: restore journal {}\n", journal.display());
+    let cause = format!("  caused by: {io}\n");
+    assert!(err.contains(&format!("{context}{cause}")), "{err}");
+}
+
+#[test]
+fn a_usage_error_caused_by_an_io_error_prints_the_cause_below_the_message_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = std::fs::File::open(dir.path().join("missing.jsonl"))
+        .unwrap_err()
+        .to_string();
+    let o = run(&["check", "missing.jsonl"], dir.path());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(code(&o), 2, "{err}");
+    assert!(
+        err.contains(&format!(
+            "error: cannot open timeline missing.jsonl\n  caused by: {io}\n"
+        )),
+        "{err}"
+    );
+}
+
+#[test]
 fn the_interlock_refuses_a_production_context_before_any_change() {
     let dir = tempfile::tempdir().unwrap();
     let o = run(

@@ -178,7 +178,7 @@ fn status_of(e: &StepError) -> StageStatus {
 fn target_step_error(e: TargetError) -> StepError {
     match e {
         TargetError::Unsupported(m) => StepError::Skip(m),
-        other => StepError::Infra(other.to_string()),
+        other => StepError::Infra(crate::error::one_line(&other)),
     }
 }
 
@@ -463,7 +463,8 @@ impl Engine {
             );
             stages.end(StageStatus::Skipped, Some("kept for inspection".into()));
         } else if let Err(e) = target.teardown().await {
-            stages.end(StageStatus::Error, Some(e.to_string()));
+            let e = crate::error::one_line(&e);
+            stages.end(StageStatus::Error, Some(e.clone()));
             if matches!(outcome, Outcome::Passed) {
                 outcome = Outcome::Error(format!("teardown: {e}"));
             }

@@ -21,11 +21,25 @@ impl ExitStatus {
     }
 }
 
+/// The underlying error a harness error was caused by, kept so messages show the whole chain.
+/// Shared (`Arc`) so errors that are cloned onto timelines keep it too; boxed because core
+/// cannot name the error types of kube, the command runner or other crates above it.
+pub type Cause = std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Wraps an error as a [`Cause`].
+pub fn cause(e: impl std::error::Error + Send + Sync + 'static) -> Cause {
+    std::sync::Arc::new(e)
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A bad flag or value; the message says what to do instead.
-    #[error("{0}")]
-    Usage(String),
+    /// A bad flag, value or input file; the message says what to do instead.
+    #[error("{message}")]
+    Usage {
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
     /// A configuration file that does not parse or validate.
     #[error("{}: field `{field}`: {message}", file.display())]
     Config {
@@ -33,16 +47,60 @@ pub enum Error {
         field: String,
         message: String,
     },
-    /// The environment cannot run the cases: missing tool, unreachable cluster, I/O.
-    #[error("{0}")]
-    Infra(String),
+    /// The environment cannot run the cases: missing tool, unreachable cluster, I/O. The message
+    /// says what was being done; `source`, when present, why it failed.
+    #[error("{message}")]
+    Infra {
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
 }
 
 impl Error {
     pub fn exit_status(&self) -> ExitStatus {
         match self {
-            Self::Usage(_) | Self::Config { .. } => ExitStatus::Usage,
-            Self::Infra(_) => ExitStatus::Infrastructure,
+            Self::Usage { .. } | Self::Config { .. } => ExitStatus::Usage,
+            Self::Infra { .. } => ExitStatus::Infrastructure,
+        }
+    }
+
+    /// A usage error that needs no further cause.
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self::Usage {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A usage error from `source`, for example an input file that cannot be read; `context`
+    /// says what was being done.
+    pub fn usage_from(
+        context: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Usage {
+            message: context.into(),
+            source: Some(cause(source)),
+        }
+    }
+
+    /// An infrastructure error that needs no further cause.
+    pub fn infra(message: impl Into<String>) -> Self {
+        Self::Infra {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An infrastructure error caused by `source`; `context` says what was being done.
+    pub fn infra_from(
+        context: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Infra {
+            message: context.into(),
+            source: Some(cause(source)),
         }
     }
 
@@ -60,3 +118,85 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Every message in an error's chain, the error's own first, then each cause in turn.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> Vec<String> {
+    std::iter::successors(Some(e), |e| e.source())
+        .map(ToString::to_string)
+        .collect()
+}
+
+/// The whole chain on one line (`context: cause: cause`), for timelines, logs and reports that
+/// keep one message per failure.
+pub fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
+    chain(e).join(": ")
+}
+
+/// The whole chain as the command line prints it: `error: X`, then a `  caused by: Y` line for
+/// each cause, so the user sees every level.
+pub fn report(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut levels = chain(e).into_iter();
+    let mut out = format!("error: {}", levels.next().unwrap_or_default());
+    for l in levels {
+        out.push_str("\n  caused by: ");
+        out.push_str(&l);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unreadable() -> std::io::Error {
+        std::io::Error::new(std::io::ErrorKind::PermissionDenied, "permission denied")
+    }
+
+    #[test]
+    fn an_error_from_a_cause_shows_the_context_alone_and_keeps_the_cause_as_its_source() {
+        let e = Error::infra_from("restore journal j.json", unreadable());
+        assert_eq!(e.to_string(), "restore journal j.json");
+        let source = std::error::Error::source(&e).expect("a source");
+        assert_eq!(source.to_string(), "permission denied");
+        assert_eq!(e.exit_status(), ExitStatus::Infrastructure);
+    }
+
+    #[test]
+    fn the_report_names_every_level_of_the_chain_in_order() {
+        let inner = Error::infra_from("read kubeconfig", unreadable());
+        let outer = Error::infra_from("k3s: cluster up", inner);
+        assert_eq!(
+            report(&outer),
+            "error: k3s: cluster up\n  caused by: read kubeconfig\n  caused by: permission denied"
+        );
+        assert_eq!(
+            one_line(&outer),
+            "k3s: cluster up: read kubeconfig: permission denied"
+        );
+    }
+
+    #[test]
+    fn a_target_failure_carried_into_a_command_error_and_back_keeps_its_message_and_cause() {
+        use crate::target::TargetError;
+        let t = TargetError::infra_from("port-forward to openshell-0:8080", unreadable());
+        let e = Error::from(t.clone());
+        assert_eq!(e.exit_status(), ExitStatus::Infrastructure);
+        assert_eq!(
+            one_line(&e),
+            "port-forward to openshell-0:8080: permission denied"
+        );
+        assert_eq!(TargetError::from(e), t);
+        assert_ne!(t, TargetError::infra("port-forward to openshell-0:8080"));
+    }
+
+    #[test]
+    fn an_error_without_a_cause_reports_one_line_and_keeps_its_exit_status() {
+        let e = Error::usage("no case matches --scenario x");
+        assert_eq!(report(&e), "error: no case matches --scenario x");
+        assert_eq!(e.exit_status(), ExitStatus::Usage);
+        assert_eq!(
+            Error::usage_from("cannot write j.xml", unreadable()).exit_status(),
+            ExitStatus::Usage
+        );
+    }
+}

@@ -92,7 +92,7 @@ impl From<TargetError> for StepError {
         match e {
             TargetError::Refused { .. } => Self::Failed(format!("unexpectedly refused: {e}")),
             TargetError::Unsupported(m) => Self::Skip(m),
-            TargetError::Infra(m) => Self::Infra(m),
+            TargetError::Infra { .. } => Self::Infra(crate::error::one_line(&e)),
         }
     }
 }
@@ -483,7 +483,7 @@ impl Ctx {
         let (status, detail) = match &result {
             Ok(_) => (ActionStatus::Ok, None),
             Err(e @ TargetError::Refused { .. }) => (ActionStatus::Refused, Some(e.to_string())),
-            Err(e) => (ActionStatus::Error, Some(e.to_string())),
+            Err(e) => (ActionStatus::Error, Some(crate::error::one_line(e))),
         };
         self.rec.action_end(id, name, subject, status, detail);
         result
@@ -601,7 +601,7 @@ impl Ctx {
                 Ok(Some(v)) if phases.contains(&v.phase.as_str()) => Ok(Some(v)),
                 Ok(_) => Ok(None),
                 // An unreachable gateway is a state to wait through, not a harness failure.
-                Err(TargetError::Refused { .. }) | Err(TargetError::Infra(_)) => Ok(None),
+                Err(TargetError::Refused { .. }) | Err(TargetError::Infra { .. }) => Ok(None),
                 Err(e) => Err(e.into()),
             }
         })
@@ -648,9 +648,9 @@ impl Ctx {
             || async {
                 match self.get_sandbox(name).await {
                     Ok(None) => Ok(Some(())),
-                    Ok(Some(_)) | Err(TargetError::Refused { .. }) | Err(TargetError::Infra(_)) => {
-                        Ok(None)
-                    }
+                    Ok(Some(_))
+                    | Err(TargetError::Refused { .. })
+                    | Err(TargetError::Infra { .. }) => Ok(None),
                     Err(e) => Err(e.into()),
                 }
             },
@@ -670,7 +670,7 @@ impl Ctx {
         let result = match self.sh(sandbox, &script).await {
             Ok(r) if r.exit_code == 0 => SentinelResult::Ok(value),
             Ok(r) => SentinelResult::Failed(format!("exit {}: {}", r.exit_code, r.stderr.trim())),
-            Err(e) => SentinelResult::Failed(e.to_string()),
+            Err(e) => SentinelResult::Failed(crate::error::one_line(&e)),
         };
         let failed = matches!(result, SentinelResult::Failed(_));
         self.rec.record(Event::Sentinel(SentinelRecord {
@@ -680,7 +680,7 @@ impl Ctx {
             result: result.clone(),
         }));
         match result {
-            SentinelResult::Failed(m) if failed => Err(TargetError::Infra(format!(
+            SentinelResult::Failed(m) if failed => Err(TargetError::infra(format!(
                 "could not write sentinel {key} into {sandbox}: {m}"
             ))),
             _ => Ok(()),
@@ -695,7 +695,7 @@ impl Ctx {
             Ok(r) if r.exit_code == 0 => SentinelResult::Ok(r.stdout),
             Ok(r) if r.stderr.contains("No such file") => SentinelResult::Missing,
             Ok(r) => SentinelResult::Failed(format!("exit {}: {}", r.exit_code, r.stderr.trim())),
-            Err(e) => SentinelResult::Failed(e.to_string()),
+            Err(e) => SentinelResult::Failed(crate::error::one_line(&e)),
         };
         self.rec.record(Event::Sentinel(SentinelRecord {
             key: key.to_string(),
@@ -742,7 +742,11 @@ impl Ctx {
             Err(TargetError::Unsupported(m)) => {
                 Err(StepError::Skip(format!("{}: {m}", fault.kind())))
             }
-            Err(e) => Err(StepError::Infra(format!("injecting {}: {e}", fault.kind()))),
+            Err(e) => Err(StepError::Infra(format!(
+                "injecting {}: {}",
+                fault.kind(),
+                crate::error::one_line(&e)
+            ))),
         }
     }
 
@@ -793,7 +797,7 @@ pub(crate) async fn restore_fault(
     let result = target.restore(&active.fault).await;
     let (phase, detail) = match &result {
         Ok(()) => (FaultPhase::Ended, None),
-        Err(e) => (FaultPhase::RestoreFailed, Some(e.to_string())),
+        Err(e) => (FaultPhase::RestoreFailed, Some(crate::error::one_line(e))),
     };
     rec.record(Event::Fault(FaultRecord {
         id: active.id.clone(),
@@ -803,5 +807,12 @@ pub(crate) async fn restore_fault(
         requested_ms: None,
         detail,
     }));
-    result.map_err(|e| format!("restoring {} ({}): {e}", active.fault.kind(), active.id))
+    result.map_err(|e| {
+        format!(
+            "restoring {} ({}): {}",
+            active.fault.kind(),
+            active.id,
+            crate::error::one_line(&e)
+        )
+    })
 }

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use semver::Version;
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Cause, chain};
 use crate::timeline::{LogExcerpt, ObjectState, Recorder};
 use crate::topology::Topology;
 
@@ -241,7 +242,7 @@ impl Fault {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum TargetError {
     /// The system under test refused the request (for example `FailedPrecondition`). This is
     /// product behaviour, recorded on the timeline and judged by checks.
@@ -250,9 +251,14 @@ pub enum TargetError {
     /// The target cannot do this at all; the case is skipped with this reason.
     #[error("unsupported: {0}")]
     Unsupported(String),
-    /// The harness could not carry the request out (tool missing, cluster unreachable).
-    #[error("{0}")]
-    Infra(String),
+    /// The harness could not carry the request out (tool missing, cluster unreachable). The
+    /// message says what was being done; `source`, when present, why it failed.
+    #[error("{message}")]
+    Infra {
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
 }
 
 impl TargetError {
@@ -260,6 +266,70 @@ impl TargetError {
         Self::Refused {
             code: code.to_string(),
             message: message.into(),
+        }
+    }
+
+    /// An infrastructure failure that needs no further cause.
+    pub fn infra(message: impl Into<String>) -> Self {
+        Self::Infra {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An infrastructure failure caused by `source`; `context` says what was being done.
+    pub fn infra_from(
+        context: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Infra {
+            message: context.into(),
+            source: Some(crate::error::cause(source)),
+        }
+    }
+}
+
+/// Errors are equal when they say the same thing at every level of their chain: causes are
+/// opaque, so their messages are what can be compared.
+impl PartialEq for TargetError {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (
+                Self::Refused { code, message },
+                Self::Refused {
+                    code: c,
+                    message: m,
+                },
+            ) => code == c && message == m,
+            (Self::Unsupported(a), Self::Unsupported(b)) => a == b,
+            (Self::Infra { .. }, Self::Infra { .. }) => chain(self) == chain(other),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for TargetError {}
+
+/// A target failure carried into a command's error: infrastructure failures keep their message
+/// and cause; refusals and unsupported requests become infrastructure errors of their own
+/// (outside a case nothing judges them).
+impl From<TargetError> for crate::error::Error {
+    fn from(e: TargetError) -> Self {
+        match e {
+            TargetError::Infra { message, source } => Self::Infra { message, source },
+            other => Self::infra(other.to_string()),
+        }
+    }
+}
+
+/// A command's error met inside a target call is an infrastructure failure of the call, with
+/// the same message and cause.
+impl From<crate::error::Error> for TargetError {
+    fn from(e: crate::error::Error) -> Self {
+        match e {
+            crate::error::Error::Infra { message, source }
+            | crate::error::Error::Usage { message, source } => Self::Infra { message, source },
+            config @ crate::error::Error::Config { .. } => Self::infra(config.to_string()),
         }
     }
 }

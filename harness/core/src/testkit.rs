@@ -101,9 +101,7 @@ impl Target for Fake {
 
     async fn install(&self, _t: &Topology) -> TargetResult<()> {
         if self.quirk == Quirk::InstallFails {
-            return Err(TargetError::Infra(
-                "helm not found on PATH; install helm 3".into(),
-            ));
+            return Err(TargetError::infra("helm not found on PATH; install helm 3"));
         }
         tokio::time::sleep(Duration::from_secs(20)).await;
         Ok(())
@@ -150,8 +148,8 @@ impl Target for Fake {
 
     async fn get_sandbox(&self, name: &str) -> TargetResult<Option<SandboxView>> {
         if !self.state.lock().unwrap().gateway_up {
-            return Err(TargetError::Infra(
-                "gateway unreachable: connection refused".into(),
+            return Err(TargetError::infra(
+                "gateway unreachable: connection refused",
             ));
         }
         Ok(self.view(name))

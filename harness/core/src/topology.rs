@@ -82,7 +82,7 @@ impl Topology {
 
     pub fn load_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::Usage(format!("cannot read topology file {}: {e}", path.display()))
+            Error::usage_from(format!("cannot read topology file {}", path.display()), e)
         })?;
         Self::from_yaml(&text, path)
     }
@@ -230,10 +230,10 @@ impl Topologies {
     /// Every `*.yaml` in a directory.
     pub fn load_dir(dir: &Path) -> Result<Self> {
         let entries = std::fs::read_dir(dir).map_err(|e| {
-            Error::Usage(format!(
-                "cannot read topology directory {}: {e}",
-                dir.display()
-            ))
+            Error::usage_from(
+                format!("cannot read topology directory {}", dir.display()),
+                e,
+            )
         })?;
         let mut paths: Vec<PathBuf> = entries
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -258,7 +258,7 @@ impl Topologies {
 
     pub fn get(&self, name: &str) -> Result<&Topology> {
         self.by_name.get(name).ok_or_else(|| {
-            Error::Usage(format!(
+            Error::usage(format!(
                 "unknown topology `{name}`; known topologies: {}",
                 self.names().join(", ")
             ))

@@ -219,7 +219,7 @@ impl EmulatedTarget {
             match cond(self) {
                 Ok(()) => return Ok(()),
                 Err(last) if tokio::time::Instant::now() >= deadline => {
-                    return Err(TargetError::Infra(format!(
+                    return Err(TargetError::infra(format!(
                         "gave up waiting for {what} after {}s; last seen: {last}",
                         self.timings.fault_deadline.as_secs()
                     )));
@@ -291,13 +291,13 @@ impl Target for EmulatedTarget {
 
     async fn install(&self, _topology: &Topology) -> TargetResult<()> {
         crate::install::install(&self.cluster, &self.model)
-            .map_err(|e| TargetError::Infra(format!("install: {}", e.message)))?;
+            .map_err(|e| TargetError::infra(format!("install: {}", e.message)))?;
         let deadline = tokio::time::Instant::now() + self.timings.install_deadline;
         loop {
             match self.gateway_ready() {
                 Ok(()) => return Ok(()),
                 Err(last) if tokio::time::Instant::now() >= deadline => {
-                    return Err(TargetError::Infra(format!(
+                    return Err(TargetError::infra(format!(
                         "install: gave up waiting for the gateway to be ready after {}s; last seen: {last}",
                         self.timings.install_deadline.as_secs()
                     )));
@@ -327,7 +327,7 @@ impl Target for EmulatedTarget {
     async fn snapshot(&self) -> TargetResult<Vec<ObjectState>> {
         let mut out = observe::snapshot(self.cluster.client(), &self.spec())
             .await
-            .map_err(|e| TargetError::Infra(format!("snapshot: {e}")))?;
+            .map_err(|e| TargetError::infra_from("snapshot: list the observed objects", e))?;
         out.extend(self.gateway_views());
         Ok(out)
     }
@@ -381,7 +381,7 @@ impl Target for EmulatedTarget {
 
     async fn inject(&self, fault: &Fault) -> TargetResult<()> {
         let kc = self.cluster.client();
-        let infra = |e: kube::Error| TargetError::Infra(e.to_string());
+        let infra = |e: kube::Error| TargetError::infra_from("the emulated cluster's API", e);
         match fault {
             Fault::GatewayStop => {
                 // Through the kube client: the scale subresource, as kubectl scale does.
@@ -470,7 +470,7 @@ impl Target for EmulatedTarget {
                             .map_err(infra)?;
                         let Some(p) = list.items.first().and_then(|p| p.metadata.name.clone())
                         else {
-                            return Err(TargetError::Infra(format!(
+                            return Err(TargetError::infra(format!(
                                 "no pod of Deployment {SHARED_SUPERVISOR} found"
                             )));
                         };
@@ -485,7 +485,7 @@ impl Target for EmulatedTarget {
                 if self.model.kill_main(&cr_name(sandbox)) {
                     Ok(())
                 } else {
-                    Err(TargetError::Infra(format!(
+                    Err(TargetError::infra(format!(
                         "no main process runs for sandbox {sandbox}"
                     )))
                 }
@@ -500,7 +500,7 @@ impl Target for EmulatedTarget {
 
     async fn restore(&self, fault: &Fault) -> TargetResult<()> {
         let kc = self.cluster.client();
-        let infra = |e: kube::Error| TargetError::Infra(e.to_string());
+        let infra = |e: kube::Error| TargetError::infra_from("the emulated cluster's API", e);
         match fault {
             Fault::GatewayStop => {
                 let replicas = self

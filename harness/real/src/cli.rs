@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::command::{Cmd, CmdError, CmdOutput, CommandRunner};
+use crate::command::{Cmd, CmdOutput, CommandRunner};
 use conformance_core::target::{
     Capability, ExecResult, RestartPolicy, SandboxSpec, SandboxView, TargetError, TargetResult,
 };
@@ -50,17 +50,18 @@ impl SandboxJson {
 }
 
 /// Parses `sandbox get -o json`.
-pub fn parse_get(stdout: &str) -> Result<SandboxJson, String> {
-    serde_json::from_str(stdout.trim()).map_err(|e| format!("`sandbox get -o json`: {e}"))
+pub fn parse_get(stdout: &str) -> TargetResult<SandboxJson> {
+    serde_json::from_str(stdout.trim())
+        .map_err(|e| TargetError::infra_from("`sandbox get -o json`", e))
 }
 
 /// Parses `sandbox list -o json` (a JSON array).
-pub fn parse_list(stdout: &str) -> Result<Vec<SandboxJson>, String> {
+pub fn parse_list(stdout: &str) -> TargetResult<Vec<SandboxJson>> {
     let t = stdout.trim();
     if t.is_empty() {
         return Ok(Vec::new());
     }
-    serde_json::from_str(t).map_err(|e| format!("`sandbox list -o json`: {e}"))
+    serde_json::from_str(t).map_err(|e| TargetError::infra_from("`sandbox list -o json`", e))
 }
 
 /// A gRPC status the CLI printed on failure, as tonic formats it
@@ -222,16 +223,16 @@ impl OpenShellCli {
     }
 
     async fn call(&self, cmd: Cmd) -> TargetResult<CmdOutput> {
-        self.runner.run(&cmd).await.map_err(|e| match e {
-            CmdError::NotFound { .. } => TargetError::Infra(e.to_string()),
-            other => TargetError::Infra(other.to_string()),
-        })
+        self.runner
+            .run(&cmd)
+            .await
+            .map_err(|e| TargetError::infra_from("running the openshell CLI", e))
     }
 
     fn failure(&self, what: &str, out: &CmdOutput) -> TargetError {
         match parse_refusal(&out.stderr) {
             Some((code, message)) => TargetError::refused(&code, message),
-            None => TargetError::Infra(format!(
+            None => TargetError::infra(format!(
                 "openshell {what} exited with code {}: {}",
                 out.code,
                 crate::command::last_lines(&out.stderr, 5)
@@ -249,12 +250,10 @@ impl OpenShellCli {
             return Err(self.failure("sandbox create", &out));
         }
         if spec.command.is_none() {
-            return parse_get(&out.stdout)
-                .map(|s| s.view())
-                .map_err(TargetError::Infra);
+            return parse_get(&out.stdout).map(|s| s.view());
         }
         self.get(&spec.name).await?.ok_or_else(|| {
-            TargetError::Infra(format!(
+            TargetError::infra(format!(
                 "sandbox {} was created but `sandbox get` does not find it",
                 spec.name
             ))
@@ -266,7 +265,7 @@ impl OpenShellCli {
             .call(self.cmd(["sandbox", "get", name, "-o", "json"]))
             .await?;
         if out.success() {
-            return parse_get(&out.stdout).map(Some).map_err(TargetError::Infra);
+            return parse_get(&out.stdout).map(Some);
         }
         if not_found(&out) {
             return Ok(None);
@@ -288,7 +287,7 @@ impl OpenShellCli {
         if !out.success() {
             return Err(self.failure("sandbox list", &out));
         }
-        parse_list(&out.stdout).map_err(TargetError::Infra)
+        parse_list(&out.stdout)
     }
 
     /// `sandbox exec -n N --no-tty -- argv`: the CLI exits with the remote code. A failure the
@@ -372,7 +371,7 @@ impl OpenShellCli {
             return Err(self.failure("--version", &v));
         }
         let version = parse_version(&v.stdout).ok_or_else(|| {
-            TargetError::Infra(format!(
+            TargetError::infra(format!(
                 "cannot read a version from `openshell --version`: {}",
                 v.stdout.trim()
             ))

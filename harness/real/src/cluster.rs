@@ -58,10 +58,7 @@ pub fn private_kubeconfig(opts: &RealOptions) -> PathBuf {
 
 /// Maps a tool failure during a cluster stage to an infrastructure error naming the stage.
 pub fn infra(stage: &str, e: CmdError) -> Error {
-    match e {
-        CmdError::NotFound { .. } => Error::Infra(format!("{stage}: {e}")),
-        other => Error::Infra(format!("{stage}: {other}")),
-    }
+    Error::infra_from(stage, e)
 }
 
 /// The `up` of kind and k3d: reuse the cluster when the tool's listing shows it (`listed`

@@ -164,14 +164,19 @@ impl CmdOutput {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum CmdError {
     #[error("`{program}` was not found on PATH; {hint}")]
     NotFound { program: String, hint: String },
     #[error("`{line}` did not finish within {}", humantime::format_duration(*after))]
     TimedOut { line: String, after: Duration },
-    #[error("`{line}` could not be run: {message}")]
-    Io { line: String, message: String },
+    /// Spawning or waiting for the process failed; the I/O error is kept as the cause.
+    #[error("`{line}` could not be run")]
+    Io {
+        line: String,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
     #[error("`{line}` exited with code {code}: {}", last_lines(stderr, 5))]
     Failed {
         line: String,
@@ -262,7 +267,7 @@ impl CommandRunner for SystemRunner {
             } else {
                 CmdError::Io {
                     line: cmd.line(),
-                    message: e.to_string(),
+                    source: Arc::new(e),
                 }
             }
         })?;
@@ -279,7 +284,7 @@ impl CommandRunner for SystemRunner {
             }),
             Ok(Err(e)) => Err(CmdError::Io {
                 line: cmd.line(),
-                message: e.to_string(),
+                source: Arc::new(e),
             }),
             Ok(Ok(out)) => Ok(CmdOutput {
                 code: out.status.code().unwrap_or(-1),
@@ -423,11 +428,9 @@ mod tests {
         assert_eq!(r.run(&c).await.unwrap().stdout, "ready");
         assert_eq!(r.run(&c).await.unwrap().stdout, "ready");
         let err = r.run(&Cmd::new("kind")).await.unwrap_err();
-        assert_eq!(
-            err,
-            CmdError::Unexpected {
-                line: "kind".into()
-            }
+        assert!(
+            matches!(&err, CmdError::Unexpected { line } if line == "kind"),
+            "{err:?}"
         );
         assert_eq!(r.lines().len(), 4);
     }

@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::cli::OpenShellCli;
 use crate::command::{Cmd, CommandRunner};
 use crate::options::RealOptions;
-use conformance_core::error::{Error, Result};
+use conformance_core::error::{Error, Result, one_line};
 use conformance_core::timeline::Timeline;
 
 const REDACTED: &str = "<redacted>";
@@ -225,7 +225,7 @@ pub struct Sources<'a> {
 pub async fn collect(src: &Sources<'_>, dir: &Path) -> Result<Bundle> {
     tokio::fs::create_dir_all(dir)
         .await
-        .map_err(|e| Error::Infra(format!("diagnostics: {}: {e}", dir.display())))?;
+        .map_err(|e| Error::infra_from(format!("diagnostics: {}", dir.display()), e))?;
     let mut w = Writer {
         dir: dir.to_path_buf(),
         files: Vec::new(),
@@ -256,7 +256,7 @@ pub async fn collect(src: &Sources<'_>, dir: &Path) -> Result<Bundle> {
         match src.runner.run(&cmd).await {
             Ok(o) if o.success() => w.text(&format!("helm/{what}.yaml"), &o.stdout).await,
             Ok(o) => w.miss(&format!("helm {what}"), o.stderr.trim()),
-            Err(e) => w.miss(&format!("helm {what}"), e),
+            Err(e) => w.miss(&format!("helm {what}"), one_line(&e)),
         }
     }
     if let Some(cli) = src.cli {
@@ -264,7 +264,7 @@ pub async fn collect(src: &Sources<'_>, dir: &Path) -> Result<Bundle> {
         match src.runner.run(&cmd).await {
             Ok(o) if o.success() => w.text("openshell/sandboxes.json", &o.stdout).await,
             Ok(o) => w.miss("openshell sandbox list", o.stderr.trim()),
-            Err(e) => w.miss("openshell sandbox list", e),
+            Err(e) => w.miss("openshell sandbox list", one_line(&e)),
         }
     }
     if let Some(t) = src.timeline {
@@ -355,7 +355,7 @@ async fn collect_namespace(src: &Sources<'_>, w: &mut Writer, ns: &str) {
 /// Packs a directory as a gzip-compressed tar whose entries are relative to its parent.
 pub fn pack(dir: &Path, archive: &Path) -> Result<()> {
     let f = std::fs::File::create(archive)
-        .map_err(|e| Error::Infra(format!("diagnostics: {}: {e}", archive.display())))?;
+        .map_err(|e| Error::infra_from(format!("diagnostics: {}", archive.display()), e))?;
     let gz = flate2::write::GzEncoder::new(f, flate2::Compression::default());
     let mut tar = tar::Builder::new(gz);
     let name = dir
@@ -365,7 +365,7 @@ pub fn pack(dir: &Path, archive: &Path) -> Result<()> {
     tar.append_dir_all(&name, dir)
         .and_then(|_| tar.into_inner())
         .and_then(|gz| gz.finish())
-        .map_err(|e| Error::Infra(format!("diagnostics: {}: {e}", archive.display())))?;
+        .map_err(|e| Error::infra_from(format!("diagnostics: {}", archive.display()), e))?;
     Ok(())
 }
 

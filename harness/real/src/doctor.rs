@@ -11,6 +11,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Client;
 use kube::api::{Api, PostParams};
 
+use conformance_core::error::one_line;
+
 use crate::cli::parse_version;
 use crate::command::{Cmd, CmdError, CommandRunner, install_hint};
 use crate::options::Provider;
@@ -199,7 +201,7 @@ pub async fn run(
             Err(e) => r.push(
                 t.name,
                 Status::Missing,
-                e.to_string(),
+                one_line(&e),
                 Some(install_hint(t.name)),
             ),
         }

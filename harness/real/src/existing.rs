@@ -60,7 +60,7 @@ impl ClusterProvider for Existing {
     }
 
     async fn down(&self, _runner: &dyn CommandRunner) -> Result<()> {
-        Err(Error::Usage(format!(
+        Err(Error::usage(format!(
             "`cluster down` deletes only clusters the harness creates (kind, k3d); context {} is an existing cluster and is left alone",
             self.context
         )))
@@ -88,7 +88,7 @@ impl ClusterProvider for Existing {
 }
 
 fn load_refused() -> Error {
-    Error::Usage(
-        "--load-image needs --target kind or k3d; for an existing cluster push the images to a registry it can pull from and pass --image-repository/--image-tag".into(),
+    Error::usage(
+        "--load-image needs --target kind or k3d; for an existing cluster push the images to a registry it can pull from and pass --image-repository/--image-tag",
     )
 }

@@ -14,6 +14,7 @@ use kube::{Client, ResourceExt};
 
 use crate::gateway::{self, Workload};
 use crate::journal::{Entry, Journal, Undo};
+use conformance_core::error::one_line;
 use conformance_core::target::{Fault, TargetError, TargetResult};
 use conformance_core::timeline::{Event, Recorder};
 use conformance_core::topology::SupervisorPlacement;
@@ -83,7 +84,7 @@ fn key(f: &Fault) -> String {
 }
 
 fn kerr(stage: &str, e: kube::Error) -> TargetError {
-    TargetError::Infra(format!("{stage}: {e}"))
+    TargetError::infra_from(stage, e)
 }
 
 impl FaultInjector {
@@ -162,7 +163,7 @@ impl FaultInjector {
     pub async fn inject(&self, fault: &Fault) -> TargetResult<()> {
         let k = key(fault);
         if self.active.lock().await.contains_key(&k) {
-            return Err(TargetError::Infra(format!("{k} is already injected")));
+            return Err(TargetError::infra(format!("{k} is already injected")));
         }
         let active = match fault {
             Fault::GatewayStop => {
@@ -178,8 +179,7 @@ impl FaultInjector {
                             replicas: original.max(1),
                         },
                     })
-                    .await
-                    .map_err(|e| TargetError::Infra(e.to_string()))?;
+                    .await?;
                 gateway::scale(&self.client, &self.gateway, 0).await?;
                 gateway::wait_pods_gone(&self.client, &self.gateway, self.deadlines.pods_gone)
                     .await?;
@@ -279,7 +279,7 @@ impl FaultInjector {
             .map_err(|e| kerr("find supervisor pods", e))?
             .items;
         if pods.is_empty() {
-            return Err(TargetError::Infra(format!(
+            return Err(TargetError::infra(format!(
                 "supervisor kill: no pod matches {selector} in {}",
                 self.sandbox_namespace
             )));
@@ -320,10 +320,7 @@ impl FaultInjector {
                     None,
                     serde_json::json!(self.elapsed_ms()),
                 );
-                self.journal
-                    .remove(journal_id)
-                    .await
-                    .map_err(|e| TargetError::Infra(e.to_string()))?;
+                self.journal.remove(journal_id).await?;
             }
             Active::GatewayRestart { old_uids } => {
                 gateway::wait_ready(
@@ -358,20 +355,11 @@ impl FaultInjector {
                 }
             }
             Active::TrafficBlock { journal_id } => {
-                let entries = self
-                    .journal
-                    .entries()
-                    .await
-                    .map_err(|e| TargetError::Infra(e.to_string()))?;
+                let entries = self.journal.entries().await?;
                 if let Some(e) = entries.iter().find(|e| &e.id == journal_id) {
-                    crate::journal::undo(&self.client, &e.undo, self.deadlines.ready)
-                        .await
-                        .map_err(|e| TargetError::Infra(e.to_string()))?;
+                    crate::journal::undo(&self.client, &e.undo, self.deadlines.ready).await?;
                 }
-                self.journal
-                    .remove(journal_id)
-                    .await
-                    .map_err(|e| TargetError::Infra(e.to_string()))?;
+                self.journal.remove(journal_id).await?;
             }
             Active::Nothing => {}
         }
@@ -393,7 +381,7 @@ impl FaultInjector {
                 Ok(()) => {
                     self.active.lock().await.remove(&k);
                 }
-                Err(e) => errors.push(format!("{k}: {e}")),
+                Err(e) => errors.push(format!("{k}: {}", one_line(&e))),
             }
         }
         errors
@@ -415,8 +403,7 @@ impl FaultInjector {
                     name: name.into(),
                 },
             })
-            .await
-            .map_err(|e| TargetError::Infra(e.to_string()))?;
+            .await?;
         let np: NetworkPolicy =
             serde_json::from_value(block_policy(name)).expect("static NetworkPolicy");
         Api::<NetworkPolicy>::namespaced(self.client.clone(), &self.sandbox_namespace)

@@ -12,6 +12,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde::{Deserialize, Serialize};
 
+use conformance_core::error::one_line;
 use conformance_core::target::{TargetError, TargetResult};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,7 +46,7 @@ impl Workload {
 }
 
 fn kerr(stage: &str, e: kube::Error) -> TargetError {
-    TargetError::Infra(format!("{stage}: {e}"))
+    TargetError::infra_from(stage, e)
 }
 
 /// Finds `StatefulSet/<name>`, else `Deployment/<name>` (the order upstream's e2e probes).
@@ -82,7 +83,7 @@ pub async fn resolve(client: &Client, namespace: &str, name: &str) -> TargetResu
                 .unwrap_or_default(),
         });
     }
-    Err(TargetError::Infra(format!(
+    Err(TargetError::infra(format!(
         "find the gateway: neither StatefulSet nor Deployment {namespace}/{name} exists (is OpenShell installed with fullnameOverride={name}?)"
     )))
 }
@@ -222,10 +223,10 @@ where
         match probe().await {
             Ok((Some(v), _)) => return Ok(v),
             Ok((None, seen)) => last = seen,
-            Err(e) => last = format!("error: {e}"),
+            Err(e) => last = format!("error: {}", one_line(&e)),
         }
         if tokio::time::Instant::now() >= end {
-            return Err(TargetError::Infra(format!(
+            return Err(TargetError::infra(format!(
                 "{stage}: gave up after {}; last seen: {last}",
                 humantime::format_duration(deadline)
             )));

@@ -86,7 +86,7 @@ impl Install {
     pub fn new(opts: &RealOptions, topology: &Topology) -> Result<Self> {
         let chart_version = opts.chart_version()?;
         let topo_values = topology.values_for(&chart_version).ok_or_else(|| {
-            Error::Usage(format!(
+            Error::usage(format!(
                 "topology {} has no helm values for chart {chart_version} (it needs OpenShell {} or newer)",
                 topology.name, topology.min_openshell
             ))
@@ -98,7 +98,7 @@ impl Install {
         let mut effective = values.clone();
         for f in &opts.values_files {
             let text = std::fs::read_to_string(f)
-                .map_err(|e| Error::Usage(format!("--values {}: {e}", f.display())))?;
+                .map_err(|e| Error::usage_from(format!("--values {}", f.display()), e))?;
             let v: serde_json::Value = serde_saphyr::from_str(&text)
                 .map_err(|e| Error::config(f, "(document)", e.to_string()))?;
             deep_merge(&mut effective, &v);
@@ -212,11 +212,13 @@ impl Install {
         if let Some(dir) = self.values_path.parent() {
             tokio::fs::create_dir_all(dir)
                 .await
-                .map_err(|e| Error::Infra(format!("install: {}: {e}", dir.display())))?;
+                .map_err(|e| Error::infra_from(format!("install: {}", dir.display()), e))?;
         }
         tokio::fs::write(&self.values_path, self.values_yaml())
             .await
-            .map_err(|e| Error::Infra(format!("install: {}: {e}", self.values_path.display())))?;
+            .map_err(|e| {
+                Error::infra_from(format!("install: {}", self.values_path.display()), e)
+            })?;
         run_ok(runner, &self.helm_cmd())
             .await
             .map_err(|e| infra("install: helm upgrade --install openshell", e))?;

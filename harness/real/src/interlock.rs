@@ -42,7 +42,7 @@ pub fn check(context: &str, allowed: &[String]) -> Result<Allowed, Error> {
     {
         return Ok(Allowed::K3d);
     }
-    Err(Error::Usage(format!(
+    Err(Error::usage(format!(
         "refusing to touch context `{context}`: the harness installs, breaks and removes things, so it \
          only acts on disposable clusters, whose contexts are named `kind-*` or `k3d-*`. Nothing was \
          changed. If `{context}` really is a disposable test cluster, pass --allow-context {context}."

@@ -12,7 +12,7 @@ use kube::api::{Api, DeleteParams};
 use serde::{Deserialize, Serialize};
 
 use crate::gateway::{self, Workload};
-use conformance_core::error::{Error, Result};
+use conformance_core::error::{Error, Result, one_line};
 
 /// How to undo one change.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -74,10 +74,10 @@ impl Journal {
             Ok(text) => serde_json::from_str(&text)
                 .map_err(|e| Error::config(path, "(document)", e.to_string())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(JournalFile::default()),
-            Err(e) => Err(Error::Infra(format!(
-                "restore journal {}: {e}",
-                path.display()
-            ))),
+            Err(e) => Err(Error::infra_from(
+                format!("restore journal {}", path.display()),
+                e,
+            )),
         }
     }
 
@@ -85,16 +85,16 @@ impl Journal {
         if let Some(dir) = path.parent() {
             tokio::fs::create_dir_all(dir)
                 .await
-                .map_err(|e| Error::Infra(format!("restore journal {}: {e}", dir.display())))?;
+                .map_err(|e| Error::infra_from(format!("restore journal {}", dir.display()), e))?;
         }
         let tmp = path.with_extension("json.tmp");
         let text = serde_json::to_string_pretty(file).expect("journal serializes");
         tokio::fs::write(&tmp, text)
             .await
-            .map_err(|e| Error::Infra(format!("restore journal {}: {e}", tmp.display())))?;
+            .map_err(|e| Error::infra_from(format!("restore journal {}", tmp.display()), e))?;
         tokio::fs::rename(&tmp, path)
             .await
-            .map_err(|e| Error::Infra(format!("restore journal {}: {e}", path.display())))
+            .map_err(|e| Error::infra_from(format!("restore journal {}", path.display()), e))
     }
 
     /// Records an entry before the change it undoes is made.
@@ -117,10 +117,10 @@ impl Journal {
             match tokio::fs::remove_file(&self.path).await {
                 Ok(()) => Ok(()),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(Error::Infra(format!(
-                    "restore journal {}: {e}",
-                    self.path.display()
-                ))),
+                Err(e) => Err(Error::infra_from(
+                    format!("restore journal {}", self.path.display()),
+                    e,
+                )),
             }
         } else {
             Self::write(&self.path, &f).await
@@ -136,21 +136,28 @@ impl Journal {
 pub async fn undo(client: &Client, u: &Undo, deadline: Duration) -> Result<()> {
     match u {
         Undo::ScaleBack { workload, replicas } => {
-            gateway::scale(client, workload, *replicas)
-                .await
-                .map_err(|e| Error::Infra(e.to_string()))?;
+            gateway::scale(client, workload, *replicas).await?;
             gateway::wait_ready(client, workload, *replicas, &[], deadline)
                 .await
-                .map_err(|e| Error::Infra(format!("restore: {e}")))
+                .map_err(|e| {
+                    Error::infra_from(
+                        format!(
+                            "restore: wait for {}/{} to be ready",
+                            workload.namespace, workload.name
+                        ),
+                        e,
+                    )
+                })
         }
         Undo::DeleteNetworkPolicy { namespace, name } => {
             let api: Api<NetworkPolicy> = Api::namespaced(client.clone(), namespace);
             match api.delete(name, &DeleteParams::default()).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                Err(e) => Err(Error::Infra(format!(
-                    "restore: delete NetworkPolicy {namespace}/{name}: {e}"
-                ))),
+                Err(e) => Err(Error::infra_from(
+                    format!("restore: delete NetworkPolicy {namespace}/{name}"),
+                    e,
+                )),
             }
         }
     }
@@ -196,13 +203,13 @@ pub async fn restore_from(
                 journal.remove(&e.id).await?;
                 report.restored.push(label);
             }
-            Err(err) => report.failed.push(format!("{label}: {err}")),
+            Err(err) => report.failed.push(format!("{label}: {}", one_line(&err))),
         }
     }
     if report.failed.is_empty() {
         Ok(report)
     } else {
-        Err(Error::Infra(format!(
+        Err(Error::infra(format!(
             "restore left {} change(s) undone; the journal {} keeps them:\n{report}",
             report.failed.len(),
             path.display()

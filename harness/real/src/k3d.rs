@@ -75,9 +75,7 @@ impl K3d {
     /// Whether `k3d cluster list -o json` lists this cluster.
     pub fn listed(&self, json: &str) -> Result<bool> {
         let v: serde_json::Value = serde_json::from_str(json).map_err(|e| {
-            Error::Infra(format!(
-                "cluster up: `k3d cluster list -o json` printed no JSON: {e}"
-            ))
+            Error::infra_from("cluster up: `k3d cluster list -o json` printed no JSON", e)
         })?;
         Ok(v.as_array()
             .into_iter()
@@ -152,11 +150,11 @@ impl ClusterProvider for K3d {
         let path = dir.join(format!("k3d-{}-server-0.log", self.name));
         tokio::fs::create_dir_all(dir)
             .await
-            .map_err(|e| Error::Infra(format!("export logs: {}: {e}", dir.display())))?;
+            .map_err(|e| Error::infra_from(format!("export logs: {}", dir.display()), e))?;
         // docker prints the container's stderr on its own stderr; keep both.
         tokio::fs::write(&path, format!("{}{}", out.stdout, out.stderr))
             .await
-            .map_err(|e| Error::Infra(format!("export logs: {}: {e}", path.display())))?;
+            .map_err(|e| Error::infra_from(format!("export logs: {}", path.display()), e))?;
         Ok(())
     }
 }

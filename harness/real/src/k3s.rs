@@ -26,29 +26,25 @@ impl K3sCluster {
     pub async fn start(run_dir: &Path) -> Result<Self> {
         let conf = run_dir.join("k3s");
         std::fs::create_dir_all(&conf)
-            .map_err(|e| Error::Infra(format!("k3s: {}: {e}", conf.display())))?;
+            .map_err(|e| Error::infra_from(format!("k3s: create {}", conf.display()), e))?;
         let container = K3s::default()
             .with_conf_mount(&conf)
             .with_privileged(true)
             .with_userns_mode("host")
             .start()
             .await
-            .map_err(|e| {
-                Error::Infra(format!(
-                    "k3s: start the container (is Docker running?): {e}"
-                ))
-            })?;
+            .map_err(|e| Error::infra_from("k3s: start the container (is Docker running?)", e))?;
         let port = container
             .get_host_port_ipv4(KUBE_SECURE_PORT)
             .await
-            .map_err(|e| Error::Infra(format!("k3s: {e}")))?;
+            .map_err(|e| Error::infra_from("k3s: find the API server's host port", e))?;
         let raw = container
             .image()
             .read_kube_config()
-            .map_err(|e| Error::Infra(format!("k3s: read kubeconfig: {e}")))?;
+            .map_err(|e| Error::infra_from("k3s: read kubeconfig", e))?;
         let kubeconfig = run_dir.join("kubeconfig-k3s");
         std::fs::write(&kubeconfig, rewrite_kubeconfig(&raw, port))
-            .map_err(|e| Error::Infra(format!("k3s: {}: {e}", kubeconfig.display())))?;
+            .map_err(|e| Error::infra_from(format!("k3s: write {}", kubeconfig.display()), e))?;
         Ok(Self {
             _container: container,
             kubeconfig,

@@ -39,10 +39,9 @@ pub async fn exec(
         .container(container)
         .stdout(true)
         .stderr(true);
-    let mut proc = api
-        .exec(pod, argv.to_vec(), &ap)
-        .await
-        .map_err(|e| TargetError::Infra(format!("exec in {namespace}/{pod}/{container}: {e}")))?;
+    let mut proc = api.exec(pod, argv.to_vec(), &ap).await.map_err(|e| {
+        TargetError::infra_from(format!("exec in {namespace}/{pod}/{container}"), e)
+    })?;
     let mut out = String::new();
     let mut err = String::new();
     let (so, se) = (proc.stdout(), proc.stderr());
@@ -63,7 +62,7 @@ pub async fn exec(
     };
     let _ = proc.join().await;
     let code = exit_code(status.as_ref()).ok_or_else(|| {
-        TargetError::Infra(format!(
+        TargetError::infra(format!(
             "exec in {namespace}/{pod}/{container}: no exit status ({status:?})"
         ))
     })?;

@@ -78,11 +78,8 @@ pub fn parse_helm_list(json: &str) -> Result<Vec<String>> {
     if t.is_empty() {
         return Ok(Vec::new());
     }
-    let v: serde_json::Value = serde_json::from_str(t).map_err(|e| {
-        Error::Infra(format!(
-            "leftovers: `helm list -o json` printed no JSON: {e}"
-        ))
-    })?;
+    let v: serde_json::Value = serde_json::from_str(t)
+        .map_err(|e| Error::infra_from("leftovers: `helm list -o json` printed no JSON", e))?;
     Ok(v.as_array()
         .into_iter()
         .flatten()
@@ -90,8 +87,8 @@ pub fn parse_helm_list(json: &str) -> Result<Vec<String>> {
         .collect())
 }
 
-fn kerr(e: kube::Error) -> Error {
-    Error::Infra(format!("leftovers: {e}"))
+fn kerr(doing: &str, e: kube::Error) -> Error {
+    Error::infra_from(format!("leftovers: {doing}"), e)
 }
 
 /// Finds leftovers. Sandboxes are looked up in whichever Sandbox API version is served.
@@ -104,7 +101,7 @@ pub async fn find(
     let namespaces = ns
         .list(&ListParams::default().labels(pins::RUN_LABEL))
         .await
-        .map_err(kerr)?
+        .map_err(|e| kerr("list the namespaces of earlier runs", e))?
         .items
         .into_iter()
         .filter(|n| n.labels().get(pins::RUN_LABEL) != Some(&opts.run_id))
@@ -114,7 +111,7 @@ pub async fn find(
         .collect();
     let helm = run_ok(runner, &helm_list_cmd(opts))
         .await
-        .map_err(|e| Error::Infra(format!("leftovers: {e}")))?;
+        .map_err(|e| Error::infra_from("leftovers: list Helm releases", e))?;
     let releases = parse_helm_list(&helm.stdout)?;
     let mut sandboxes = Vec::new();
     let mut sandbox_version = None;
@@ -136,7 +133,7 @@ pub async fn find(
             }
             // Not served (or CRD absent): try the older version, then give up quietly.
             Err(kube::Error::Api(s)) if s.code == 404 => continue,
-            Err(e) => return Err(kerr(e)),
+            Err(e) => return Err(kerr(&format!("list {version} sandboxes"), e)),
         }
     }
     Ok(Leftovers {
@@ -159,7 +156,7 @@ pub async fn handle(
         return Ok(());
     }
     match opts.leftovers {
-        LeftoverPolicy::Stop => Err(Error::Usage(format!(
+        LeftoverPolicy::Stop => Err(Error::usage(format!(
             "context {} holds leftovers of earlier runs ({found}); nothing was changed. Pass --sweep-leftovers to delete them, or clean up by hand",
             opts.context
         ))),
@@ -185,7 +182,7 @@ async fn sweep(
             match api.delete(name, &DeleteParams::default()).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(kerr(e)),
+                Err(e) => return Err(kerr(&format!("delete sandbox {s}"), e)),
             }
         }
     }
@@ -198,14 +195,14 @@ async fn sweep(
                 .args(["--wait", "--timeout", "120s"]),
         )
         .await
-        .map_err(|e| Error::Infra(format!("leftovers: {e}")))?;
+        .map_err(|e| Error::infra_from(format!("leftovers: uninstall release {r}"), e))?;
     }
     let ns: Api<Namespace> = Api::all(client.clone());
     for n in &found.namespaces {
         match ns.delete(n, &DeleteParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(kerr(e)),
+            Err(e) => return Err(kerr(&format!("delete namespace {n}"), e)),
         }
     }
     Ok(())

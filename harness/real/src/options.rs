@@ -260,14 +260,14 @@ impl RealArgs {
     ) -> Result<RealOptions> {
         let context = match (provider, &self.context) {
             (_, Some(c)) if c.trim().is_empty() => {
-                return Err(Error::Usage("--context must not be empty".into()));
+                return Err(Error::usage("--context must not be empty"));
             }
             (_, Some(c)) => c.clone(),
             (Provider::Kind, None) => format!("kind-{}", self.cluster_name),
             (Provider::K3d, None) => format!("k3d-{}", self.cluster_name),
             (Provider::Existing, None) => {
-                return Err(Error::Usage(
-                    "--target existing needs --context NAME (the kubeconfig context of the cluster to test)".into(),
+                return Err(Error::usage(
+                    "--target existing needs --context NAME (the kubeconfig context of the cluster to test)",
                 ));
             }
         };
@@ -275,7 +275,7 @@ impl RealArgs {
             && self.context.is_some()
             && !context.ends_with(&self.cluster_name)
         {
-            return Err(Error::Usage(format!(
+            return Err(Error::usage(format!(
                 "--context {context} does not name the {} cluster `{}`; drop --context or use --target existing",
                 provider.name(),
                 self.cluster_name
@@ -283,13 +283,13 @@ impl RealArgs {
         }
         for s in &self.set {
             if !s.contains('=') {
-                return Err(Error::Usage(format!(
+                return Err(Error::usage(format!(
                     "--set {s}: expected KEY=VALUE, as helm takes it"
                 )));
             }
         }
         if !self.chart_version.is_empty() && semver::Version::parse(&self.chart_version).is_err() {
-            return Err(Error::Usage(format!(
+            return Err(Error::usage(format!(
                 "--chart-version {}: not a semantic version such as {}",
                 self.chart_version,
                 pins::CHART_VERSION
@@ -360,11 +360,11 @@ impl RealOptions {
     pub fn chart_version(&self) -> Result<semver::Version> {
         match &self.chart {
             ChartSource::Oci { version, .. } => semver::Version::parse(version)
-                .map_err(|e| Error::Usage(format!("chart version {version}: {e}"))),
+                .map_err(|e| Error::usage_from(format!("chart version {version}"), e)),
             ChartSource::Local { path } => {
                 let file = path.join("Chart.yaml");
                 let text = std::fs::read_to_string(&file)
-                    .map_err(|e| Error::Usage(format!("cannot read {}: {e}", file.display())))?;
+                    .map_err(|e| Error::usage_from(format!("cannot read {}", file.display()), e))?;
                 let v: serde_json::Value = serde_saphyr::from_str(&text)
                     .map_err(|e| Error::config(&file, "(document)", e.to_string()))?;
                 let text = v

@@ -64,9 +64,9 @@ where
     let mut pf = pods
         .portforward(&pod, &[port])
         .await
-        .map_err(|e| TargetError::Infra(format!("port-forward to {pod}:{port}: {e}")))?;
+        .map_err(|e| TargetError::infra_from(format!("port-forward to {pod}:{port}"), e))?;
     let upstream = pf.take_stream(port).ok_or_else(|| {
-        TargetError::Infra(format!(
+        TargetError::infra(format!(
             "port-forward to {pod}:{port}: no stream for the port"
         ))
     })?;
@@ -127,10 +127,10 @@ impl GatewayForward {
     ) -> TargetResult<Self> {
         let listener = TcpListener::bind(bind)
             .await
-            .map_err(|e| TargetError::Infra(format!("port-forward: bind {bind}: {e}")))?;
-        let local_addr = listener
-            .local_addr()
-            .map_err(|e| TargetError::Infra(format!("port-forward: {e}")))?;
+            .map_err(|e| TargetError::infra_from(format!("port-forward: bind {bind}"), e))?;
+        let local_addr = listener.local_addr().map_err(|e| {
+            TargetError::infra_from(format!("port-forward: local address of {bind}"), e)
+        })?;
         let stats = Arc::new(ForwardStats::default());
         let st = stats.clone();
         let task = tokio::spawn(async move {

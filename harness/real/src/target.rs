@@ -29,7 +29,7 @@ use crate::options::RealOptions;
 use crate::pins;
 use crate::plan::Step;
 use crate::portforward::GatewayForward;
-use conformance_core::error::{Error, Result};
+use conformance_core::error::{Error, Result, one_line};
 use conformance_core::target::{
     Capability, ExecResult, Fault, Observers, SandboxSpec, SandboxView, Target, TargetError,
     TargetFactory, TargetInfo, TargetResult,
@@ -43,12 +43,12 @@ use conformance_observe::{self as observe, ObserveSpec};
 pub async fn client_for(kubeconfig: Option<&Path>, context: &str) -> Result<Client> {
     let kc = match kubeconfig {
         Some(p) => Kubeconfig::read_from(p)
-            .map_err(|e| Error::Infra(format!("kubeconfig {}: {e}", p.display())))?,
-        None => Kubeconfig::read().map_err(|e| Error::Infra(format!("default kubeconfig: {e}")))?,
+            .map_err(|e| Error::infra_from(format!("kubeconfig {}", p.display()), e))?,
+        None => Kubeconfig::read().map_err(|e| Error::infra_from("default kubeconfig", e))?,
     };
     if !kc.contexts.iter().any(|c| c.name == context) {
         let known: Vec<&str> = kc.contexts.iter().map(|c| c.name.as_str()).collect();
-        return Err(Error::Usage(format!(
+        return Err(Error::usage(format!(
             "context `{context}` is not in the kubeconfig; known contexts: {}",
             if known.is_empty() {
                 "none".to_string()
@@ -63,16 +63,16 @@ pub async fn client_for(kubeconfig: Option<&Path>, context: &str) -> Result<Clie
     };
     let cfg = Config::from_custom_kubeconfig(kc, &opts)
         .await
-        .map_err(|e| Error::Infra(format!("context {context}: {e}")))?;
-    Client::try_from(cfg).map_err(|e| Error::Infra(format!("context {context}: {e}")))
+        .map_err(|e| Error::infra_from(format!("context {context}"), e))?;
+    Client::try_from(cfg).map_err(|e| Error::infra_from(format!("context {context}"), e))
 }
 
 /// Checks that the API server answers.
 pub async fn reachable(client: &Client, context: &str) -> Result<String> {
     let v = tokio::time::timeout(Duration::from_secs(20), client.apiserver_version())
         .await
-        .map_err(|_| Error::Infra(format!("cluster {context} did not answer within 20s")))?
-        .map_err(|e| Error::Infra(format!("cluster {context} is unreachable: {e}")))?;
+        .map_err(|_| Error::infra(format!("cluster {context} did not answer within 20s")))?
+        .map_err(|e| Error::infra_from(format!("cluster {context} is unreachable"), e))?;
     Ok(v.git_version)
 }
 
@@ -85,11 +85,11 @@ pub async fn sandbox_version(client: &Client, namespace: &str) -> TargetResult<&
         match api.list(&ListParams::default().limit(1)).await {
             Ok(_) => return Ok(v),
             Err(kube::Error::Api(s)) if s.code == 404 => continue,
-            Err(e) => return Err(TargetError::Infra(format!("probe Sandbox API: {e}"))),
+            Err(e) => return Err(TargetError::infra_from("probe Sandbox API", e)),
         }
     }
-    Err(TargetError::Infra(
-        "the cluster serves no Sandbox API (agents.x-k8s.io v1beta1 or v1alpha1); is Agent Sandbox installed?".into(),
+    Err(TargetError::infra(
+        "the cluster serves no Sandbox API (agents.x-k8s.io v1beta1 or v1alpha1); is Agent Sandbox installed?",
     ))
 }
 
@@ -233,7 +233,7 @@ impl RealFactory {
         let o = &self.opts;
         tokio::fs::create_dir_all(&o.run_dir)
             .await
-            .map_err(|e| Error::Infra(format!("run directory {}: {e}", o.run_dir.display())))?;
+            .map_err(|e| Error::infra_from(format!("run directory {}", o.run_dir.display()), e))?;
         let provider = cluster::provider(o);
         let up = provider.up(&*self.runner).await?;
         let client = client_for(up.kubeconfig.as_deref(), &up.context).await?;
@@ -280,10 +280,7 @@ impl TargetFactory for RealFactory {
         _topology: &Topology,
         rec: &Recorder,
     ) -> TargetResult<Arc<dyn Target>> {
-        let c = self
-            .cluster()
-            .await
-            .map_err(|e| TargetError::Infra(e.to_string()))?;
+        let c = self.cluster().await?;
         let mut t = RealTarget::new(
             opts_with(&self.opts, &c.up),
             self.runner.clone(),
@@ -343,7 +340,7 @@ impl RealTarget {
             .lock()
             .await
             .clone()
-            .ok_or_else(|| TargetError::Infra("the target was used before install()".into()))
+            .ok_or_else(|| TargetError::infra("the target was used before install()"))
     }
 
     /// The fault injector of the installed case, for signal handlers and diagnostics.
@@ -414,25 +411,28 @@ impl RealTarget {
         let secret = Api::<Secret>::namespaced(self.client.clone(), &self.opts.namespace)
             .get("openshell-client-tls")
             .await
-            .map_err(|e| TargetError::Infra(format!("read Secret openshell-client-tls: {e}")))?;
+            .map_err(|e| TargetError::infra_from("read Secret openshell-client-tls", e))?;
         let data = secret.data.unwrap_or_default();
-        tokio::fs::create_dir_all(dir)
-            .await
-            .map_err(|e| TargetError::Infra(format!("{}: {e}", dir.display())))?;
+        tokio::fs::create_dir_all(dir).await.map_err(|e| {
+            TargetError::infra_from(format!("client certificate: create {}", dir.display()), e)
+        })?;
         for key in ["ca.crt", "tls.crt", "tls.key"] {
             let v = data.get(key).ok_or_else(|| {
-                TargetError::Infra(format!("Secret openshell-client-tls has no `{key}`"))
+                TargetError::infra(format!("Secret openshell-client-tls has no `{key}`"))
             })?;
-            tokio::fs::write(dir.join(key), &v.0)
-                .await
-                .map_err(|e| TargetError::Infra(format!("{}: {e}", dir.join(key).display())))?;
+            tokio::fs::write(dir.join(key), &v.0).await.map_err(|e| {
+                TargetError::infra_from(
+                    format!("client certificate: write {}", dir.join(key).display()),
+                    e,
+                )
+            })?;
         }
         Ok(())
     }
 }
 
 fn infra(e: Error) -> TargetError {
-    TargetError::Infra(e.to_string())
+    TargetError::from(e)
 }
 
 #[async_trait]
@@ -450,7 +450,7 @@ impl Target for RealTarget {
         Api::<Namespace>::all(self.client.clone())
             .patch(&o.namespace, &PatchParams::default(), &label)
             .await
-            .map_err(|e| TargetError::Infra(format!("install: label namespace: {e}")))?;
+            .map_err(|e| TargetError::infra_from("install: label namespace", e))?;
         let workload = gateway::resolve(&self.client, &o.namespace, &o.release).await?;
         let (want, _) = gateway::replicas(&self.client, &workload).await?;
         gateway::wait_ready(
@@ -478,11 +478,11 @@ impl Target for RealTarget {
             &cli.gateway_add_cmd(forward.port(), inst.tls),
         )
         .await
-        .map_err(|e| TargetError::Infra(format!("install: register the gateway: {e}")))?;
+        .map_err(|e| TargetError::infra_from("install: register the gateway", e))?;
         let detected = cli.detect().await?;
         let helm = run_ok(&*self.runner, &leftovers::helm_list_cmd(o))
             .await
-            .map_err(|e| TargetError::Infra(format!("install: {e}")))?;
+            .map_err(|e| TargetError::infra_from("install: list Helm releases", e))?;
         let app = app_version_from_helm_list(&helm.stdout, &o.release);
         let sandbox_version = sandbox_version(&self.client, &o.namespace).await?;
         let journal = Journal::new(
@@ -558,7 +558,7 @@ impl Target for RealTarget {
         };
         let mut v = observe::snapshot(self.client.clone(), &spec)
             .await
-            .map_err(|e| TargetError::Infra(format!("snapshot: {e}")))?;
+            .map_err(|e| TargetError::infra_from("snapshot: list the observed objects", e))?;
         let selector = format!("{}={}", pins::RUN_LABEL, self.opts.run_id);
         if let Ok(list) = i.cli.list(Some(&selector)).await {
             v.extend(list.iter().map(|s| s.view().to_state()));
@@ -644,7 +644,7 @@ impl Target for RealTarget {
                 Ok(b) => self
                     .rec
                     .note(format!("diagnostics bundle: {}", b.archive.display())),
-                Err(e) => errors.push(format!("diagnostics: {e}")),
+                Err(e) => errors.push(format!("diagnostics: {}", one_line(&e))),
             }
         }
         if !self.opts.keep {
@@ -657,18 +657,18 @@ impl Target for RealTarget {
                 .collect();
             for n in names {
                 if let Err(e) = i.cli.delete(&n).await {
-                    errors.push(format!("delete sandbox {n}: {e}"));
+                    errors.push(format!("delete sandbox {n}: {}", one_line(&e)));
                 }
             }
             if let Err(e) = i.install.uninstall(&*self.runner).await {
-                errors.push(e.to_string());
+                errors.push(one_line(&e));
             }
         }
         drop(i);
         if errors.is_empty() {
             Ok(())
         } else {
-            Err(TargetError::Infra(format!(
+            Err(TargetError::infra(format!(
                 "teardown: {}",
                 errors.join("; ")
             )))

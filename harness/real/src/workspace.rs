@@ -38,7 +38,7 @@ pub async fn read(
 ) -> TargetResult<Option<String>> {
     let rel = path.trim_start_matches('/');
     if rel.is_empty() || rel.split('/').any(|c| c == "..") {
-        return Err(TargetError::Infra(format!(
+        return Err(TargetError::infra(format!(
             "read workspace: `{path}` must be a path inside the workspace"
         )));
     }
@@ -77,7 +77,7 @@ pub async fn read(
     pods.create(&PostParams::default(), &pod)
         .await
         .map_err(|e| {
-            TargetError::Infra(format!("read workspace: create reader pod {name}: {e}"))
+            TargetError::infra_from(format!("read workspace: create reader pod {name}"), e)
         })?;
     let result = async {
         gateway::wait_until(
@@ -85,10 +85,9 @@ pub async fn read(
             deadline,
             gateway::POLL,
             || async {
-                let p = pods
-                    .get(&name)
-                    .await
-                    .map_err(|e| TargetError::Infra(e.to_string()))?;
+                let p = pods.get(&name).await.map_err(|e| {
+                    TargetError::infra_from(format!("read workspace: get reader pod {name}"), e)
+                })?;
                 let phase = p.status.and_then(|s| s.phase).unwrap_or_default();
                 Ok(((phase == "Running").then_some(()), format!("phase={phase}")))
             },
@@ -105,7 +104,7 @@ pub async fn read(
         match out.exit_code {
             0 => Ok(Some(out.stdout)),
             ABSENT => Ok(None),
-            code => Err(TargetError::Infra(format!(
+            code => Err(TargetError::infra(format!(
                 "read workspace: cat {rel} exited {code}: {}",
                 out.stderr.trim()
             ))),

@@ -140,7 +140,7 @@ async fn a_cli_failure_without_a_status_is_an_infrastructure_error() {
     let r = recorded();
     let err = cli(&r).start("broken").await.unwrap_err();
     assert!(
-        matches!(&err, TargetError::Infra(m) if m.contains("connection refused")),
+        matches!(&err, TargetError::Infra { message, .. } if message.contains("connection refused")),
         "{err:?}"
     );
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use clap::Parser;
-use conformance_core::error::ExitStatus;
+use conformance_core::error::{ExitStatus, one_line};
 use conformance_core::topology::Topologies;
 use conformance_real::cluster::provider;
 use conformance_real::command::{CmdOutput, ScriptedRunner, Unscripted};
@@ -96,11 +96,14 @@ async fn a_failing_cluster_create_is_an_infrastructure_error_naming_the_stage() 
         .await
         .unwrap_err();
     assert_eq!(err.exit_status(), ExitStatus::Infrastructure);
-    assert!(err.to_string().starts_with("cluster up:"), "{err}");
+    assert_eq!(err.to_string(), "cluster up");
+    // The tool's failure is the cause, with what it printed.
+    let chain = one_line(&err);
     assert!(
-        err.to_string().contains("failed to get docker info"),
-        "{err}"
+        chain.starts_with("cluster up: `kind create cluster"),
+        "{chain}"
     );
+    assert!(chain.contains("failed to get docker info"), "{chain}");
 }
 
 #[tokio::test]
@@ -122,11 +125,12 @@ async fn a_crd_that_never_becomes_established_fails_the_install_naming_the_wait(
     let err = install_agent_sandbox(&r, &opts(Provider::Kind, &[], "/run"))
         .await
         .unwrap_err();
-    let msg = err.to_string();
     assert!(
-        msg.contains("wait for CRD sandboxes.agents.x-k8s.io to be Established"),
-        "{msg}"
+        err.to_string()
+            .contains("wait for CRD sandboxes.agents.x-k8s.io to be Established"),
+        "{err}"
     );
+    let msg = one_line(&err);
     assert!(msg.contains("timed out waiting for the condition"), "{msg}");
     assert!(
         msg.contains("--timeout=120s"),

@@ -131,8 +131,10 @@ pub async fn observe_starts(ctx: &Ctx, sandbox: &str, key: &str) -> Option<u64> 
             Some(n)
         }
         Err(e) => {
-            ctx.rec
-                .note(format!("could not read the start marker of {sandbox}: {e}"));
+            ctx.rec.note(format!(
+                "could not read the start marker of {sandbox}: {}",
+                conformance_core::error::one_line(&e)
+            ));
             None
         }
     }

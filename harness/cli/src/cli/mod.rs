@@ -169,29 +169,40 @@ pub async fn run(cli: Cli) -> ExitStatus {
         } => crate::serve::run(args)
             .await
             .map(|()| ExitStatus::Success)
-            .map_err(|e| match e {
-                crate::serve::ServeError::Server(
-                    kube_emulator::serve::ServeError::NotLoopback(_),
-                )
-                | crate::serve::ServeError::Usage(_) => Error::Usage(e.to_string()),
-                other => Error::Infra(other.to_string()),
-            }),
+            .map_err(serve_error),
         Command::Restore(args) => run::restore(&args).await,
     };
     match result {
         Ok(status) => status,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("{}", conformance_core::error::report(&e));
             e.exit_status()
         }
     }
 }
 
+/// `emulate serve` failures: a non-loopback address is a usage error, the rest are
+/// infrastructure errors that keep their I/O cause.
+fn serve_error(e: crate::serve::ServeError) -> Error {
+    use kube_emulator::serve::ServeError as Server;
+    match e {
+        crate::serve::ServeError::Usage(m) => Error::usage(m),
+        crate::serve::ServeError::Server(s) => match s {
+            Server::NotLoopback(_) => Error::usage(s.to_string()),
+            Server::Bind(addr, io) => Error::infra_from(format!("cannot listen on {addr}"), io),
+            Server::Kubeconfig(path, io) => {
+                Error::infra_from(format!("cannot write kubeconfig {}", path.display()), io)
+            }
+            Server::Serve(io) => Error::infra_from("server failed", io),
+        },
+    }
+}
+
 fn load_timeline(path: &std::path::Path) -> Result<conformance_core::timeline::Timeline, Error> {
     let file = std::fs::File::open(path)
-        .map_err(|e| Error::Usage(format!("cannot open timeline {}: {e}", path.display())))?;
+        .map_err(|e| Error::usage_from(format!("cannot open timeline {}", path.display()), e))?;
     conformance_core::timeline::Timeline::read_jsonl(std::io::BufReader::new(file))
-        .map_err(|e| Error::Usage(format!("{}: {e}", path.display())))
+        .map_err(|e| Error::usage_from(format!("cannot read timeline {}", path.display()), e))
 }
 
 /// `check`: re-evaluates each saved timeline's check plan.
@@ -201,7 +212,7 @@ fn check(args: &CheckArgs) -> Result<ExitStatus, Error> {
         let t = load_timeline(path)?;
         let plan = t.check_plan();
         if plan.is_empty() {
-            return Err(Error::Usage(format!(
+            return Err(Error::usage(format!(
                 "{} has no check plan: it was not written by `openshell-conformance run`",
                 path.display()
             )));
@@ -250,8 +261,8 @@ fn report(args: &ReportArgs) -> Result<ExitStatus, Error> {
 pub(crate) fn write_file(path: &std::path::Path, content: &str) -> Result<(), Error> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
-            .map_err(|e| Error::Usage(format!("cannot create {}: {e}", dir.display())))?;
+            .map_err(|e| Error::usage_from(format!("cannot create {}", dir.display()), e))?;
     }
     std::fs::write(path, content)
-        .map_err(|e| Error::Usage(format!("cannot write {}: {e}", path.display())))
+        .map_err(|e| Error::usage_from(format!("cannot write {}", path.display()), e))
 }

@@ -168,7 +168,7 @@ fn emulated_factory(args: &RunArgs) -> Result<Arc<dyn TargetFactory>, Error> {
         &args.defects,
         args.agent_sandbox.as_deref(),
     )
-    .map_err(|e| Error::Usage(e.to_string()))?;
+    .map_err(|e| Error::usage(e.to_string()))?;
     Ok(Arc::new(conformance_models::target::EmulatedFactory::new(
         selection,
     )))
@@ -197,7 +197,7 @@ fn select_cases(args: &RunArgs, topologies: &[Topology]) -> Result<Vec<Case>, Er
     };
     let cases = catalog::cases(topologies, &sel);
     if cases.is_empty() {
-        return Err(Error::Usage(format!(
+        return Err(Error::usage(format!(
             "no case matches --scenario {}; `openshell-conformance list scenarios` shows the ids",
             args.scenarios.join(", ")
         )));
@@ -221,9 +221,8 @@ pub async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
     let (factory, info): (Arc<dyn TargetFactory>, TargetInfo) = match args.provider() {
         None => {
             if args.real.keep || !args.real.set.is_empty() || !args.real.values.is_empty() {
-                return Err(Error::Usage(
-                    "--keep, --set and --values apply to real targets (--target kind|k3d|existing)"
-                        .into(),
+                return Err(Error::usage(
+                    "--keep, --set and --values apply to real targets (--target kind|k3d|existing)",
                 ));
             }
             let f = emulated_factory(&args)?;
@@ -232,9 +231,8 @@ pub async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
         }
         Some(provider) => {
             if args.model.is_some() || !args.defects.is_empty() || args.agent_sandbox.is_some() {
-                return Err(Error::Usage(
-                    "--model, --defect and --agent-sandbox apply to the emulated target only"
-                        .into(),
+                return Err(Error::usage(
+                    "--model, --defect and --agent-sandbox apply to the emulated target only",
                 ));
             }
             let opts = real_options(&args.real, provider, &args.artifacts)?;
@@ -335,7 +333,7 @@ fn finish(
     }
     let junit = args.junit.clone().unwrap_or_else(|| dir.join("junit.xml"));
     crate::junit::write(&junit, "openshell-conformance", reports)
-        .map_err(|e| Error::Usage(format!("cannot write {}: {e}", junit.display())))?;
+        .map_err(|e| Error::usage_from(format!("cannot write {}", junit.display()), e))?;
     let html_path = args.html.clone().unwrap_or_else(|| dir.join("report.html"));
     let views: Vec<crate::report::CaseView<'_>> = reports
         .iter()

@@ -282,7 +282,7 @@ pub async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
         let observer = progress.clone();
         tokio::task::spawn_blocking(move || pool::run_paused(factory, opts, cases, jobs, &observer))
             .await
-            .map_err(|e| Error::Infra(format!("the case pool stopped: {e}")))?
+            .map_err(|e| Error::infra_from("the case pool stopped", e))?
     } else {
         pool::run_shared(factory, opts, cases, jobs, &progress).await
     };

@@ -26,7 +26,11 @@ struct Env {
 }
 
 fn start_with(programs: Programs, config: KubeConfig) -> Env {
-    let cluster = Cluster::new(ClusterConfig::default());
+    // The emulator serves no Sandbox resource of its own: install the CRD as a cluster would.
+    let cluster = Cluster::new(ClusterConfig {
+        crds: vec![conformance_models::agent_sandbox::crd()],
+        ..ClusterConfig::default()
+    });
     let models = KubeModels::start(&cluster, &Network::new(), programs, config);
     Env {
         cluster,

@@ -89,157 +89,101 @@ impl State {
             return Ok(());
         }
         match (def.group.as_str(), def.plural.as_str()) {
-            ("", "namespaces") => {
-                obj["spec"] = json!({"finalizers": ["kubernetes"]});
-                obj["status"] = json!({"phase": "Active"});
-                let m = meta_mut(obj);
-                let labels = m.entry("labels").or_insert_with(|| json!({}));
-                labels["kubernetes.io/metadata.name"] = json!(name);
-            }
+            ("", "namespaces") => admit_namespace(name, obj),
             ("", "pods") => admit_pod(def, name, obj)?,
-            ("", "persistentvolumeclaims") => {
-                let m = meta_mut(obj);
-                let f = m.entry("finalizers").or_insert_with(|| json!([]));
-                if let Some(a) = f.as_array_mut()
-                    && !a.iter().any(|x| x == FINALIZER_PVC_PROTECTION)
-                {
-                    a.push(json!(FINALIZER_PVC_PROTECTION));
-                }
-                let spec = obj.get_mut("spec").and_then(Value::as_object_mut);
-                let Some(spec) = spec else {
-                    return Err(ApiError::invalid(
-                        "",
-                        &def.kind,
-                        name,
-                        "spec.accessModes",
-                        "Required value",
-                    ));
-                };
-                spec.entry("volumeMode").or_insert(json!("Filesystem"));
-                obj["status"] = json!({"phase": "Pending"});
-            }
-            ("", "services") => {
-                let spec = obj
-                    .get_mut("spec")
-                    .and_then(Value::as_object_mut)
-                    .ok_or_else(|| {
-                        ApiError::invalid("", &def.kind, name, "spec.ports", "Required value")
-                    })?;
-                let type_ = spec
-                    .entry("type")
-                    .or_insert(json!("ClusterIP"))
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string();
-                spec.entry("sessionAffinity").or_insert(json!("None"));
-                if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
-                    for p in ports {
-                        let port = p.get("port").cloned().unwrap_or(Value::Null);
-                        if let Some(pm) = p.as_object_mut() {
-                            pm.entry("protocol").or_insert(json!("TCP"));
-                            pm.entry("targetPort").or_insert(port);
-                        }
-                    }
-                }
-                if type_ != "ExternalName"
-                    && spec
-                        .get("clusterIP")
-                        .and_then(Value::as_str)
-                        .is_none_or(str::is_empty)
-                {
-                    self.ip_counter += 1;
-                    let n = self.ip_counter + 9;
-                    let ip = format!("10.96.{}.{}", n / 256, n % 256);
-                    spec.insert("clusterIP".into(), json!(ip));
-                    spec.insert("clusterIPs".into(), json!([ip]));
-                }
-                obj["status"] = json!({"loadBalancer": {}});
-            }
-            ("", "secrets") => {
-                if obj.get("type").is_none() {
-                    obj["type"] = json!("Opaque");
-                }
-                if let Some(Value::Object(sd)) =
-                    obj.as_object_mut().and_then(|m| m.remove("stringData"))
-                {
-                    let data = obj
-                        .as_object_mut()
-                        .expect("object")
-                        .entry("data")
-                        .or_insert_with(|| json!({}));
-                    for (k, v) in sd {
-                        data[k] = json!(base64(v.as_str().unwrap_or_default().as_bytes()));
-                    }
-                }
-            }
+            ("", "persistentvolumeclaims") => admit_pvc(def, name, obj)?,
+            ("", "services") => self.admit_service(def, name, obj)?,
+            ("", "secrets") => admit_secret(obj),
             ("apps", "statefulsets" | "deployments" | "replicasets") => {
-                let spec = obj
-                    .get_mut("spec")
-                    .and_then(Value::as_object_mut)
-                    .ok_or_else(|| {
-                        ApiError::invalid(
-                            "apps",
-                            &def.kind,
-                            name,
-                            "spec.selector",
-                            "Required value",
-                        )
-                    })?;
-                if spec.get("selector").is_none() {
-                    return Err(ApiError::invalid(
-                        "apps",
-                        &def.kind,
-                        name,
-                        "spec.selector",
-                        "Required value",
-                    ));
-                }
-                spec.entry("replicas").or_insert(json!(1));
-                if def.plural == "statefulsets" {
-                    spec.entry("podManagementPolicy")
-                        .or_insert(json!("OrderedReady"));
-                }
+                admit_workload(def, name, obj)?
             }
             ("apiextensions.k8s.io", "customresourcedefinitions") => {
-                let names = obj.pointer("/spec/names").cloned().unwrap_or(json!({}));
-                let group = obj
-                    .pointer("/spec/group")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                let plural = names
-                    .get("plural")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                if name != format!("{plural}.{group}") {
-                    return Err(ApiError::invalid(
-                        "apiextensions.k8s.io",
-                        &def.kind,
-                        name,
-                        "metadata.name",
-                        &format!(
-                            "Invalid value: {name:?}: must be spec.names.plural+\".\"+spec.group"
-                        ),
-                    ));
-                }
-                let now = self.clock.now_rfc3339();
-                obj["status"] = json!({
-                    "acceptedNames": names,
-                    "storedVersions": obj.pointer("/spec/versions").and_then(Value::as_array)
-                        .map(|vs| vs.iter().filter(|v| v.get("storage") == Some(&json!(true)))
-                            .filter_map(|v| v.get("name").cloned()).collect::<Vec<_>>()).unwrap_or_default(),
-                    "conditions": [
-                        {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
-                         "message": "no conflicts found", "lastTransitionTime": now},
-                        {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
-                         "message": "the initial names have been accepted", "lastTransitionTime": now}
-                    ]
-                });
+                self.admit_crd(def, name, obj)?
             }
             _ => {}
         }
         Ok(())
     }
 
+    /// Services: type, session affinity and port defaults, and a cluster IP from the service
+    /// range unless one is given or the type is ExternalName.
+    fn admit_service(&mut self, def: &ResourceDef, name: &str, obj: &mut Value) -> ApiResult<()> {
+        let spec = obj
+            .get_mut("spec")
+            .and_then(Value::as_object_mut)
+            .ok_or_else(|| {
+                ApiError::invalid("", &def.kind, name, "spec.ports", "Required value")
+            })?;
+        let type_ = spec
+            .entry("type")
+            .or_insert(json!("ClusterIP"))
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        spec.entry("sessionAffinity").or_insert(json!("None"));
+        if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+            for p in ports {
+                let port = p.get("port").cloned().unwrap_or(Value::Null);
+                if let Some(pm) = p.as_object_mut() {
+                    pm.entry("protocol").or_insert(json!("TCP"));
+                    pm.entry("targetPort").or_insert(port);
+                }
+            }
+        }
+        if type_ != "ExternalName"
+            && spec
+                .get("clusterIP")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+        {
+            self.ip_counter += 1;
+            let n = self.ip_counter + 9;
+            let ip = format!("10.96.{}.{}", n / 256, n % 256);
+            spec.insert("clusterIP".into(), json!(ip));
+            spec.insert("clusterIPs".into(), json!([ip]));
+        }
+        obj["status"] = json!({"loadBalancer": {}});
+        Ok(())
+    }
+
+    /// CRDs: the name must be `<plural>.<group>`; the status says the names are accepted and
+    /// the CRD established at once.
+    fn admit_crd(&self, def: &ResourceDef, name: &str, obj: &mut Value) -> ApiResult<()> {
+        let names = obj.pointer("/spec/names").cloned().unwrap_or(json!({}));
+        let group = obj
+            .pointer("/spec/group")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let plural = names
+            .get("plural")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if name != format!("{plural}.{group}") {
+            return Err(ApiError::invalid(
+                "apiextensions.k8s.io",
+                &def.kind,
+                name,
+                "metadata.name",
+                &format!("Invalid value: {name:?}: must be spec.names.plural+\".\"+spec.group"),
+            ));
+        }
+        let now = self.clock.now_rfc3339();
+        obj["status"] = json!({
+            "acceptedNames": names,
+            "storedVersions": obj.pointer("/spec/versions").and_then(Value::as_array)
+                .map(|vs| vs.iter().filter(|v| v.get("storage") == Some(&json!(true)))
+                    .filter_map(|v| v.get("name").cloned()).collect::<Vec<_>>()).unwrap_or_default(),
+            "conditions": [
+                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
+                 "message": "no conflicts found", "lastTransitionTime": now},
+                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
+                 "message": "the initial names have been accepted", "lastTransitionTime": now}
+            ]
+        });
+        Ok(())
+    }
+
+    /// What the registry strategies refuse or reset on update.
     pub(super) fn validate_update(
         &self,
         def: &ResourceDef,
@@ -294,6 +238,82 @@ impl State {
         }
         Ok(())
     }
+}
+
+/// Namespaces: the `kubernetes` finalizer, phase Active and the name label.
+fn admit_namespace(name: &str, obj: &mut Value) {
+    obj["spec"] = json!({"finalizers": ["kubernetes"]});
+    obj["status"] = json!({"phase": "Active"});
+    let m = meta_mut(obj);
+    let labels = m.entry("labels").or_insert_with(|| json!({}));
+    labels["kubernetes.io/metadata.name"] = json!(name);
+}
+
+/// PVCs: the protection finalizer, filesystem volume mode, phase Pending.
+fn admit_pvc(def: &ResourceDef, name: &str, obj: &mut Value) -> ApiResult<()> {
+    let m = meta_mut(obj);
+    let f = m.entry("finalizers").or_insert_with(|| json!([]));
+    if let Some(a) = f.as_array_mut()
+        && !a.iter().any(|x| x == FINALIZER_PVC_PROTECTION)
+    {
+        a.push(json!(FINALIZER_PVC_PROTECTION));
+    }
+    let spec = obj.get_mut("spec").and_then(Value::as_object_mut);
+    let Some(spec) = spec else {
+        return Err(ApiError::invalid(
+            "",
+            &def.kind,
+            name,
+            "spec.accessModes",
+            "Required value",
+        ));
+    };
+    spec.entry("volumeMode").or_insert(json!("Filesystem"));
+    obj["status"] = json!({"phase": "Pending"});
+    Ok(())
+}
+
+/// Secrets: type Opaque by default; `stringData` is encoded into `data`.
+fn admit_secret(obj: &mut Value) {
+    if obj.get("type").is_none() {
+        obj["type"] = json!("Opaque");
+    }
+    if let Some(Value::Object(sd)) = obj.as_object_mut().and_then(|m| m.remove("stringData")) {
+        let data = obj
+            .as_object_mut()
+            .expect("object")
+            .entry("data")
+            .or_insert_with(|| json!({}));
+        for (k, v) in sd {
+            data[k] = json!(base64(v.as_str().unwrap_or_default().as_bytes()));
+        }
+    }
+}
+
+/// Workloads: a selector is required; one replica by default (and ordered pod management for
+/// StatefulSets).
+fn admit_workload(def: &ResourceDef, name: &str, obj: &mut Value) -> ApiResult<()> {
+    let spec = obj
+        .get_mut("spec")
+        .and_then(Value::as_object_mut)
+        .ok_or_else(|| {
+            ApiError::invalid("apps", &def.kind, name, "spec.selector", "Required value")
+        })?;
+    if spec.get("selector").is_none() {
+        return Err(ApiError::invalid(
+            "apps",
+            &def.kind,
+            name,
+            "spec.selector",
+            "Required value",
+        ));
+    }
+    spec.entry("replicas").or_insert(json!(1));
+    if def.plural == "statefulsets" {
+        spec.entry("podManagementPolicy")
+            .or_insert(json!("OrderedReady"));
+    }
+    Ok(())
 }
 
 /// Pod admission and defaults (the fields kubectl and controllers read back).

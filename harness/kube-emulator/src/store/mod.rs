@@ -189,6 +189,121 @@ fn spec_part(obj: &Value) -> Value {
     o
 }
 
+/// A create body must be an object of the resource's kind (or of no kind).
+fn check_create_body(def: &ResourceDef, obj: &Value) -> ApiResult<()> {
+    if !obj.is_object() {
+        return Err(ApiError::bad_request(
+            "the body of the request must be an object",
+        ));
+    }
+    if let Some(k) = obj.get("kind").and_then(Value::as_str)
+        && !k.is_empty()
+        && k != def.kind
+    {
+        return Err(ApiError::bad_request(format!(
+            "the object kind {k:?} does not match the resource {:?} (kind {:?})",
+            def.plural, def.kind
+        )));
+    }
+    Ok(())
+}
+
+/// The namespace of a new object: the request's, else the body's, else `default`; the two must
+/// agree. `None` for cluster-scoped resources.
+fn create_namespace(def: &ResourceDef, ns: Option<&str>, obj: &Value) -> ApiResult<Option<String>> {
+    if !def.namespaced {
+        return Ok(None);
+    }
+    let ns_in_body = meta(obj, "namespace");
+    let n = ns
+        .map(str::to_string)
+        .or(ns_in_body.clone())
+        .unwrap_or_else(|| "default".into());
+    if let Some(b) = ns_in_body
+        && !b.is_empty()
+        && b != n
+    {
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
+    Ok(Some(n))
+}
+
+/// An update body names the object of the URL and, when it carries them, its current
+/// resourceVersion and uid.
+fn check_update_preconditions(
+    def: &ResourceDef,
+    name: &str,
+    body: &Value,
+    old: &Value,
+) -> ApiResult<()> {
+    if let Some(n) = meta(body, "name")
+        && n != name
+    {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({n}) does not match the name on the URL ({name})"
+        )));
+    }
+    if let Some(rv) = meta(body, "resourceVersion")
+        && !rv.is_empty()
+        && Some(&rv) != meta(old, "resourceVersion").as_ref()
+    {
+        return Err(ApiError::stale(&def.group, &def.plural, name));
+    }
+    if let Some(uid) = meta(body, "uid")
+        && !uid.is_empty()
+        && Some(&uid) != meta(old, "uid").as_ref()
+    {
+        return Err(ApiError::conflict(
+            &def.group,
+            &def.plural,
+            name,
+            &format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                meta(old, "uid").unwrap_or_default()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// An update of the status subresource: the stored object with the body's status.
+fn status_update(old: &Value, body: &Value) -> Value {
+    let mut n = old.clone();
+    match body.get("status") {
+        Some(s) => n["status"] = s.clone(),
+        None => {
+            if let Some(m) = n.as_object_mut() {
+                m.remove("status");
+            }
+        }
+    }
+    n
+}
+
+/// Finalizers may only be removed from an object being deleted.
+fn check_no_new_finalizers(
+    def: &ResourceDef,
+    name: &str,
+    old: &Value,
+    new: &Value,
+) -> ApiResult<()> {
+    if is_deleting(old) {
+        let of: BTreeSet<String> = finalizers(old).into_iter().collect();
+        if finalizers(new).iter().any(|f| !of.contains(f)) {
+            return Err(ApiError::invalid(
+                &def.group,
+                &def.kind,
+                name,
+                "metadata.finalizers",
+                "Forbidden: no new finalizers can be added if the object is being deleted",
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl State {
     pub fn new(clock: Clock, window: usize) -> Self {
         Self {
@@ -356,65 +471,12 @@ impl State {
         body: Value,
     ) -> ApiResult<Value> {
         let mut obj = body;
-        if !obj.is_object() {
-            return Err(ApiError::bad_request(
-                "the body of the request must be an object",
-            ));
-        }
-        if let Some(k) = obj.get("kind").and_then(Value::as_str)
-            && !k.is_empty()
-            && k != def.kind
-        {
-            return Err(ApiError::bad_request(format!(
-                "the object kind {k:?} does not match the resource {:?} (kind {:?})",
-                def.plural, def.kind
-            )));
-        }
-        let ns_in_body = meta(&obj, "namespace");
-        let ns = if def.namespaced {
-            let n = ns
-                .map(str::to_string)
-                .or(ns_in_body.clone())
-                .unwrap_or_else(|| "default".into());
-            if let Some(b) = ns_in_body
-                && !b.is_empty()
-                && b != n
-            {
-                return Err(ApiError::bad_request(
-                    "the namespace of the provided object does not match the namespace sent on the request",
-                ));
-            }
-            Some(n)
-        } else {
-            None
-        };
-        let mut name = meta(&obj, "name").unwrap_or_default();
-        if name.is_empty() {
-            match meta(&obj, "generateName") {
-                Some(g) if !g.is_empty() => name = format!("{g}{}", self.next_suffix()),
-                _ => {
-                    return Err(ApiError::invalid(
-                        &def.group,
-                        &def.kind,
-                        "",
-                        "metadata.name",
-                        "Required value: name or generateName is required",
-                    ));
-                }
-            }
-        }
+        check_create_body(def, &obj)?;
+        let ns = create_namespace(def, ns, &obj)?;
+        let name = self.create_name(def, &obj)?;
         admission::validate_name(def, &name)?;
         if let Some(n) = &ns {
-            match self.namespace_phase(n).as_deref() {
-                None => return Err(ApiError::not_found("", "namespaces", n)),
-                Some("Terminating") => {
-                    return Err(ApiError::forbidden(format!(
-                        "{} \"{name}\" is forbidden: unable to create new content in namespace {n} because it is being terminated",
-                        qualified(&def.group, &def.plural)
-                    )));
-                }
-                _ => {}
-            }
+            self.check_namespace_open(def, n, &name)?;
         }
         let key = Self::key(def, ns.as_deref(), &name);
         let gr = def.gr();
@@ -422,13 +484,64 @@ impl State {
             return Err(ApiError::already_exists(&def.group, &def.plural, &name));
         }
         self.admit_create(def, version, &name, &mut obj)?;
+        let uid = self.stamp_new(def, version, ns.as_deref(), &name, &mut obj);
+        self.objects
+            .entry(gr.clone())
+            .or_default()
+            .insert(key.clone(), obj.clone());
+        self.uids.insert(uid, (gr.clone(), key));
+        self.emit(&gr, EventType::Added, obj.clone(), None);
+        self.after_create(def, &obj);
+        Ok(Self::present(def, version, &obj))
+    }
+
+    /// The name of a new object: its own, or its `generateName` with a suffix.
+    fn create_name(&mut self, def: &ResourceDef, obj: &Value) -> ApiResult<String> {
+        let name = meta(obj, "name").unwrap_or_default();
+        if !name.is_empty() {
+            return Ok(name);
+        }
+        match meta(obj, "generateName") {
+            Some(g) if !g.is_empty() => Ok(format!("{g}{}", self.next_suffix())),
+            _ => Err(ApiError::invalid(
+                &def.group,
+                &def.kind,
+                "",
+                "metadata.name",
+                "Required value: name or generateName is required",
+            )),
+        }
+    }
+
+    /// New content needs an existing namespace that is not being terminated.
+    fn check_namespace_open(&self, def: &ResourceDef, ns: &str, name: &str) -> ApiResult<()> {
+        match self.namespace_phase(ns).as_deref() {
+            None => Err(ApiError::not_found("", "namespaces", ns)),
+            Some("Terminating") => Err(ApiError::forbidden(format!(
+                "{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                qualified(&def.group, &def.plural)
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Sets what the server owns in a new object's metadata (uid, creationTimestamp, the next
+    /// resourceVersion, generation 1) and its apiVersion and kind. Returns the uid.
+    fn stamp_new(
+        &mut self,
+        def: &ResourceDef,
+        version: &str,
+        ns: Option<&str>,
+        name: &str,
+        obj: &mut Value,
+    ) -> String {
         let uid = self.next_uid();
         let now = self.clock.now_rfc3339();
         let rv = self.next_rv();
         {
-            let m = meta_mut(&mut obj);
+            let m = meta_mut(obj);
             m.insert("name".into(), json!(name));
-            match &ns {
+            match ns {
                 Some(n) => m.insert("namespace".into(), json!(n)),
                 None => m.remove("namespace"),
             };
@@ -451,14 +564,7 @@ impl State {
         }
         obj["apiVersion"] = json!(def.api_version(version));
         obj["kind"] = json!(def.kind);
-        self.objects
-            .entry(gr.clone())
-            .or_default()
-            .insert(key.clone(), obj.clone());
-        self.uids.insert(uid, (gr.clone(), key));
-        self.emit(&gr, EventType::Added, obj.clone(), None);
-        self.after_create(def, &obj);
-        Ok(Self::present(def, version, &obj))
+        uid
     }
 
     fn after_create(&mut self, def: &ResourceDef, obj: &Value) {
@@ -520,98 +626,12 @@ impl State {
             .get_raw(&gr, &key)
             .cloned()
             .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))?;
-        if let Some(n) = meta(&body, "name")
-            && n != name
-        {
-            return Err(ApiError::bad_request(format!(
-                "the name of the object ({n}) does not match the name on the URL ({name})"
-            )));
-        }
-        if let Some(rv) = meta(&body, "resourceVersion")
-            && !rv.is_empty()
-            && Some(&rv) != meta(&old, "resourceVersion").as_ref()
-        {
-            return Err(ApiError::stale(&def.group, &def.plural, name));
-        }
-        if let Some(uid) = meta(&body, "uid")
-            && !uid.is_empty()
-            && Some(&uid) != meta(&old, "uid").as_ref()
-        {
-            return Err(ApiError::conflict(
-                &def.group,
-                &def.plural,
-                name,
-                &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    meta(&old, "uid").unwrap_or_default()
-                ),
-            ));
-        }
+        check_update_preconditions(def, name, &body, &old)?;
         let mut new = match sub {
-            Subresource::Status => {
-                let mut n = old.clone();
-                match body.get("status") {
-                    Some(s) => n["status"] = s.clone(),
-                    None => {
-                        if let Some(m) = n.as_object_mut() {
-                            m.remove("status");
-                        }
-                    }
-                }
-                n
-            }
-            Subresource::Main => {
-                let mut n = body;
-                {
-                    let om = old.get("metadata").cloned().unwrap_or(json!({}));
-                    let m = meta_mut(&mut n);
-                    for k in [
-                        "name",
-                        "namespace",
-                        "uid",
-                        "creationTimestamp",
-                        "deletionTimestamp",
-                        "deletionGracePeriodSeconds",
-                        "generation",
-                    ] {
-                        match om.get(k) {
-                            Some(v) => m.insert(k.into(), v.clone()),
-                            None => m.remove(k),
-                        };
-                    }
-                    m.remove("managedFields");
-                }
-                if def.has_status(version) {
-                    match old.get("status") {
-                        Some(s) => n["status"] = s.clone(),
-                        None => {
-                            if let Some(m) = n.as_object_mut() {
-                                m.remove("status");
-                            }
-                        }
-                    }
-                }
-                if def.custom
-                    && let Some(schema) = def.version(version).and_then(|v| v.schema.clone())
-                {
-                    apply_schema_defaults(&schema, &mut n);
-                }
-                self.validate_update(def, name, &old, &mut n)?;
-                n
-            }
+            Subresource::Status => status_update(&old, &body),
+            Subresource::Main => self.main_update(def, version, name, &old, body)?,
         };
-        if is_deleting(&old) {
-            let of: BTreeSet<String> = finalizers(&old).into_iter().collect();
-            if finalizers(&new).iter().any(|f| !of.contains(f)) {
-                return Err(ApiError::invalid(
-                    &def.group,
-                    &def.kind,
-                    name,
-                    "metadata.finalizers",
-                    "Forbidden: no new finalizers can be added if the object is being deleted",
-                ));
-            }
-        }
+        check_no_new_finalizers(def, name, &old, &new)?;
         new["apiVersion"] = old["apiVersion"].clone();
         new["kind"] = json!(def.kind);
         meta_mut(&mut new).insert(
@@ -635,6 +655,55 @@ impl State {
             version,
             self.get_raw(&gr, &key).unwrap_or(&new),
         ))
+    }
+
+    /// An update of the main resource: the body, but for the metadata the server owns and the
+    /// status (under a status subresource), with schema defaults and the kind's validation.
+    fn main_update(
+        &self,
+        def: &ResourceDef,
+        version: &str,
+        name: &str,
+        old: &Value,
+        body: Value,
+    ) -> ApiResult<Value> {
+        let mut n = body;
+        {
+            let om = old.get("metadata").cloned().unwrap_or(json!({}));
+            let m = meta_mut(&mut n);
+            for k in [
+                "name",
+                "namespace",
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+            ] {
+                match om.get(k) {
+                    Some(v) => m.insert(k.into(), v.clone()),
+                    None => m.remove(k),
+                };
+            }
+            m.remove("managedFields");
+        }
+        if def.has_status(version) {
+            match old.get("status") {
+                Some(s) => n["status"] = s.clone(),
+                None => {
+                    if let Some(m) = n.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+            }
+        }
+        if def.custom
+            && let Some(schema) = def.version(version).and_then(|v| v.schema.clone())
+        {
+            apply_schema_defaults(&schema, &mut n);
+        }
+        self.validate_update(def, name, old, &mut n)?;
+        Ok(n)
     }
 
     /// Stores a changed object (bumping the resourceVersion); an object being deleted whose last

@@ -9,7 +9,8 @@ use std::fmt::Write as _;
 
 use conformance_core::checks::{CheckOutcome, fmt_ms};
 use conformance_core::timeline::{
-    ActionStatus, Event, FaultPhase, GATEWAY_SANDBOX_KIND, ObjectRef, ObjectState, Timeline,
+    ActionStatus, Event, FaultPhase, FaultRecord, GATEWAY_SANDBOX_KIND, ObjectRef, ObjectState,
+    Timeline,
 };
 
 /// One case to render.
@@ -275,17 +276,79 @@ fn case_section(index: usize, c: &CaseView<'_>) -> String {
     s
 }
 
+/// A harness action as drawn: when, what (name and subject), how it ended, and its detail.
+type ActionMark = (u64, String, ActionStatus, Option<String>);
+
+/// What the timeline SVG draws, gathered from the timeline in one pass.
+#[derive(Default)]
+struct Drawing {
+    /// State segments per object, in lane order.
+    lanes: BTreeMap<(u8, String), (ObjectRef, Vec<Segment>)>,
+    windows: Vec<Window>,
+    actions: Vec<ActionMark>,
+    markers: Vec<(u64, String)>,
+}
+
+/// The SVG's geometry: the time axis's scale and the drawing's height.
+struct Frame {
+    end: u64,
+    scale: f64,
+    height: f64,
+}
+
+impl Frame {
+    fn new(end: u64, object_lanes: usize) -> Self {
+        let n_lanes = object_lanes + 2; // objects, actions, checks
+        Self {
+            end,
+            scale: (WIDTH - LABEL_W - RIGHT_PAD) / end as f64,
+            height: AXIS_H + n_lanes as f64 * LANE_H + 8.0,
+        }
+    }
+
+    /// The x coordinate of a time.
+    fn x(&self, ms: u64) -> f64 {
+        LABEL_W + ms as f64 * self.scale
+    }
+}
+
 fn svg(t: &Timeline, end: u64, failing: &[&CheckOutcome]) -> String {
-    // State segments per object.
-    let mut lanes: BTreeMap<(u8, String), (ObjectRef, Vec<Segment>)> = BTreeMap::new();
-    let mut windows: Vec<Window> = Vec::new();
-    let mut actions: Vec<(u64, String, ActionStatus, Option<String>)> = Vec::new();
-    let mut markers: Vec<(u64, String)> = Vec::new();
+    let d = gather(t, end);
+    let f = Frame::new(end, d.lanes.len());
+    let height = f.height;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "<svg class=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height}\" viewBox=\"0 0 {WIDTH} {height}\">"
+    );
+    draw_axis(&mut s, &f);
+    let mut y = AXIS_H;
+    for (r, segs) in d.lanes.values() {
+        draw_object_lane(&mut s, &f, y, r, segs);
+        y += LANE_H;
+    }
+    // Over the lanes, so every lane shows when the fault held.
+    for w in &d.windows {
+        draw_fault_window(&mut s, &f, w);
+    }
+    draw_actions(&mut s, &f, y, &d.actions);
+    draw_markers(&mut s, &f, &d.markers);
+    y += LANE_H;
+    draw_failing_checks(&mut s, &f, y, failing);
+    s.push_str("</svg>\n");
+    s
+}
+
+/// Objects' state segments (each lasting until the object's next state, the last until `end`),
+/// fault windows, finished harness actions and markers.
+fn gather(t: &Timeline, end: u64) -> Drawing {
+    let mut d = Drawing::default();
     for e in &t.entries {
         match &e.event {
             Event::Object(o) => {
                 let r = o.object_ref();
-                let lane = lanes
+                let lane = d
+                    .lanes
                     .entry(lane_order(&r))
                     .or_insert_with(|| (r.clone(), Vec::new()));
                 if let Some(last) = lane.1.last_mut() {
@@ -297,151 +360,153 @@ fn svg(t: &Timeline, end: u64, failing: &[&CheckOutcome]) -> String {
                     state: o.clone(),
                 });
             }
-            Event::Fault(f) => {
-                let w = match windows.iter_mut().find(|w| w.id == f.id) {
-                    Some(w) => w,
-                    None => {
-                        windows.push(Window {
-                            id: f.id.clone(),
-                            kind: f.kind.clone(),
-                            requested: None,
-                            from: None,
-                            to: None,
-                            restore_failed: false,
-                        });
-                        windows.last_mut().expect("just pushed")
-                    }
-                };
-                match f.phase {
-                    FaultPhase::Requested => w.requested = w.requested.or(Some(e.at_ms)),
-                    FaultPhase::Started => w.from = Some(e.at_ms),
-                    FaultPhase::Ended => w.to = Some(e.at_ms),
-                    FaultPhase::RestoreFailed => {
-                        w.restore_failed = true;
-                        w.to = Some(e.at_ms);
-                    }
-                }
-            }
+            Event::Fault(f) => record_fault(&mut d.windows, f, e.at_ms),
             Event::Action(a) if a.status != ActionStatus::Started => {
                 let label = match &a.subject {
                     Some(s) => format!("{} {s}", a.name),
                     None => a.name.clone(),
                 };
-                actions.push((e.at_ms, label, a.status, a.detail.clone()));
+                d.actions.push((e.at_ms, label, a.status, a.detail.clone()));
             }
-            Event::Marker { label } => markers.push((e.at_ms, label.clone())),
+            Event::Marker { label } => d.markers.push((e.at_ms, label.clone())),
             _ => {}
         }
     }
-    let scale = (WIDTH - LABEL_W - RIGHT_PAD) / end as f64;
-    let x = |ms: u64| LABEL_W + ms as f64 * scale;
-    let n_lanes = lanes.len() + 2; // objects, actions, checks
-    let height = AXIS_H + n_lanes as f64 * LANE_H + 8.0;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "<svg class=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height}\" viewBox=\"0 0 {WIDTH} {height}\">"
-    );
-    // Time axis.
-    let step = nice_step(end);
+    d
+}
+
+/// Updates (or opens) the window of a fault with one of its phases.
+fn record_fault(windows: &mut Vec<Window>, f: &FaultRecord, at_ms: u64) {
+    let w = match windows.iter_mut().find(|w| w.id == f.id) {
+        Some(w) => w,
+        None => {
+            windows.push(Window {
+                id: f.id.clone(),
+                kind: f.kind.clone(),
+                requested: None,
+                from: None,
+                to: None,
+                restore_failed: false,
+            });
+            windows.last_mut().expect("just pushed")
+        }
+    };
+    match f.phase {
+        FaultPhase::Requested => w.requested = w.requested.or(Some(at_ms)),
+        FaultPhase::Started => w.from = Some(at_ms),
+        FaultPhase::Ended => w.to = Some(at_ms),
+        FaultPhase::RestoreFailed => {
+            w.restore_failed = true;
+            w.to = Some(at_ms);
+        }
+    }
+}
+
+/// The time axis: a tick line across the drawing and a label per step.
+fn draw_axis(s: &mut String, f: &Frame) {
+    let step = nice_step(f.end);
     let mut tick = 0;
-    while tick <= end {
+    while tick <= f.end {
         let _ = writeln!(
             s,
             "<line class=\"tick\" x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"{1}\" y2=\"{2:.1}\"/><text class=\"axis\" x=\"{0:.1}\" y=\"12\">{3}</text>",
-            x(tick),
+            f.x(tick),
             AXIS_H - 6.0,
-            height,
+            f.height,
             fmt_ms(tick)
         );
         tick += step;
     }
-    // Object lanes.
-    let mut y = AXIS_H;
-    for (r, segs) in lanes.values() {
-        let _ = writeln!(
-            s,
-            "<text class=\"lane\" x=\"4\" y=\"{:.1}\">{}</text>",
-            y + 15.0,
-            escape(&short_ref(r))
-        );
-        for seg in segs {
-            let w = (x(seg.to) - x(seg.from)).max(1.0);
-            let text = label(&seg.state);
-            let _ = write!(
-                s,
-                "<g><rect class=\"seg {}\" x=\"{:.1}\" y=\"{:.1}\" width=\"{w:.1}\" height=\"{}\"><title>{} at {}: {}</title></rect>",
-                tone(&seg.state),
-                x(seg.from),
-                y + 2.0,
-                LANE_H - 4.0,
-                escape(&r.to_string()),
-                fmt_ms(seg.from),
-                escape(&seg.state.summary())
-            );
-            if w > text.len() as f64 * 6.0 {
-                let _ = write!(
-                    s,
-                    "<text class=\"seg-label\" x=\"{:.1}\" y=\"{:.1}\">{}</text>",
-                    x(seg.from) + 3.0,
-                    y + 15.0,
-                    escape(&text)
-                );
-            }
-            s.push_str("</g>\n");
-        }
-        y += LANE_H;
-    }
-    // Fault windows over the lanes, translucent, so every lane shows when the fault held.
-    for w in &windows {
-        let from = w.from.or(w.requested).unwrap_or(0);
-        let to = w.to.unwrap_or(end);
-        if let Some(req) = w.requested.filter(|r| *r < from) {
-            let _ = writeln!(
-                s,
-                "<rect class=\"fault-requested\" x=\"{:.1}\" y=\"{AXIS_H}\" width=\"{:.1}\" height=\"{:.1}\"><title>{} {} requested at {}</title></rect>",
-                x(req),
-                (x(from) - x(req)).max(1.0),
-                height - AXIS_H,
-                escape(&w.id),
-                escape(&w.kind),
-                fmt_ms(req)
-            );
-        }
+}
+
+/// One object's lane at `y`: its name, then a coloured segment per state, labelled where the
+/// label fits.
+fn draw_object_lane(s: &mut String, f: &Frame, y: f64, r: &ObjectRef, segs: &[Segment]) {
+    let _ = writeln!(
+        s,
+        "<text class=\"lane\" x=\"4\" y=\"{:.1}\">{}</text>",
+        y + 15.0,
+        escape(&short_ref(r))
+    );
+    for seg in segs {
+        let w = (f.x(seg.to) - f.x(seg.from)).max(1.0);
+        let text = label(&seg.state);
         let _ = write!(
             s,
-            "<rect class=\"fault{}\" data-fault=\"{}\" x=\"{:.1}\" y=\"{AXIS_H}\" width=\"{:.1}\" height=\"{:.1}\"><title>{} {}: {} .. {}{}</title></rect>\n<text class=\"fault-label\" x=\"{:.1}\" y=\"{:.1}\">{} {}</text>\n",
-            if w.restore_failed {
-                " restore-failed"
-            } else {
-                ""
-            },
-            escape(&w.kind),
-            x(from),
-            (x(to) - x(from)).max(2.0),
-            height - AXIS_H,
+            "<g><rect class=\"seg {}\" x=\"{:.1}\" y=\"{:.1}\" width=\"{w:.1}\" height=\"{}\"><title>{} at {}: {}</title></rect>",
+            tone(&seg.state),
+            f.x(seg.from),
+            y + 2.0,
+            LANE_H - 4.0,
+            escape(&r.to_string()),
+            fmt_ms(seg.from),
+            escape(&seg.state.summary())
+        );
+        if w > text.len() as f64 * 6.0 {
+            let _ = write!(
+                s,
+                "<text class=\"seg-label\" x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+                f.x(seg.from) + 3.0,
+                y + 15.0,
+                escape(&text)
+            );
+        }
+        s.push_str("</g>\n");
+    }
+}
+
+/// A fault window across all lanes, translucent, with its requested lead-in and its label.
+fn draw_fault_window(s: &mut String, f: &Frame, w: &Window) {
+    let from = w.from.or(w.requested).unwrap_or(0);
+    let to = w.to.unwrap_or(f.end);
+    if let Some(req) = w.requested.filter(|r| *r < from) {
+        let _ = writeln!(
+            s,
+            "<rect class=\"fault-requested\" x=\"{:.1}\" y=\"{AXIS_H}\" width=\"{:.1}\" height=\"{:.1}\"><title>{} {} requested at {}</title></rect>",
+            f.x(req),
+            (f.x(from) - f.x(req)).max(1.0),
+            f.height - AXIS_H,
             escape(&w.id),
             escape(&w.kind),
-            fmt_ms(from),
-            fmt_ms(to),
-            if w.restore_failed {
-                " (RESTORE FAILED)"
-            } else {
-                ""
-            },
-            x(from) + 2.0,
-            AXIS_H - 4.0,
-            escape(&w.id),
-            escape(&w.kind)
+            fmt_ms(req)
         );
     }
-    // Harness actions.
+    let _ = write!(
+        s,
+        "<rect class=\"fault{}\" data-fault=\"{}\" x=\"{:.1}\" y=\"{AXIS_H}\" width=\"{:.1}\" height=\"{:.1}\"><title>{} {}: {} .. {}{}</title></rect>\n<text class=\"fault-label\" x=\"{:.1}\" y=\"{:.1}\">{} {}</text>\n",
+        if w.restore_failed {
+            " restore-failed"
+        } else {
+            ""
+        },
+        escape(&w.kind),
+        f.x(from),
+        (f.x(to) - f.x(from)).max(2.0),
+        f.height - AXIS_H,
+        escape(&w.id),
+        escape(&w.kind),
+        fmt_ms(from),
+        fmt_ms(to),
+        if w.restore_failed {
+            " (RESTORE FAILED)"
+        } else {
+            ""
+        },
+        f.x(from) + 2.0,
+        AXIS_H - 4.0,
+        escape(&w.id),
+        escape(&w.kind)
+    );
+}
+
+/// The harness actions lane at `y`: a dot per finished action, coloured by how it ended.
+fn draw_actions(s: &mut String, f: &Frame, y: f64, actions: &[ActionMark]) {
     let _ = writeln!(
         s,
         "<text class=\"lane\" x=\"4\" y=\"{:.1}\">harness actions</text>",
         y + 15.0
     );
-    for (at, label, status, detail) in &actions {
+    for (at, label, status, detail) in actions {
         let class = match status {
             ActionStatus::Ok => "act-ok",
             ActionStatus::Refused => "act-refused",
@@ -450,7 +515,7 @@ fn svg(t: &Timeline, end: u64, failing: &[&CheckOutcome]) -> String {
         let _ = writeln!(
             s,
             "<circle class=\"{class}\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"4\"><title>{} at {}: {:?}{}</title></circle>",
-            x(*at),
+            f.x(*at),
             y + LANE_H / 2.0,
             escape(label),
             fmt_ms(*at),
@@ -461,19 +526,25 @@ fn svg(t: &Timeline, end: u64, failing: &[&CheckOutcome]) -> String {
                 .unwrap_or_default()
         );
     }
-    for (at, label) in &markers {
+}
+
+/// Markers: a dashed line across the lanes.
+fn draw_markers(s: &mut String, f: &Frame, markers: &[(u64, String)]) {
+    for (at, label) in markers {
         let _ = writeln!(
             s,
             "<line class=\"marker\" x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"{1}\" y2=\"{2:.1}\"><title>marker {3} at {4}</title></line>",
-            x(*at),
+            f.x(*at),
             AXIS_H,
-            height,
+            f.height,
             escape(label),
             fmt_ms(*at)
         );
     }
-    y += LANE_H;
-    // Failing check windows.
+}
+
+/// The failing checks lane at `y`: each failing check's window, outlined.
+fn draw_failing_checks(s: &mut String, f: &Frame, y: f64, failing: &[&CheckOutcome]) {
     let _ = writeln!(
         s,
         "<text class=\"lane\" x=\"4\" y=\"{:.1}\">failing checks</text>",
@@ -484,17 +555,15 @@ fn svg(t: &Timeline, end: u64, failing: &[&CheckOutcome]) -> String {
             let _ = writeln!(
                 s,
                 "<rect class=\"check-window\" x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{}\"><title>{}: {}</title></rect>",
-                x(w.from_ms),
+                f.x(w.from_ms),
                 y + 2.0,
-                (x(w.to_ms.min(end)) - x(w.from_ms)).max(2.0),
+                (f.x(w.to_ms.min(f.end)) - f.x(w.from_ms)).max(2.0),
                 LANE_H - 4.0,
                 escape(&o.name),
                 escape(&o.message)
             );
         }
     }
-    s.push_str("</svg>\n");
-    s
 }
 
 fn short_ref(r: &ObjectRef) -> String {

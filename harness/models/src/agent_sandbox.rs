@@ -89,6 +89,25 @@ fn obj_map(v: Option<&Value>) -> Map<String, Value> {
 /// What a reconcile was triggered by: the CR's resourceVersion and its pod's (if any).
 type TriggerKey = (String, Option<String>);
 
+/// What one reconcile works from: the CR's identity and mode, and the release's behaviour.
+struct Reconciling {
+    ns: String,
+    name: String,
+    uid: String,
+    hash: String,
+    /// `spec.operatingMode: Suspended`, or the v1alpha1 `spec.replicas: 0`.
+    suspended: bool,
+    /// v0.5.4+ behaviour (see [`AgentSandboxVersion::V0_5_4`]).
+    v5_4: bool,
+}
+
+/// The pod as the pod step leaves it: the one status reports, and whether a pod of the CR's name
+/// belongs to someone else.
+struct PodSeen {
+    returned: Option<Value>,
+    not_owned: bool,
+}
+
 pub struct AgentSandboxController {
     cluster: Cluster,
     version: AgentSandboxVersion,
@@ -177,31 +196,48 @@ impl AgentSandboxController {
         }
     }
 
+    /// One reconcile, in the real controller's order: PVCs, pod, conditions, one status write.
     fn reconcile(&self, sb: &Value) {
         if sb.pointer("/metadata/deletionTimestamp").is_some() {
             return; // F4.7
         }
         let mut sb = sb.clone();
-        let ns = s(&sb, "/metadata/namespace")
-            .unwrap_or_default()
-            .to_string();
         let name = s(&sb, "/metadata/name").unwrap_or_default().to_string();
-        let uid = s(&sb, "/metadata/uid").unwrap_or_default().to_string();
-        let hash = name_hash(&name);
-        let suspended = s(&sb, "/spec/operatingMode") == Some("Suspended")
-            || sb.pointer("/spec/replicas").and_then(Value::as_i64) == Some(0);
-        let v5_4 = self.version >= AgentSandboxVersion::V0_5_4;
-        let mut error: Option<String> = None;
-
-        // (a) PVCs (F4.10): created if missing, never deleted.
+        let r = Reconciling {
+            ns: s(&sb, "/metadata/namespace")
+                .unwrap_or_default()
+                .to_string(),
+            uid: s(&sb, "/metadata/uid").unwrap_or_default().to_string(),
+            hash: name_hash(&name),
+            suspended: s(&sb, "/spec/operatingMode") == Some("Suspended")
+                || sb.pointer("/spec/replicas").and_then(Value::as_i64) == Some(0),
+            v5_4: self.version >= AgentSandboxVersion::V0_5_4,
+            name,
+        };
         let vcts: Vec<Value> = sb
             .pointer("/spec/volumeClaimTemplates")
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
-        for vct in &vcts {
+        let mut error = self.ensure_pvcs(&sb, &r, &vcts);
+        let pod = self.reconcile_pod(&mut sb, &r, &vcts, &mut error);
+        let conds = self.conditions(&sb, &r, &pod, error.as_deref());
+        self.write_status(&sb, &r, pod.returned.as_ref(), conds);
+    }
+
+    /// (a) PVCs (F4.10): created if missing, never deleted. Returns the last error seen.
+    fn ensure_pvcs(&self, sb: &Value, r: &Reconciling, vcts: &[Value]) -> Option<String> {
+        let Reconciling {
+            ns,
+            name,
+            uid,
+            hash,
+            ..
+        } = r;
+        let mut error = None;
+        for vct in vcts {
             let claim = format!("{}-{name}", s(vct, "/metadata/name").unwrap_or_default());
-            match self.cluster.get(&pvcs(), Some(&ns), &claim) {
+            match self.cluster.get(&pvcs(), Some(ns), &claim) {
                 Ok(existing) => {
                     if controller_uid(&existing).is_some_and(|u| u != uid) {
                         error = Some(format!(
@@ -213,85 +249,149 @@ impl AgentSandboxController {
                     let mut labels = obj_map(vct.pointer("/metadata/labels"));
                     labels.insert(NAME_HASH_LABEL.into(), json!(hash));
                     let mut md = json!({"name": claim, "labels": labels,
-                        "ownerReferences": self.owner_ref(&sb)});
+                        "ownerReferences": self.owner_ref(sb)});
                     if let Some(a) = vct.pointer("/metadata/annotations") {
                         md["annotations"] = a.clone();
                     }
                     let pvc = json!({"metadata": md, "spec": vct.get("spec").cloned().unwrap_or(json!({}))});
-                    if let Err(e) = self.cluster.create(&pvcs(), Some(&ns), pvc) {
+                    if let Err(e) = self.cluster.create(&pvcs(), Some(ns), pvc) {
                         error = Some(e.to_string());
                     }
                 }
             }
         }
+        error
+    }
 
-        // (b) the pod (F4.11, F4.12, F4.14).
+    /// (b) the pod (F4.11, F4.12, F4.14): deleted when suspended, created when missing (and
+    /// no PVC error), with the pod-name annotation following it.
+    fn reconcile_pod(
+        &self,
+        sb: &mut Value,
+        r: &Reconciling,
+        vcts: &[Value],
+        error: &mut Option<String>,
+    ) -> PodSeen {
         let pod = self
             .cluster
-            .get(&ResourceRef::pods(), Some(&ns), &name)
+            .get(&ResourceRef::pods(), Some(&r.ns), &r.name)
             .ok();
+        if r.suspended {
+            self.suspend_pod(sb, r, pod)
+        } else {
+            PodSeen {
+                returned: self.ensure_pod(sb, r, pod, vcts, error),
+                not_owned: false,
+            }
+        }
+    }
+
+    /// Suspended: deletes an owned pod (reported until gone from v0.5.4), refuses one it does
+    /// not own.
+    fn suspend_pod(&self, sb: &mut Value, r: &Reconciling, pod: Option<Value>) -> PodSeen {
+        let Reconciling {
+            ns,
+            name,
+            uid,
+            v5_4,
+            ..
+        } = r;
         let owned = |p: &Value| controller_uid(p) == Some(uid.as_str());
         let mut not_owned = false;
-        let returned: Option<Value> = if suspended {
-            match pod {
-                Some(p) if owned(&p) => {
-                    if p.pointer("/metadata/deletionTimestamp").is_none() {
-                        let _ = self.cluster.delete(
-                            &ResourceRef::pods(),
-                            Some(&ns),
-                            &name,
-                            &DeleteOptions::default(),
-                        );
-                    }
-                    self.patch_annotation(&mut sb, None);
-                    if v5_4 {
-                        // v0.5.4+ reports the terminating pod until it is gone.
-                        self.cluster
-                            .get(&ResourceRef::pods(), Some(&ns), &name)
-                            .ok()
-                    } else {
-                        None
-                    }
+        let returned = match pod {
+            Some(p) if owned(&p) => {
+                if p.pointer("/metadata/deletionTimestamp").is_none() {
+                    let _ = self.cluster.delete(
+                        &ResourceRef::pods(),
+                        Some(ns),
+                        name,
+                        &DeleteOptions::default(),
+                    );
                 }
-                Some(p) => {
-                    not_owned = true;
-                    Some(p)
-                }
-                None => {
-                    self.patch_annotation(&mut sb, None);
+                self.patch_annotation(sb, None);
+                if *v5_4 {
+                    // v0.5.4+ reports the terminating pod until it is gone.
+                    self.cluster.get(&ResourceRef::pods(), Some(ns), name).ok()
+                } else {
                     None
                 }
             }
-        } else {
-            match pod {
-                Some(p) => {
-                    if owned(&p) {
-                        self.patch_annotation(&mut sb, Some(&name));
-                    }
-                    Some(p)
-                }
-                None if error.is_none() => {
-                    self.patch_annotation(&mut sb, None);
-                    match self.cluster.create(
-                        &ResourceRef::pods(),
-                        Some(&ns),
-                        self.pod_for(&sb, &hash, &vcts),
-                    ) {
-                        Ok(p) => {
-                            self.patch_annotation(&mut sb, Some(&name));
-                            Some(p)
-                        }
-                        Err(e) => {
-                            error = Some(e.to_string());
-                            None
-                        }
-                    }
-                }
-                None => None,
+            Some(p) => {
+                not_owned = true;
+                Some(p)
+            }
+            None => {
+                self.patch_annotation(sb, None);
+                None
             }
         };
+        PodSeen {
+            returned,
+            not_owned,
+        }
+    }
 
-        // (d) conditions (F4.2, F4.3): Suspended?, Finished?, Ready; new types are appended.
+    /// Running: keeps the existing pod (annotating it if owned) or creates it.
+    fn ensure_pod(
+        &self,
+        sb: &mut Value,
+        r: &Reconciling,
+        pod: Option<Value>,
+        vcts: &[Value],
+        error: &mut Option<String>,
+    ) -> Option<Value> {
+        let Reconciling {
+            ns,
+            name,
+            uid,
+            hash,
+            ..
+        } = r;
+        let owned = |p: &Value| controller_uid(p) == Some(uid.as_str());
+        match pod {
+            Some(p) => {
+                if owned(&p) {
+                    self.patch_annotation(sb, Some(name));
+                }
+                Some(p)
+            }
+            None if error.is_none() => {
+                self.patch_annotation(sb, None);
+                match self.cluster.create(
+                    &ResourceRef::pods(),
+                    Some(ns),
+                    self.pod_for(sb, hash, vcts),
+                ) {
+                    Ok(p) => {
+                        self.patch_annotation(sb, Some(name));
+                        Some(p)
+                    }
+                    Err(e) => {
+                        *error = Some(e.to_string());
+                        None
+                    }
+                }
+            }
+            None => None,
+        }
+    }
+
+    /// (d) conditions (F4.2, F4.3): Suspended?, Finished?, Ready; new types are appended.
+    fn conditions(
+        &self,
+        sb: &Value,
+        r: &Reconciling,
+        pod: &PodSeen,
+        error: Option<&str>,
+    ) -> Vec<Value> {
+        let Reconciling {
+            suspended, v5_4, ..
+        } = *r;
+        let PodSeen {
+            returned,
+            not_owned,
+        } = pod;
+        let not_owned = *not_owned;
         let generation = sb
             .pointer("/metadata/generation")
             .cloned()
@@ -308,7 +408,7 @@ impl AgentSandboxController {
             set_condition(&mut conds, new, &now);
         };
         if v5_4 {
-            match (&returned, suspended) {
+            match (returned, suspended) {
                 (_, false) => set(
                     "Suspended",
                     false,
@@ -355,8 +455,26 @@ impl AgentSandboxController {
             ),
             _ => {}
         }
+        let (ok, reason, message) =
+            self.ready_condition(error, suspended, returned.as_ref(), pod_phase.as_deref());
+        set("Ready", ok, reason, &message);
+        if !matches!(pod_phase.as_deref(), Some("Failed" | "Succeeded")) {
+            // Finished is the one condition removed when the pod is absent or not terminal.
+            conds.retain(|c| c["type"] != json!("Finished"));
+        }
+        conds
+    }
+
+    /// The `Ready` condition: status, reason and message, per release.
+    fn ready_condition(
+        &self,
+        error: Option<&str>,
+        suspended: bool,
+        returned: Option<&Value>,
+        pod_phase: Option<&str>,
+    ) -> (bool, &'static str, String) {
         let v5_1 = self.version >= AgentSandboxVersion::V0_5_1;
-        let (ok, reason, message): (bool, &str, String) = if let Some(e) = &error {
+        if let Some(e) = error {
             (false, "ReconcilerError", format!("Error seen: {e}"))
         } else if suspended {
             let m = if returned.is_some() {
@@ -366,7 +484,7 @@ impl AgentSandboxController {
             };
             (false, "SandboxSuspended", m.into())
         } else {
-            match (&returned, pod_phase.as_deref()) {
+            match (returned, pod_phase) {
                 (None, _) => (false, "DependenciesNotReady", "Pod does not exist".into()),
                 (Some(_), Some("Failed")) if v5_1 => (false, "PodFailed", "Pod failed".into()),
                 (Some(_), Some("Succeeded")) if v5_1 => {
@@ -405,48 +523,30 @@ impl AgentSandboxController {
                     format!("Pod exists with phase: {}", phase.unwrap_or("Pending")),
                 ),
             }
-        };
-        set("Ready", ok, reason, &message);
-        if !matches!(pod_phase.as_deref(), Some("Failed" | "Succeeded")) {
-            // Finished is the one condition removed when the pod is absent or not terminal.
-            conds.retain(|c| c["type"] != json!("Finished"));
         }
+    }
 
-        // (e) one status write if anything changed.
+    /// (e) one status write if anything changed: a merge patch from v0.5.4, an Update before.
+    fn write_status(
+        &self,
+        sb: &Value,
+        r: &Reconciling,
+        returned: Option<&Value>,
+        conds: Vec<Value>,
+    ) {
+        let Reconciling {
+            ns,
+            name,
+            hash,
+            v5_4,
+            ..
+        } = r;
         let old = obj_map(sb.get("status"));
-        let mut st = old.clone();
-        st.insert(
-            "selector".into(),
-            json!(format!("{NAME_HASH_LABEL}={hash}")),
-        );
-        st.insert("conditions".into(), Value::Array(conds));
-        let ips: Vec<Value> = returned
-            .as_ref()
-            .and_then(|p| p.pointer("/status/podIPs"))
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|i| i.get("ip").cloned()).collect())
-            .unwrap_or_default();
-        if ips.is_empty() {
-            st.remove("podIPs");
-        } else {
-            st.insert("podIPs".into(), Value::Array(ips));
-        }
-        match returned
-            .as_ref()
-            .and_then(|p| s(p, "/spec/nodeName"))
-            .filter(|n| !n.is_empty())
-        {
-            Some(n) => {
-                st.insert("nodeName".into(), json!(n));
-            }
-            None => {
-                st.remove("nodeName");
-            }
-        }
+        let st = desired_status(&old, hash, returned, conds);
         if st == old {
             return;
         }
-        if v5_4 {
+        if *v5_4 {
             let mut patch = st.clone();
             for k in old.keys() {
                 if !st.contains_key(k) {
@@ -455,8 +555,8 @@ impl AgentSandboxController {
             }
             let _ = self.cluster.patch_status(
                 &sandboxes(),
-                Some(&ns),
-                &name,
+                Some(ns),
+                name,
                 PatchKind::Merge,
                 &json!({"status": patch}),
             );
@@ -467,7 +567,7 @@ impl AgentSandboxController {
             // that caused it triggers the next reconcile).
             let _ = self
                 .cluster
-                .update_status(&sandboxes(), Some(&ns), &name, body);
+                .update_status(&sandboxes(), Some(ns), name, body);
         }
     }
 
@@ -526,6 +626,44 @@ impl AgentSandboxController {
             "spec": spec,
         })
     }
+}
+
+/// The CR's status as this reconcile sees it: `old` with the selector, conditions, pod IPs and
+/// node name replaced.
+fn desired_status(
+    old: &Map<String, Value>,
+    hash: &str,
+    returned: Option<&Value>,
+    conds: Vec<Value>,
+) -> Map<String, Value> {
+    let mut st = old.clone();
+    st.insert(
+        "selector".into(),
+        json!(format!("{NAME_HASH_LABEL}={hash}")),
+    );
+    st.insert("conditions".into(), Value::Array(conds));
+    let ips: Vec<Value> = returned
+        .and_then(|p| p.pointer("/status/podIPs"))
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|i| i.get("ip").cloned()).collect())
+        .unwrap_or_default();
+    if ips.is_empty() {
+        st.remove("podIPs");
+    } else {
+        st.insert("podIPs".into(), Value::Array(ips));
+    }
+    match returned
+        .and_then(|p| s(p, "/spec/nodeName"))
+        .filter(|n| !n.is_empty())
+    {
+        Some(n) => {
+            st.insert("nodeName".into(), json!(n));
+        }
+        None => {
+            st.remove("nodeName");
+        }
+    }
+    st
 }
 
 /// `meta.SetStatusCondition`: `lastTransitionTime` changes only when `status` flips; reason,

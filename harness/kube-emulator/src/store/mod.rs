@@ -1,0 +1,799 @@
+//! The object store and the API semantics every writer goes through (HTTP clients and in-process
+//! controllers alike): uid/creationTimestamp/generation, a cluster-wide monotonic
+//! resourceVersion, optimistic concurrency and the status subresource. The rest of the API lives
+//! in submodules: admission defaults and validation ([`admission`]), the scale and binding
+//! subresources ([`subresources`]), deletion with grace periods, finalizers and propagation
+//! ([`deletion`]) and the built-in controllers that must act for the API to be faithful
+//! (garbage collector, namespace lifecycle, PVC protection; [`controllers`]).
+//!
+//! Built-in controllers run synchronously after each write ("settle"), so a sequence of
+//! operations always yields the same sequence of watch events and resourceVersions.
+
+use crate::clock::Clock;
+use crate::error::{ApiError, ApiResult, qualified};
+use crate::patch::{PatchKind, apply_patch};
+use crate::resources::{ResourceDef, Resources, apply_schema_defaults};
+use crate::selectors::{FieldSelector, LabelSelector};
+use serde_json::{Map, Value, json};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+mod admission;
+mod controllers;
+mod deletion;
+mod subresources;
+
+/// (group, plural): the identity of a resource, independent of the version it is served in.
+pub type Gr = (String, String);
+/// (namespace or "", name).
+pub type NsName = (String, String);
+
+pub const FINALIZER_FOREGROUND: &str = "foregroundDeletion";
+pub const FINALIZER_ORPHAN: &str = "orphan";
+pub const FINALIZER_PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Added => "ADDED",
+            Self::Modified => "MODIFIED",
+            Self::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One retained change, as watchers replay it.
+#[derive(Debug, Clone)]
+pub struct EventRecord {
+    pub rv: u64,
+    pub type_: EventType,
+    pub object: Value,
+    /// The object before a MODIFIED, so selector-filtered watches can turn a change that leaves
+    /// (or enters) the selection into DELETED (or ADDED), as the real watch cache does.
+    pub prev: Option<Value>,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct EventLog {
+    pub events: VecDeque<Arc<EventRecord>>,
+    /// The resourceVersion of the newest evicted event: a watch from an older version cannot be
+    /// served (410 Expired).
+    pub evicted_upto: u64,
+}
+
+/// Which part of an object a write addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subresource {
+    Main,
+    Status,
+}
+
+/// `metav1.DeleteOptions`, the fields the API honours.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeleteOptions {
+    pub grace_period_seconds: Option<i64>,
+    /// `Background` (the default here, as for all apps/v1 and core kinds), `Foreground` or `Orphan`.
+    pub propagation_policy: Option<String>,
+    pub precondition_uid: Option<String>,
+    pub precondition_resource_version: Option<String>,
+}
+
+impl DeleteOptions {
+    pub fn from_json(v: &Value) -> Self {
+        let s = |p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_string);
+        let mut o = Self {
+            grace_period_seconds: v.get("gracePeriodSeconds").and_then(Value::as_i64),
+            propagation_policy: s("/propagationPolicy"),
+            precondition_uid: s("/preconditions/uid"),
+            precondition_resource_version: s("/preconditions/resourceVersion"),
+        };
+        if o.propagation_policy.is_none()
+            && v.get("orphanDependents").and_then(Value::as_bool) == Some(true)
+        {
+            o.propagation_policy = Some("Orphan".into());
+        }
+        o
+    }
+}
+
+/// List filtering.
+#[derive(Debug, Clone, Default)]
+pub struct ListOptions {
+    pub label_selector: Option<LabelSelector>,
+    pub field_selector: Option<FieldSelector>,
+}
+
+impl ListOptions {
+    pub fn matches(&self, obj: &Value) -> bool {
+        self.label_selector.as_ref().is_none_or(|s| s.matches(obj))
+            && self.field_selector.as_ref().is_none_or(|s| s.matches(obj))
+    }
+}
+
+/// A graceful pod deletion whose grace period the server must time out.
+#[derive(Debug, Clone)]
+pub struct PendingGrace {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub after: Duration,
+}
+
+#[derive(Clone)]
+pub struct State {
+    pub rv: u64,
+    uid_counter: u64,
+    name_counter: u64,
+    ip_counter: u32,
+    pub resources: Resources,
+    objects: BTreeMap<Gr, BTreeMap<NsName, Value>>,
+    uids: BTreeMap<String, (Gr, NsName)>,
+    pub logs: BTreeMap<Gr, EventLog>,
+    pub window: usize,
+    pub clock: Clock,
+    /// Grace timers to start once the lock is released.
+    pub pending_grace: Vec<PendingGrace>,
+    /// Pods removed from the store: (namespace, name, uid), for the exec/log/volume registries.
+    pub removed_pods: Vec<(String, String, String)>,
+}
+
+fn meta(obj: &Value, key: &str) -> Option<String> {
+    obj.get("metadata")
+        .and_then(|m| m.get(key))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
+fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.get("metadata").is_some_and(Value::is_object) {
+        obj["metadata"] = json!({});
+    }
+    obj["metadata"]
+        .as_object_mut()
+        .expect("metadata is an object")
+}
+
+fn finalizers(obj: &Value) -> Vec<String> {
+    obj.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn is_deleting(obj: &Value) -> bool {
+    obj.pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
+}
+
+/// Strips what does not count as a spec change for `metadata.generation`.
+fn spec_part(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(m) = o.as_object_mut() {
+        m.remove("metadata");
+        m.remove("status");
+        m.remove("apiVersion");
+        m.remove("kind");
+    }
+    o
+}
+
+/// A create body must be an object of the resource's kind (or of no kind).
+fn check_create_body(def: &ResourceDef, obj: &Value) -> ApiResult<()> {
+    if !obj.is_object() {
+        return Err(ApiError::bad_request(
+            "the body of the request must be an object",
+        ));
+    }
+    if let Some(k) = obj.get("kind").and_then(Value::as_str)
+        && !k.is_empty()
+        && k != def.kind
+    {
+        return Err(ApiError::bad_request(format!(
+            "the object kind {k:?} does not match the resource {:?} (kind {:?})",
+            def.plural, def.kind
+        )));
+    }
+    Ok(())
+}
+
+/// The namespace of a new object: the request's, else the body's, else `default`; the two must
+/// agree. `None` for cluster-scoped resources.
+fn create_namespace(def: &ResourceDef, ns: Option<&str>, obj: &Value) -> ApiResult<Option<String>> {
+    if !def.namespaced {
+        return Ok(None);
+    }
+    let ns_in_body = meta(obj, "namespace");
+    let n = ns
+        .map(str::to_string)
+        .or(ns_in_body.clone())
+        .unwrap_or_else(|| "default".into());
+    if let Some(b) = ns_in_body
+        && !b.is_empty()
+        && b != n
+    {
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
+    Ok(Some(n))
+}
+
+/// An update body names the object of the URL and, when it carries them, its current
+/// resourceVersion and uid.
+fn check_update_preconditions(
+    def: &ResourceDef,
+    name: &str,
+    body: &Value,
+    old: &Value,
+) -> ApiResult<()> {
+    if let Some(n) = meta(body, "name")
+        && n != name
+    {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({n}) does not match the name on the URL ({name})"
+        )));
+    }
+    if let Some(rv) = meta(body, "resourceVersion")
+        && !rv.is_empty()
+        && Some(&rv) != meta(old, "resourceVersion").as_ref()
+    {
+        return Err(ApiError::stale(&def.group, &def.plural, name));
+    }
+    if let Some(uid) = meta(body, "uid")
+        && !uid.is_empty()
+        && Some(&uid) != meta(old, "uid").as_ref()
+    {
+        return Err(ApiError::conflict(
+            &def.group,
+            &def.plural,
+            name,
+            &format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                meta(old, "uid").unwrap_or_default()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// An update of the status subresource: the stored object with the body's status.
+fn status_update(old: &Value, body: &Value) -> Value {
+    let mut n = old.clone();
+    match body.get("status") {
+        Some(s) => n["status"] = s.clone(),
+        None => {
+            if let Some(m) = n.as_object_mut() {
+                m.remove("status");
+            }
+        }
+    }
+    n
+}
+
+/// Finalizers may only be removed from an object being deleted.
+fn check_no_new_finalizers(
+    def: &ResourceDef,
+    name: &str,
+    old: &Value,
+    new: &Value,
+) -> ApiResult<()> {
+    if is_deleting(old) {
+        let of: BTreeSet<String> = finalizers(old).into_iter().collect();
+        if finalizers(new).iter().any(|f| !of.contains(f)) {
+            return Err(ApiError::invalid(
+                &def.group,
+                &def.kind,
+                name,
+                "metadata.finalizers",
+                "Forbidden: no new finalizers can be added if the object is being deleted",
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl State {
+    pub fn new(clock: Clock, window: usize) -> Self {
+        Self {
+            rv: 0,
+            uid_counter: 0,
+            name_counter: 0,
+            ip_counter: 0,
+            resources: Resources::builtin(),
+            objects: BTreeMap::new(),
+            uids: BTreeMap::new(),
+            logs: BTreeMap::new(),
+            window: window.max(1),
+            clock,
+            pending_grace: vec![],
+            removed_pods: vec![],
+        }
+    }
+
+    pub fn def(&self, group: &str, version: &str, plural: &str) -> ApiResult<ResourceDef> {
+        self.resources
+            .get(group, version, plural)
+            .cloned()
+            .ok_or_else(|| {
+                ApiError::new(
+                    404,
+                    "NotFound",
+                    "the server could not find the requested resource",
+                )
+            })
+    }
+
+    fn next_uid(&mut self) -> String {
+        self.uid_counter += 1;
+        // Deterministic, UUID-shaped (version nibble 4, variant 8) so clients that parse uids accept it.
+        let n = self.uid_counter;
+        format!("00000000-0000-4000-8000-{n:012x}")
+    }
+
+    fn next_rv(&mut self) -> u64 {
+        self.rv += 1;
+        self.rv
+    }
+
+    /// The random-looking suffix of `generateName`, from a counter (the real alphabet, no vowels).
+    fn next_suffix(&mut self) -> String {
+        const ALPHA: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+        self.name_counter += 1;
+        let mut n = self.name_counter * 7919 + 104_729;
+        (0..5)
+            .map(|_| {
+                let c = ALPHA[(n % ALPHA.len() as u64) as usize] as char;
+                n /= ALPHA.len() as u64;
+                c
+            })
+            .collect()
+    }
+
+    fn emit(&mut self, gr: &Gr, type_: EventType, object: Value, prev: Option<Value>) {
+        let rv = self.rv;
+        let window = self.window;
+        let log = self.logs.entry(gr.clone()).or_default();
+        log.events.push_back(Arc::new(EventRecord {
+            rv,
+            type_,
+            object,
+            prev,
+        }));
+        while log.events.len() > window {
+            if let Some(e) = log.events.pop_front() {
+                log.evicted_upto = e.rv;
+            }
+        }
+    }
+
+    /// The object as served in `version` (custom resources are stored once, served in all versions).
+    pub fn present(def: &ResourceDef, version: &str, obj: &Value) -> Value {
+        let mut o = obj.clone();
+        if let Some(m) = o.as_object_mut() {
+            m.insert("apiVersion".into(), json!(def.api_version(version)));
+            m.insert("kind".into(), json!(def.kind));
+        }
+        o
+    }
+
+    fn key(def: &ResourceDef, ns: Option<&str>, name: &str) -> NsName {
+        (
+            if def.namespaced {
+                ns.unwrap_or("").to_string()
+            } else {
+                String::new()
+            },
+            name.to_string(),
+        )
+    }
+
+    pub fn get_raw(&self, gr: &Gr, key: &NsName) -> Option<&Value> {
+        self.objects.get(gr).and_then(|m| m.get(key))
+    }
+
+    pub fn get(
+        &self,
+        def: &ResourceDef,
+        version: &str,
+        ns: Option<&str>,
+        name: &str,
+    ) -> ApiResult<Value> {
+        self.get_raw(&def.gr(), &Self::key(def, ns, name))
+            .map(|o| Self::present(def, version, o))
+            .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))
+    }
+
+    /// Objects of a resource (in one namespace or all), sorted by namespace and name like etcd keys.
+    pub fn list(
+        &self,
+        def: &ResourceDef,
+        version: &str,
+        ns: Option<&str>,
+        opts: &ListOptions,
+    ) -> Vec<Value> {
+        let Some(m) = self.objects.get(&def.gr()) else {
+            return vec![];
+        };
+        m.iter()
+            .filter(|((ons, _), _)| ns.is_none_or(|n| !def.namespaced || n == ons))
+            .filter(|(_, o)| opts.matches(o))
+            .map(|(_, o)| Self::present(def, version, o))
+            .collect()
+    }
+
+    pub fn namespace_phase(&self, ns: &str) -> Option<String> {
+        self.get_raw(
+            &(String::new(), "namespaces".into()),
+            &(String::new(), ns.into()),
+        )
+        .map(|n| {
+            if is_deleting(n) {
+                "Terminating".into()
+            } else {
+                "Active".into()
+            }
+        })
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // create
+    // ---------------------------------------------------------------------------------------
+
+    pub fn create(
+        &mut self,
+        def: &ResourceDef,
+        version: &str,
+        ns: Option<&str>,
+        body: Value,
+    ) -> ApiResult<Value> {
+        let out = self.create_inner(def, version, ns, body)?;
+        self.settle();
+        Ok(out)
+    }
+
+    fn create_inner(
+        &mut self,
+        def: &ResourceDef,
+        version: &str,
+        ns: Option<&str>,
+        body: Value,
+    ) -> ApiResult<Value> {
+        let mut obj = body;
+        check_create_body(def, &obj)?;
+        let ns = create_namespace(def, ns, &obj)?;
+        let name = self.create_name(def, &obj)?;
+        admission::validate_name(def, &name)?;
+        if let Some(n) = &ns {
+            self.check_namespace_open(def, n, &name)?;
+        }
+        let key = Self::key(def, ns.as_deref(), &name);
+        let gr = def.gr();
+        if self.get_raw(&gr, &key).is_some() {
+            return Err(ApiError::already_exists(&def.group, &def.plural, &name));
+        }
+        self.admit_create(def, version, &name, &mut obj)?;
+        let uid = self.stamp_new(def, version, ns.as_deref(), &name, &mut obj);
+        self.objects
+            .entry(gr.clone())
+            .or_default()
+            .insert(key.clone(), obj.clone());
+        self.uids.insert(uid, (gr.clone(), key));
+        self.emit(&gr, EventType::Added, obj.clone(), None);
+        self.after_create(def, &obj);
+        Ok(Self::present(def, version, &obj))
+    }
+
+    /// The name of a new object: its own, or its `generateName` with a suffix.
+    fn create_name(&mut self, def: &ResourceDef, obj: &Value) -> ApiResult<String> {
+        let name = meta(obj, "name").unwrap_or_default();
+        if !name.is_empty() {
+            return Ok(name);
+        }
+        match meta(obj, "generateName") {
+            Some(g) if !g.is_empty() => Ok(format!("{g}{}", self.next_suffix())),
+            _ => Err(ApiError::invalid(
+                &def.group,
+                &def.kind,
+                "",
+                "metadata.name",
+                "Required value: name or generateName is required",
+            )),
+        }
+    }
+
+    /// New content needs an existing namespace that is not being terminated.
+    fn check_namespace_open(&self, def: &ResourceDef, ns: &str, name: &str) -> ApiResult<()> {
+        match self.namespace_phase(ns).as_deref() {
+            None => Err(ApiError::not_found("", "namespaces", ns)),
+            Some("Terminating") => Err(ApiError::forbidden(format!(
+                "{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                qualified(&def.group, &def.plural)
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Sets what the server owns in a new object's metadata (uid, creationTimestamp, the next
+    /// resourceVersion, generation 1) and its apiVersion and kind. Returns the uid.
+    fn stamp_new(
+        &mut self,
+        def: &ResourceDef,
+        version: &str,
+        ns: Option<&str>,
+        name: &str,
+        obj: &mut Value,
+    ) -> String {
+        let uid = self.next_uid();
+        let now = self.clock.now_rfc3339();
+        let rv = self.next_rv();
+        {
+            let m = meta_mut(obj);
+            m.insert("name".into(), json!(name));
+            match ns {
+                Some(n) => m.insert("namespace".into(), json!(n)),
+                None => m.remove("namespace"),
+            };
+            m.insert("uid".into(), json!(uid));
+            m.insert("creationTimestamp".into(), json!(now));
+            m.insert("resourceVersion".into(), json!(rv.to_string()));
+            for k in [
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "managedFields",
+                "selfLink",
+            ] {
+                m.remove(k);
+            }
+            if def.has_generation {
+                m.insert("generation".into(), json!(1));
+            } else {
+                m.remove("generation");
+            }
+        }
+        obj["apiVersion"] = json!(def.api_version(version));
+        obj["kind"] = json!(def.kind);
+        uid
+    }
+
+    fn after_create(&mut self, def: &ResourceDef, obj: &Value) {
+        match (def.group.as_str(), def.plural.as_str()) {
+            ("", "namespaces") => {
+                // The service-account controller's "default" account in every namespace.
+                let ns = meta(obj, "name").unwrap_or_default();
+                if let Ok(sa) = self.def("", "v1", "serviceaccounts") {
+                    let _ = self.create_inner(
+                        &sa,
+                        "v1",
+                        Some(&ns),
+                        json!({"metadata": {"name": "default"}}),
+                    );
+                }
+            }
+            ("apiextensions.k8s.io", "customresourcedefinitions") => {
+                self.resources.register_crd(obj);
+            }
+            _ => {}
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // update
+    // ---------------------------------------------------------------------------------------
+
+    pub fn update(
+        &mut self,
+        def: &ResourceDef,
+        version: &str,
+        ns: Option<&str>,
+        name: &str,
+        body: Value,
+        sub: Subresource,
+    ) -> ApiResult<Value> {
+        let out = self.update_inner(def, version, ns, name, body, sub)?;
+        self.settle();
+        Ok(out)
+    }
+
+    fn update_inner(
+        &mut self,
+        def: &ResourceDef,
+        version: &str,
+        ns: Option<&str>,
+        name: &str,
+        body: Value,
+        sub: Subresource,
+    ) -> ApiResult<Value> {
+        if !body.is_object() {
+            return Err(ApiError::bad_request(
+                "the body of the request must be an object",
+            ));
+        }
+        let gr = def.gr();
+        let key = Self::key(def, ns, name);
+        let old = self
+            .get_raw(&gr, &key)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))?;
+        check_update_preconditions(def, name, &body, &old)?;
+        let mut new = match sub {
+            Subresource::Status => status_update(&old, &body),
+            Subresource::Main => self.main_update(def, version, name, &old, body)?,
+        };
+        check_no_new_finalizers(def, name, &old, &new)?;
+        new["apiVersion"] = old["apiVersion"].clone();
+        new["kind"] = json!(def.kind);
+        meta_mut(&mut new).insert(
+            "resourceVersion".into(),
+            old["metadata"]["resourceVersion"].clone(),
+        );
+        if def.has_generation && spec_part(&new) != spec_part(&old) {
+            let g = old
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            meta_mut(&mut new).insert("generation".into(), json!(g + 1));
+        }
+        if new == old {
+            // A no-op write is not persisted: no new resourceVersion, no watch event.
+            return Ok(Self::present(def, version, &old));
+        }
+        self.write(def, &key, new.clone(), old);
+        Ok(Self::present(
+            def,
+            version,
+            self.get_raw(&gr, &key).unwrap_or(&new),
+        ))
+    }
+
+    /// An update of the main resource: the body, but for the metadata the server owns and the
+    /// status (under a status subresource), with schema defaults and the kind's validation.
+    fn main_update(
+        &self,
+        def: &ResourceDef,
+        version: &str,
+        name: &str,
+        old: &Value,
+        body: Value,
+    ) -> ApiResult<Value> {
+        let mut n = body;
+        {
+            let om = old.get("metadata").cloned().unwrap_or(json!({}));
+            let m = meta_mut(&mut n);
+            for k in [
+                "name",
+                "namespace",
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+            ] {
+                match om.get(k) {
+                    Some(v) => m.insert(k.into(), v.clone()),
+                    None => m.remove(k),
+                };
+            }
+            m.remove("managedFields");
+        }
+        if def.has_status(version) {
+            match old.get("status") {
+                Some(s) => n["status"] = s.clone(),
+                None => {
+                    if let Some(m) = n.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+            }
+        }
+        if def.custom
+            && let Some(schema) = def.version(version).and_then(|v| v.schema.clone())
+        {
+            apply_schema_defaults(&schema, &mut n);
+        }
+        self.validate_update(def, name, old, &mut n)?;
+        Ok(n)
+    }
+
+    /// Stores a changed object (bumping the resourceVersion); an object being deleted whose last
+    /// finalizer is gone and whose grace period is over is removed instead.
+    fn write(&mut self, def: &ResourceDef, key: &NsName, mut new: Value, old: Value) {
+        let gr = def.gr();
+        let grace_over = new
+            .pointer("/metadata/deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+            == 0;
+        let spec_finalizers_empty = new
+            .pointer("/spec/finalizers")
+            .and_then(Value::as_array)
+            .is_none_or(|a| a.is_empty())
+            || gr.1 != "namespaces";
+        if is_deleting(&new) && finalizers(&new).is_empty() && grace_over && spec_finalizers_empty {
+            self.remove(&gr, key, Some(new));
+            return;
+        }
+        let rv = self.next_rv();
+        meta_mut(&mut new).insert("resourceVersion".into(), json!(rv.to_string()));
+        self.objects
+            .entry(gr.clone())
+            .or_default()
+            .insert(key.clone(), new.clone());
+        if gr
+            == (
+                "apiextensions.k8s.io".to_string(),
+                "customresourcedefinitions".to_string(),
+            )
+        {
+            self.resources.register_crd(&new);
+        }
+        self.emit(&gr, EventType::Modified, new, Some(old));
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // patch
+    // ---------------------------------------------------------------------------------------
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn patch(
+        &mut self,
+        def: &ResourceDef,
+        version: &str,
+        ns: Option<&str>,
+        name: &str,
+        kind: PatchKind,
+        body: &[u8],
+        sub: Subresource,
+    ) -> ApiResult<Value> {
+        if kind == PatchKind::Strategic && def.custom {
+            return Err(ApiError::unsupported_media_type(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+            ));
+        }
+        let current = match self.get(def, version, ns, name) {
+            Ok(c) => c,
+            Err(e) if e.code == 404 && kind == PatchKind::Apply && sub == Subresource::Main => {
+                // Server-side apply creates what does not exist yet.
+                let mut obj = crate::patch::parse_apply_body(body)?;
+                if meta(&obj, "name").is_some_and(|n| n != name) {
+                    return Err(ApiError::bad_request(format!(
+                        "the name of the object ({}) does not match the name on the URL ({name})",
+                        meta(&obj, "name").unwrap_or_default()
+                    )));
+                }
+                meta_mut(&mut obj).insert("name".into(), json!(name));
+                return self.create(def, version, ns, obj);
+            }
+            Err(e) => return Err(e),
+        };
+        let patched = apply_patch(kind, &current, body)?;
+        if !patched.is_object() {
+            return Err(ApiError::bad_request("the patched object is not an object"));
+        }
+        self.update(def, version, ns, name, patched, sub)
+    }
+
+    /// Retained events of a resource newer than `rv`, or `Err(oldest servable)` when some of
+    /// them have been evicted.
+    pub fn events_since(&self, gr: &Gr, rv: u64) -> Result<Vec<Arc<EventRecord>>, u64> {
+        let Some(log) = self.logs.get(gr) else {
+            return Ok(vec![]);
+        };
+        if rv < log.evicted_upto {
+            return Err(log.evicted_upto);
+        }
+        let start = log.events.partition_point(|e| e.rv <= rv);
+        Ok(log.events.range(start..).cloned().collect())
+    }
+}

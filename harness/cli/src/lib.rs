@@ -1,3 +1,4 @@
+#![warn(unreachable_pub)]
 //! The `openshell-conformance` binary's library: the command line, the reports (JUnit and
 //! HTML) and `emulate serve`, which wires the kube emulator, the models and the engine.
 

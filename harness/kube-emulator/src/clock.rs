@@ -5,51 +5,46 @@ use k8s_openapi::jiff::Timestamp;
 use std::time::Duration;
 
 #[derive(Debug, Clone)]
-pub struct Clock {
+pub(crate) struct Clock {
     epoch_unix: u64,
     start: tokio::time::Instant,
 }
 
 impl Clock {
     /// Must be called inside a tokio runtime (the start instant is tokio's).
-    pub fn new(epoch_unix: u64) -> Self {
+    pub(crate) fn new(epoch_unix: u64) -> Self {
         Self {
             epoch_unix,
             start: tokio::time::Instant::now(),
         }
     }
 
-    pub fn elapsed(&self) -> Duration {
+    pub(crate) fn elapsed(&self) -> Duration {
         self.start.elapsed()
     }
 
     /// Nanoseconds since the Unix epoch, in cluster time.
-    pub fn now_nanos(&self) -> i128 {
+    pub(crate) fn now_nanos(&self) -> i128 {
         (self.epoch_unix as i128) * 1_000_000_000 + self.elapsed().as_nanos() as i128
     }
 
-    pub fn now_unix(&self) -> u64 {
+    pub(crate) fn now_unix(&self) -> u64 {
         self.epoch_unix + self.elapsed().as_secs()
     }
 
     /// `metav1.Time` (RFC 3339, second precision).
-    pub fn now_rfc3339(&self) -> String {
+    pub(crate) fn now_rfc3339(&self) -> String {
         format_unix(self.now_unix() as i64)
-    }
-
-    /// RFC 3339 with nanoseconds, as kubelet log timestamps.
-    pub fn now_rfc3339_nanos(&self) -> String {
-        format_nanos(self.now_nanos())
     }
 }
 
-pub fn format_unix(secs: i64) -> String {
+pub(crate) fn format_unix(secs: i64) -> String {
     Timestamp::from_second(secs)
         .map(|t| t.to_string())
         .unwrap_or_else(|_| "1970-01-01T00:00:00Z".into())
 }
 
-pub fn format_nanos(nanos: i128) -> String {
+pub(crate) fn format_nanos(nanos: i128) -> String {
     Timestamp::from_nanosecond(nanos)
         .map(|t| format!("{t:.9}"))
         .unwrap_or_else(|_| "1970-01-01T00:00:00.000000000Z".into())
@@ -61,7 +56,7 @@ pub fn parse_unix(s: &str) -> Option<i64> {
 }
 
 /// Kubernetes' short age rendering (`translateTimestampSince` / `duration.HumanDuration`).
-pub fn human_age(secs: i64) -> String {
+pub(crate) fn human_age(secs: i64) -> String {
     let s = secs.max(0);
     if s < 120 {
         return format!("{s}s");

@@ -16,7 +16,7 @@ const VERBS: [&str; 8] = [
     "watch",
 ];
 
-pub fn version() -> Value {
+pub(crate) fn version() -> Value {
     json!({
         "major": "1", "minor": "33", "gitVersion": "v1.33.0-emulated",
         "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
@@ -24,7 +24,7 @@ pub fn version() -> Value {
     })
 }
 
-pub fn core_versions() -> Value {
+pub(crate) fn core_versions() -> Value {
     json!({"kind": "APIVersions", "versions": ["v1"],
            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:6443"}]})
 }
@@ -37,7 +37,7 @@ fn group_json(group: &str, versions: &[String]) -> Value {
     json!({"name": group, "versions": vs, "preferredVersion": vs.first().cloned().unwrap_or(Value::Null)})
 }
 
-pub fn group_list(r: &Resources) -> Value {
+pub(crate) fn group_list(r: &Resources) -> Value {
     let groups: Vec<Value> = r
         .groups()
         .iter()
@@ -47,7 +47,7 @@ pub fn group_list(r: &Resources) -> Value {
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
-pub fn group(r: &Resources, name: &str) -> Option<Value> {
+pub(crate) fn group(r: &Resources, name: &str) -> Option<Value> {
     r.groups()
         .iter()
         .find(|(g, _)| g == name && !g.is_empty())
@@ -74,7 +74,7 @@ fn sub(
     v
 }
 
-pub fn resource_list(r: &Resources, group: &str, version: &str) -> Option<Value> {
+pub(crate) fn resource_list(r: &Resources, group: &str, version: &str) -> Option<Value> {
     let defs = r.in_group_version(group, version);
     if defs.is_empty() {
         return None;

@@ -138,7 +138,7 @@ impl ApiError {
 }
 
 /// `pods` for the core group, `statefulsets.apps` otherwise (the real messages' resource names).
-pub fn qualified(group: &str, plural: &str) -> String {
+pub(crate) fn qualified(group: &str, plural: &str) -> String {
     if group.is_empty() {
         plural.to_string()
     } else {
@@ -147,6 +147,6 @@ pub fn qualified(group: &str, plural: &str) -> String {
 }
 
 /// A `Status` of success, as returned by some deletes and by the exec status channel.
-pub fn success_status() -> Value {
+pub(crate) fn success_status() -> Value {
     json!({ "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success" })
 }

@@ -202,7 +202,7 @@ pub fn container_mounts(cluster: &Cluster, req: &ExecRequest) -> Mounts {
 }
 
 /// The status-channel object for an exit code.
-pub fn exit_status(argv: &[String], code: i32) -> Value {
+pub(crate) fn exit_status(argv: &[String], code: i32) -> Value {
     if code == 0 {
         return success_status();
     }

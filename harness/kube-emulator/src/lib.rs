@@ -1,3 +1,4 @@
+#![warn(unreachable_pub)]
 //! An in-process Kubernetes API server for tests: store, admission, watch (with replay, 410 and
 //! bookmarks), patches, scale, garbage collection, finalizers, exec/logs/port-forward over
 //! WebSocket and a POSIX shell subset for exec. Reached over an in-memory transport (so it
@@ -9,27 +10,28 @@
 //! through exec handlers ([`ExecHandler`]), logs ([`Cluster::append_log`]), port handlers
 //! ([`PortForwardHandler`]), volumes and shell hooks.
 
-pub mod clock;
-pub mod cluster;
-pub mod discovery;
-pub mod error;
-pub mod exec;
-pub mod logs;
-pub mod patch;
-pub mod portforward;
-pub mod resources;
-pub mod selectors;
+mod clock;
+mod cluster;
+mod discovery;
+mod error;
+mod exec;
+mod logs;
+mod patch;
+mod portforward;
+mod resources;
+mod selectors;
 pub mod serve;
-pub mod server;
+mod server;
 pub mod shell;
-pub mod store;
-pub mod tables;
-pub mod transport;
-pub mod watch;
+mod store;
+mod tables;
+mod transport;
+mod watch;
 
+pub use clock::parse_unix;
 pub use cluster::{Cluster, ClusterConfig, DEFAULT_EPOCH_UNIX, ResourceRef};
 pub use error::{ApiError, ApiResult};
-pub use exec::{ExecHandler, ExecRequest};
+pub use exec::{ExecHandler, ExecRequest, container_mounts};
 pub use patch::PatchKind;
 pub use portforward::PortForwardHandler;
 pub use shell::ExecOutput;

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 #[derive(Debug, Clone)]
-pub struct LogLine {
+pub(crate) struct LogLine {
     pub ts_nanos: i128,
     pub text: String,
 }
@@ -27,12 +27,19 @@ struct ContainerLog {
 
 /// Logs per (namespace, pod, container).
 #[derive(Debug, Default)]
-pub struct LogStore {
+pub(crate) struct LogStore {
     logs: BTreeMap<(String, String, String), ContainerLog>,
 }
 
 impl LogStore {
-    pub fn append(&mut self, ns: &str, pod: &str, container: &str, text: &str, ts_nanos: i128) {
+    pub(crate) fn append(
+        &mut self,
+        ns: &str,
+        pod: &str,
+        container: &str,
+        text: &str,
+        ts_nanos: i128,
+    ) {
         let log = self
             .logs
             .entry((ns.into(), pod.into(), container.into()))
@@ -46,7 +53,7 @@ impl LogStore {
         }
     }
 
-    pub fn restart(&mut self, ns: &str, pod: &str, container: &str) {
+    pub(crate) fn restart(&mut self, ns: &str, pod: &str, container: &str) {
         let log = self
             .logs
             .entry((ns.into(), pod.into(), container.into()))
@@ -55,7 +62,7 @@ impl LogStore {
         log.restarts += 1;
     }
 
-    pub fn forget_pod(&mut self, ns: &str, pod: &str) {
+    pub(crate) fn forget_pod(&mut self, ns: &str, pod: &str) {
         self.logs.retain(|(n, p, _), _| !(n == ns && p == pod));
     }
 
@@ -80,7 +87,7 @@ impl LogStore {
 
 /// Query parameters of `pods/log`.
 #[derive(Debug, Clone, Default)]
-pub struct LogParams {
+pub(crate) struct LogParams {
     pub container: Option<String>,
     pub previous: bool,
     pub follow: bool,
@@ -166,7 +173,7 @@ fn render(lines: &[LogLine], timestamps: bool) -> Vec<u8> {
 
 /// Serves `pods/log`: the selected lines, then (with `follow`) new lines until the container
 /// terminates, restarts, or the pod goes away.
-pub fn pod_logs(
+pub(crate) fn pod_logs(
     cluster: &Cluster,
     ns: &str,
     pod_name: &str,

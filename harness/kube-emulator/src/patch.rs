@@ -28,7 +28,7 @@ impl PatchKind {
 }
 
 /// Applies a patch document to `target`, returning the patched object.
-pub fn apply_patch(kind: PatchKind, target: &Value, body: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn apply_patch(kind: PatchKind, target: &Value, body: &[u8]) -> Result<Value, ApiError> {
     let mut out = target.clone();
     match kind {
         PatchKind::Merge => {
@@ -60,7 +60,7 @@ fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
 }
 
 /// The body of an apply patch is YAML (JSON is a subset).
-pub fn parse_apply_body(body: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn parse_apply_body(body: &[u8]) -> Result<Value, ApiError> {
     if let Ok(v) = serde_json::from_slice::<Value>(body) {
         return Ok(v);
     }
@@ -116,7 +116,7 @@ fn list_strategy(path: &str, field: &str) -> ListStrategy {
 /// Strategic merge patch: maps merge recursively, `null` deletes, keyed lists merge by key,
 /// `$patch: replace|delete`, `$deleteFromPrimitiveList/<field>` and `$setElementOrder/<field>`
 /// (order hints are accepted and ignored).
-pub fn strategic_merge(target: &mut Value, patch: &Value, path: &str) {
+pub(crate) fn strategic_merge(target: &mut Value, patch: &Value, path: &str) {
     let Some(pm) = patch.as_object() else {
         *target = patch.clone();
         return;

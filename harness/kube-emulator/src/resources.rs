@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 /// Where the scale subresource finds replicas in the object (a CRD's `subresources.scale`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct ScalePaths {
+pub(crate) struct ScalePaths {
     pub spec_replicas: String,
     pub status_replicas: String,
     pub label_selector: Option<String>,
@@ -24,7 +24,7 @@ impl ScalePaths {
 
 /// An `additionalPrinterColumns` entry.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PrinterColumn {
+pub(crate) struct PrinterColumn {
     pub name: String,
     pub type_: String,
     pub json_path: String,
@@ -33,7 +33,7 @@ pub struct PrinterColumn {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct VersionDef {
+pub(crate) struct VersionDef {
     pub name: String,
     pub status: bool,
     pub scale: Option<ScalePaths>,
@@ -45,7 +45,7 @@ pub struct VersionDef {
 
 /// One served resource (group + plural), with its served versions (the first is preferred).
 #[derive(Debug, Clone, PartialEq)]
-pub struct ResourceDef {
+pub(crate) struct ResourceDef {
     pub group: String,
     pub versions: Vec<VersionDef>,
     pub plural: String,
@@ -62,11 +62,11 @@ pub struct ResourceDef {
 }
 
 impl ResourceDef {
-    pub fn version(&self, v: &str) -> Option<&VersionDef> {
+    pub(crate) fn version(&self, v: &str) -> Option<&VersionDef> {
         self.versions.iter().find(|x| x.name == v)
     }
 
-    pub fn api_version(&self, version: &str) -> String {
+    pub(crate) fn api_version(&self, version: &str) -> String {
         if self.group.is_empty() {
             version.to_string()
         } else {
@@ -76,11 +76,11 @@ impl ResourceDef {
 
     /// Whether any served version has the status subresource (writes to the main resource then
     /// ignore `.status`).
-    pub fn has_status(&self, version: &str) -> bool {
+    pub(crate) fn has_status(&self, version: &str) -> bool {
         self.version(version).is_some_and(|v| v.status)
     }
 
-    pub fn gr(&self) -> (String, String) {
+    pub(crate) fn gr(&self) -> (String, String) {
         (self.group.clone(), self.plural.clone())
     }
 }
@@ -127,12 +127,12 @@ fn builtin(
 
 /// The served resources, keyed by (group, plural).
 #[derive(Debug, Clone, Default)]
-pub struct Resources {
+pub(crate) struct Resources {
     pub defs: BTreeMap<(String, String), ResourceDef>,
 }
 
 impl Resources {
-    pub fn builtin() -> Self {
+    pub(crate) fn builtin() -> Self {
         let mut r = Self::default();
         for d in [
             builtin(
@@ -250,19 +250,19 @@ impl Resources {
     }
 
     /// Looks up a served (group, version, plural).
-    pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceDef> {
+    pub(crate) fn get(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceDef> {
         self.defs
             .get(&(group.to_string(), plural.to_string()))
             .filter(|d| d.version(version).is_some())
     }
 
-    pub fn get_gr(&self, group: &str, plural: &str) -> Option<&ResourceDef> {
+    pub(crate) fn get_gr(&self, group: &str, plural: &str) -> Option<&ResourceDef> {
         self.defs.get(&(group.to_string(), plural.to_string()))
     }
 
     /// Groups with their served versions, in a stable order (core first, then by name, but the
     /// built-in groups before custom ones, as the real discovery lists them).
-    pub fn groups(&self) -> Vec<(String, Vec<String>)> {
+    pub(crate) fn groups(&self) -> Vec<(String, Vec<String>)> {
         let mut out: Vec<(String, Vec<String>)> = vec![];
         let mut defs: Vec<&ResourceDef> = self.defs.values().collect();
         defs.sort_by_key(|d| (d.custom, d.group.clone()));
@@ -286,7 +286,7 @@ impl Resources {
     }
 
     /// Resources served in group/version, sorted by plural.
-    pub fn in_group_version(&self, group: &str, version: &str) -> Vec<&ResourceDef> {
+    pub(crate) fn in_group_version(&self, group: &str, version: &str) -> Vec<&ResourceDef> {
         self.defs
             .values()
             .filter(|d| d.group == group && d.version(version).is_some())
@@ -294,20 +294,20 @@ impl Resources {
     }
 
     /// Registers (or re-registers) the resource a CRD object describes.
-    pub fn register_crd(&mut self, crd: &Value) -> Option<(String, String)> {
+    pub(crate) fn register_crd(&mut self, crd: &Value) -> Option<(String, String)> {
         let def = def_from_crd(crd)?;
         let key = def.gr();
         self.defs.insert(key.clone(), def);
         Some(key)
     }
 
-    pub fn unregister(&mut self, group: &str, plural: &str) {
+    pub(crate) fn unregister(&mut self, group: &str, plural: &str) {
         self.defs.remove(&(group.to_string(), plural.to_string()));
     }
 }
 
 /// Kubernetes' version ordering: GA > beta > alpha, higher numbers first.
-pub fn version_priority(v: &str) -> (u8, u32, u32) {
+pub(crate) fn version_priority(v: &str) -> (u8, u32, u32) {
     let rest = v.strip_prefix('v').unwrap_or(v);
     let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
     let major = digits.parse().unwrap_or(0);
@@ -397,7 +397,7 @@ fn def_from_crd(crd: &Value) -> Option<ResourceDef> {
 
 /// Applies the `default`s of a structural schema to an object (what the API server does for
 /// custom resources on create and update), recursing into present objects and arrays.
-pub fn apply_schema_defaults(schema: &Value, obj: &mut Value) {
+pub(crate) fn apply_schema_defaults(schema: &Value, obj: &mut Value) {
     match obj {
         Value::Object(map) => {
             if let Some(props) = schema.get("properties").and_then(Value::as_object) {

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use std::convert::Infallible;
 use std::time::Duration;
 
-pub fn router(cluster: Cluster) -> Router {
+pub(crate) fn router(cluster: Cluster) -> Router {
     Router::new().fallback(handle).with_state(cluster)
 }
 
@@ -44,7 +44,7 @@ async fn handle(
     resp
 }
 
-pub fn error_response(e: &ApiError) -> Response {
+pub(crate) fn error_response(e: &ApiError) -> Response {
     json_response(
         StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
         &e.to_status(),

@@ -26,7 +26,7 @@ fn col(name: &str, type_: &str, priority: i64, description: &str) -> Value {
 }
 
 /// Evaluates the JSONPath subset printer columns use: `.a.b`, `.a[0].b`, `.a[?(@.k=='v')].b`.
-pub fn json_path(obj: &Value, path: &str) -> Vec<Value> {
+pub(crate) fn json_path(obj: &Value, path: &str) -> Vec<Value> {
     let mut cur = vec![obj.clone()];
     let mut rest = path
         .trim()
@@ -444,12 +444,12 @@ fn cells(def: &ResourceDef, version: &str, o: &Value, now: i64) -> Vec<Value> {
 }
 
 /// The `PartialObjectMetadata` form of an object.
-pub fn partial_metadata(o: &Value) -> Value {
+pub(crate) fn partial_metadata(o: &Value) -> Value {
     json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o.get("metadata").cloned().unwrap_or(json!({}))})
 }
 
 /// A Table of `objects`; `include_object` is `None`, `Metadata` (default) or `Object`.
-pub fn table(
+pub(crate) fn table(
     def: &ResourceDef,
     version: &str,
     objects: &[Value],

@@ -15,12 +15,12 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A tower service that reaches the cluster's router without a socket.
 #[derive(Clone)]
-pub struct InMemory {
+pub(crate) struct InMemory {
     router: axum::Router,
 }
 
 impl InMemory {
-    pub fn new(cluster: Cluster) -> Self {
+    pub(crate) fn new(cluster: Cluster) -> Self {
         Self {
             router: cluster.router(),
         }

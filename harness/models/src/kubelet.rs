@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use crate::kube::{KubeConfig, VolumeBinding};
 use crate::network::Network;
 use crate::program::{ContainerCtx, Programs, Signal};
-use kube_emulator::exec::container_mounts;
+use kube_emulator::container_mounts;
 use kube_emulator::shell::ShellHooks;
 use kube_emulator::{Cluster, DeleteOptions, ExecRequest, ListOptions, PatchKind, ResourceRef};
 
@@ -1016,7 +1016,7 @@ impl Worker {
             return;
         }
         let due = s(&pod, "/metadata/deletionTimestamp")
-            .and_then(kube_emulator::clock::parse_unix)
+            .and_then(kube_emulator::parse_unix)
             .unwrap_or(0);
         let left = (due - self.k.cluster.now_unix() as i64).max(0) as u64;
         let deadline = Instant::now() + Duration::from_secs(left);

@@ -1,3 +1,4 @@
+#![warn(unreachable_pub)]
 //! Kubernetes observers: kube-runtime watchers that turn Sandbox resources, pods, PVCs and the
 //! gateway workload into timeline object states. The emulated and the real targets share them,
 //! so what the harness sees of a cluster is computed the same way on both.

@@ -58,7 +58,7 @@ fn defects() -> Vec<Value> {
         .collect()
 }
 
-pub fn list(args: &ListArgs) -> Result<ExitStatus, Error> {
+pub(super) fn list(args: &ListArgs) -> Result<ExitStatus, Error> {
     let all = [
         (ListWhat::Scenarios, "scenarios", scenarios()),
         (ListWhat::Requirements, "requirements", requirements()),

@@ -13,7 +13,7 @@ use conformance_core::engine::CaseReport;
 use conformance_core::timeline::{Entry, Event, FaultPhase, StageStatus};
 
 #[derive(Clone)]
-pub struct Progress {
+pub(super) struct Progress {
     inner: Arc<Inner>,
 }
 
@@ -48,7 +48,7 @@ fn message(case: &str, line: &Line) -> String {
 }
 
 impl Progress {
-    pub fn new(total: usize) -> Self {
+    pub(super) fn new(total: usize) -> Self {
         let fancy = std::io::stderr().is_terminal().then(|| {
             let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
             let bar = multi.add(ProgressBar::new(total as u64));
@@ -93,7 +93,7 @@ impl Progress {
         format!("[{s:7.1}s]")
     }
 
-    pub fn start(&self, case: &str) {
+    pub(super) fn start(&self, case: &str) {
         let bar = self.inner.fancy.as_ref().map(|(multi, _)| {
             let b = multi.add(ProgressBar::new_spinner());
             b.set_message(format!("{case}: starting"));
@@ -118,7 +118,7 @@ impl Progress {
     }
 
     /// The engine's listener: stages and fault windows of every running case.
-    pub fn listener(&self) -> conformance_core::engine::CaseListener {
+    pub(super) fn listener(&self) -> conformance_core::engine::CaseListener {
         let me = self.clone();
         Arc::new(move |case: &str, e: &Entry| me.on_entry(case, e))
     }
@@ -163,7 +163,7 @@ impl Progress {
         }
     }
 
-    pub fn done(&self, r: &CaseReport) {
+    pub(super) fn done(&self, r: &CaseReport) {
         let text = format!(
             "{}: {} (virtual {}, wall {} ms)",
             r.case_id,
@@ -190,7 +190,7 @@ impl Progress {
         }
     }
 
-    pub fn finish(&self) {
+    pub(super) fn finish(&self) {
         if let Some((_, bar)) = &self.inner.fancy {
             bar.finish_and_clear();
         }

@@ -217,7 +217,7 @@ fn expectations_for(args: &RunArgs, info: &TargetInfo) -> Result<Expectations, E
     Ok(Expectations::shipped(&name))
 }
 
-pub async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
+pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
     let (factory, info): (Arc<dyn TargetFactory>, TargetInfo) = match args.provider() {
         None => {
             if args.real.keep || !args.real.set.is_empty() || !args.real.values.is_empty() {
@@ -377,7 +377,7 @@ fn relative_to(report: &Path, target: &Path) -> String {
     }
 }
 
-pub async fn doctor(args: super::ProviderArgs) -> Result<ExitStatus, Error> {
+pub(super) async fn doctor(args: super::ProviderArgs) -> Result<ExitStatus, Error> {
     let opts = real_options(&args.real, args.provider, Path::new("artifacts"))?;
     let report =
         conformance_real::doctor::run_for(&opts, &conformance_real::command::SystemRunner).await;
@@ -385,7 +385,7 @@ pub async fn doctor(args: super::ProviderArgs) -> Result<ExitStatus, Error> {
     Ok(report.exit_status())
 }
 
-pub async fn cluster(args: super::ProviderArgs, up: bool) -> Result<ExitStatus, Error> {
+pub(super) async fn cluster(args: super::ProviderArgs, up: bool) -> Result<ExitStatus, Error> {
     let opts = real_options(&args.real, args.provider, Path::new("artifacts"))?;
     let p = conformance_real::cluster::provider(&opts);
     let runner = conformance_real::command::SystemRunner;
@@ -407,7 +407,7 @@ pub async fn cluster(args: super::ProviderArgs, up: bool) -> Result<ExitStatus, 
     Ok(ExitStatus::Success)
 }
 
-pub async fn restore(args: &super::RestoreArgs) -> Result<ExitStatus, Error> {
+pub(super) async fn restore(args: &super::RestoreArgs) -> Result<ExitStatus, Error> {
     let report = conformance_real::journal::restore(
         &args.journal,
         &args.allow_context,

@@ -36,7 +36,7 @@ fn row_of(r: &CaseReport) -> String {
     }
 }
 
-pub fn table(reports: &[CaseReport], verdicts: &[Verdict], wall: Duration) -> String {
+pub(super) fn table(reports: &[CaseReport], verdicts: &[Verdict], wall: Duration) -> String {
     let mut topologies: Vec<String> = Vec::new();
     let mut rows: Vec<String> = Vec::new();
     let mut cells: BTreeMap<(String, String), String> = BTreeMap::new();

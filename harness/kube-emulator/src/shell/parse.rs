@@ -26,7 +26,7 @@ pub(crate) struct Word {
 
 impl Word {
     /// The text if the word is a single unquoted literal (reserved words, names, fd numbers).
-    pub fn literal(&self) -> Option<&str> {
+    pub(super) fn literal(&self) -> Option<&str> {
         match self.parts.as_slice() {
             [Part::Lit(s)] => Some(s),
             _ => None,
@@ -235,7 +235,7 @@ pub(crate) struct Parser {
 }
 
 impl Parser {
-    pub fn new(src: &str) -> Self {
+    pub(super) fn new(src: &str) -> Self {
         Self::with_line(src, 1)
     }
 
@@ -712,7 +712,7 @@ impl Parser {
     // ---- grammar ----
 
     /// The next complete command (one line of and-or lists), or None at the end of input.
-    pub fn next_command(&mut self) -> PResult<Option<List>> {
+    pub(super) fn next_command(&mut self) -> PResult<Option<List>> {
         self.skip_newlines()?;
         if matches!(self.peek()?, Tok::Eof) {
             return Ok(None);

@@ -14,7 +14,7 @@ use std::time::Duration;
 impl State {
     /// Deletes (or starts deleting) an object. Returns the object and whether it is gone now
     /// (`false`: it stays with a deletionTimestamp for finalizers or a grace period; HTTP 202).
-    pub fn delete(
+    pub(crate) fn delete(
         &mut self,
         def: &ResourceDef,
         version: &str,
@@ -218,7 +218,7 @@ impl State {
     }
 
     /// Forces the end of a pod's grace period (what the kubelet's final delete does).
-    pub fn grace_elapsed(&mut self, ns: &str, name: &str, uid: &str) {
+    pub(crate) fn grace_elapsed(&mut self, ns: &str, name: &str, uid: &str) {
         let gr: Gr = (String::new(), "pods".into());
         let key = (ns.to_string(), name.to_string());
         let Some(pod) = self.get_raw(&gr, &key).cloned() else {

@@ -25,23 +25,23 @@ mod deletion;
 mod subresources;
 
 /// (group, plural): the identity of a resource, independent of the version it is served in.
-pub type Gr = (String, String);
+pub(crate) type Gr = (String, String);
 /// (namespace or "", name).
-pub type NsName = (String, String);
+pub(crate) type NsName = (String, String);
 
-pub const FINALIZER_FOREGROUND: &str = "foregroundDeletion";
-pub const FINALIZER_ORPHAN: &str = "orphan";
-pub const FINALIZER_PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
+pub(crate) const FINALIZER_FOREGROUND: &str = "foregroundDeletion";
+pub(crate) const FINALIZER_ORPHAN: &str = "orphan";
+pub(crate) const FINALIZER_PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventType {
+pub(crate) enum EventType {
     Added,
     Modified,
     Deleted,
 }
 
 impl EventType {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Added => "ADDED",
             Self::Modified => "MODIFIED",
@@ -52,7 +52,7 @@ impl EventType {
 
 /// One retained change, as watchers replay it.
 #[derive(Debug, Clone)]
-pub struct EventRecord {
+pub(crate) struct EventRecord {
     pub rv: u64,
     pub type_: EventType,
     pub object: Value,
@@ -62,7 +62,7 @@ pub struct EventRecord {
 }
 
 #[derive(Debug, Default, Clone)]
-pub struct EventLog {
+pub(crate) struct EventLog {
     pub events: VecDeque<Arc<EventRecord>>,
     /// The resourceVersion of the newest evicted event: a watch from an older version cannot be
     /// served (410 Expired).
@@ -71,7 +71,7 @@ pub struct EventLog {
 
 /// Which part of an object a write addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Subresource {
+pub(crate) enum Subresource {
     Main,
     Status,
 }
@@ -120,7 +120,7 @@ impl ListOptions {
 
 /// A graceful pod deletion whose grace period the server must time out.
 #[derive(Debug, Clone)]
-pub struct PendingGrace {
+pub(crate) struct PendingGrace {
     pub namespace: String,
     pub name: String,
     pub uid: String,
@@ -128,7 +128,7 @@ pub struct PendingGrace {
 }
 
 #[derive(Clone)]
-pub struct State {
+pub(crate) struct State {
     pub rv: u64,
     uid_counter: u64,
     name_counter: u64,
@@ -305,7 +305,7 @@ fn check_no_new_finalizers(
 }
 
 impl State {
-    pub fn new(clock: Clock, window: usize) -> Self {
+    pub(crate) fn new(clock: Clock, window: usize) -> Self {
         Self {
             rv: 0,
             uid_counter: 0,
@@ -322,7 +322,7 @@ impl State {
         }
     }
 
-    pub fn def(&self, group: &str, version: &str, plural: &str) -> ApiResult<ResourceDef> {
+    pub(crate) fn def(&self, group: &str, version: &str, plural: &str) -> ApiResult<ResourceDef> {
         self.resources
             .get(group, version, plural)
             .cloned()
@@ -379,7 +379,7 @@ impl State {
     }
 
     /// The object as served in `version` (custom resources are stored once, served in all versions).
-    pub fn present(def: &ResourceDef, version: &str, obj: &Value) -> Value {
+    pub(crate) fn present(def: &ResourceDef, version: &str, obj: &Value) -> Value {
         let mut o = obj.clone();
         if let Some(m) = o.as_object_mut() {
             m.insert("apiVersion".into(), json!(def.api_version(version)));
@@ -399,11 +399,11 @@ impl State {
         )
     }
 
-    pub fn get_raw(&self, gr: &Gr, key: &NsName) -> Option<&Value> {
+    pub(crate) fn get_raw(&self, gr: &Gr, key: &NsName) -> Option<&Value> {
         self.objects.get(gr).and_then(|m| m.get(key))
     }
 
-    pub fn get(
+    pub(crate) fn get(
         &self,
         def: &ResourceDef,
         version: &str,
@@ -416,7 +416,7 @@ impl State {
     }
 
     /// Objects of a resource (in one namespace or all), sorted by namespace and name like etcd keys.
-    pub fn list(
+    pub(crate) fn list(
         &self,
         def: &ResourceDef,
         version: &str,
@@ -433,7 +433,7 @@ impl State {
             .collect()
     }
 
-    pub fn namespace_phase(&self, ns: &str) -> Option<String> {
+    pub(crate) fn namespace_phase(&self, ns: &str) -> Option<String> {
         self.get_raw(
             &(String::new(), "namespaces".into()),
             &(String::new(), ns.into()),
@@ -451,7 +451,7 @@ impl State {
     // create
     // ---------------------------------------------------------------------------------------
 
-    pub fn create(
+    pub(crate) fn create(
         &mut self,
         def: &ResourceDef,
         version: &str,
@@ -592,7 +592,7 @@ impl State {
     // update
     // ---------------------------------------------------------------------------------------
 
-    pub fn update(
+    pub(crate) fn update(
         &mut self,
         def: &ResourceDef,
         version: &str,
@@ -746,7 +746,7 @@ impl State {
     // ---------------------------------------------------------------------------------------
 
     #[allow(clippy::too_many_arguments)]
-    pub fn patch(
+    pub(crate) fn patch(
         &mut self,
         def: &ResourceDef,
         version: &str,
@@ -786,7 +786,7 @@ impl State {
 
     /// Retained events of a resource newer than `rv`, or `Err(oldest servable)` when some of
     /// them have been evicted.
-    pub fn events_since(&self, gr: &Gr, rv: u64) -> Result<Vec<Arc<EventRecord>>, u64> {
+    pub(crate) fn events_since(&self, gr: &Gr, rv: u64) -> Result<Vec<Arc<EventRecord>>, u64> {
         let Some(log) = self.logs.get(gr) else {
             return Ok(vec![]);
         };

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 impl State {
     /// The `autoscaling/v1 Scale` view of a workload.
-    pub fn get_scale(
+    pub(crate) fn get_scale(
         &self,
         def: &ResourceDef,
         version: &str,
@@ -55,7 +55,7 @@ impl State {
     }
 
     /// Writes a Scale: sets the replicas of the workload (a spec change, so generation bumps).
-    pub fn update_scale(
+    pub(crate) fn update_scale(
         &mut self,
         def: &ResourceDef,
         version: &str,
@@ -110,7 +110,7 @@ impl State {
         self.get_scale(def, version, ns, name)
     }
 
-    pub fn patch_scale(
+    pub(crate) fn patch_scale(
         &mut self,
         def: &ResourceDef,
         version: &str,
@@ -125,7 +125,7 @@ impl State {
     }
 
     /// `pods/binding`: assigns a node, as the scheduler does.
-    pub fn bind_pod(&mut self, ns: &str, name: &str, node: &str) -> ApiResult<()> {
+    pub(crate) fn bind_pod(&mut self, ns: &str, name: &str, node: &str) -> ApiResult<()> {
         let def = self.def("", "v1", "pods")?;
         let key = (ns.to_string(), name.to_string());
         let old = self

@@ -297,7 +297,7 @@ impl CaseInfo {
     /// `<workspace>--<name>` in OpenShell's default shared workspace mode, its PVC
     /// `workspace-<that>` (openshell-k8s.md §3.2, k8s-objects.md §5 item 1).
     pub fn resource_name(&self, sandbox: &str) -> String {
-        format!("{DEFAULT_WORKSPACE}--{sandbox}")
+        crate::target::sandbox_resource_name(DEFAULT_WORKSPACE, sandbox)
     }
 
     /// The content written into a sentinel: unique per case and key, so a sentinel from another

@@ -130,6 +130,20 @@ pub struct SandboxSpec {
     pub restart_policy: Option<RestartPolicy>,
 }
 
+/// The Kubernetes name of a sandbox's resources (the Agent Sandbox `Sandbox` and its pod) in
+/// OpenShell's shared workspace mode: `<workspace>--<name>` (openshell-k8s.md §3.2; pod name =
+/// resource name, k8s-objects.md §5). Every path that finds a sandbox's objects uses this one
+/// rule, so the emulated and real targets and the scenarios cannot drift apart.
+pub fn sandbox_resource_name(workspace: &str, name: &str) -> String {
+    format!("{workspace}--{name}")
+}
+
+/// The workspace PVC of a sandbox, `workspace-<resource name>`: the claim template is named
+/// `workspace` and Agent Sandbox suffixes the resource name (k8s-objects.md §5 item 1).
+pub fn workspace_pvc_name(resource_name: &str) -> String {
+    format!("workspace-{resource_name}")
+}
+
 /// The gateway's view of a sandbox (`openshell sandbox get`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SandboxView {
@@ -338,4 +352,16 @@ pub trait TargetFactory: Send + Sync {
     /// Brings up (or connects to) the cluster for one case.
     async fn provision(&self, topology: &Topology, rec: &Recorder)
     -> TargetResult<Arc<dyn Target>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sandbox_resource_is_named_workspace_double_dash_name_and_its_pvc_workspace_dash_that() {
+        let r = sandbox_resource_name("default", "demo");
+        assert_eq!(r, "default--demo");
+        assert_eq!(workspace_pvc_name(&r), "workspace-default--demo");
+    }
 }

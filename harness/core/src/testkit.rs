@@ -266,7 +266,7 @@ impl Target for Fake {
 
     async fn logs(&self, sandbox: &str) -> TargetResult<Vec<crate::timeline::LogExcerpt>> {
         Ok(vec![crate::timeline::LogExcerpt {
-            pod: format!("default--{sandbox}"),
+            pod: crate::target::sandbox_resource_name(crate::scenario::DEFAULT_WORKSPACE, sandbox),
             container: "agent".into(),
             previous: false,
             lines: vec!["Policy fetch failed, retrying attempt=1 max_attempts=5".into()],

@@ -8,7 +8,9 @@ use conformance_core::checks::{Anchor, Check, Cmp, Counted, Predicate, Selector,
 use futures::future::BoxFuture;
 
 use conformance_core::scenario::{CaseInfo, Ctx, StepError, StepResult};
-use conformance_core::target::{Fault, RestartPolicy, SandboxSpec, TargetError};
+use conformance_core::target::{
+    Fault, RestartPolicy, SandboxSpec, TargetError, workspace_pvc_name,
+};
 use conformance_core::timeline::GATEWAY_SANDBOX_KIND;
 use conformance_core::topology::SupervisorPlacement;
 
@@ -304,7 +306,7 @@ pub fn no_leaks(case: &CaseInfo, role: &str) -> Vec<Check> {
     let mut objects = vec![
         Selector::named("Sandbox", &cr),
         Selector::named("Pod", &cr),
-        Selector::named("PersistentVolumeClaim", &format!("workspace-{cr}")),
+        Selector::named("PersistentVolumeClaim", &workspace_pvc_name(&cr)),
     ];
     if let SupervisorPlacement::DedicatedPod {
         selector,

@@ -532,6 +532,24 @@ mod tests {
     }
 
     #[test]
+    fn the_target_reports_the_agent_sandbox_release_its_controller_runs() {
+        use conformance_core::target::TargetFactory;
+        for (asked, runs) in [
+            (None, "v0.5.4"),
+            (Some("v0.5.0"), "v0.5.0"),
+            (Some("v0.5.1"), "v0.5.1"),
+            (Some("0.5.1"), "v0.5.1"),
+            (Some("v0.5.1+"), "v0.5.4"),
+            (Some("v0.5.4"), "v0.5.4"),
+        ] {
+            let sel = Selection::parse("openshell-0.0.111", &[], asked).unwrap();
+            assert_eq!(sel.agent_sandbox.name(), runs, "{asked:?}");
+            let info = crate::target::EmulatedFactory::new(sel).info();
+            assert_eq!(info.versions["agent-sandbox"], runs, "{asked:?}");
+        }
+    }
+
+    #[test]
     fn each_defect_changes_exactly_one_rule_of_the_contract() {
         let base = Selection::contract().behaviour();
         for info in DEFECTS {

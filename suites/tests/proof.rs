@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use conformance_catalog::catalog::{self, Selection as Pick};
 use conformance_core::engine::{CaseReport, Engine, EngineOptions, Outcome};
+use conformance_core::phase::Phase;
 use conformance_core::scenario::Case;
 use conformance_core::target::TargetFactory;
 use conformance_core::timeline::{Event, Timeline};
@@ -175,7 +176,7 @@ fn upstream_0_0_111_fails_the_bootstrap_outage_with_five_policy_fetches_then_sti
             error
                 .last_seen
                 .iter()
-                .any(|o| o.phase.as_deref() == Some("Error")),
+                .any(|o| o.phase.as_deref() == Some(Phase::Error.name())),
             "{}",
             describe(&r)
         );
@@ -219,7 +220,7 @@ fn upstream_0_0_111_on_agent_sandbox_v0_5_0_stays_provisioning_forever_after_the
         ready
             .last_seen
             .iter()
-            .any(|o| o.phase.as_deref() == Some("Provisioning")),
+            .any(|o| o.phase.as_deref() == Some(Phase::Provisioning.name())),
         "{}",
         describe(r)
     );

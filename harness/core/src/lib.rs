@@ -8,6 +8,7 @@
 pub mod checks;
 pub mod engine;
 pub mod error;
+pub mod phase;
 pub mod scenario;
 pub mod schedule;
 pub mod target;

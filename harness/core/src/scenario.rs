@@ -10,6 +10,7 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use crate::checks::Check;
+use crate::phase::Phase;
 use crate::schedule::{FaultSchedule, InjectionPoint};
 use crate::target::{
     Capability, ExecResult, Fault, SandboxSpec, SandboxView, Target, TargetError, TargetInfo,
@@ -504,13 +505,14 @@ impl Ctx {
     pub async fn wait_phase(
         &self,
         name: &str,
-        phases: &[&str],
+        phases: &[Phase],
         deadline: Duration,
     ) -> Result<SandboxView, StepError> {
-        let what = format!("sandbox {name} to be {}", phases.join(" or "));
+        let phase_names: Vec<&str> = phases.iter().map(Phase::name).collect();
+        let what = format!("sandbox {name} to be {}", phase_names.join(" or "));
         self.wait_for(&what, deadline, || async {
             match self.get_sandbox(name).await {
-                Ok(Some(v)) if phases.contains(&v.phase.as_str()) => Ok(Some(v)),
+                Ok(Some(v)) if phases.contains(&v.phase) => Ok(Some(v)),
                 Ok(_) => Ok(None),
                 // An unreachable gateway is a state to wait through, not a harness failure.
                 Err(TargetError::Refused { .. }) | Err(TargetError::Infra(_)) => Ok(None),
@@ -525,7 +527,7 @@ impl Ctx {
     pub async fn settle_phase(
         &self,
         name: &str,
-        phases: &[&str],
+        phases: &[Phase],
         deadline: Duration,
     ) -> Option<SandboxView> {
         match self.wait_phase(name, phases, deadline).await {

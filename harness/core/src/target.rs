@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use semver::Version;
 use serde::{Deserialize, Serialize};
 
+use crate::phase::Phase;
 use crate::timeline::{LogExcerpt, ObjectState, Recorder};
 use crate::topology::Topology;
 
@@ -148,7 +149,7 @@ pub fn workspace_pvc_name(resource_name: &str) -> String {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SandboxView {
     pub name: String,
-    pub phase: String,
+    pub phase: Phase,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -161,11 +162,11 @@ impl SandboxView {
     /// As a timeline object of kind [`crate::timeline::GATEWAY_SANDBOX_KIND`].
     pub fn to_state(&self) -> ObjectState {
         let mut s = ObjectState::new(crate::timeline::GATEWAY_SANDBOX_KIND, None, &self.name);
-        s.phase = Some(self.phase.clone());
+        s.phase = Some(self.phase.name().to_string());
         if self.reason.is_some() || self.message.is_some() {
             s.conditions.push(crate::timeline::ConditionState {
                 type_: "Ready".into(),
-                status: if self.phase == "Ready" {
+                status: if self.phase == Phase::Ready {
                     "True"
                 } else {
                     "False"

@@ -1009,7 +1009,7 @@ mod end_to_end {
             })
             .await
             .unwrap();
-        assert_eq!(v.phase, "Ready");
+        assert_eq!(v.phase, conformance_core::phase::Phase::Ready);
         assert!(runner.lines().iter().any(|l| l.contains(
             "sandbox create --name demo --label openshell-conformance.io/run=r1 -o json"
         )));

@@ -181,7 +181,7 @@ fn eventually_fails_when_the_predicate_holds_only_after_the_deadline() {
     assert!(!o.passed);
     assert_eq!(o.message, "did not hold by the deadline at 100s");
     assert_eq!(o.last_seen.len(), 1);
-    assert_eq!(o.last_seen[0].phase.as_deref(), Some("Error"));
+    assert_eq!(o.last_seen[0].phase.as_deref(), Some(Phase::Error.name()));
     let d = o.diagnosis();
     assert!(
         d.contains("check 'sandbox returns to Ready' [R9] FAILED in window 40s .. 100s"),
@@ -206,7 +206,10 @@ fn eventually_within_zero_judges_the_instant_of_the_anchor_only() {
     );
     let o = c.evaluate(&t);
     assert!(!o.passed);
-    assert_eq!(o.last_seen[0].phase.as_deref(), Some("Provisioning"));
+    assert_eq!(
+        o.last_seen[0].phase.as_deref(),
+        Some(Phase::Provisioning.name())
+    );
 }
 
 #[test]
@@ -265,7 +268,7 @@ fn never_fails_at_the_first_instant_the_predicate_holds() {
     let o = c.evaluate(&t);
     assert!(!o.passed);
     assert_eq!(o.message, "it held at 21.500s");
-    assert_eq!(o.last_seen[0].phase.as_deref(), Some("Error"));
+    assert_eq!(o.last_seen[0].phase.as_deref(), Some(Phase::Error.name()));
 }
 
 #[test]

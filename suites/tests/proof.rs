@@ -231,6 +231,33 @@ fn upstream_0_0_111_on_agent_sandbox_v0_5_0_stays_provisioning_forever_after_the
 }
 
 #[test]
+fn upstream_0_0_111_on_agent_sandbox_v0_5_1_and_v0_5_4_turns_sticky_error_after_the_bootstrap_outage()
+ {
+    for version in ["v0.5.1", "v0.5.4"] {
+        let cases = catalog::cases(
+            &[topology("combined")],
+            &Pick {
+                patterns: vec!["bootstrap-outage[combined,outage=30s]".into()],
+                ..Pick::default()
+            },
+        );
+        let r = &run_cases(upstream(Some(version)), cases)[0];
+        let terminal = r
+            .failed_checks()
+            .find(|c| c.name.starts_with("the sandbox never turns terminal"))
+            .unwrap_or_else(|| panic!("{version}: {}", describe(r)));
+        assert!(
+            terminal
+                .last_seen
+                .iter()
+                .any(|o| o.phase.as_deref() == Some(Phase::Error.name())),
+            "{version}: {}",
+            describe(r)
+        );
+    }
+}
+
+#[test]
 fn upstream_0_0_111_keeps_sandboxes_through_a_gateway_restart_but_cannot_recover_from_error() {
     let cases = catalog::cases(
         &[topology("combined"), topology("sidecar")],

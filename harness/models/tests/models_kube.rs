@@ -26,7 +26,11 @@ struct Env {
 }
 
 fn start_with(programs: Programs, config: KubeConfig) -> Env {
-    let cluster = Cluster::new(ClusterConfig::default());
+    // The API server knows no Sandbox kind until its CRD is installed, as on a real cluster.
+    let cluster = Cluster::new(ClusterConfig {
+        crds: vec![conformance_models::agent_sandbox::crd()],
+        ..ClusterConfig::default()
+    });
     let models = KubeModels::start(&cluster, &Network::new(), programs, config);
     Env {
         cluster,

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use semver::Version;
 
+use crate::agent_sandbox::AgentSandboxVersion;
+
 /// A model of OpenShell on Kubernetes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Model {
@@ -195,8 +197,6 @@ impl Defect {
         self.info().name
     }
 }
-
-use crate::agent_sandbox::AgentSandboxVersion;
 
 /// The Agent Sandbox release a selection runs unless told otherwise: the newest modeled one
 /// (openshell-k8s.md §2.3: from v0.5.1 a failed pod is terminal, sticky Error).

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use conformance_catalog::catalog::{self, Selection as Pick};
+use conformance_core::engine::{CaseReport, Engine, EngineOptions, Outcome};
 use conformance_core::engine::{CaseReport, EngineOptions, Outcome};
+use conformance_core::phase::Phase;
 use conformance_core::pool;
 use conformance_core::scenario::Case;
 use conformance_core::target::TargetFactory;
@@ -154,7 +156,7 @@ fn upstream_0_0_111_fails_the_bootstrap_outage_with_five_policy_fetches_then_sti
             error
                 .last_seen
                 .iter()
-                .any(|o| o.phase.as_deref() == Some("Error")),
+                .any(|o| o.phase.as_deref() == Some(Phase::Error.name())),
             "{}",
             describe(&r)
         );
@@ -198,7 +200,7 @@ fn upstream_0_0_111_on_agent_sandbox_v0_5_0_stays_provisioning_forever_after_the
         ready
             .last_seen
             .iter()
-            .any(|o| o.phase.as_deref() == Some("Provisioning")),
+            .any(|o| o.phase.as_deref() == Some(Phase::Provisioning.name())),
         "{}",
         describe(r)
     );
@@ -206,6 +208,33 @@ fn upstream_0_0_111_on_agent_sandbox_v0_5_0_stays_provisioning_forever_after_the
         !r.failed_checks()
             .any(|c| c.name.starts_with("the sandbox never turns terminal"))
     );
+}
+
+#[test]
+fn upstream_0_0_111_on_agent_sandbox_v0_5_1_and_v0_5_4_turns_sticky_error_after_the_bootstrap_outage()
+ {
+    for version in ["v0.5.1", "v0.5.4"] {
+        let cases = catalog::cases(
+            &[topology("combined")],
+            &Pick {
+                patterns: vec!["bootstrap-outage[combined,outage=30s]".into()],
+                ..Pick::default()
+            },
+        );
+        let r = &run_cases(upstream(Some(version)), cases)[0];
+        let terminal = r
+            .failed_checks()
+            .find(|c| c.name.starts_with("the sandbox never turns terminal"))
+            .unwrap_or_else(|| panic!("{version}: {}", describe(r)));
+        assert!(
+            terminal
+                .last_seen
+                .iter()
+                .any(|o| o.phase.as_deref() == Some(Phase::Error.name())),
+            "{version}: {}",
+            describe(r)
+        );
+    }
 }
 
 #[test]

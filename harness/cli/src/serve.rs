@@ -27,7 +27,7 @@ pub struct ServeArgs {
     /// Supervisor topology of the model (combined, sidecar, supervisor-pod, gateway).
     #[arg(long, default_value = "combined")]
     pub topology: String,
-    /// Agent Sandbox release for openshell-0.0.111 (v0.5.0 or v0.5.1).
+    /// Agent Sandbox release for openshell-0.0.111: v0.5.0, v0.5.1 or v0.5.4 (default).
     #[arg(long)]
     pub agent_sandbox: Option<String>,
     /// With --model: run this catalog case (an id or glob, e.g. `gateway-outage*`) in real time

@@ -9,6 +9,7 @@ pub mod checks;
 pub mod engine;
 pub mod error;
 pub mod keys;
+pub mod phase;
 pub mod pool;
 pub mod scenario;
 pub mod schedule;

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checks::Check;
 use crate::keys::{FaultKey, Marker};
+use crate::phase::Phase;
 use crate::schedule::{FaultSchedule, InjectionPoint};
 use crate::target::{
     Capability, ExecResult, Fault, SandboxSpec, SandboxView, Target, TargetError, TargetInfo,
@@ -373,7 +374,7 @@ impl CaseInfo {
     /// `<workspace>--<name>` in OpenShell's default shared workspace mode, its PVC
     /// `workspace-<that>` (docs/upstream-facts.md F3.2).
     pub fn resource_name(&self, sandbox: &str) -> String {
-        format!("{DEFAULT_WORKSPACE}--{sandbox}")
+        crate::target::sandbox_resource_name(DEFAULT_WORKSPACE, sandbox)
     }
 
     /// The content written into a sentinel: unique per case and key, so a sentinel from another
@@ -592,13 +593,14 @@ impl Ctx {
     pub async fn wait_phase(
         &self,
         name: &str,
-        phases: &[&str],
+        phases: &[Phase],
         deadline: Duration,
     ) -> Result<SandboxView, StepError> {
-        let what = format!("sandbox {name} to be {}", phases.join(" or "));
+        let phase_names: Vec<&str> = phases.iter().map(Phase::name).collect();
+        let what = format!("sandbox {name} to be {}", phase_names.join(" or "));
         self.wait_for(&what, deadline, || async {
             match self.get_sandbox(name).await {
-                Ok(Some(v)) if phases.contains(&v.phase.as_str()) => Ok(Some(v)),
+                Ok(Some(v)) if phases.contains(&v.phase) => Ok(Some(v)),
                 Ok(_) => Ok(None),
                 // An unreachable gateway is a state to wait through, not a harness failure.
                 Err(TargetError::Refused { .. }) | Err(TargetError::Infra { .. }) => Ok(None),
@@ -613,7 +615,7 @@ impl Ctx {
     pub async fn settle_phase(
         &self,
         name: &str,
-        phases: &[&str],
+        phases: &[Phase],
         deadline: Duration,
     ) -> Option<SandboxView> {
         match self.wait_phase(name, phases, deadline).await {

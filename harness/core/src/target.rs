@@ -11,6 +11,7 @@ use semver::Version;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Cause, chain};
+use crate::phase::Phase;
 use crate::timeline::{LogExcerpt, ObjectState, Recorder};
 use crate::topology::Topology;
 
@@ -137,11 +138,26 @@ pub struct SandboxSpec {
     pub restart_policy: Option<RestartPolicy>,
 }
 
+/// The Kubernetes name of a sandbox's resources (the Agent Sandbox `Sandbox` and its pod) in
+/// OpenShell's shared workspace mode: `<workspace>--<name>` (docs/upstream-facts.md F3.2; pod
+/// name = resource name, F4.11). Every path that finds a sandbox's objects uses this one
+/// rule, so the emulated and real targets and the scenarios cannot drift apart.
+pub fn sandbox_resource_name(workspace: &str, name: &str) -> String {
+    format!("{workspace}--{name}")
+}
+
+/// The workspace PVC of a sandbox, `workspace-<resource name>`: the claim template is named
+/// `workspace` and Agent Sandbox suffixes the resource name (docs/upstream-facts.md F3.2,
+/// F4.10).
+pub fn workspace_pvc_name(resource_name: &str) -> String {
+    format!("workspace-{resource_name}")
+}
+
 /// The gateway's view of a sandbox (`openshell sandbox get`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SandboxView {
     pub name: String,
-    pub phase: String,
+    pub phase: Phase,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -154,11 +170,11 @@ impl SandboxView {
     /// As a timeline object of kind [`crate::timeline::GATEWAY_SANDBOX_KIND`].
     pub fn to_state(&self) -> ObjectState {
         let mut s = ObjectState::new(crate::timeline::GATEWAY_SANDBOX_KIND, None, &self.name);
-        s.phase = Some(self.phase.clone());
+        s.phase = Some(self.phase.name().to_string());
         if self.reason.is_some() || self.message.is_some() {
             s.conditions.push(crate::timeline::ConditionState {
                 type_: "Ready".into(),
-                status: if self.phase == "Ready" {
+                status: if self.phase == Phase::Ready {
                     "True"
                 } else {
                     "False"
@@ -414,4 +430,16 @@ pub trait TargetFactory: Send + Sync {
     /// Brings up (or connects to) the cluster for one case.
     async fn provision(&self, topology: &Topology, rec: &Recorder)
     -> TargetResult<Arc<dyn Target>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sandbox_resource_is_named_workspace_double_dash_name_and_its_pvc_workspace_dash_that() {
+        let r = sandbox_resource_name("default", "demo");
+        assert_eq!(r, "default--demo");
+        assert_eq!(workspace_pvc_name(&r), "workspace-default--demo");
+    }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::checks::{Anchor, Check, Predicate, Selector, Window};
 use crate::engine::{Engine, EngineOptions};
 use crate::keys::FaultKey;
+use crate::phase::Phase;
 use crate::scenario::{Case, CaseInfo, Ctx, Params, Scenario, Stage, Step, StepResult};
 use crate::target::{
     Capability, ExecResult, Fault, Observers, SandboxSpec, SandboxView, Target, TargetError,
@@ -33,7 +34,7 @@ pub enum Quirk {
 
 #[derive(Default)]
 struct Sandbox {
-    phase: String,
+    phase: Phase,
     files: BTreeMap<String, String>,
 }
 
@@ -59,7 +60,7 @@ impl Fake {
         })
     }
 
-    fn set_phase_later(&self, name: String, after: Duration, from: &'static str, to: &'static str) {
+    fn set_phase_later(&self, name: String, after: Duration, from: Phase, to: Phase) {
         let state = self.state.clone();
         tokio::spawn(async move {
             tokio::time::sleep(after).await;
@@ -67,7 +68,7 @@ impl Fake {
             if let Some(s) = st.sandboxes.get_mut(&name)
                 && s.phase == from
             {
-                s.phase = to.to_string();
+                s.phase = to;
             }
         });
     }
@@ -79,7 +80,7 @@ impl Fake {
             .iter()
             .map(|(name, s)| {
                 let mut o = ObjectState::new(GATEWAY_SANDBOX_KIND, None, name);
-                o.phase = Some(s.phase.clone());
+                o.phase = Some(s.phase.name().to_string());
                 o
             })
             .collect();
@@ -133,15 +134,15 @@ impl Target for Fake {
         self.state.lock().unwrap().sandboxes.insert(
             spec.name.clone(),
             Sandbox {
-                phase: "Provisioning".into(),
+                phase: Phase::Provisioning,
                 ..Sandbox::default()
             },
         );
         self.set_phase_later(
             spec.name.clone(),
             Duration::from_secs(2),
-            "Provisioning",
-            "Ready",
+            Phase::Provisioning,
+            Phase::Ready,
         );
         Ok(self.view(&spec.name).unwrap())
     }
@@ -161,7 +162,7 @@ impl Target for Fake {
             .sandboxes
             .get_mut(sandbox)
             .ok_or_else(|| TargetError::refused("NotFound", "sandbox not found"))?;
-        if s.phase != "Ready" {
+        if s.phase != Phase::Ready {
             return Err(TargetError::refused(
                 "FailedPrecondition",
                 "sandbox is not ready",
@@ -228,13 +229,13 @@ impl Target for Fake {
                 let mut st = self.state.lock().unwrap();
                 st.gateway_up = false;
                 let broken = if self.quirk == Quirk::ErrorOnOutage {
-                    "Error"
+                    Phase::Error
                 } else {
-                    "Provisioning"
+                    Phase::Provisioning
                 };
                 for s in st.sandboxes.values_mut() {
-                    if s.phase == "Ready" {
-                        s.phase = broken.into();
+                    if s.phase == Phase::Ready {
+                        s.phase = broken.clone();
                     }
                 }
                 Ok(())
@@ -258,14 +259,14 @@ impl Target for Fake {
             st.sandboxes.keys().cloned().collect()
         };
         for n in names {
-            self.set_phase_later(n, Duration::from_secs(5), "Provisioning", "Ready");
+            self.set_phase_later(n, Duration::from_secs(5), Phase::Provisioning, Phase::Ready);
         }
         Ok(())
     }
 
     async fn logs(&self, sandbox: &str) -> TargetResult<Vec<crate::timeline::LogExcerpt>> {
         Ok(vec![crate::timeline::LogExcerpt {
-            pod: format!("default--{sandbox}"),
+            pod: crate::target::sandbox_resource_name(crate::scenario::DEFAULT_WORKSPACE, sandbox),
             container: "agent".into(),
             previous: false,
             lines: vec!["Policy fetch failed, retrying attempt=1 max_attempts=5".into()],
@@ -330,7 +331,7 @@ pub fn seed(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
             ..SandboxSpec::default()
         })
         .await?;
-        ctx.wait_phase(&name, &["Ready"], Duration::from_secs(60))
+        ctx.wait_phase(&name, &[Phase::Ready], Duration::from_secs(60))
             .await?;
         ctx.write_sentinel(&name, "s1").await?;
         Ok(())
@@ -351,7 +352,7 @@ pub fn outage(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 pub fn verify(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name("main");
-        ctx.wait_phase(&name, &["Ready"], Duration::from_secs(120))
+        ctx.wait_phase(&name, &[Phase::Ready], Duration::from_secs(120))
             .await?;
         ctx.read_sentinel(&name, "s1").await;
         Ok(())
@@ -364,14 +365,14 @@ pub fn checks(case: &CaseInfo) -> Vec<Check> {
         Check::eventually(
             "sandbox returns to Ready after the outage",
             &["R9"],
-            Predicate::phase(sandbox.clone(), &["Ready"]),
+            Predicate::phase(sandbox.clone(), &[Phase::Ready]),
             Anchor::fault_end(&OUTAGE),
             Duration::from_secs(60),
         ),
         Check::never(
             "sandbox never Error during the outage",
             &["R9"],
-            Predicate::phase(sandbox, &["Error"]),
+            Predicate::phase(sandbox, &[Phase::Error]),
             Window::fault(&OUTAGE),
         ),
         Check::sentinels("workspace sentinels retained", &["R6"]),

@@ -26,8 +26,10 @@ pub const POD_NAME_ANNOTATION: &str = "agents.x-k8s.io/pod-name";
 pub const PROPAGATED_LABELS: &str = "agents.x-k8s.io/propagated-labels";
 pub const PROPAGATED_ANNOTATIONS: &str = "agents.x-k8s.io/propagated-annotations";
 
-/// Which Agent Sandbox release to model (F0.2, F4.4, F4.5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// Which Agent Sandbox release to model (F0.2, F4.4, F4.5). The one type for the release:
+/// the controller runs it, selections parse it and reports print it, so what a report names is
+/// what ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum AgentSandboxVersion {
     /// Failed pod → `Ready=False DependenciesNotReady "Pod exists with phase: Failed"` +
     /// `Finished=True PodFailed`; `Suspended=True` written as soon as the pod delete is issued and
@@ -40,6 +42,37 @@ pub enum AgentSandboxVersion {
     /// PodTerminated "…Sandbox is suspended"), the terminating pod reported until gone, status
     /// written with a merge patch.
     V0_5_4,
+}
+
+impl AgentSandboxVersion {
+    /// Every modeled release, oldest first.
+    pub const ALL: [Self; 3] = [Self::V0_5_0, Self::V0_5_1, Self::V0_5_4];
+
+    /// The release tag, as reports print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::V0_5_0 => "v0.5.0",
+            Self::V0_5_1 => "v0.5.1",
+            Self::V0_5_4 => "v0.5.4",
+        }
+    }
+
+    /// A release tag, with or without the `v`. `v0.5.1+` ("v0.5.1 or later"), the spelling
+    /// from when one choice stood for every release after v0.5.0, still means what it ran
+    /// then: the newest modeled release.
+    pub fn parse(s: &str) -> Option<Self> {
+        if s == "v0.5.1+" {
+            return Some(Self::V0_5_4);
+        }
+        let tag = s.strip_prefix('v').unwrap_or(s);
+        Self::ALL.into_iter().find(|v| &v.name()[1..] == tag)
+    }
+}
+
+impl std::fmt::Display for AgentSandboxVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// `NameHash`: FNV-1a 32 of the CR name as 8 lowercase hex digits (F4.8).
@@ -688,6 +721,28 @@ fn set_condition(conds: &mut Vec<Value>, mut new: Value, now: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_release_parses_from_its_tag_with_or_without_the_v_and_prints_as_that_tag() {
+        for v in AgentSandboxVersion::ALL {
+            assert_eq!(AgentSandboxVersion::parse(v.name()), Some(v));
+            assert_eq!(AgentSandboxVersion::parse(&v.name()[1..]), Some(v));
+            assert_eq!(v.to_string(), v.name());
+        }
+        assert_eq!(
+            AgentSandboxVersion::parse("v0.5.1"),
+            Some(AgentSandboxVersion::V0_5_1)
+        );
+        assert_eq!(AgentSandboxVersion::parse("v0.5.2"), None);
+    }
+
+    #[test]
+    fn the_old_spelling_v0_5_1_plus_still_selects_the_newest_modeled_release() {
+        assert_eq!(
+            AgentSandboxVersion::parse("v0.5.1+"),
+            Some(AgentSandboxVersion::V0_5_4)
+        );
+    }
 
     #[test]
     fn the_name_hash_is_fnv1a_32_in_8_hex_digits() {

@@ -10,12 +10,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::watch;
 
 use crate::spec::{Behaviour, Selection, Timings};
+use conformance_core::target::{sandbox_resource_name, workspace_pvc_name};
 
 /// Namespace of the release and of the sandboxes (shared workspace mode; docs/upstream-facts.md
 /// F5.8).
 pub const NAMESPACE: &str = "openshell";
 /// Workspace of every sandbox the harness creates (`--workspace`, default `default`; F6.1).
-pub const WORKSPACE: &str = "default";
+pub const WORKSPACE: &str = conformance_core::scenario::DEFAULT_WORKSPACE;
 pub const GATEWAY_IMAGE_REPO: &str = "ghcr.io/nvidia/openshell/gateway";
 pub const SUPERVISOR_IMAGE_REPO: &str = "ghcr.io/nvidia/openshell/supervisor";
 pub const SANDBOX_IMAGE_REPO: &str = "ghcr.io/nvidia/openshell-community/sandboxes/base";
@@ -24,14 +25,14 @@ pub const GATEWAY_ENDPOINT: &str = "https://openshell.openshell.svc.cluster.loca
 pub const GATEWAY_SERVICE_HOST: &str = "openshell.openshell.svc.cluster.local";
 pub const GRPC_PORT: u16 = 8080;
 
-/// CR (and pod) name of a sandbox in shared mode: `<workspace>--<name>` (F3.2).
+/// CR (and pod) name of a sandbox the harness creates: [`sandbox_resource_name`] in its workspace.
 pub fn cr_name(name: &str) -> String {
-    format!("{WORKSPACE}--{name}")
+    sandbox_resource_name(WORKSPACE, name)
 }
 
-/// The workspace PVC of a sandbox: `workspace-<crName>` (F3.2).
+/// The workspace PVC of a sandbox the harness creates (F3.2).
 pub fn pvc_name(name: &str) -> String {
-    format!("workspace-{}", cr_name(name))
+    workspace_pvc_name(&cr_name(name))
 }
 
 /// Which supervisor topology the model runs (fixtures/topologies).

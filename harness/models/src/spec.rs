@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use semver::Version;
 
+use crate::agent_sandbox::AgentSandboxVersion;
+
 /// A model of OpenShell on Kubernetes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Model {
@@ -40,7 +42,7 @@ pub const MODELS: &[ModelInfo] = &[
     ModelInfo {
         model: Model::OpenShell0_0_111,
         name: "openshell-0.0.111",
-        description: "upstream v0.0.111 as read from source (combined and sidecar; Agent Sandbox v0.5.0 or v0.5.1+)",
+        description: "upstream v0.0.111 as read from source (combined and sidecar; Agent Sandbox v0.5.0, v0.5.1 or v0.5.4)",
         openshell: Some("0.0.111"),
     },
     ModelInfo {
@@ -196,24 +198,9 @@ impl Defect {
     }
 }
 
-/// The Agent Sandbox controller release the model runs with (docs/upstream-facts.md F2.10).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum AgentSandboxVersion {
-    /// Failed pod → `Ready=False/DependenciesNotReady` (transient: Provisioning forever).
-    V0_5_0,
-    /// Failed pod → `Ready=False/PodFailed` (terminal: sticky Error).
-    #[default]
-    V0_5_1Plus,
-}
-
-impl AgentSandboxVersion {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::V0_5_0 => "v0.5.0",
-            Self::V0_5_1Plus => "v0.5.1",
-        }
-    }
-}
+/// The Agent Sandbox release a selection runs unless told otherwise: the newest modeled one
+/// (docs/upstream-facts.md F2.10: from v0.5.1 a failed pod is terminal, sticky Error).
+pub const DEFAULT_AGENT_SANDBOX: AgentSandboxVersion = AgentSandboxVersion::V0_5_4;
 
 /// A usage error in a model selection; the message names the valid choices.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -224,7 +211,7 @@ pub enum SelectionError {
     UnknownDefect(String),
     #[error("defect switches apply only to the contract model, not to {0}")]
     DefectOnUpstreamModel(String),
-    #[error("unknown Agent Sandbox version '{0}'; valid: v0.5.0, v0.5.1")]
+    #[error("unknown Agent Sandbox version '{0}'; valid: {valid}", valid = AgentSandboxVersion::ALL.map(AgentSandboxVersion::name).join(", "))]
     UnknownAgentSandbox(String),
     #[error("the Agent Sandbox version is selectable only on openshell-0.0.111, not on {0}")]
     AgentSandboxOnOtherModel(String),
@@ -249,7 +236,7 @@ impl Selection {
         Self {
             model: Model::Contract,
             defects: BTreeSet::new(),
-            agent_sandbox: AgentSandboxVersion::default(),
+            agent_sandbox: DEFAULT_AGENT_SANDBOX,
         }
     }
 
@@ -291,15 +278,14 @@ impl Selection {
             return Err(SelectionError::DefectOnUpstreamModel(model.to_string()));
         }
         let agent_sandbox = match agent_sandbox {
-            None => AgentSandboxVersion::default(),
+            None => DEFAULT_AGENT_SANDBOX,
             Some(v) if m != Model::OpenShell0_0_111 => {
                 return Err(SelectionError::AgentSandboxOnOtherModel(format!(
                     "{model} (asked for {v})"
                 )));
             }
-            Some("v0.5.0" | "0.5.0") => AgentSandboxVersion::V0_5_0,
-            Some("v0.5.1" | "0.5.1" | "v0.5.1+") => AgentSandboxVersion::V0_5_1Plus,
-            Some(v) => return Err(SelectionError::UnknownAgentSandbox(v.to_string())),
+            Some(v) => AgentSandboxVersion::parse(v)
+                .ok_or_else(|| SelectionError::UnknownAgentSandbox(v.to_string()))?,
         };
         Ok(Self {
             model: m,
@@ -534,7 +520,33 @@ mod tests {
         assert!(e.contains("no-recovery-from-error"), "{e}");
         let s = Selection::parse("openshell-0.0.111", &[], Some("v0.5.0")).unwrap();
         assert_eq!(s.agent_sandbox, AgentSandboxVersion::V0_5_0);
+        let s = Selection::parse("openshell-0.0.111", &[], Some("v0.5.1")).unwrap();
+        assert_eq!(s.agent_sandbox, AgentSandboxVersion::V0_5_1);
+        let s = Selection::parse("openshell-0.0.111", &[], None).unwrap();
+        assert_eq!(s.agent_sandbox, AgentSandboxVersion::V0_5_4);
+        let e = Selection::parse("openshell-0.0.111", &[], Some("v0.6.0"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("valid: v0.5.0, v0.5.1, v0.5.4"), "{e}");
         assert!(Selection::parse("contract", &[], Some("v0.5.0")).is_err());
+    }
+
+    #[test]
+    fn the_target_reports_the_agent_sandbox_release_its_controller_runs() {
+        use conformance_core::target::TargetFactory;
+        for (asked, runs) in [
+            (None, "v0.5.4"),
+            (Some("v0.5.0"), "v0.5.0"),
+            (Some("v0.5.1"), "v0.5.1"),
+            (Some("0.5.1"), "v0.5.1"),
+            (Some("v0.5.1+"), "v0.5.4"),
+            (Some("v0.5.4"), "v0.5.4"),
+        ] {
+            let sel = Selection::parse("openshell-0.0.111", &[], asked).unwrap();
+            assert_eq!(sel.agent_sandbox.name(), runs, "{asked:?}");
+            let info = crate::target::EmulatedFactory::new(sel).info();
+            assert_eq!(info.versions["agent-sandbox"], runs, "{asked:?}");
+        }
     }
 
     #[test]

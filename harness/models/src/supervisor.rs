@@ -23,10 +23,11 @@ use tokio::time::{Instant, sleep};
 use crate::gateway::Gateway;
 use crate::gateway::driver::BOOTSTRAP_FAILED_EVENT;
 use crate::gateway::rpc::{ConnectRequest, ExitAck, SandboxConfig, ServerCert, Status};
-use crate::model::{Link, MainState, MainStatus, OpenShellModel, pvc_name};
+use crate::model::{Link, MainState, MainStatus, OpenShellModel};
 use crate::network::{NetError, Network, parse_endpoint};
 use crate::program::{ContainerCtx, ContainerProgram, ShellProgram};
 use crate::spec::{Diagnostics, backoff};
+use conformance_core::target::workspace_pvc_name;
 use kube_emulator::shell::DefaultHooks;
 use kube_emulator::{Cluster, ResourceRef};
 
@@ -248,8 +249,9 @@ impl Boundary {
 
     /// Workspace reset for the defect `workspace-pvc-replaced-on-pod-replacement`.
     fn reset_workspace(&self) {
-        let name = self.cr.trim_start_matches("default--");
-        let vol = self.cluster.pvc_volume(&self.ns, &pvc_name(name));
+        let vol = self
+            .cluster
+            .pvc_volume(&self.ns, &workspace_pvc_name(&self.cr));
         for entry in vol.list("/").unwrap_or_default() {
             vol.remove(&entry);
         }

@@ -19,7 +19,7 @@ use crate::model::{
 };
 use crate::network::{Network, is_ready};
 use crate::program::Programs;
-use crate::spec::{AgentSandboxVersion, Model, Selection};
+use crate::spec::{Model, Selection};
 use crate::supervisor::SupervisorProgram;
 use conformance_core::target::{
     Capability, ExecResult, Fault, Observers, SandboxSpec, SandboxView, Target, TargetError,
@@ -137,15 +137,6 @@ pub struct EmulatedTarget {
     saved_replicas: Mutex<Option<i32>>,
 }
 
-/// The Agent Sandbox release the Kubernetes models run for a selection (docs/upstream-facts.md
-/// F2.10).
-fn agent_sandbox(v: AgentSandboxVersion) -> crate::agent_sandbox::AgentSandboxVersion {
-    match v {
-        AgentSandboxVersion::V0_5_0 => crate::agent_sandbox::AgentSandboxVersion::V0_5_0,
-        AgentSandboxVersion::V0_5_1Plus => crate::agent_sandbox::AgentSandboxVersion::V0_5_4,
-    }
-}
-
 impl EmulatedTarget {
     /// A fresh cluster, network and Kubernetes models running the selection's programs.
     pub fn start(selection: Selection, topo: Topo) -> Self {
@@ -160,7 +151,7 @@ impl EmulatedTarget {
         cfg.crds.push(crate::agent_sandbox::crd());
         let cluster = Cluster::new(cfg);
         let network = Network::new();
-        let agent = agent_sandbox(selection.agent_sandbox);
+        let agent = selection.agent_sandbox;
         let model = OpenShellModel::new(selection, topo);
         let mut programs = Programs::new();
         programs.register(

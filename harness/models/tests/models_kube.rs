@@ -26,7 +26,7 @@ struct Env {
 }
 
 fn start_with(programs: Programs, config: KubeConfig) -> Env {
-    // The emulator serves no Sandbox resource of its own: install the CRD as a cluster would.
+    // The API server knows no Sandbox kind until its CRD is installed, as on a real cluster.
     let cluster = Cluster::new(ClusterConfig {
         crds: vec![conformance_models::agent_sandbox::crd()],
         ..ClusterConfig::default()

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use conformance_core::phase::Phase;
 use conformance_core::target::{SandboxSpec, SandboxView};
 use conformance_models::model::{NAMESPACE, Topo, cr_name, pvc_name};
 use conformance_models::spec::{Defect, Model, Selection};
@@ -134,7 +135,7 @@ fn view(t: &EmulatedTarget, name: &str) -> Option<SandboxView> {
     t.client.get(name).ok().flatten()
 }
 
-fn phase_is(t: &EmulatedTarget, name: &str, phase: &str) -> bool {
+fn phase_is(t: &EmulatedTarget, name: &str, phase: Phase) -> bool {
     view(t, name).is_some_and(|v| v.phase == phase)
 }
 
@@ -166,8 +167,8 @@ fn spec(name: &str) -> SandboxSpec {
 async fn contract_combined_becomes_ready_after_bootstrap_and_runs_the_main_command_once() {
     let t = setup(Selection::contract(), Topo::Combined).await;
     let v = t.client.create(&spec("demo")).unwrap();
-    assert_eq!(v.phase, "Provisioning");
-    wait(&t, "demo Ready", |t| phase_is(t, "demo", "Ready")).await;
+    assert_eq!(v.phase, Phase::Provisioning);
+    wait(&t, "demo Ready", |t| phase_is(t, "demo", Phase::Ready)).await;
     wait(&t, "main started", |t| starts(t, "demo") == 1).await;
     let out = t
         .client
@@ -205,7 +206,7 @@ async fn permanent_credential_error_fails_fast_with_its_cause_on_the_contract() 
         true,
     );
     t.client.create(&spec("demo")).unwrap();
-    wait(&t, "demo Error", |t| phase_is(t, "demo", "Error")).await;
+    wait(&t, "demo Error", |t| phase_is(t, "demo", Phase::Error)).await;
     let v = view(&t, "demo").unwrap();
     assert_eq!(v.reason.as_deref(), Some("BootstrapFailed"));
     assert!(v.message.unwrap().contains("Unauthenticated"));
@@ -251,17 +252,17 @@ async fn target_end_to_end_contract_combined() {
     let t = f.provision(topo, &rec).await.unwrap();
     t.install(topo).await.unwrap();
     t.create_sandbox(&spec("demo")).await.unwrap();
-    let mut phase = String::new();
+    let mut phase = Phase::Unspecified;
     for _ in 0..1200 {
         if let Ok(Some(v)) = t.get_sandbox("demo").await {
             phase = v.phase.clone();
-            if phase == "Ready" {
+            if phase == Phase::Ready {
                 break;
             }
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    assert_eq!(phase, "Ready");
+    assert_eq!(phase, Phase::Ready);
     let starts = t
         .read_workspace("demo", ".conformance/starts")
         .await
@@ -271,17 +272,17 @@ async fn target_end_to_end_contract_combined() {
     let f = conformance_core::target::Fault::GatewayRestart;
     t.inject(&f).await.unwrap();
     t.restore(&f).await.unwrap();
-    let mut phase = String::new();
+    let mut phase = Phase::Unspecified;
     for _ in 0..240 {
         if let Ok(Some(v)) = t.get_sandbox("demo").await {
             phase = v.phase.clone();
-            if phase == "Ready" {
+            if phase == Phase::Ready {
                 break;
             }
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    assert_eq!(phase, "Ready");
+    assert_eq!(phase, Phase::Ready);
     let starts = t
         .read_workspace("demo", ".conformance/starts")
         .await

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use conformance_core::phase::Phase;
 use conformance_core::target::{Fault, RestartPolicy, SandboxSpec, Target, TargetFactory};
 use conformance_models::spec::Selection;
 
@@ -31,19 +32,20 @@ fn spec(name: &str, restart_policy: Option<RestartPolicy>) -> SandboxSpec {
     }
 }
 
-async fn phase(t: &dyn Target, name: &str) -> String {
+/// The gateway's phase of the sandbox; None while it is unknown or unreachable.
+async fn phase(t: &dyn Target, name: &str) -> Option<Phase> {
     match t.get_sandbox(name).await {
-        Ok(Some(v)) => v.phase,
-        _ => String::new(),
+        Ok(Some(v)) => Some(v.phase),
+        _ => None,
     }
 }
 
 /// Waits (virtual time) until the sandbox shows `want`; the last phase seen otherwise.
-async fn wait_phase(t: &dyn Target, name: &str, want: &str, within: Duration) -> String {
+async fn wait_phase(t: &dyn Target, name: &str, want: Phase, within: Duration) -> Option<Phase> {
     let end = tokio::time::Instant::now() + within;
     loop {
         let p = phase(t, name).await;
-        if p == want || tokio::time::Instant::now() >= end {
+        if p.as_ref() == Some(&want) || tokio::time::Instant::now() >= end {
             return p;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -80,8 +82,8 @@ async fn restart_policy_always_relaunches_a_killed_main_process_on_every_topolog
             .await
             .unwrap();
         assert_eq!(
-            wait_phase(t, "demo", "Ready", Duration::from_secs(120)).await,
-            "Ready",
+            wait_phase(t, "demo", Phase::Ready, Duration::from_secs(120)).await,
+            Some(Phase::Ready),
             "{topo}"
         );
         assert_eq!(starts(t, "demo").await, 1, "{topo}");
@@ -96,8 +98,8 @@ async fn restart_policy_always_relaunches_a_killed_main_process_on_every_topolog
         }
         assert_eq!(starts(t, "demo").await, 2, "{topo}: main started again");
         assert_eq!(
-            wait_phase(t, "demo", "Ready", Duration::from_secs(60)).await,
-            "Ready",
+            wait_phase(t, "demo", Phase::Ready, Duration::from_secs(60)).await,
+            Some(Phase::Ready),
             "{topo}"
         );
         shell_works(t, "demo").await.unwrap();
@@ -111,7 +113,7 @@ async fn ready_means_usable(t: &dyn Target, name: &str, within: Duration, what: 
     let end = tokio::time::Instant::now() + within;
     loop {
         let p = phase(t, name).await;
-        if p == "Ready" {
+        if p == Some(Phase::Ready) {
             if let Err(e) = shell_works(t, name).await {
                 panic!("{what}: Ready but the shell does not work: {e}");
             }
@@ -119,7 +121,7 @@ async fn ready_means_usable(t: &dyn Target, name: &str, within: Duration, what: 
         }
         assert!(
             tokio::time::Instant::now() < end,
-            "{what}: not Ready in time (last phase {p})"
+            "{what}: not Ready in time (last phase {p:?})"
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -137,8 +139,8 @@ async fn gated_topologies_are_ready_only_once_the_replacement_workload_runs() {
         ready_means_usable(t, "demo", Duration::from_secs(120), topo).await;
         t.stop_sandbox("demo").await.unwrap();
         assert_eq!(
-            wait_phase(t, "demo", "Stopped", Duration::from_secs(60)).await,
-            "Stopped",
+            wait_phase(t, "demo", Phase::Stopped, Duration::from_secs(60)).await,
+            Some(Phase::Stopped),
             "{topo}"
         );
         t.start_sandbox("demo").await.unwrap();
@@ -150,8 +152,8 @@ async fn gated_topologies_are_ready_only_once_the_replacement_workload_runs() {
         // Without an outage too.
         t.stop_sandbox("demo").await.unwrap();
         assert_eq!(
-            wait_phase(t, "demo", "Stopped", Duration::from_secs(60)).await,
-            "Stopped",
+            wait_phase(t, "demo", Phase::Stopped, Duration::from_secs(60)).await,
+            Some(Phase::Stopped),
             "{topo}"
         );
         t.start_sandbox("demo").await.unwrap();
@@ -181,15 +183,15 @@ async fn stop_and_start_recover_a_bootstrap_error_on_every_topology() {
         t.inject(&kill).await.unwrap();
         t.restore(&kill).await.unwrap();
         assert_eq!(
-            wait_phase(t, "demo", "Error", Duration::from_secs(120)).await,
-            "Error",
+            wait_phase(t, "demo", Phase::Error, Duration::from_secs(120)).await,
+            Some(Phase::Error),
             "{topo}"
         );
         t.restore(&creds).await.unwrap();
         t.stop_sandbox("demo").await.unwrap();
         assert_eq!(
-            wait_phase(t, "demo", "Stopped", Duration::from_secs(60)).await,
-            "Stopped",
+            wait_phase(t, "demo", Phase::Stopped, Duration::from_secs(60)).await,
+            Some(Phase::Stopped),
             "{topo}"
         );
         t.start_sandbox("demo").await.unwrap();

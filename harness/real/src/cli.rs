@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::command::{Cmd, CmdOutput, CommandRunner};
+use conformance_core::phase::Phase;
 use conformance_core::target::{
     Capability, ExecResult, RestartPolicy, SandboxSpec, SandboxView, TargetError, TargetResult,
 };
@@ -25,8 +26,10 @@ pub struct SandboxJson {
     pub workspace: Option<String>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Absent reads as the protocol's zero value, Unspecified; a name this harness does not
+    /// know is kept as printed ([`Phase::Other`]).
     #[serde(default)]
-    pub phase: String,
+    pub phase: Phase,
     #[serde(default)]
     pub created_at: Option<serde_json::Value>,
     /// 0.1.x builds with a restart policy add these (docs/upstream-facts.md F9.1); absent at

@@ -15,16 +15,9 @@ use kube::{Client, ResourceExt};
 use crate::gateway::{self, Workload};
 use crate::journal::{Entry, Journal, Undo};
 use conformance_core::error::one_line;
-use conformance_core::target::{Fault, TargetError, TargetResult};
+use conformance_core::target::{Fault, TargetError, TargetResult, sandbox_resource_name};
 use conformance_core::timeline::{Event, Recorder};
 use conformance_core::topology::SupervisorPlacement;
-
-/// The Agent Sandbox CR name (and pod name) of a gateway sandbox in shared workspace mode:
-/// `<workspace>--<name>` (docs/upstream-facts.md F3.2; pod name = CR name, F4.11).
-pub fn cr_name(workspace: &str, sandbox: &str) -> String {
-    format!("{workspace}--{sandbox}")
-}
-
 /// What an injected fault left to restore.
 #[derive(Clone, Debug)]
 enum Active {
@@ -100,7 +93,7 @@ impl FaultInjector {
             journal,
             gateway,
             sandbox_namespace: sandbox_namespace.to_string(),
-            workspace: "default".into(),
+            workspace: conformance_core::scenario::DEFAULT_WORKSPACE.into(),
             supervisor,
             deadlines: FaultDeadlines::default(),
             rec: std::sync::Mutex::new(None),
@@ -203,7 +196,7 @@ impl FaultInjector {
                 }
             }
             Fault::SandboxPodReplace { sandbox } => {
-                let name = cr_name(&self.workspace, sandbox);
+                let name = sandbox_resource_name(&self.workspace, sandbox);
                 let pod = self
                     .pods(&self.sandbox_namespace)
                     .get(&name)
@@ -227,7 +220,7 @@ impl FaultInjector {
     }
 
     async fn kill_supervisor(&self, sandbox: &str) -> TargetResult<Active> {
-        let cr = cr_name(&self.workspace, sandbox);
+        let cr = sandbox_resource_name(&self.workspace, sandbox);
         match &self.supervisor {
             SupervisorPlacement::SandboxContainer { container } => {
                 let api = self.pods(&self.sandbox_namespace);
@@ -536,10 +529,5 @@ mod tests {
         let net = supervisor_kill_argv("openshell-supervisor-network", true);
         assert_eq!(net[..2], ["sh", "-c"]);
         assert!(net[2].contains("! grep -q -- --mode=process"), "{}", net[2]);
-    }
-
-    #[test]
-    fn sandbox_objects_are_named_workspace_dash_dash_name() {
-        assert_eq!(cr_name("default", "demo"), "default--demo");
     }
 }

@@ -30,6 +30,8 @@ use crate::pins;
 use crate::plan::Step;
 use crate::portforward::GatewayForward;
 use conformance_core::error::{Error, Result, one_line};
+use conformance_core::scenario::DEFAULT_WORKSPACE;
+use conformance_core::target::sandbox_resource_name;
 use conformance_core::target::{
     Capability, ExecResult, Fault, Observers, SandboxSpec, SandboxView, Target, TargetError,
     TargetFactory, TargetInfo, TargetResult,
@@ -590,12 +592,12 @@ impl Target for RealTarget {
     async fn probe_exec(&self, sandbox: &str, argv: &[String]) -> TargetResult<ExecResult> {
         // The workload container is `agent` in every topology at 0.0.111 (docs/upstream-facts.md
         // F3.4).
-        let pod = crate::faults::cr_name("default", sandbox);
+        let pod = sandbox_resource_name(DEFAULT_WORKSPACE, sandbox);
         crate::kexec::exec(&self.client, &self.opts.namespace, &pod, "agent", argv).await
     }
 
     async fn read_workspace(&self, sandbox: &str, path: &str) -> TargetResult<Option<String>> {
-        let cr = crate::faults::cr_name("default", sandbox);
+        let cr = sandbox_resource_name(DEFAULT_WORKSPACE, sandbox);
         crate::workspace::read(
             &self.client,
             &self.opts.namespace,

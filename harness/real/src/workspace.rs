@@ -42,7 +42,7 @@ pub async fn read(
             "read workspace: `{path}` must be a path inside the workspace"
         )));
     }
-    let claim = format!("workspace-{cr}");
+    let claim = conformance_core::target::workspace_pvc_name(cr);
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     // The node that holds the claim: the sandbox pod's, else the scheduler's choice recorded
     // on the claim; a RWO volume can be shared only by pods on that node.

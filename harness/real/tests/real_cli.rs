@@ -6,10 +6,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use conformance_core::phase::Phase;
 use conformance_core::target::{Capability, RestartPolicy, SandboxSpec, TargetError};
 use conformance_real::cli::{
-    OpenShellCli, app_version_from_helm_list, capabilities_from_help, parse_list, parse_refusal,
-    parse_version,
+    OpenShellCli, app_version_from_helm_list, capabilities_from_help, parse_get, parse_list,
+    parse_refusal, parse_version,
 };
 use conformance_real::command::{CmdOutput, ScriptedRunner, Unscripted};
 
@@ -35,7 +36,7 @@ async fn create_without_a_command_waits_with_json_and_parses_the_sandbox() {
         ..SandboxSpec::default()
     };
     let v = cli(&r).create(&spec, &BTreeSet::new()).await.unwrap();
-    assert_eq!((v.name.as_str(), v.phase.as_str()), ("demo", "Ready"));
+    assert_eq!((v.name.as_str(), v.phase), ("demo", Phase::Ready));
     let call = &r.calls()[0];
     assert_eq!(call.env["XDG_CONFIG_HOME"], "/run/xdg");
     assert_eq!(call.env["OPENSHELL_GATEWAY"], "gw");
@@ -58,7 +59,7 @@ async fn create_with_a_main_command_detaches_then_reads_the_phase_back() {
         ..SandboxSpec::default()
     };
     let v = cli(&r).create(&spec, &BTreeSet::new()).await.unwrap();
-    assert_eq!(v.phase, "Error");
+    assert_eq!(v.phase, Phase::Error);
     let lines = r.lines();
     assert!(
         lines[0].ends_with("openshell sandbox create --name demo --detach -- sh -c 'exit 0'"),
@@ -93,7 +94,10 @@ async fn a_restart_policy_needs_the_flag_in_the_cli_help() {
 async fn get_of_an_unknown_sandbox_is_none_not_an_error() {
     let r = recorded();
     assert_eq!(cli(&r).get("ghost").await.unwrap(), None);
-    assert_eq!(cli(&r).get("demo").await.unwrap().unwrap().phase, "Error");
+    assert_eq!(
+        cli(&r).get("demo").await.unwrap().unwrap().phase,
+        Phase::Error
+    );
 }
 
 #[tokio::test]
@@ -161,7 +165,7 @@ async fn list_parses_every_sandbox_with_labels_and_phase() {
         .unwrap();
     assert_eq!(l.len(), 2);
     assert_eq!(l[0].labels["openshell-conformance.io/run"], "r1");
-    assert_eq!(l[1].phase, "Provisioning");
+    assert_eq!(l[1].phase, Phase::Provisioning);
     assert!(r.lines()[0].ends_with("--selector openshell-conformance.io/run=r1"));
 }
 
@@ -233,4 +237,15 @@ async fn a_remote_command_printing_a_status_line_is_its_own_exit_code_not_a_refu
     );
     let res = cli(&r).exec("demo", &["./tool".into()]).await.unwrap();
     assert_eq!(res.exit_code, 2);
+}
+
+#[test]
+fn a_phase_a_newer_cli_prints_is_kept_as_printed_and_an_absent_one_is_unspecified() {
+    let v = parse_get(r#"{"name":"demo","phase":"Suspending"}"#).unwrap();
+    assert_eq!(v.view().phase, Phase::Other("Suspending".into()));
+    assert_eq!(v.view().to_state().phase.as_deref(), Some("Suspending"));
+    assert_eq!(
+        parse_get(r#"{"name":"demo"}"#).unwrap().phase,
+        Phase::Unspecified
+    );
 }

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use conformance_core::target::{Fault, TargetError};
+use conformance_core::scenario::DEFAULT_WORKSPACE;
+use conformance_core::target::{Fault, TargetError, sandbox_resource_name, workspace_pvc_name};
 use conformance_core::timeline::{Event, Recorder};
 use conformance_core::topology::SupervisorPlacement;
 use conformance_real::command::{CmdOutput, ScriptedRunner, Unscripted};
@@ -23,6 +24,11 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NS: &str = "openshell";
+
+/// The resource (and pod) name of the sandbox `name` the harness creates.
+fn cr(name: &str) -> String {
+    sandbox_resource_name(DEFAULT_WORKSPACE, name)
+}
 
 /// (container, argv) of an exec the emulator received.
 type ExecSeen = (String, Vec<String>);
@@ -436,13 +442,13 @@ async fn gateway_restart_deletes_the_pod_and_restore_waits_for_a_new_ready_one()
 /// the same name and a new uid (docs/upstream-facts.md F4.12).
 fn run_sandbox_pod_controller(
     c: Cluster,
-    name: &'static str,
+    name: String,
     labels: Value,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
-            if exists(&c, &ResourceRef::pods(), name).is_none() {
-                running_pod(&c, name, labels.clone(), None, &["agent"]);
+            if exists(&c, &ResourceRef::pods(), &name).is_none() {
+                running_pod(&c, &name, labels.clone(), None, &["agent"]);
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -454,11 +460,11 @@ async fn sandbox_pod_replace_is_restored_once_a_replacement_with_a_new_uid_exist
     let c = cluster();
     let ctl = run_sandbox_pod_controller(
         c.clone(),
-        "default--demo",
+        cr("demo"),
         json!({"agents.x-k8s.io/sandbox-name-hash": "523e82a3"}),
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let old = exists(&c, &ResourceRef::pods(), "default--demo").unwrap()["metadata"]["uid"].clone();
+    let old = exists(&c, &ResourceRef::pods(), &cr("demo")).unwrap()["metadata"]["uid"].clone();
     let dir = tempfile::tempdir().unwrap();
     let inj = injector(&c, dir.path(), sidecar());
     let f = Fault::SandboxPodReplace {
@@ -466,7 +472,7 @@ async fn sandbox_pod_replace_is_restored_once_a_replacement_with_a_new_uid_exist
     };
     inj.inject(&f).await.unwrap();
     inj.restore(&f).await.unwrap();
-    let new = exists(&c, &ResourceRef::pods(), "default--demo").unwrap()["metadata"]["uid"].clone();
+    let new = exists(&c, &ResourceRef::pods(), &cr("demo")).unwrap()["metadata"]["uid"].clone();
     assert_ne!(old, new);
     ctl.abort();
 }
@@ -474,7 +480,7 @@ async fn sandbox_pod_replace_is_restored_once_a_replacement_with_a_new_uid_exist
 #[tokio::test(start_paused = true)]
 async fn a_sandbox_pod_replace_without_a_controller_fails_naming_the_pod_and_what_was_seen() {
     let c = cluster();
-    running_pod(&c, "default--demo", json!({}), None, &["agent"]);
+    running_pod(&c, &cr("demo"), json!({}), None, &["agent"]);
     let dir = tempfile::tempdir().unwrap();
     let mut inj = injector(&c, dir.path(), sidecar());
     inj.deadlines.replacement = Duration::from_secs(10);
@@ -484,7 +490,10 @@ async fn a_sandbox_pod_replace_without_a_controller_fails_naming_the_pod_and_wha
     inj.inject(&f).await.unwrap();
     let err = inj.restore(&f).await.unwrap_err().to_string();
     assert!(
-        err.contains("replacement of pod default--demo: gave up after 10s"),
+        err.contains(&format!(
+            "replacement of pod {}: gave up after 10s",
+            cr("demo")
+        )),
         "{err}"
     );
     assert_eq!(
@@ -499,7 +508,7 @@ async fn supervisor_kill_in_a_container_execs_the_kill_in_that_container() {
     let c = cluster();
     running_pod(
         &c,
-        "default--demo",
+        &cr("demo"),
         json!({}),
         None,
         &["agent", "openshell-supervisor-network"],
@@ -508,7 +517,7 @@ async fn supervisor_kill_in_a_container_execs_the_kill_in_that_container() {
     let s = seen.clone();
     c.register_exec(
         NS,
-        "default--demo",
+        &cr("demo"),
         "openshell-supervisor-network",
         move |req: ExecRequest| {
             s.lock()
@@ -551,13 +560,13 @@ async fn supervisor_kill_in_a_dedicated_pod_deletes_that_pod_only() {
     let c = cluster();
     let ctl = run_sandbox_pod_controller(
         c.clone(),
-        "sup-demo",
-        json!({"app": "openshell-supervisor", "openshell.ai/sandbox-name": "default--demo"}),
+        "sup-demo".into(),
+        json!({"app": "openshell-supervisor", "openshell.ai/sandbox-name": cr("demo")}),
     );
     running_pod(
         &c,
         "sup-other",
-        json!({"app": "openshell-supervisor", "openshell.ai/sandbox-name": "default--other"}),
+        json!({"app": "openshell-supervisor", "openshell.ai/sandbox-name": cr("other")}),
         None,
         &["supervisor"],
     );
@@ -630,8 +639,8 @@ async fn the_restore_guard_restores_a_stopped_gateway_when_dropped() {
 #[tokio::test(start_paused = true)]
 async fn exec_through_the_api_returns_output_and_the_exit_code() {
     let c = cluster();
-    running_pod(&c, "default--demo", json!({}), None, &["agent"]);
-    c.register_exec(NS, "default--demo", "agent", |req: ExecRequest| {
+    running_pod(&c, &cr("demo"), json!({}), None, &["agent"]);
+    c.register_exec(NS, &cr("demo"), "agent", |req: ExecRequest| {
         let code = if req.argv.last().map(String::as_str) == Some("fail") {
             3
         } else {
@@ -648,7 +657,7 @@ async fn exec_through_the_api_returns_output_and_the_exit_code() {
     let ok = conformance_real::kexec::exec(
         &c.client(),
         NS,
-        "default--demo",
+        &cr("demo"),
         "agent",
         &["echo".into(), "ok".into()],
     )
@@ -659,7 +668,7 @@ async fn exec_through_the_api_returns_output_and_the_exit_code() {
         (0, "out\n", "err\n")
     );
     let bad =
-        conformance_real::kexec::exec(&c.client(), NS, "default--demo", "agent", &["fail".into()])
+        conformance_real::kexec::exec(&c.client(), NS, &cr("demo"), "agent", &["fail".into()])
             .await
             .unwrap();
     assert_eq!(bad.exit_code, 3);
@@ -674,7 +683,7 @@ async fn the_event_observer_records_events_of_the_namespace() {
     c.create(
         &ResourceRef::new("", "v1", "events"),
         Some(NS),
-        json!({"metadata": {"name": "default--demo.1"}, "involvedObject": {"kind": "Pod", "name": "default--demo", "namespace": NS},
+        json!({"metadata": {"name": format!("{}.1", cr("demo"))}, "involvedObject": {"kind": "Pod", "name": cr("demo"), "namespace": NS},
                "reason": "Killing", "type": "Normal", "message": "Stopping container agent"}),
     )
     .unwrap();
@@ -685,7 +694,7 @@ async fn the_event_observer_records_events_of_the_namespace() {
         .find(|s| s.kind == "Event")
         .expect("an event state");
     assert_eq!(e.phase.as_deref(), Some("Killing"));
-    assert_eq!(e.labels["involved"], "Pod/default--demo");
+    assert_eq!(e.labels["involved"], format!("Pod/{}", cr("demo")));
     task.abort();
 }
 
@@ -702,8 +711,13 @@ async fn leftovers_of_another_run_are_found_and_stop_the_run_or_are_swept() {
         json!({"metadata": {"name": "mine", "labels": {"openshell-conformance.io/run": "r1"}}}),
     )
     .unwrap();
-    c.create(&ResourceRef::new("agents.x-k8s.io", "v1beta1", "sandboxes"), Some(NS), json!({"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox",
-        "metadata": {"name": "default--stale"}, "spec": {"podTemplate": {"spec": {"containers": []}}}})).unwrap();
+    c.create(
+        &ResourceRef::new("agents.x-k8s.io", "v1beta1", "sandboxes"),
+        Some(NS),
+        json!({"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox",
+        "metadata": {"name": cr("stale")}, "spec": {"podTemplate": {"spec": {"containers": []}}}}),
+    )
+    .unwrap();
     let runner = ScriptedRunner::new(Unscripted::Succeed);
     runner.respond(
         "helm list",
@@ -722,10 +736,7 @@ async fn leftovers_of_another_run_are_found_and_stop_the_run_or_are_swept() {
     let found = leftovers::find(&c.client(), &runner, &opts).await.unwrap();
     assert_eq!(found.namespaces, vec!["old-run-ns".to_string()]);
     assert_eq!(found.releases, vec!["openshell".to_string()]);
-    assert_eq!(
-        found.sandboxes,
-        vec!["openshell/default--stale".to_string()]
-    );
+    assert_eq!(found.sandboxes, vec![format!("openshell/{}", cr("stale"))]);
     let err = leftovers::handle(&c.client(), &runner, &opts, &found)
         .await
         .unwrap_err();
@@ -734,7 +745,7 @@ async fn leftovers_of_another_run_are_found_and_stop_the_run_or_are_swept() {
         exists(
             &c,
             &ResourceRef::new("agents.x-k8s.io", "v1beta1", "sandboxes"),
-            "default--stale"
+            &cr("stale")
         )
         .is_some(),
         "stop changes nothing"
@@ -749,7 +760,7 @@ async fn leftovers_of_another_run_are_found_and_stop_the_run_or_are_swept() {
         exists(
             &c,
             &ResourceRef::new("agents.x-k8s.io", "v1beta1", "sandboxes"),
-            "default--stale"
+            &cr("stale")
         )
         .is_none()
     );
@@ -802,7 +813,7 @@ async fn the_workspace_is_read_through_a_reader_pod_mounting_the_claim() {
     c.create(
         &ResourceRef::new("", "v1", "persistentvolumeclaims"),
         Some(NS),
-        json!({"metadata": {"name": "workspace-default--demo"},
+        json!({"metadata": {"name": workspace_pvc_name(&cr("demo"))},
                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "2Gi"}}}}),
     )
     .unwrap();
@@ -810,17 +821,17 @@ async fn the_workspace_is_read_through_a_reader_pod_mounting_the_claim() {
     c.create(
         &ResourceRef::pods(),
         Some(NS),
-        json!({"metadata": {"name": "default--demo"},
+        json!({"metadata": {"name": cr("demo")},
                "spec": {"containers": [{"name": "agent", "image": "i", "volumeMounts": [{"name": "workspace", "mountPath": "/sandbox"}]}],
-                        "volumes": [{"name": "workspace", "persistentVolumeClaim": {"claimName": "workspace-default--demo"}}]}}),
+                        "volumes": [{"name": "workspace", "persistentVolumeClaim": {"claimName": workspace_pvc_name(&cr("demo"))}}]}}),
     )
     .unwrap();
-    c.bind_pod(NS, "default--demo", "node-1").unwrap();
-    mark_running(&c, "default--demo", "agent");
+    c.bind_pod(NS, &cr("demo"), "node-1").unwrap();
+    mark_running(&c, &cr("demo"), "agent");
     let w = conformance_real::kexec::exec(
         &c.client(),
         NS,
-        "default--demo",
+        &cr("demo"),
         "agent",
         &[
             "sh".into(),
@@ -838,7 +849,7 @@ async fn the_workspace_is_read_through_a_reader_pod_mounting_the_claim() {
             conformance_real::workspace::read(
                 &client,
                 NS,
-                "default--demo",
+                &cr("demo"),
                 p,
                 "r1",
                 Duration::from_secs(30),
@@ -999,7 +1010,7 @@ mod end_to_end {
             })
             .await
             .unwrap();
-        assert_eq!(v.phase, "Ready");
+        assert_eq!(v.phase, conformance_core::phase::Phase::Ready);
         assert!(runner.lines().iter().any(|l| l.contains(
             "sandbox create --name demo --label openshell-conformance.io/run=r1 -o json"
         )));
@@ -1134,17 +1145,17 @@ async fn a_diagnostics_bundle_holds_logs_objects_helm_and_cli_output_with_secret
     use conformance_real::diagnostics::{Sources, collect};
     use conformance_real::options::{Provider, RealArgs};
     let c = cluster();
-    running_pod(&c, "default--demo", json!({}), None, &["agent"]);
+    running_pod(&c, &cr("demo"), json!({}), None, &["agent"]);
     c.append_log(
         NS,
-        "default--demo",
+        &cr("demo"),
         "agent",
         "Policy fetch failed, retrying attempt=1\n",
     );
     c.create(
         &ResourceRef::new("agents.x-k8s.io", "v1beta1", "sandboxes"),
         Some(NS),
-        json!({"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox", "metadata": {"name": "default--demo"},
+        json!({"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox", "metadata": {"name": cr("demo")},
                "spec": {"podTemplate": {"spec": {"containers": [{"name": "agent", "image": "i",
                    "env": [{"name": "OPENSHELL_SANDBOX_TOKEN", "value": "tok-123"}]}]}}}}),
     )
@@ -1184,8 +1195,10 @@ async fn a_diagnostics_bundle_holds_logs_objects_helm_and_cli_output_with_secret
         std::fs::read_to_string(out.join(rel))
             .unwrap_or_else(|e| panic!("{rel}: {e}; files {:?}", b.files))
     };
-    assert!(read("openshell/logs/default--demo/agent.log").contains("Policy fetch failed"));
-    assert!(read("openshell/pods.yaml").contains("default--demo"));
+    assert!(
+        read(&format!("openshell/logs/{}/agent.log", cr("demo"))).contains("Policy fetch failed")
+    );
+    assert!(read("openshell/pods.yaml").contains(&cr("demo")));
     let sandboxes = read("openshell/sandboxes.yaml");
     assert!(
         sandboxes.contains("OPENSHELL_SANDBOX_TOKEN") && !sandboxes.contains("tok-123"),

@@ -6,10 +6,13 @@ use std::time::Duration;
 
 use conformance_core::checks::{Anchor, Check, Cmp, Counted, Predicate, Selector, Window};
 use conformance_core::keys::{FaultKey, Marker};
+use conformance_core::phase::Phase;
 use futures::future::BoxFuture;
 
 use conformance_core::scenario::{CaseInfo, Ctx, StepError, StepResult};
-use conformance_core::target::{Fault, RestartPolicy, SandboxSpec, TargetError};
+use conformance_core::target::{
+    Fault, RestartPolicy, SandboxSpec, TargetError, workspace_pvc_name,
+};
 use conformance_core::timeline::GATEWAY_SANDBOX_KIND;
 use conformance_core::topology::SupervisorPlacement;
 
@@ -114,7 +117,7 @@ pub async fn create_ready(
 ) -> Result<String, StepError> {
     let spec = spec(ctx, role, workload_command(), policy);
     ctx.create_sandbox(&spec).await?;
-    ctx.wait_phase(&spec.name, &["Ready"], PROVISION_TIMEOUT)
+    ctx.wait_phase(&spec.name, &[Phase::Ready], PROVISION_TIMEOUT)
         .await?;
     Ok(spec.name)
 }
@@ -233,7 +236,7 @@ pub fn gateway_view(case: &CaseInfo, role: &str) -> Selector {
     Selector::named(GATEWAY_SANDBOX_KIND, &case.sandbox_name(role))
 }
 
-pub fn phase_is(case: &CaseInfo, role: &str, phases: &[&str]) -> Predicate {
+pub fn phase_is(case: &CaseInfo, role: &str, phases: &[Phase]) -> Predicate {
     Predicate::phase(gateway_view(case, role), phases)
 }
 
@@ -245,7 +248,13 @@ pub fn ready_within(
     after: Anchor,
     within: Duration,
 ) -> Check {
-    Check::eventually(name, reqs, phase_is(case, role, &["Ready"]), after, within)
+    Check::eventually(
+        name,
+        reqs,
+        phase_is(case, role, &[Phase::Ready]),
+        after,
+        within,
+    )
 }
 
 pub fn never(
@@ -253,7 +262,7 @@ pub fn never(
     reqs: &[&str],
     case: &CaseInfo,
     role: &str,
-    phases: &[&str],
+    phases: &[Phase],
     during: Window,
 ) -> Check {
     Check::never(name, reqs, phase_is(case, role, phases), during)
@@ -323,7 +332,7 @@ pub fn no_leaks(case: &CaseInfo, role: &str) -> Vec<Check> {
     let mut objects = vec![
         Selector::named("Sandbox", &cr),
         Selector::named("Pod", &cr),
-        Selector::named("PersistentVolumeClaim", &format!("workspace-{cr}")),
+        Selector::named("PersistentVolumeClaim", &workspace_pvc_name(&cr)),
     ];
     if let SupervisorPlacement::DedicatedPod {
         selector,

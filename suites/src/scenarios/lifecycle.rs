@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use conformance_core::checks::{Anchor, Check, Cmp, Counted, Predicate, Selector, Window};
 use conformance_core::keys::{FaultKey, Marker};
+use conformance_core::phase::Phase;
 use conformance_core::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepResult, Variant};
 use conformance_core::target::{Capability, Fault, RestartPolicy, TargetError};
 use conformance_core::timeline::ActionStatus;
@@ -147,7 +148,7 @@ fn seed_and_stop(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         let name = create_ready(ctx, MAIN, None).await?;
         ctx.write_sentinel(&name, "before-fault").await?;
         ctx.stop_sandbox(&name).await?;
-        ctx.wait_phase(&name, &["Stopped"], Duration::from_secs(120))
+        ctx.wait_phase(&name, &[Phase::Stopped], Duration::from_secs(120))
             .await?;
         ctx.mark(&STOPPED);
         Ok(())
@@ -171,7 +172,8 @@ fn start_and_verify(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
         ctx.start_sandbox(&name).await?;
-        ctx.settle_phase(&name, &["Ready"], PROVISION_TIMEOUT).await;
+        ctx.settle_phase(&name, &[Phase::Ready], PROVISION_TIMEOUT)
+            .await;
         wait_starts(ctx, &name, 2, RECOVERY).await;
         check_shell(ctx, &name).await;
         ctx.read_sentinel(&name, "before-fault").await;
@@ -188,7 +190,12 @@ fn stopped_checks(case: &CaseInfo) -> Vec<Check> {
                 &["R7"],
                 case,
                 MAIN,
-                &["Starting", "Ready", "Provisioning", "Error"],
+                &[
+                    Phase::Starting,
+                    Phase::Ready,
+                    Phase::Provisioning,
+                    Phase::Error,
+                ],
                 Window::new(Anchor::marker(&STOPPED), Anchor::marker(&SETTLED)),
             ),
             ready_within(
@@ -247,7 +254,7 @@ pub fn completed_workload() -> Scenario {
 }
 
 /// Phases in which a finished main process may rest.
-const TERMINAL: &[&str] = &["Completed", "Error"];
+const TERMINAL: &[Phase] = &[Phase::Completed, Phase::Error];
 
 fn run_to_completion(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
@@ -301,7 +308,12 @@ fn completed_checks(case: &CaseInfo) -> Vec<Check> {
                 &["R7"],
                 case,
                 MAIN,
-                &["Ready", "Starting", "Restarting", "Provisioning"],
+                &[
+                    Phase::Ready,
+                    Phase::Starting,
+                    Phase::Restarting,
+                    Phase::Provisioning,
+                ],
                 Window::new(Anchor::marker(&COMPLETED), Anchor::marker(&SETTLED)),
             ),
             starts_eq(
@@ -363,7 +375,7 @@ fn into_error(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         .await?;
         ctx.inject(&POD_REPLACE, rebootstrap(ctx, &name)).await?;
         ctx.restore(&POD_REPLACE).await?;
-        ctx.settle_phase(&name, &["Error"], Duration::from_secs(120))
+        ctx.settle_phase(&name, &[Phase::Error], Duration::from_secs(120))
             .await;
         // The cause is fixed; what remains is the sandbox's terminal state.
         ctx.restore(&BAD_CREDENTIALS).await?;
@@ -377,7 +389,7 @@ fn recover(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         let name = ctx.sandbox_name(MAIN);
         match ctx.stop_sandbox(&name).await {
             Ok(()) => {
-                ctx.settle_phase(&name, &["Stopped"], Duration::from_secs(120))
+                ctx.settle_phase(&name, &[Phase::Stopped], Duration::from_secs(120))
                     .await;
             }
             Err(TargetError::Refused { .. }) => {}
@@ -385,7 +397,8 @@ fn recover(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         }
         match ctx.start_sandbox(&name).await {
             Ok(()) => {
-                ctx.settle_phase(&name, &["Ready"], PROVISION_TIMEOUT).await;
+                ctx.settle_phase(&name, &[Phase::Ready], PROVISION_TIMEOUT)
+                    .await;
             }
             Err(TargetError::Refused { .. }) => {}
             Err(e) => return Err(e.into()),
@@ -416,7 +429,7 @@ fn recovery_checks(case: &CaseInfo) -> Vec<Check> {
             Check::eventually(
                 "a bootstrap that cannot authenticate ends in Error",
                 &["R4"],
-                phase_is(case, MAIN, &["Error"]),
+                phase_is(case, MAIN, &[Phase::Error]),
                 Anchor::fault_start(&POD_REPLACE),
                 Duration::from_secs(120),
             ),
@@ -505,7 +518,7 @@ fn verify_restarted(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         let name = ctx.sandbox_name(MAIN);
         // The restart shows in the start marker; then the sandbox must be Ready again.
         wait_starts(ctx, &name, 2, Duration::from_secs(180)).await;
-        ctx.settle_phase(&name, &["Ready"], Duration::from_secs(180))
+        ctx.settle_phase(&name, &[Phase::Ready], Duration::from_secs(180))
             .await;
         check_shell(ctx, &name).await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
@@ -530,7 +543,7 @@ fn restart_checks(case: &CaseInfo) -> Vec<Check> {
                 &["R10"],
                 case,
                 MAIN,
-                &["Error", "Completed", "Stopped"],
+                &[Phase::Error, Phase::Completed, Phase::Stopped],
                 Window::new(Anchor::marker(&MAIN_ENDED), Anchor::marker(&VERIFIED)),
             ),
             starts_eq(
@@ -593,7 +606,8 @@ fn create_broken(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 fn wait_failure(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
-        ctx.settle_phase(&name, &["Error"], PROVISION_TIMEOUT).await;
+        ctx.settle_phase(&name, &[Phase::Error], PROVISION_TIMEOUT)
+            .await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         Ok(())
     })
@@ -620,14 +634,14 @@ fn permanent_checks(case: &CaseInfo) -> Vec<Check> {
             Check::eventually(
                 "the sandbox fails explicitly within a bounded time",
                 &["R4"],
-                phase_is(case, MAIN, &["Error"]),
+                phase_is(case, MAIN, &[Phase::Error]),
                 Anchor::action_end("create"),
                 PERMANENT_ERROR_BOUND,
             ),
             Check::never(
                 "the sandbox never becomes Ready with bootstrap that must fail (TLS validation kept)",
                 &["R4"],
-                phase_is(case, MAIN, &["Ready"]),
+                phase_is(case, MAIN, &[Phase::Ready]),
                 Window::whole_run(),
             ),
             starts_eq(
@@ -676,7 +690,7 @@ fn create_and_wait(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let spec = spec(ctx, MAIN, workload_command(), None);
         ctx.create_sandbox(&spec).await?;
-        ctx.settle_phase(&spec.name, &["Ready"], PROVISION_TIMEOUT)
+        ctx.settle_phase(&spec.name, &[Phase::Ready], PROVISION_TIMEOUT)
             .await;
         Ok(())
     })
@@ -760,7 +774,7 @@ fn kill_supervisor(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 fn verify_reattached(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
-        ctx.settle_phase(&name, &["Ready"], RECOVERY).await;
+        ctx.settle_phase(&name, &[Phase::Ready], RECOVERY).await;
         // Let a crash loop, if any, show itself.
         ctx.sleep(SETTLE).await;
         ctx.get_sandbox(&name).await.ok();

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use conformance_core::checks::{Anchor, Check, Predicate, Selector, Window};
 use conformance_core::keys::FaultKey;
+use conformance_core::phase::Phase;
 use conformance_core::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepResult};
 use conformance_core::target::{Capability, Fault};
 use futures::future::BoxFuture;
@@ -73,7 +74,7 @@ fn bootstrap_outage_fault(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 fn verify_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
-        ctx.settle_phase(&name, &["Ready"], BOOTSTRAP_RECOVERY)
+        ctx.settle_phase(&name, &[Phase::Ready], BOOTSTRAP_RECOVERY)
             .await;
         check_shell(ctx, &name).await;
         ctx.read_sentinel(&name, "before-fault").await;
@@ -109,7 +110,7 @@ fn bootstrap_outage_checks(case: &CaseInfo) -> Vec<Check> {
             &["R1", "R2"],
             case,
             MAIN,
-            &["Error"],
+            &[Phase::Error],
             fault_until(&GATEWAY_OUTAGE, &VERIFIED),
         ),
         Check::never(
@@ -220,7 +221,7 @@ fn outage_fault(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 fn verify_ready(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
-        ctx.settle_phase(&name, &["Ready"], RECOVERY).await;
+        ctx.settle_phase(&name, &[Phase::Ready], RECOVERY).await;
         check_shell(ctx, &name).await;
         ctx.read_sentinel(&name, "before-fault").await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
@@ -255,7 +256,7 @@ fn ready_sandbox_checks(case: &CaseInfo, fault: &FaultKey) -> Vec<Check> {
             &["R9"],
             case,
             MAIN,
-            &["Error", "Stopped", "Completed"],
+            &[Phase::Error, Phase::Stopped, Phase::Completed],
             fault_until(fault, &VERIFIED),
         ),
         Check::count(

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use conformance_core::checks::{Anchor, Check, Window};
 use conformance_core::keys::{FaultKey, Marker};
+use conformance_core::phase::Phase;
 use conformance_core::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepError, StepResult};
 use conformance_core::schedule::{FaultSchedule, InjectionPoint, PlannedFault, ScheduleSpec};
 use conformance_core::target::{Capability, Fault, TargetError};
@@ -88,32 +89,36 @@ async fn run_one(ctx: &mut Ctx, role: &str, planned: &PlannedFault) -> StepResul
         }
         InjectionPoint::WhileReady => {
             ctx.create_sandbox(&spec).await?;
-            ctx.wait_phase(&name, &["Ready"], PROVISION_TIMEOUT).await?;
+            ctx.wait_phase(&name, &[Phase::Ready], PROVISION_TIMEOUT)
+                .await?;
             ctx.write_sentinel(&name, role).await?;
             ctx.outage(&outage_key(role), outage).await?;
         }
         InjectionPoint::WhileStopping => {
             ctx.create_sandbox(&spec).await?;
-            ctx.wait_phase(&name, &["Ready"], PROVISION_TIMEOUT).await?;
+            ctx.wait_phase(&name, &[Phase::Ready], PROVISION_TIMEOUT)
+                .await?;
             ctx.write_sentinel(&name, role).await?;
             ctx.stop_sandbox(&name).await?;
             ctx.outage(&outage_key(role), outage).await?;
-            ctx.settle_phase(&name, &["Stopped"], PROVISION_TIMEOUT)
+            ctx.settle_phase(&name, &[Phase::Stopped], PROVISION_TIMEOUT)
                 .await;
             ctx.start_sandbox(&name).await?;
         }
         InjectionPoint::WhileStarting => {
             ctx.create_sandbox(&spec).await?;
-            ctx.wait_phase(&name, &["Ready"], PROVISION_TIMEOUT).await?;
+            ctx.wait_phase(&name, &[Phase::Ready], PROVISION_TIMEOUT)
+                .await?;
             ctx.write_sentinel(&name, role).await?;
             ctx.stop_sandbox(&name).await?;
-            ctx.wait_phase(&name, &["Stopped"], PROVISION_TIMEOUT)
+            ctx.wait_phase(&name, &[Phase::Stopped], PROVISION_TIMEOUT)
                 .await?;
             ctx.start_sandbox(&name).await?;
             ctx.outage(&outage_key(role), outage).await?;
         }
     }
-    ctx.settle_phase(&name, &["Ready"], PROVISION_TIMEOUT).await;
+    ctx.settle_phase(&name, &[Phase::Ready], PROVISION_TIMEOUT)
+        .await;
     if matches!(
         planned.point,
         InjectionPoint::BeforeCreate | InjectionPoint::DuringBootstrap
@@ -153,7 +158,7 @@ fn sweep_checks(case: &CaseInfo) -> Vec<Check> {
             &["R1", "R9"],
             case,
             &role,
-            &["Error"],
+            &[Phase::Error],
             Window::new(
                 Anchor::fault_start(&fault),
                 Anchor::marker(&verified_marker(&name)),

@@ -54,7 +54,8 @@ pub struct RunArgs {
         value_delimiter = ','
     )]
     pub defects: Vec<String>,
-    /// Emulated target only, model openshell-0.0.111: the Agent Sandbox behaviour (v0.5.0 or v0.5.1).
+    /// Emulated target only, model openshell-0.0.111: the Agent Sandbox release to model,
+    /// v0.5.0, v0.5.1 or v0.5.4 (default; `v0.5.1+` is an old spelling of it).
     #[arg(
         long,
         value_name = "VERSION",

@@ -343,15 +343,16 @@ impl Check {
         )
     }
 
-    pub fn phase_sequence(
+    /// Phases are names: a sandbox's [`crate::phase::Phase`] or a Kubernetes object's phase.
+    pub fn phase_sequence<P: AsRef<str>>(
         name: &str,
         reqs: &[&str],
         object: Selector,
         during: Window,
-        expected: &[&str],
-        allowed: &[&str],
+        expected: &[P],
+        allowed: &[P],
     ) -> Self {
-        let strs = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
+        let strs = |v: &[P]| v.iter().map(|s| s.as_ref().to_string()).collect();
         Self::new(
             name,
             reqs,

@@ -143,10 +143,12 @@ pub enum Predicate {
 }
 
 impl Predicate {
-    pub fn phase(object: Selector, phases: &[&str]) -> Self {
+    /// The object's phase is one of `phases`: a sandbox's [`crate::phase::Phase`]s or, for a
+    /// Kubernetes object, its phase names.
+    pub fn phase<P: AsRef<str>>(object: Selector, phases: &[P]) -> Self {
         Self::Phase {
             object,
-            any_of: phases.iter().map(|p| p.to_string()).collect(),
+            any_of: phases.iter().map(|p| p.as_ref().to_string()).collect(),
         }
     }
 

@@ -1,6 +1,7 @@
 //! Every check kind, passing and failing, on hand-built timelines.
 
 use super::*;
+use crate::phase::Phase;
 use crate::timeline::{
     ActionRecord, ConditionState, ContainerState, FaultRecord, GATEWAY_SANDBOX_KIND, SentinelOp,
     SentinelRecord, SentinelResult,
@@ -23,9 +24,9 @@ impl Tb {
         self
     }
 
-    fn phase(self, at_s: f64, name: &str, phase: &str) -> Self {
+    fn phase(self, at_s: f64, name: &str, phase: Phase) -> Self {
         let mut o = ObjectState::new(GATEWAY_SANDBOX_KIND, None, name);
-        o.phase = Some(phase.to_string());
+        o.phase = Some(phase.name().to_string());
         self.push(at_s, Event::Object(o))
     }
 
@@ -142,7 +143,7 @@ fn ready_within(secs: u64) -> Check {
     Check::eventually(
         "sandbox returns to Ready",
         &["R9"],
-        Predicate::phase(sandbox(), &["Ready"]),
+        Predicate::phase(sandbox(), &[Phase::Ready]),
         Anchor::fault_end(&FaultKey::new("f1")),
         Duration::from_secs(secs),
     )
@@ -151,10 +152,10 @@ fn ready_within(secs: u64) -> Check {
 #[test]
 fn eventually_passes_when_the_predicate_holds_inside_the_deadline() {
     let t = Tb::default()
-        .phase(0.0, "a", "Ready")
+        .phase(0.0, "a", Phase::Ready)
         .outage(10.0, 40.0)
-        .phase(20.0, "a", "Provisioning")
-        .phase(55.0, "a", "Ready")
+        .phase(20.0, "a", Phase::Provisioning)
+        .phase(55.0, "a", Phase::Ready)
         .build();
     let o = ready_within(60).evaluate(&t);
     assert!(o.passed, "{}", o.diagnosis());
@@ -171,16 +172,16 @@ fn eventually_passes_when_the_predicate_holds_inside_the_deadline() {
 #[test]
 fn eventually_fails_when_the_predicate_holds_only_after_the_deadline() {
     let t = Tb::default()
-        .phase(0.0, "a", "Ready")
+        .phase(0.0, "a", Phase::Ready)
         .outage(10.0, 40.0)
-        .phase(20.0, "a", "Error")
-        .phase(200.0, "a", "Ready")
+        .phase(20.0, "a", Phase::Error)
+        .phase(200.0, "a", Phase::Ready)
         .build();
     let o = ready_within(60).evaluate(&t);
     assert!(!o.passed);
     assert_eq!(o.message, "did not hold by the deadline at 100s");
     assert_eq!(o.last_seen.len(), 1);
-    assert_eq!(o.last_seen[0].phase.as_deref(), Some("Error"));
+    assert_eq!(o.last_seen[0].phase.as_deref(), Some(Phase::Error.name()));
     let d = o.diagnosis();
     assert!(
         d.contains("check 'sandbox returns to Ready' [R9] FAILED in window 40s .. 100s"),
@@ -192,27 +193,30 @@ fn eventually_fails_when_the_predicate_holds_only_after_the_deadline() {
 #[test]
 fn eventually_within_zero_judges_the_instant_of_the_anchor_only() {
     let t = Tb::default()
-        .phase(0.0, "a", "Provisioning")
+        .phase(0.0, "a", Phase::Provisioning)
         .mark(5.0, "verified")
-        .phase(5.0, "a", "Ready")
+        .phase(5.0, "a", Phase::Ready)
         .build();
     let c = Check::eventually(
         "Ready when verified",
         &["R1"],
-        Predicate::phase(sandbox(), &["Ready"]),
+        Predicate::phase(sandbox(), &[Phase::Ready]),
         Anchor::marker(&Marker::new("verified")),
         Duration::ZERO,
     );
     let o = c.evaluate(&t);
     assert!(!o.passed);
-    assert_eq!(o.last_seen[0].phase.as_deref(), Some("Provisioning"));
+    assert_eq!(
+        o.last_seen[0].phase.as_deref(),
+        Some(Phase::Provisioning.name())
+    );
 }
 
 #[test]
 fn eventually_says_when_the_run_ended_before_the_deadline() {
     let t = Tb::default()
         .outage(10.0, 40.0)
-        .phase(41.0, "a", "Error")
+        .phase(41.0, "a", Phase::Error)
         .build();
     let o = ready_within(60).evaluate(&t);
     assert!(!o.passed);
@@ -221,7 +225,7 @@ fn eventually_says_when_the_run_ended_before_the_deadline() {
 
 #[test]
 fn a_check_anchored_on_an_event_that_never_happened_fails_and_says_so() {
-    let t = Tb::default().phase(0.0, "a", "Ready").build();
+    let t = Tb::default().phase(0.0, "a", Phase::Ready).build();
     let o = ready_within(60).evaluate(&t);
     assert!(!o.passed);
     assert_eq!(
@@ -233,15 +237,15 @@ fn a_check_anchored_on_an_event_that_never_happened_fails_and_says_so() {
 #[test]
 fn never_passes_when_the_predicate_stays_false_in_the_window() {
     let t = Tb::default()
-        .phase(0.0, "a", "Ready")
+        .phase(0.0, "a", Phase::Ready)
         .outage(10.0, 40.0)
-        .phase(20.0, "a", "Provisioning")
-        .phase(45.0, "a", "Error") // after the window: not this check's business
+        .phase(20.0, "a", Phase::Provisioning)
+        .phase(45.0, "a", Phase::Error) // after the window: not this check's business
         .build();
     let c = Check::never(
         "no Error during the outage",
         &["R9"],
-        Predicate::phase(sandbox(), &["Error"]),
+        Predicate::phase(sandbox(), &[Phase::Error]),
         Window::fault(&FaultKey::new("f1")),
     );
     let o = c.evaluate(&t);
@@ -251,20 +255,20 @@ fn never_passes_when_the_predicate_stays_false_in_the_window() {
 #[test]
 fn never_fails_at_the_first_instant_the_predicate_holds() {
     let t = Tb::default()
-        .phase(0.0, "a", "Ready")
+        .phase(0.0, "a", Phase::Ready)
         .outage(10.0, 40.0)
-        .phase(21.5, "a", "Error")
+        .phase(21.5, "a", Phase::Error)
         .build();
     let c = Check::never(
         "no Error during the outage",
         &["R9"],
-        Predicate::phase(sandbox(), &["Error"]),
+        Predicate::phase(sandbox(), &[Phase::Error]),
         Window::fault(&FaultKey::new("f1")),
     );
     let o = c.evaluate(&t);
     assert!(!o.passed);
     assert_eq!(o.message, "it held at 21.500s");
-    assert_eq!(o.last_seen[0].phase.as_deref(), Some("Error"));
+    assert_eq!(o.last_seen[0].phase.as_deref(), Some(Phase::Error.name()));
 }
 
 #[test]
@@ -313,19 +317,19 @@ fn ready_error_sequence() -> Check {
         &["R9"],
         sandbox(),
         Window::whole_run(),
-        &["Provisioning", "Ready"],
-        &["Provisioning"],
+        &[Phase::Provisioning, Phase::Ready],
+        &[Phase::Provisioning],
     )
 }
 
 #[test]
 fn a_phase_sequence_passes_with_allowed_intermediates_and_repeats() {
     let t = Tb::default()
-        .phase(0.0, "a", "Provisioning")
-        .phase(5.0, "a", "Ready")
-        .phase(10.0, "a", "Provisioning")
-        .phase(15.0, "a", "Provisioning")
-        .phase(30.0, "a", "Ready")
+        .phase(0.0, "a", Phase::Provisioning)
+        .phase(5.0, "a", Phase::Ready)
+        .phase(10.0, "a", Phase::Provisioning)
+        .phase(15.0, "a", Phase::Provisioning)
+        .phase(30.0, "a", Phase::Ready)
         .build();
     let o = ready_error_sequence().evaluate(&t);
     assert!(o.passed, "{}", o.diagnosis());
@@ -338,10 +342,10 @@ fn a_phase_sequence_passes_with_allowed_intermediates_and_repeats() {
 #[test]
 fn a_phase_sequence_fails_on_a_phase_that_is_not_allowed() {
     let t = Tb::default()
-        .phase(0.0, "a", "Provisioning")
-        .phase(5.0, "a", "Ready")
-        .phase(10.0, "a", "Error")
-        .phase(30.0, "a", "Ready")
+        .phase(0.0, "a", Phase::Provisioning)
+        .phase(5.0, "a", Phase::Ready)
+        .phase(10.0, "a", Phase::Error)
+        .phase(30.0, "a", Phase::Ready)
         .build();
     let o = ready_error_sequence().evaluate(&t);
     assert!(!o.passed);
@@ -357,8 +361,8 @@ fn a_phase_sequence_fails_on_a_phase_that_is_not_allowed() {
 #[test]
 fn a_phase_sequence_fails_when_it_stops_short_or_ends_elsewhere() {
     let stuck = Tb::default()
-        .phase(0.0, "a", "Provisioning")
-        .phase(300.0, "a", "Provisioning")
+        .phase(0.0, "a", Phase::Provisioning)
+        .phase(300.0, "a", Phase::Provisioning)
         .build();
     let o = ready_error_sequence().evaluate(&stuck);
     assert!(!o.passed);
@@ -370,9 +374,9 @@ fn a_phase_sequence_fails_when_it_stops_short_or_ends_elsewhere() {
     );
 
     let ends_elsewhere = Tb::default()
-        .phase(0.0, "a", "Provisioning")
-        .phase(5.0, "a", "Ready")
-        .phase(9.0, "a", "Provisioning")
+        .phase(0.0, "a", Phase::Provisioning)
+        .phase(5.0, "a", Phase::Ready)
+        .phase(9.0, "a", Phase::Provisioning)
         .build();
     let o = ready_error_sequence().evaluate(&ends_elsewhere);
     assert!(!o.passed);
@@ -386,8 +390,8 @@ fn a_phase_sequence_fails_when_it_stops_short_or_ends_elsewhere() {
 #[test]
 fn a_phase_sequence_counts_deletion_as_a_phase() {
     let t = Tb::default()
-        .phase(0.0, "a", "Provisioning")
-        .phase(5.0, "a", "Ready")
+        .phase(0.0, "a", Phase::Provisioning)
+        .phase(5.0, "a", Phase::Ready)
         .deleted(9.0, GATEWAY_SANDBOX_KIND, None, "a")
         .build();
     let c = Check::phase_sequence(

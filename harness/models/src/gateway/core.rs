@@ -2,11 +2,12 @@
 //! rule cites its source (an item of docs/upstream-facts.md); which variant applies comes from
 //! [`Behaviour`].
 
-use super::phase::{Phase, Snapshot, derive_phase};
+use super::phase::{Snapshot, derive_phase, sticky};
 use super::rpc::{ConnectRequest, ExitAck, Status};
 use super::store::SandboxRecord;
 use crate::model::Topo;
 use crate::spec::{Behaviour, Diagnostics, Timings, backoff};
+use conformance_core::phase::Phase;
 use conformance_core::target::RestartPolicy;
 
 #[derive(Clone, Debug)]
@@ -51,7 +52,7 @@ impl Rules {
     /// F1.9 Stop: Stopped is idempotent; only Ready/Stopping are accepted (0.0.111, 0.1.6).
     /// Contract (R8): also from Error, Completed, Restarting and Provisioning, so a sandbox in
     /// bootstrap Error can be stopped and started again.
-    pub fn stop_allowed(&self, phase: Phase) -> Verdict {
+    pub fn stop_allowed(&self, phase: &Phase) -> Verdict {
         match phase {
             Phase::Stopped => Verdict::Idempotent,
             Phase::Ready | Phase::Stopping => Verdict::Proceed,
@@ -68,7 +69,7 @@ impl Rules {
     }
 
     /// F1.10 Start: Ready is idempotent; only Stopped/Starting are accepted.
-    pub fn start_allowed(&self, phase: Phase) -> Verdict {
+    pub fn start_allowed(&self, phase: &Phase) -> Verdict {
         match phase {
             Phase::Ready => Verdict::Idempotent,
             Phase::Stopped | Phase::Starting => Verdict::Proceed,
@@ -116,7 +117,7 @@ impl Rules {
             if matches!(rec.phase, Phase::Provisioning | Phase::Starting) {
                 set(
                     rec,
-                    rec.phase,
+                    rec.phase.clone(),
                     "ConfigurationPending",
                     "waiting for the supervisor boundary to attach",
                 );
@@ -137,7 +138,7 @@ impl Rules {
         rec: &SandboxRecord,
         req: &ConnectRequest,
     ) -> Result<(), Box<Refusal>> {
-        if self.b.reattach_refused && req.reattach && !rec.phase.sticky() {
+        if self.b.reattach_refused && req.reattach && !sticky(&rec.phase) {
             let msg = format!(
                 "supervisor re-attach refused: main process instance {} is bound to a previous supervisor session",
                 req.main_instance.unwrap_or_default()
@@ -157,7 +158,7 @@ impl Rules {
         } else if let Some((reason, msg)) = &r.pending
             && matches!(rec.phase, Phase::Provisioning | Phase::Starting)
         {
-            set(rec, rec.phase, reason, msg);
+            set(rec, rec.phase.clone(), reason, msg);
         }
     }
 
@@ -205,7 +206,7 @@ impl Rules {
         if matches!(
             rec.phase,
             Phase::Deleting | Phase::Stopping | Phase::Stopped
-        ) || rec.phase.sticky()
+        ) || sticky(&rec.phase)
             || rec.main_instance.is_some_and(|i| i != instance)
         {
             return ExitAck::Ignored;
@@ -288,7 +289,7 @@ impl Rules {
         connected: bool,
         gate_pending: bool,
     ) {
-        if rec.phase.sticky()
+        if sticky(&rec.phase)
             || matches!(
                 rec.phase,
                 Phase::Deleting | Phase::Stopped | Phase::Restarting
@@ -446,17 +447,17 @@ mod tests {
     fn upstream_refuses_stop_and_start_from_error_and_the_contract_recovers() {
         let up = rules(Selection::model(Model::OpenShell0_0_111));
         assert_eq!(
-            up.stop_allowed(Phase::Error),
+            up.stop_allowed(&Phase::Error),
             Verdict::Refuse("sandbox must be Ready to stop (current phase: Error)".into())
         );
         assert_eq!(
-            up.start_allowed(Phase::Error),
+            up.start_allowed(&Phase::Error),
             Verdict::Refuse("sandbox must be Stopped to start (current phase: Error)".into())
         );
         let c = rules(Selection::contract());
-        assert_eq!(c.stop_allowed(Phase::Error), Verdict::Proceed);
+        assert_eq!(c.stop_allowed(&Phase::Error), Verdict::Proceed);
         let d = rules(Selection::contract().with_defect(Defect::NoRecoveryFromError));
-        assert!(matches!(d.stop_allowed(Phase::Error), Verdict::Refuse(_)));
+        assert!(matches!(d.stop_allowed(&Phase::Error), Verdict::Refuse(_)));
     }
 
     #[test]
@@ -473,8 +474,8 @@ mod tests {
         let mut r = rec(Phase::Ready);
         bad.on_startup(&mut r);
         assert_eq!(
-            (r.phase, r.reason.as_deref()),
-            (Phase::Error, Some("StartFailed"))
+            (&r.phase, r.reason.as_deref()),
+            (&Phase::Error, Some("StartFailed"))
         );
         bad.apply_snapshot(&mut r, &ready_cr(), true, false);
         assert_eq!(r.phase, Phase::Error, "Error is sticky");
@@ -486,8 +487,8 @@ mod tests {
         let mut r = rec(Phase::Ready);
         assert_eq!(up.main_exited(&mut r, 1, 0, false), ExitAck::Terminal);
         assert_eq!(
-            (r.phase, r.reason.as_deref()),
-            (Phase::Error, Some("MainProcessExited"))
+            (&r.phase, r.reason.as_deref()),
+            (&Phase::Error, Some("MainProcessExited"))
         );
         let c = rules(Selection::contract());
         let mut r = rec(Phase::Ready);

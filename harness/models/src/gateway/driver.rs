@@ -10,13 +10,14 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::Gateway;
-use super::phase::{Phase, Snapshot};
+use super::phase::Snapshot;
 use super::store::SandboxRecord;
 use crate::model::{
     BOOTSTRAP_GATE, GATEWAY_ENDPOINT, SANDBOX_IMAGE_REPO, SUPERVISOR_IMAGE_REPO, Topo,
     supervisor_pod_name,
 };
 use crate::spec::backoff;
+use conformance_core::phase::Phase;
 use kube_emulator::{ApiError, DeleteOptions, ListOptions, PatchKind, ResourceRef};
 
 /// The Sandbox resource version the driver uses (F3.1: v1beta1 first).
@@ -409,7 +410,7 @@ pub fn reconcile(gw: &Arc<Gateway>) {
                 });
             }
         }
-        let phase = core.store.get(&name).map(|r| r.phase);
+        let phase = core.store.get(&name).map(|r| r.phase.clone());
         drop(core);
         // Reported 0.1.x topologies: the dedicated supervisor pod follows the sandbox's intent,
         // and the workload pod's gate opens once the boundary attached.

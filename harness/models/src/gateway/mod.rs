@@ -23,11 +23,11 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use self::core::Rules;
-use self::phase::Phase;
 use self::rpc::{ConnectRequest, ExitAck, SandboxConfig, ServerCert, Session, Status};
 use self::store::{SandboxRecord, Store};
 use super::model::{CredentialFault, GRPC_PORT, OpenShellModel, cr_name};
 use super::program::{ContainerCtx, ContainerProgram};
+use conformance_core::phase::Phase;
 use conformance_core::target::{ExecResult, RestartPolicy, SandboxSpec, SandboxView};
 use kube_emulator::Cluster;
 
@@ -241,7 +241,7 @@ impl Gateway {
     fn view(rec: &SandboxRecord) -> SandboxView {
         SandboxView {
             name: rec.name.clone(),
-            phase: rec.phase.name().to_string(),
+            phase: rec.phase.clone(),
             reason: rec.reason.clone().filter(|s| !s.is_empty()),
             message: rec.message.clone().filter(|s| !s.is_empty()),
             exit_code: rec.exit_code,
@@ -339,7 +339,7 @@ impl Gateway {
                 .store
                 .get(name)
                 .ok_or_else(|| Status::not_found(format!("sandbox '{name}' not found")))?;
-            match self.rules().stop_allowed(rec.phase) {
+            match self.rules().stop_allowed(&rec.phase) {
                 core::Verdict::Idempotent => return Ok(()),
                 core::Verdict::Refuse(msg) => return Err(Status::failed_precondition(msg)),
                 core::Verdict::Proceed => {}
@@ -362,7 +362,7 @@ impl Gateway {
                 .store
                 .get(name)
                 .ok_or_else(|| Status::not_found(format!("sandbox '{name}' not found")))?;
-            match self.rules().start_allowed(rec.phase) {
+            match self.rules().start_allowed(&rec.phase) {
                 core::Verdict::Idempotent => return Ok(()),
                 core::Verdict::Refuse(msg) => return Err(Status::failed_precondition(msg)),
                 core::Verdict::Proceed => {}

@@ -1,50 +1,12 @@
-//! Phases and how the gateway derives them (docs/upstream-facts.md F1.1, F1.3-F1.6), plus the two
-//! phases the 0.1.x line adds (Completed #2884, Restarting #2798; F9.1, F9.2).
+//! How the gateway derives a sandbox's [`Phase`] (docs/upstream-facts.md F1.1, F1.3-F1.6).
 
-use serde::{Deserialize, Serialize};
+use conformance_core::phase::Phase;
 use serde_json::Value;
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Phase {
-    Unspecified,
-    #[default]
-    Provisioning,
-    Ready,
-    Error,
-    Deleting,
-    Unknown,
-    Stopping,
-    Stopped,
-    Starting,
-    /// The main process exited 0 (contract and 0.1.x; #2884).
-    Completed,
-    /// Waiting to relaunch under the restart policy (0.1.x branch; F9.1).
-    Restarting,
-}
-
-impl Phase {
-    /// As the CLI prints it (F1.1 `phase_name`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Unspecified => "Unspecified",
-            Self::Provisioning => "Provisioning",
-            Self::Ready => "Ready",
-            Self::Error => "Error",
-            Self::Deleting => "Deleting",
-            Self::Unknown => "Unknown",
-            Self::Stopping => "Stopping",
-            Self::Stopped => "Stopped",
-            Self::Starting => "Starting",
-            Self::Completed => "Completed",
-            Self::Restarting => "Restarting",
-        }
-    }
-
-    /// Driver snapshots never move a sandbox out of these (F1.6 "Error is sticky"; Completed
-    /// is terminal by R7).
-    pub fn sticky(self) -> bool {
-        matches!(self, Self::Error | Self::Completed)
-    }
+/// Driver snapshots never move a sandbox out of these (F1.6 "Error is sticky"; Completed is
+/// terminal by R7).
+pub fn sticky(phase: &Phase) -> bool {
+    matches!(phase, Phase::Error | Phase::Completed)
 }
 
 /// Ready reasons that keep a sandbox Provisioning (F1.4, mod.rs L4049-4063); plus the

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::Gateway;
 use super::core::StartupAction;
 use super::driver;
+use conformance_core::phase::Phase;
 
 impl Gateway {
     pub fn startup_sweep(self: &Arc<Self>) {
@@ -15,13 +16,13 @@ impl Gateway {
             let (cr, before) = {
                 let core = self.core();
                 let r = core.store.get(&name).expect("listed");
-                (r.cr_name.clone(), r.phase)
+                (r.cr_name.clone(), r.phase.clone())
             };
             {
                 let mut core = self.core();
                 self.commit(&mut core, &name, |r, rec| action = r.on_startup(rec));
             }
-            let after = self.core().store.get(&name).map(|r| r.phase);
+            let after = self.core().store.get(&name).map(|r| r.phase.clone());
             match action {
                 StartupAction::Stop => {
                     let gw = self.clone();
@@ -38,7 +39,7 @@ impl Gateway {
                     );
                 }
                 StartupAction::None => {
-                    if after != Some(before) && after == Some(super::phase::Phase::Error) {
+                    if after.as_ref() != Some(&before) && after == Some(Phase::Error) {
                         let reason = self
                             .core()
                             .store

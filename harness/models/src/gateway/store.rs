@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::phase::Phase;
+use conformance_core::phase::Phase;
 use conformance_core::target::RestartPolicy;
 use kube_emulator::shell::Volume;
 

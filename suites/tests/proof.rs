@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use conformance_catalog::catalog::{self, Selection as Pick};
-use conformance_core::engine::{CaseReport, Engine, EngineOptions, Outcome};
 use conformance_core::engine::{CaseReport, EngineOptions, Outcome};
 use conformance_core::phase::Phase;
 use conformance_core::pool;

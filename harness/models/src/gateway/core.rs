@@ -4,7 +4,6 @@
 use super::phase::{Phase, Snapshot, derive_phase};
 use super::rpc::{ConnectRequest, ExitAck, Status};
 use super::store::SandboxRecord;
-use crate::model::Topo;
 use crate::spec::{Behaviour, Diagnostics, Timings, backoff};
 use conformance_core::target::RestartPolicy;
 
@@ -12,7 +11,6 @@ use conformance_core::target::RestartPolicy;
 pub struct Rules {
     pub b: Behaviour,
     pub t: Timings,
-    pub topology: Topo,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -424,7 +422,6 @@ mod tests {
         Rules {
             b: sel.behaviour(),
             t: Timings::default(),
-            topology: Topo::Combined,
         }
     }
 

@@ -522,7 +522,7 @@ impl ContainerProgram for SupervisorProgram {
             return 0;
         }
         match flag(&ctx.argv, "--mode").as_deref() {
-            None => self.combined(ctx).await,
+            None => self.in_workload_container(ctx).await,
             Some("network-init") => 0,
             Some("process") => self.process_container(ctx).await,
             Some("network") => self.boundary_container(ctx, true).await,
@@ -556,7 +556,7 @@ impl SupervisorProgram {
     }
 
     /// Supervisor in the workload container: boundary and process side share it (§2.2).
-    async fn combined(&self, ctx: ContainerCtx) -> i32 {
+    async fn in_workload_container(&self, ctx: ContainerCtx) -> i32 {
         let cr = ctx.pod.clone();
         let id = ctx
             .env("OPENSHELL_SANDBOX_ID")

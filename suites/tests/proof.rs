@@ -3,7 +3,8 @@
 //! requirement; the upstream model reproduces the reported failures; the same seed gives the same
 //! timeline.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::sync::Arc;
 
 use conformance_catalog::catalog::{self, Selection as Pick};
@@ -58,6 +59,95 @@ fn every_scenario_passes_on_the_contract_model(#[case] topo: &str) {
         .map(describe)
         .collect();
     assert!(bad.is_empty(), "on contract/{topo}:\n{}", bad.join("\n"));
+}
+
+/// A topology the harness does not ship: the sidecar placement under another name, with other
+/// container names. Adding a topology with an existing placement is this YAML and nothing else.
+const RENAMED_SIDECAR: &str = r#"
+name: paired-supervisor
+description: The sidecar placement under another name, with its own container names.
+min_openshell: 0.0.111
+values:
+  - versions: ">=0.0.0"
+    set:
+      gatewayConfig:
+        openshell:
+          drivers:
+            kubernetes:
+              supervisor_topology: sidecar
+workload:
+  container: workload
+supervisor:
+  runs_in: sidecar-container
+  container: network-supervisor
+"#;
+
+fn renamed_sidecar() -> Topology {
+    Topology::from_yaml(RENAMED_SIDECAR, Path::new("paired-supervisor.yaml")).unwrap()
+}
+
+/// The container names (init containers too) of every sandbox pod the timeline saw.
+fn sandbox_pod_containers(t: &Timeline) -> BTreeSet<String> {
+    t.entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Object(o) if o.kind == "Pod" && o.name.starts_with("default--") => {
+                Some(o.containers.iter().map(|c| c.name.clone()))
+            }
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+#[test]
+fn a_topology_defined_only_as_yaml_runs_every_scenario_on_the_contract_model() {
+    let cases = catalog::cases(&[renamed_sidecar()], &Pick::default());
+    assert_eq!(
+        cases.len(),
+        catalog::cases(&[topology("sidecar")], &Pick::default()).len()
+    );
+    let reports = run_cases(Selection::contract(), cases);
+    let bad: Vec<String> = reports
+        .iter()
+        .filter(|r| r.outcome != Outcome::Passed)
+        .map(describe)
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "on contract/paired-supervisor:\n{}",
+        bad.join("\n")
+    );
+    // The models shaped the pod from the YAML, not from a topology they know by name.
+    let containers = sandbox_pod_containers(&reports[0].timeline);
+    for named in ["workload", "network-supervisor"] {
+        assert!(containers.contains(named), "{named} not in {containers:?}");
+    }
+    for shipped in ["agent", "openshell-supervisor-network"] {
+        assert!(!containers.contains(shipped), "{shipped} in {containers:?}");
+    }
+}
+
+#[test]
+fn a_topology_defined_only_as_yaml_gets_the_behaviour_of_its_placement() {
+    // The sidecar's 120 s wait for the control socket follows the placement, not the name.
+    let pick = Pick {
+        patterns: vec!["bootstrap-outage[*".into()],
+        ..Pick::default()
+    };
+    let cases = catalog::cases(&[renamed_sidecar()], &pick);
+    assert!(!cases.is_empty());
+    let defect = Selection::parse("contract", &["sidecar-gives-up-after-120s".into()], None);
+    let reports = run_cases(defect.unwrap(), cases);
+    assert!(
+        reports
+            .iter()
+            .any(|r| matches!(r.outcome, Outcome::Failed(_))
+                && r.failed_checks()
+                    .any(|c| c.requirements.iter().any(|q| q == "R2"))),
+        "no case failed naming R2:\n{}",
+        reports.iter().map(describe).collect::<Vec<_>>().join("\n")
+    );
 }
 
 #[test]

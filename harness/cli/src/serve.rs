@@ -71,15 +71,15 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
                 args.agent_sandbox.as_deref(),
             )
             .map_err(|e| ServeError::Usage(e.to_string()))?;
-            let topo =
-                conformance_models::model::Topo::from_name(&args.topology).ok_or_else(|| {
-                    ServeError::Usage(format!(
-                        "unknown topology '{}'; valid: combined, sidecar, supervisor-pod, gateway",
-                        args.topology
-                    ))
-                })?;
-            let t =
-                conformance_models::target::EmulatedTarget::start_with(sel, topo, config.clone());
+            let topology = conformance_core::topology::Topologies::builtin()
+                .get(&args.topology)
+                .map_err(|e| ServeError::Usage(e.to_string()))?
+                .clone();
+            let t = conformance_models::target::EmulatedTarget::start_with(
+                sel,
+                &topology,
+                config.clone(),
+            );
             // A scenario installs the model itself, in its install stage.
             if args.scenario.is_none() {
                 conformance_models::install::install(&t.cluster, &t.model)
@@ -93,14 +93,13 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
         None => Cluster::new(config),
     };
     let case = match (&target, &args.scenario) {
-        (Some(t), Some(pattern)) => Some(live_case(pattern, t.model.topology.name())?),
+        (Some(t), Some(pattern)) => Some(live_case(pattern, &t.model.topology)?),
         _ => None,
     };
     if let (Some(t), None) = (&target, &case) {
         println!(
             "OpenShell model {} installed (topology {}) in namespace openshell",
-            t.model.selection,
-            t.model.topology.name()
+            t.model.selection, t.model.topology.name
         );
     }
     println!("emulated Kubernetes API listening on http://{addr}");
@@ -138,20 +137,17 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
     Ok(serve_on(listener, cluster).await?)
 }
 
-/// The one catalog case `pattern` selects on `topology`.
+/// The one catalog case `pattern` selects on `topology` (the one the served model runs).
 fn live_case(
     pattern: &str,
-    topology: &str,
+    topo: &conformance_core::topology::Topology,
 ) -> Result<conformance_core::scenario::Case, ServeError> {
-    let topo = conformance_core::topology::Topologies::builtin()
-        .get(topology)
-        .map_err(|e| ServeError::Usage(e.to_string()))?
-        .clone();
+    let topology = &topo.name;
     let sel = conformance_catalog::catalog::Selection {
         patterns: vec![pattern.to_string()],
         ..Default::default()
     };
-    let mut cases = conformance_catalog::catalog::cases(&[topo], &sel);
+    let mut cases = conformance_catalog::catalog::cases(std::slice::from_ref(topo), &sel);
     match cases.len() {
         1 => Ok(cases.remove(0)),
         0 => Err(ServeError::Usage(format!(

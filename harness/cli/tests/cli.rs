@@ -210,6 +210,17 @@ fn bad_flags_and_values_exit_2_with_a_message_that_says_what_to_do() {
             &["emulate", "serve", "--listen", "10.1.2.3:6443"],
             "only loopback addresses",
         ),
+        (
+            &[
+                "emulate",
+                "serve",
+                "--model",
+                "contract",
+                "--topology",
+                "mesh",
+            ],
+            "unknown topology `mesh`; known topologies: combined, gateway, sidecar, supervisor-pod",
+        ),
         (&["frobnicate"], "unrecognized subcommand"),
     ];
     for (args, says) in cases {

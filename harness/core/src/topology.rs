@@ -1,6 +1,13 @@
 //! Supervisor topologies: where OpenShell's supervisor runs relative to the workload, and the
 //! helm values that select it for each chart version. Loaded from `fixtures/topologies/*.yaml`;
 //! the four shipped ones are also compiled into the binary so it runs from anywhere.
+//!
+//! A topology is data all the way down: the real target reads it for helm values and to find
+//! the supervisor, and the emulated models read it to shape the sandbox pod, gate it, and run
+//! the supervisor where it says. So a new topology with an existing `runs_in` placement is one
+//! YAML file. A new placement needs a [`SupervisorPlacement`] variant here and its model: one
+//! arm per placement in the models' `placement` module (the pod it shapes, the objects it owns,
+//! how its supervisor is killed), plus how the real fault injector finds that supervisor.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,7 +27,20 @@ pub struct Topology {
     pub min_openshell: Version,
     /// Helm values per chart version range; every matching entry applies, later ones win.
     pub values: Vec<ValuesForVersions>,
+    pub workload: Workload,
     pub supervisor: SupervisorPlacement,
+}
+
+/// The sandbox pod's workload side.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    /// The sandbox pod's container that runs the main process (where probes exec).
+    pub container: String,
+    /// A scheduling gate the workload pod is created behind, released once the supervisor
+    /// attached (reported for the 0.1.x topologies whose supervisor lives outside the pod).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling_gate: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -35,16 +55,24 @@ pub struct ValuesForVersions {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "runs_in", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum SupervisorPlacement {
-    /// A container of the sandbox pod.
-    SandboxContainer { container: String },
-    /// A pod of its own per sandbox, found by `selector` plus `sandbox_label=<sandbox CR name>`.
+    /// The workload container itself: the supervisor is its entrypoint, bootstraps, then
+    /// launches the main process beside it.
+    WorkloadContainer,
+    /// Another container of the sandbox pod (sharing its process namespace); the process side
+    /// in the workload container waits for this one's control socket.
+    SidecarContainer { container: String },
+    /// A pod of its own per sandbox, named `<sandbox CR name><name_suffix>`, found by
+    /// `selector` plus `sandbox_label=<sandbox CR name>`.
     DedicatedPod {
+        name_suffix: String,
+        container: String,
         selector: BTreeMap<String, String>,
         sandbox_label: String,
     },
     /// One Deployment shared by all sandboxes.
     SharedDeployment {
         name: String,
+        container: String,
         selector: BTreeMap<String, String>,
     },
 }
@@ -132,22 +160,60 @@ impl Topology {
         let empty = |what: &str, field: &str| {
             Error::config(origin, field, format!("{what} must not be empty"))
         };
+        if self.workload.container.is_empty() {
+            return Err(empty("the container name", "workload.container"));
+        }
+        if self
+            .workload
+            .scheduling_gate
+            .as_ref()
+            .is_some_and(String::is_empty)
+        {
+            return Err(empty("the gate name", "workload.scheduling_gate"));
+        }
         match &self.supervisor {
-            SupervisorPlacement::SandboxContainer { container } if container.is_empty() => {
-                return Err(empty("the container name", "supervisor.container"));
+            SupervisorPlacement::WorkloadContainer => {}
+            SupervisorPlacement::SidecarContainer { container } => {
+                if container.is_empty() {
+                    return Err(empty("the container name", "supervisor.container"));
+                }
+                if *container == self.workload.container {
+                    return Err(Error::config(
+                        origin,
+                        "supervisor.container",
+                        "a sidecar is a container of its own; use `runs_in: workload-container` \
+                         for a supervisor in the workload container",
+                    ));
+                }
             }
             SupervisorPlacement::DedicatedPod {
+                name_suffix,
+                container,
                 selector,
                 sandbox_label,
-            } if selector.is_empty() || sandbox_label.is_empty() => {
-                return Err(empty("selector and sandbox_label", "supervisor.selector"));
+            } => {
+                if name_suffix.is_empty() {
+                    return Err(empty("the pod name suffix", "supervisor.name_suffix"));
+                }
+                if container.is_empty() {
+                    return Err(empty("the container name", "supervisor.container"));
+                }
+                if selector.is_empty() || sandbox_label.is_empty() {
+                    return Err(empty("selector and sandbox_label", "supervisor.selector"));
+                }
             }
-            SupervisorPlacement::SharedDeployment { name, selector }
-                if name.is_empty() || selector.is_empty() =>
-            {
-                return Err(empty("name and selector", "supervisor.name"));
+            SupervisorPlacement::SharedDeployment {
+                name,
+                container,
+                selector,
+            } => {
+                if container.is_empty() {
+                    return Err(empty("the container name", "supervisor.container"));
+                }
+                if name.is_empty() || selector.is_empty() {
+                    return Err(empty("name and selector", "supervisor.name"));
+                }
             }
-            _ => {}
         }
         Ok(())
     }
@@ -155,10 +221,23 @@ impl Topology {
     /// Whether the supervisor runs inside the sandbox pod (so replacing that pod re-runs
     /// bootstrap and restarts the workload).
     pub fn supervisor_in_sandbox_pod(&self) -> bool {
-        matches!(
-            self.supervisor,
-            SupervisorPlacement::SandboxContainer { .. }
-        )
+        self.supervisor_container().is_some()
+    }
+
+    /// The sandbox pod's container the supervisor runs in; None when it runs in a pod of its
+    /// own.
+    pub fn supervisor_container(&self) -> Option<&str> {
+        match &self.supervisor {
+            SupervisorPlacement::WorkloadContainer => Some(&self.workload.container),
+            SupervisorPlacement::SidecarContainer { container } => Some(container),
+            SupervisorPlacement::DedicatedPod { .. }
+            | SupervisorPlacement::SharedDeployment { .. } => None,
+        }
+    }
+
+    /// The scheduling gate the workload pod waits behind, if the topology gates it.
+    pub fn scheduling_gate(&self) -> Option<&str> {
+        self.workload.scheduling_gate.as_deref()
     }
 
     /// Whether this OpenShell version supports the topology.
@@ -325,20 +404,52 @@ mod tests {
     #[test]
     fn supervisor_placement_says_where_to_find_the_supervisor() {
         let t = Topologies::builtin();
+        let combined = t.get("combined").unwrap();
+        assert_eq!(combined.supervisor, SupervisorPlacement::WorkloadContainer);
+        assert_eq!(combined.supervisor_container(), Some("agent"));
+        let sidecar = t.get("sidecar").unwrap();
         assert_eq!(
-            t.get("sidecar").unwrap().supervisor,
-            SupervisorPlacement::SandboxContainer {
+            sidecar.supervisor,
+            SupervisorPlacement::SidecarContainer {
                 container: "openshell-supervisor-network".into()
             }
         );
+        assert_eq!(
+            sidecar.supervisor_container(),
+            Some("openshell-supervisor-network")
+        );
         assert!(matches!(
             &t.get("supervisor-pod").unwrap().supervisor,
-            SupervisorPlacement::DedicatedPod { sandbox_label, .. } if sandbox_label == "openshell.ai/sandbox-name"
+            SupervisorPlacement::DedicatedPod { sandbox_label, name_suffix, .. }
+                if sandbox_label == "openshell.ai/sandbox-name" && name_suffix == "-supervisor"
         ));
         assert!(matches!(
             &t.get("gateway").unwrap().supervisor,
             SupervisorPlacement::SharedDeployment { name, .. } if name == "openshell-supervisor"
         ));
+        assert_eq!(t.get("gateway").unwrap().supervisor_container(), None);
+    }
+
+    #[test]
+    fn only_topologies_whose_supervisor_lives_outside_the_sandbox_pod_gate_the_workload() {
+        let t = Topologies::builtin();
+        for name in ["combined", "sidecar"] {
+            let topo = t.get(name).unwrap();
+            assert_eq!(topo.scheduling_gate(), None, "{name}");
+            assert!(topo.supervisor_in_sandbox_pod(), "{name}");
+        }
+        for name in ["supervisor-pod", "gateway"] {
+            let topo = t.get(name).unwrap();
+            assert_eq!(
+                topo.scheduling_gate(),
+                Some("openshell.ai/bootstrap-material"),
+                "{name}"
+            );
+            assert!(!topo.supervisor_in_sandbox_pod(), "{name}");
+        }
+        for topo in t.all() {
+            assert_eq!(topo.workload.container, "agent", "{}", topo.name);
+        }
     }
 
     #[test]
@@ -378,14 +489,37 @@ mod tests {
         assert!(matches!(&err, Error::Config { .. }), "{err:?}");
         assert!(err.to_string().contains("combined.yaml"), "{err}");
 
-        let err = broken(&GOOD.replace("runs_in: sandbox-container", "runs_in: sandbox-vm"));
+        let err = broken(&GOOD.replace("runs_in: workload-container", "runs_in: sandbox-vm"));
         assert!(err.to_string().contains("sandbox-vm"), "{err}");
 
         let err = broken(&GOOD.replace("container: agent", "container: \"\""));
         let Error::Config { field, .. } = &err else {
             panic!("{err:?}")
         };
+        assert_eq!(field, "workload.container");
+    }
+
+    #[test]
+    fn a_sidecar_in_the_workload_container_or_an_empty_gate_is_rejected() {
+        let sidecar = GOOD.replace(
+            "runs_in: workload-container",
+            "runs_in: sidecar-container\n  container: agent",
+        );
+        let err = broken(&sidecar);
+        let Error::Config { field, .. } = &err else {
+            panic!("{err:?}")
+        };
         assert_eq!(field, "supervisor.container");
+
+        let gated = GOOD.replace(
+            "  container: agent\n",
+            "  container: agent\n  scheduling_gate: \"\"\n",
+        );
+        let err = broken(&gated);
+        let Error::Config { field, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(field, "workload.scheduling_gate");
     }
 
     #[test]

@@ -1,14 +1,12 @@
 //! What `helm install openshell` and the Agent Sandbox release create (docs/upstream-facts.md
 //! section 5): namespace, ServiceAccounts, ConfigMap, Secrets, Service `openshell`
 //! (grpc 8080, metrics 9090), StatefulSet `openshell` with the `openshell-data` claim template,
-//! and per topology the shared supervisor Deployment. The Sandbox CRDs come with the emulated
-//! cluster (the Agent Sandbox release).
+//! and what the topology's placement adds (a shared supervisor Deployment). The Sandbox CRDs
+//! come with the emulated cluster (the Agent Sandbox release).
 
 use serde_json::{Value, json};
 
-use crate::model::{
-    GATEWAY_IMAGE_REPO, NAMESPACE, OpenShellModel, SHARED_SUPERVISOR, SUPERVISOR_IMAGE_REPO, Topo,
-};
+use crate::model::{GATEWAY_IMAGE_REPO, NAMESPACE, OpenShellModel};
 use kube_emulator::{ApiError, Cluster, ResourceRef};
 
 fn labels() -> Value {
@@ -29,7 +27,7 @@ pub fn gateway_toml(model: &OpenShellModel) -> String {
          gateway_id = \"openshell\"\ngrpc_endpoint = \"{}\"\nservice_account_name = \"openshell-sandbox\"\n\
          {topo_key} = \"{}\"\n",
         crate::model::GATEWAY_ENDPOINT,
-        model.topology.name()
+        model.topology.name
     )
 }
 
@@ -111,30 +109,7 @@ pub fn objects(model: &OpenShellModel) -> Vec<(ResourceRef, Value)> {
             }),
         ),
     ];
-    if model.topology == Topo::Gateway {
-        // Reported (0.1.x): a shared supervisor Deployment (fixtures/topologies/gateway.yaml).
-        let sel = json!({"app.kubernetes.io/component": "supervisor", "app.kubernetes.io/instance": "openshell"});
-        out.push((ResourceRef::new("apps", "v1", "deployments"), json!({
-            "metadata": {"name": SHARED_SUPERVISOR, "labels": sel},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": sel},
-                "template": {
-                    "metadata": {"labels": sel},
-                    "spec": {
-                        "serviceAccountName": "openshell-sandbox",
-                        "containers": [{
-                            "name": "supervisor",
-                            "image": format!("{SUPERVISOR_IMAGE_REPO}:{v}"),
-                            "command": ["/openshell-sandbox", "--mode=shared-boundary"],
-                            "env": [{"name": "OPENSHELL_ENDPOINT", "value": crate::model::GATEWAY_ENDPOINT},
-                                    {"name": "OPENSHELL_SUPERVISOR_TOPOLOGY", "value": "gateway"}],
-                        }],
-                    },
-                },
-            },
-        })));
-    }
+    out.extend(crate::placement::release_objects(model));
     out
 }
 

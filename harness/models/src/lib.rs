@@ -16,6 +16,7 @@ pub mod kube;
 pub mod kubelet;
 pub mod model;
 pub mod network;
+pub mod placement;
 pub mod program;
 pub mod spec;
 pub mod supervisor;

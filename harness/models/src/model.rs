@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use crate::spec::{Behaviour, Selection, Timings};
 use conformance_core::target::{sandbox_resource_name, workspace_pvc_name};
+use conformance_core::topology::Topology;
 
 /// Namespace of the release and of the sandboxes (shared workspace mode; docs/upstream-facts.md
 /// F5.8).
@@ -33,52 +34,6 @@ pub fn cr_name(name: &str) -> String {
 /// The workspace PVC of a sandbox the harness creates (F3.2).
 pub fn pvc_name(name: &str) -> String {
     workspace_pvc_name(&cr_name(name))
-}
-
-/// Which supervisor topology the model runs (fixtures/topologies).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Topo {
-    Combined,
-    Sidecar,
-    /// Reported (0.1.x, #3144): a dedicated supervisor pod per sandbox, gated workload pod.
-    SupervisorPod,
-    /// Reported (0.1.x): one shared supervisor Deployment.
-    Gateway,
-}
-
-impl Topo {
-    pub fn from_name(name: &str) -> Option<Self> {
-        Some(match name {
-            "combined" => Self::Combined,
-            "sidecar" => Self::Sidecar,
-            "supervisor-pod" => Self::SupervisorPod,
-            "gateway" => Self::Gateway,
-            _ => return None,
-        })
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Combined => "combined",
-            Self::Sidecar => "sidecar",
-            Self::SupervisorPod => "supervisor-pod",
-            Self::Gateway => "gateway",
-        }
-    }
-
-    /// The workload pod waits behind a scheduling gate until the boundary attaches (reported).
-    pub fn gated(self) -> bool {
-        matches!(self, Self::SupervisorPod | Self::Gateway)
-    }
-}
-
-/// The scheduling gate of the 0.1.x topologies (reported, #3144).
-pub const BOOTSTRAP_GATE: &str = "openshell.ai/bootstrap-material";
-/// The shared supervisor Deployment of the `gateway` topology (fixtures/topologies/gateway.yaml).
-pub const SHARED_SUPERVISOR: &str = "openshell-supervisor";
-/// Dedicated supervisor pod name of a sandbox (supervisor-pod topology; reported).
-pub fn supervisor_pod_name(cr: &str) -> String {
-    format!("{cr}-supervisor")
 }
 
 /// What the harness broke about one sandbox's bootstrap (Fault::BootstrapCredentials).
@@ -153,14 +108,16 @@ pub struct OpenShellModel {
     pub selection: Selection,
     pub behaviour: Behaviour,
     pub timings: Timings,
-    pub topology: Topo,
+    /// The topology's description: every part reads where the supervisor runs, the workload
+    /// container and the scheduling gate from it.
+    pub topology: Topology,
     /// The OpenShell version images are tagged with.
     pub version: String,
     tables: Mutex<Tables>,
 }
 
 impl OpenShellModel {
-    pub fn new(selection: Selection, topology: Topo) -> Arc<Self> {
+    pub fn new(selection: Selection, topology: Topology) -> Arc<Self> {
         let behaviour = selection.behaviour();
         let version = selection
             .model

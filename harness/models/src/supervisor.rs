@@ -1,13 +1,15 @@
-//! The OpenShell supervisor model (`openshell-sandbox`, docs/upstream-facts.md section 2), one
-//! program for the sandbox image's `agent` container and the supervisor image, dispatched on argv:
+//! The OpenShell supervisor model (`openshell-sandbox`, docs/upstream-facts.md section 2), one program for
+//! the sandbox image's workload container and the supervisor image, dispatched on argv (the
+//! placement of the topology decides which argv each container gets; see [`crate::placement`]):
 //!
-//! - combined (`openshell-sandbox --workdir /sandbox`): boundary and process side in `agent`.
-//! - sidecar: process side in `agent` (`--mode=process`), boundary in
-//!   `openshell-supervisor-network` (`--mode=network`), joined by the control socket in the
+//! - in the workload container (`openshell-sandbox --workdir /sandbox`, e.g. combined):
+//!   boundary and process side in one container.
+//! - sidecar container: process side in the workload container (`--mode=process`), boundary in
+//!   the sidecar (`--mode=network`), joined by the control socket in the
 //!   `openshell-sidecar-state` emptyDir (F2.5, F2.6).
-//! - supervisor-pod (reported, #3144): boundary in a dedicated pod (`--mode=boundary`); the
+//! - dedicated pod (reported, #3144): boundary in a pod of its own (`--mode=boundary`); the
 //!   workload pod is gated until the boundary attached.
-//! - gateway (reported): one shared Deployment (`--mode=shared-boundary`) runs a boundary per
+//! - shared deployment (reported): one Deployment (`--mode=shared-boundary`) runs a boundary per
 //!   sandbox.
 //!
 //! The boundary does token exchange and policy fetch (`grpc_retry`), the supervisor session and
@@ -25,6 +27,7 @@ use crate::gateway::driver::BOOTSTRAP_FAILED_EVENT;
 use crate::gateway::rpc::{ConnectRequest, ExitAck, SandboxConfig, ServerCert, Status};
 use crate::model::{Link, MainState, MainStatus, OpenShellModel};
 use crate::network::{NetError, Network, parse_endpoint};
+use crate::placement::CONTROL_SOCKET_ENV;
 use crate::program::{ContainerCtx, ContainerProgram, ShellProgram};
 use crate::spec::{Diagnostics, backoff};
 use conformance_core::target::workspace_pvc_name;
@@ -266,7 +269,8 @@ impl Boundary {
         if cfg.reset_workspace {
             self.reset_workspace();
         }
-        if self.model.topology.gated() {
+        let gated = self.model.topology.scheduling_gate().is_some();
+        if gated {
             let mut n = 0;
             loop {
                 n += 1;
@@ -296,7 +300,6 @@ impl Boundary {
             link.relaunch.send_modify(|n| *n += 1);
         }
         // The session opens once the entrypoint started (F2.8 step 9; sidecar EntrypointStarted).
-        let gated = self.model.topology.gated();
         if gated {
             self.await_workload(&link, &token).await;
         } else {
@@ -521,7 +524,7 @@ impl ContainerProgram for SupervisorProgram {
             return 0;
         }
         match flag(&ctx.argv, "--mode").as_deref() {
-            None => self.combined(ctx).await,
+            None => self.in_workload_container(ctx).await,
             Some("network-init") => 0,
             Some("process") => self.process_container(ctx).await,
             Some("network") => self.boundary_container(ctx, true).await,
@@ -554,8 +557,8 @@ impl SupervisorProgram {
         }
     }
 
-    /// Combined topology: boundary and process side share `agent` (F2.8).
-    async fn combined(&self, ctx: ContainerCtx) -> i32 {
+    /// Supervisor in the workload container: boundary and process side share it (F2.8).
+    async fn in_workload_container(&self, ctx: ContainerCtx) -> i32 {
         let cr = ctx.pod.clone();
         let id = ctx
             .env("OPENSHELL_SANDBOX_ID")
@@ -566,7 +569,10 @@ impl SupervisorProgram {
         link.bootstrapped.send_replace(0);
         // No readiness probe: running is ready (F4.15).
         ctx.set_ready(true);
-        ctx.log("INFO openshell_sandbox: Starting sandbox supervision (topology=combined)");
+        ctx.log(&format!(
+            "INFO openshell_sandbox: Starting sandbox supervision (topology={})",
+            self.model.topology.name
+        ));
         let boundary = self.boundary(&ctx, &cr, &id, true);
         let sup = self.supervise(boundary, link.clone(), &cr);
         let sigs = ctx.signals();
@@ -649,20 +655,21 @@ impl SupervisorProgram {
         }
     }
 
-    /// Sidecar and 0.1.x workload containers: the process side only.
+    /// A workload container whose boundary runs elsewhere: the process side only.
     async fn process_container(&self, ctx: ContainerCtx) -> i32 {
         let cr = ctx.pod.clone();
         let link = self.model.link(&cr);
         reset_main(&link, &ctx.pod_uid);
         let topo = ctx
             .env("OPENSHELL_SUPERVISOR_TOPOLOGY")
-            .unwrap_or("sidecar")
+            .unwrap_or_default()
             .to_string();
         ctx.log(&format!(
             "INFO openshell_sandbox: Starting sandbox supervision (mode=process, topology={topo})"
         ));
         ctx.set_ready(true);
-        let go = if topo == "sidecar" {
+        // A sidecar's boundary shares the pod and signals through its control socket (docs/upstream-facts.md F2.5).
+        let go = if ctx.env(CONTROL_SOCKET_ENV).is_some() {
             Go::ControlSocket
         } else {
             Go::Bootstrapped(0)
@@ -676,10 +683,13 @@ impl SupervisorProgram {
         }
     }
 
-    /// The shared supervisor Deployment (gateway topology, reported): one boundary per sandbox
-    /// the gateway assigns.
+    /// The shared supervisor Deployment (reported): one boundary per sandbox the gateway
+    /// assigns.
     async fn shared(&self, mut ctx: ContainerCtx) -> i32 {
-        ctx.log("INFO openshell_sandbox: Starting shared sandbox supervision (topology=gateway)");
+        ctx.log(&format!(
+            "INFO openshell_sandbox: Starting shared sandbox supervision (topology={})",
+            self.model.topology.name
+        ));
         ctx.set_ready(true);
         let me = Arc::new(SupervisorProgram {
             model: self.model.clone(),
@@ -861,7 +871,7 @@ async fn process_side(
             biased;
             r = relaunch.changed() => requested = r.is_ok(),
             _ = kill_rx.recv() => {}
-            _ = boundary_alive.wait_for(|a| !*a), if !b.supervisor_restarts_in_place && ctx.container == "agent" && ctx.env("OPENSHELL_SUPERVISOR_TOPOLOGY") == Some("sidecar") => {
+            _ = boundary_alive.wait_for(|a| !*a), if !b.supervisor_restarts_in_place && ctx.env(CONTROL_SOCKET_ENV).is_some() => {
                 log.line("ERROR openshell_sandbox: authoritative network-sidecar control channel closed");
                 return 1;
             }

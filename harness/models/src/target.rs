@@ -15,7 +15,7 @@ use crate::client::OpenShellClient;
 use crate::gateway::GatewayProgram;
 use crate::model::{
     CredentialFault, GATEWAY_IMAGE_REPO, NAMESPACE, OpenShellModel, SANDBOX_IMAGE_REPO,
-    SHARED_SUPERVISOR, SUPERVISOR_IMAGE_REPO, Topo, cr_name, supervisor_pod_name,
+    SUPERVISOR_IMAGE_REPO, cr_name,
 };
 use crate::network::{Network, is_ready};
 use crate::program::Programs;
@@ -112,15 +112,9 @@ impl TargetFactory for EmulatedFactory {
         topology: &Topology,
         _rec: &Recorder,
     ) -> TargetResult<Arc<dyn Target>> {
-        let topo = Topo::from_name(&topology.name).ok_or_else(|| {
-            TargetError::Unsupported(format!(
-                "the emulated models have no topology {}",
-                topology.name
-            ))
-        })?;
         Ok(Arc::new(EmulatedTarget::start(
             self.selection.clone(),
-            topo,
+            topology,
         )))
     }
 }
@@ -138,13 +132,14 @@ pub struct EmulatedTarget {
 }
 
 impl EmulatedTarget {
-    /// A fresh cluster, network and Kubernetes models running the selection's programs.
-    pub fn start(selection: Selection, topo: Topo) -> Self {
-        Self::start_with(selection, topo, ClusterConfig::default())
+    /// A fresh cluster, network and Kubernetes models running the selection's programs, with
+    /// OpenShell shaped as `topology` describes.
+    pub fn start(selection: Selection, topology: &Topology) -> Self {
+        Self::start_with(selection, topology, ClusterConfig::default())
     }
 
     /// As [`EmulatedTarget::start`] on a cluster built from `cfg` (e.g. a wall-clock epoch).
-    pub fn start_with(selection: Selection, topo: Topo, mut cfg: ClusterConfig) -> Self {
+    pub fn start_with(selection: Selection, topology: &Topology, mut cfg: ClusterConfig) -> Self {
         if !cfg.namespaces.iter().any(|n| n == NAMESPACE) {
             cfg.namespaces.push(NAMESPACE.to_string());
         }
@@ -152,7 +147,7 @@ impl EmulatedTarget {
         let cluster = Cluster::new(cfg);
         let network = Network::new();
         let agent = selection.agent_sandbox;
-        let model = OpenShellModel::new(selection, topo);
+        let model = OpenShellModel::new(selection, topology.clone());
         let mut programs = Programs::new();
         programs.register(
             GATEWAY_IMAGE_REPO,
@@ -338,7 +333,13 @@ impl Target for EmulatedTarget {
     async fn probe_exec(&self, sandbox: &str, argv: &[String]) -> TargetResult<ExecResult> {
         let out = self
             .cluster
-            .exec(NAMESPACE, &cr_name(sandbox), Some("agent"), argv, &[])
+            .exec(
+                NAMESPACE,
+                &cr_name(sandbox),
+                Some(&self.model.topology.workload.container),
+                argv,
+                &[],
+            )
             .await
             .map_err(|e| TargetError::refused("KubernetesExec", e.message))?;
         Ok(ExecResult {
@@ -430,47 +431,14 @@ impl Target for EmulatedTarget {
                 .await
             }
             Fault::SupervisorKill { sandbox } => {
-                let cr = cr_name(sandbox);
-                match self.model.topology {
-                    Topo::Combined | Topo::Sidecar => {
-                        if self.model.kill_supervisor(&cr) {
-                            Ok(())
-                        } else {
-                            // Nothing to kill (the supervisor has exited, for example after
-                            // the main process finished): the case cannot test a restart.
-                            Err(TargetError::Unsupported(format!(
-                                "no supervisor process runs for sandbox {sandbox}, so it cannot be restarted"
-                            )))
-                        }
-                    }
-                    Topo::SupervisorPod => {
-                        let pods: Api<Pod> = Api::namespaced(kc, NAMESPACE);
-                        pods.delete(&supervisor_pod_name(&cr), &DeleteParams::default())
-                            .await
-                            .map_err(infra)?;
-                        Ok(())
-                    }
-                    Topo::Gateway => {
-                        let pods: Api<Pod> = Api::namespaced(kc, NAMESPACE);
-                        let list = pods
-                            .list(
-                                &kube::api::ListParams::default()
-                                    .labels("app.kubernetes.io/component=supervisor"),
-                            )
-                            .await
-                            .map_err(infra)?;
-                        let Some(p) = list.items.first().and_then(|p| p.metadata.name.clone())
-                        else {
-                            return Err(TargetError::infra(format!(
-                                "no pod of Deployment {SHARED_SUPERVISOR} found"
-                            )));
-                        };
-                        pods.delete(&p, &DeleteParams::default())
-                            .await
-                            .map_err(infra)?;
-                        Ok(())
-                    }
-                }
+                crate::placement::kill_supervisor(
+                    &self.model,
+                    kc,
+                    NAMESPACE,
+                    sandbox,
+                    &cr_name(sandbox),
+                )
+                .await
             }
             Fault::MainProcessKill { sandbox } => {
                 if self.model.kill_main(&cr_name(sandbox)) {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use conformance_core::phase::Phase;
 use conformance_core::target::{SandboxSpec, SandboxView};
-use conformance_models::model::{NAMESPACE, Topo, cr_name, pvc_name};
+use conformance_models::model::{NAMESPACE, cr_name, pvc_name};
 use conformance_models::spec::{Defect, Model, Selection};
 use conformance_models::target::EmulatedTarget;
 use kube_emulator::{ListOptions, ResourceRef};
@@ -92,8 +92,9 @@ fn materialise(t: &EmulatedTarget) {
     }
 }
 
-async fn setup(sel: Selection, topo: Topo) -> EmulatedTarget {
-    let t = EmulatedTarget::start(sel, topo);
+async fn setup(sel: Selection, topology: &str) -> EmulatedTarget {
+    let topologies = conformance_core::topology::Topologies::builtin();
+    let t = EmulatedTarget::start(sel, topologies.get(topology).unwrap());
     conformance_models::install::install(&t.cluster, &t.model).unwrap();
     create_gateway_pod(&t);
     wait(&t, "gateway reachable", |t| t.client.connect().is_ok()).await;
@@ -165,7 +166,7 @@ fn spec(name: &str) -> SandboxSpec {
 
 #[tokio::test(start_paused = true)]
 async fn contract_combined_becomes_ready_after_bootstrap_and_runs_the_main_command_once() {
-    let t = setup(Selection::contract(), Topo::Combined).await;
+    let t = setup(Selection::contract(), "combined").await;
     let v = t.client.create(&spec("demo")).unwrap();
     assert_eq!(v.phase, Phase::Provisioning);
     wait(&t, "demo Ready", |t| phase_is(t, "demo", Phase::Ready)).await;
@@ -188,7 +189,7 @@ async fn contract_combined_becomes_ready_after_bootstrap_and_runs_the_main_comma
 
 #[tokio::test(start_paused = true)]
 async fn a_refused_request_names_upstreams_precondition() {
-    let t = setup(Selection::model(Model::OpenShell0_0_111), Topo::Combined).await;
+    let t = setup(Selection::model(Model::OpenShell0_0_111), "combined").await;
     t.client.create(&spec("demo")).unwrap();
     let err = t.client.start("demo").unwrap_err().to_string();
     assert_eq!(
@@ -199,7 +200,7 @@ async fn a_refused_request_names_upstreams_precondition() {
 
 #[tokio::test(start_paused = true)]
 async fn permanent_credential_error_fails_fast_with_its_cause_on_the_contract() {
-    let t = setup(Selection::contract(), Topo::Combined).await;
+    let t = setup(Selection::contract(), "combined").await;
     t.model.set_fault(
         &cr_name("demo"),
         conformance_models::model::CredentialFault::Credentials,
@@ -214,7 +215,7 @@ async fn permanent_credential_error_fails_fast_with_its_cause_on_the_contract() 
 }
 
 async fn main_starts_while_the_gateway_is_blackholed(sel: Selection) -> usize {
-    let t = setup(sel, Topo::Combined).await;
+    let t = setup(sel, "combined").await;
     t.client.create(&spec("demo")).unwrap();
     // An egress policy drops the sandbox's packets: every attempt waits its 10 s connect timeout.
     t.network.block(NAMESPACE, "openshell");

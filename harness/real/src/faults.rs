@@ -67,6 +67,8 @@ pub struct FaultInjector {
     pub sandbox_namespace: String,
     pub workspace: String,
     pub supervisor: SupervisorPlacement,
+    /// The sandbox pod's workload container (the topology's `workload.container`).
+    pub workload_container: String,
     pub deadlines: FaultDeadlines,
     rec: std::sync::Mutex<Option<Recorder>>,
     active: tokio::sync::Mutex<BTreeMap<String, Active>>,
@@ -87,6 +89,7 @@ impl FaultInjector {
         gateway: Workload,
         sandbox_namespace: &str,
         supervisor: SupervisorPlacement,
+        workload_container: &str,
     ) -> Self {
         Self {
             client,
@@ -95,6 +98,7 @@ impl FaultInjector {
             sandbox_namespace: sandbox_namespace.to_string(),
             workspace: conformance_core::scenario::DEFAULT_WORKSPACE.into(),
             supervisor,
+            workload_container: workload_container.to_string(),
             deadlines: FaultDeadlines::default(),
             rec: std::sync::Mutex::new(None),
             active: Default::default(),
@@ -222,35 +226,16 @@ impl FaultInjector {
     async fn kill_supervisor(&self, sandbox: &str) -> TargetResult<Active> {
         let cr = sandbox_resource_name(&self.workspace, sandbox);
         match &self.supervisor {
-            SupervisorPlacement::SandboxContainer { container } => {
-                let api = self.pods(&self.sandbox_namespace);
-                let pod = api
-                    .get(&cr)
-                    .await
-                    .map_err(|e| kerr(&format!("find sandbox pod {cr}"), e))?;
-                let shared = pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.share_process_namespace)
-                    .unwrap_or(false);
-                let argv = supervisor_kill_argv(container, shared);
-                let ap = AttachParams::default()
-                    .container(container.clone())
-                    .stdout(true)
-                    .stderr(true);
-                let mut proc = api
-                    .exec(&cr, argv, &ap)
-                    .await
-                    .map_err(|e| kerr(&format!("exec kill in {cr}/{container}"), e))?;
-                // The container may die under the exec; its status is not needed.
-                if let Some(st) = proc.take_status() {
-                    let _ = tokio::time::timeout(Duration::from_secs(30), st).await;
-                }
-                Ok(Active::Nothing)
+            SupervisorPlacement::WorkloadContainer => {
+                self.kill_in_container(&cr, &self.workload_container).await
+            }
+            SupervisorPlacement::SidecarContainer { container } => {
+                self.kill_in_container(&cr, container).await
             }
             SupervisorPlacement::DedicatedPod {
                 selector,
                 sandbox_label,
+                ..
             } => {
                 let mut sel: Vec<String> =
                     selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -262,6 +247,34 @@ impl FaultInjector {
                 self.kill_pods(&sel.join(",")).await
             }
         }
+    }
+
+    /// Kills the supervisor in a container of the sandbox pod `cr`.
+    async fn kill_in_container(&self, cr: &str, container: &str) -> TargetResult<Active> {
+        let api = self.pods(&self.sandbox_namespace);
+        let pod = api
+            .get(cr)
+            .await
+            .map_err(|e| kerr(&format!("find sandbox pod {cr}"), e))?;
+        let shared = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.share_process_namespace)
+            .unwrap_or(false);
+        let argv = supervisor_kill_argv(container, &self.workload_container, shared);
+        let ap = AttachParams::default()
+            .container(container)
+            .stdout(true)
+            .stderr(true);
+        let mut proc = api
+            .exec(cr, argv, &ap)
+            .await
+            .map_err(|e| kerr(&format!("exec kill in {cr}/{container}"), e))?;
+        // The container may die under the exec; its status is not needed.
+        if let Some(st) = proc.take_status() {
+            let _ = tokio::time::timeout(Duration::from_secs(30), st).await;
+        }
+        Ok(Active::Nothing)
     }
 
     async fn kill_pods(&self, selector: &str) -> TargetResult<Active> {
@@ -431,11 +444,15 @@ pub fn block_policy(name: &str) -> serde_json::Value {
 /// namespace the supervisor is the container's PID 1; with one (sidecar topology,
 /// docs/upstream-facts.md F3.10) PID 1 is the pause process, so the supervisor is found by its
 /// command line: `openshell-sandbox`, without `--mode=process` in the network container.
-pub fn supervisor_kill_argv(container: &str, shared_process_namespace: bool) -> Vec<String> {
+pub fn supervisor_kill_argv(
+    container: &str,
+    workload_container: &str,
+    shared_process_namespace: bool,
+) -> Vec<String> {
     if !shared_process_namespace {
         return vec!["kill".into(), "-KILL".into(), "1".into()];
     }
-    let want_process_side = container == "agent";
+    let want_process_side = container == workload_container;
     let filter = if want_process_side {
         "grep -q -- --mode=process"
     } else {
@@ -525,9 +542,19 @@ mod tests {
 
     #[test]
     fn the_supervisor_is_pid_1_unless_the_pod_shares_its_process_namespace() {
-        assert_eq!(supervisor_kill_argv("agent", false), ["kill", "-KILL", "1"]);
-        let net = supervisor_kill_argv("openshell-supervisor-network", true);
+        assert_eq!(
+            supervisor_kill_argv("agent", "agent", false),
+            ["kill", "-KILL", "1"]
+        );
+        let net = supervisor_kill_argv("openshell-supervisor-network", "agent", true);
         assert_eq!(net[..2], ["sh", "-c"]);
         assert!(net[2].contains("! grep -q -- --mode=process"), "{}", net[2]);
+        let process = supervisor_kill_argv("agent", "agent", true);
+        assert!(
+            process[2].contains(" grep -q -- --mode=process"),
+            "{}",
+            process[2]
+        );
+        assert!(!process[2].contains("! grep"), "{}", process[2]);
     }
 }

@@ -498,6 +498,7 @@ impl Target for RealTarget {
             workload,
             &o.namespace,
             topology.supervisor.clone(),
+            &topology.workload.container,
         ));
         injector.set_recorder(self.rec.clone());
         if let Some(reg) = &self.injectors {

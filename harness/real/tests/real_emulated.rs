@@ -285,13 +285,12 @@ fn injector(c: &Cluster, dir: &std::path::Path, placement: SupervisorPlacement) 
         workload(),
         NS,
         placement,
+        "agent",
     )
 }
 
-fn sidecar() -> SupervisorPlacement {
-    SupervisorPlacement::SandboxContainer {
-        container: "agent".into(),
-    }
+fn in_the_workload_container() -> SupervisorPlacement {
+    SupervisorPlacement::WorkloadContainer
 }
 
 #[tokio::test(start_paused = true)]
@@ -301,7 +300,7 @@ async fn gateway_stop_scales_to_zero_journals_first_and_restores_the_original_re
     let ctl = run_sts_controller(c.clone(), uid, Arc::new(AtomicU32::new(0)));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let dir = tempfile::tempdir().unwrap();
-    let inj = injector(&c, dir.path(), sidecar());
+    let inj = injector(&c, dir.path(), in_the_workload_container());
     let rec = Recorder::new();
     inj.set_recorder(rec.clone());
 
@@ -366,7 +365,7 @@ async fn after_a_simulated_kill_the_journal_restores_the_stopped_gateway() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let dir = tempfile::tempdir().unwrap();
     {
-        let inj = injector(&c, dir.path(), sidecar());
+        let inj = injector(&c, dir.path(), in_the_workload_container());
         inj.inject(&Fault::GatewayStop).await.unwrap();
         // The process "dies" here: no restore, no guard.
     }
@@ -404,7 +403,7 @@ async fn a_restore_that_cannot_complete_keeps_the_journal_and_names_the_wait() {
     create_gateway(&c, 1);
     // No controller: scaling back never brings a pod, so the restore runs out.
     let dir = tempfile::tempdir().unwrap();
-    let inj = injector(&c, dir.path(), sidecar());
+    let inj = injector(&c, dir.path(), in_the_workload_container());
     inj.inject(&Fault::GatewayStop).await.unwrap();
     let path = dir.path().join(journal::FILE_NAME);
     let err = journal::restore_from(&path, &c.client(), Duration::from_secs(20))
@@ -429,7 +428,7 @@ async fn gateway_restart_deletes_the_pod_and_restore_waits_for_a_new_ready_one()
     tokio::time::sleep(Duration::from_millis(300)).await;
     let old = exists(&c, &ResourceRef::pods(), "openshell-0").unwrap()["metadata"]["uid"].clone();
     let dir = tempfile::tempdir().unwrap();
-    let inj = injector(&c, dir.path(), sidecar());
+    let inj = injector(&c, dir.path(), in_the_workload_container());
     inj.inject(&Fault::GatewayRestart).await.unwrap();
     inj.restore(&Fault::GatewayRestart).await.unwrap();
     let new = exists(&c, &ResourceRef::pods(), "openshell-0").unwrap()["metadata"]["uid"].clone();
@@ -466,7 +465,7 @@ async fn sandbox_pod_replace_is_restored_once_a_replacement_with_a_new_uid_exist
     tokio::time::sleep(Duration::from_millis(300)).await;
     let old = exists(&c, &ResourceRef::pods(), &cr("demo")).unwrap()["metadata"]["uid"].clone();
     let dir = tempfile::tempdir().unwrap();
-    let inj = injector(&c, dir.path(), sidecar());
+    let inj = injector(&c, dir.path(), in_the_workload_container());
     let f = Fault::SandboxPodReplace {
         sandbox: "demo".into(),
     };
@@ -482,7 +481,7 @@ async fn a_sandbox_pod_replace_without_a_controller_fails_naming_the_pod_and_wha
     let c = cluster();
     running_pod(&c, &cr("demo"), json!({}), None, &["agent"]);
     let dir = tempfile::tempdir().unwrap();
-    let mut inj = injector(&c, dir.path(), sidecar());
+    let mut inj = injector(&c, dir.path(), in_the_workload_container());
     inj.deadlines.replacement = Duration::from_secs(10);
     let f = Fault::SandboxPodReplace {
         sandbox: "demo".into(),
@@ -536,7 +535,7 @@ async fn supervisor_kill_in_a_container_execs_the_kill_in_that_container() {
     let inj = injector(
         &c,
         dir.path(),
-        SupervisorPlacement::SandboxContainer {
+        SupervisorPlacement::SidecarContainer {
             container: "openshell-supervisor-network".into(),
         },
     );
@@ -578,6 +577,8 @@ async fn supervisor_kill_in_a_dedicated_pod_deletes_that_pod_only() {
         &c,
         dir.path(),
         SupervisorPlacement::DedicatedPod {
+            name_suffix: "-supervisor".into(),
+            container: "supervisor".into(),
             selector: BTreeMap::from([("app".to_string(), "openshell-supervisor".to_string())]),
             sandbox_label: "openshell.ai/sandbox-name".into(),
         },
@@ -601,7 +602,7 @@ async fn supervisor_kill_in_a_dedicated_pod_deletes_that_pod_only() {
 async fn faults_the_real_target_cannot_do_yet_are_unsupported_not_errors() {
     let c = cluster();
     let dir = tempfile::tempdir().unwrap();
-    let inj = injector(&c, dir.path(), sidecar());
+    let inj = injector(&c, dir.path(), in_the_workload_container());
     let err = inj
         .inject(&Fault::MainProcessKill {
             sandbox: "demo".into(),
@@ -618,7 +619,7 @@ async fn the_restore_guard_restores_a_stopped_gateway_when_dropped() {
     let ctl = run_sts_controller(c.clone(), uid, Arc::new(AtomicU32::new(0)));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let dir = tempfile::tempdir().unwrap();
-    let inj = Arc::new(injector(&c, dir.path(), sidecar()));
+    let inj = Arc::new(injector(&c, dir.path(), in_the_workload_container()));
     inj.inject(&Fault::GatewayStop).await.unwrap();
     drop(conformance_real::faults::RestoreGuard::new(inj.clone()));
     // On a current-thread runtime the guard spawns the restore; let it run.
@@ -1090,7 +1091,7 @@ async fn sigterm_restores_the_active_faults_before_the_process_exits() {
     let ctl = run_sts_controller(c.clone(), uid, Arc::new(AtomicU32::new(0)));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let dir = tempfile::tempdir().unwrap();
-    let inj = Arc::new(injector(&c, dir.path(), sidecar()));
+    let inj = Arc::new(injector(&c, dir.path(), in_the_workload_container()));
     inj.inject(&Fault::GatewayStop).await.unwrap();
     let handler = tokio::spawn(conformance_real::faults::restore_on_signal(inj.clone()));
     // Let the handler install itself before the signal is sent.
@@ -1118,7 +1119,7 @@ async fn sigterm_restores_the_active_faults_before_the_process_exits() {
 async fn the_traffic_block_creates_a_journaled_network_policy_that_restore_removes() {
     let c = cluster();
     let dir = tempfile::tempdir().unwrap();
-    let inj = injector(&c, dir.path(), sidecar());
+    let inj = injector(&c, dir.path(), in_the_workload_container());
     inj.block_gateway_traffic().await.unwrap();
     let np = ResourceRef::new("networking.k8s.io", "v1", "networkpolicies");
     let p = exists(&c, &np, "openshell-conformance-block-gateway").expect("the policy exists");

@@ -167,13 +167,14 @@ pub async fn wait_starts(ctx: &Ctx, sandbox: &str, n: u64, deadline: Duration) {
 /// (the topology's `supervisor` placement), so the sandbox pod is replaced where the supervisor
 /// lives in it, and the supervisor is restarted where it lives apart.
 pub fn rebootstrap(ctx: &Ctx, sandbox: &str) -> Fault {
-    match ctx.case.topology.supervisor {
-        SupervisorPlacement::SandboxContainer { .. } => Fault::SandboxPodReplace {
+    if ctx.case.topology.supervisor_in_sandbox_pod() {
+        Fault::SandboxPodReplace {
             sandbox: sandbox.to_string(),
-        },
-        _ => Fault::SupervisorKill {
+        }
+    } else {
+        Fault::SupervisorKill {
             sandbox: sandbox.to_string(),
-        },
+        }
     }
 }
 
@@ -337,6 +338,7 @@ pub fn no_leaks(case: &CaseInfo, role: &str) -> Vec<Check> {
     if let SupervisorPlacement::DedicatedPod {
         selector,
         sandbox_label,
+        ..
     } = &case.topology.supervisor
     {
         let mut s = Selector::kind("Pod").with_label(sandbox_label, &cr);

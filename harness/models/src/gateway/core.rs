@@ -5,7 +5,6 @@
 use super::phase::{Snapshot, derive_phase, sticky};
 use super::rpc::{ConnectRequest, ExitAck, Status};
 use super::store::SandboxRecord;
-use crate::model::Topo;
 use crate::spec::{Behaviour, Diagnostics, Timings, backoff};
 use conformance_core::phase::Phase;
 use conformance_core::target::RestartPolicy;
@@ -14,7 +13,6 @@ use conformance_core::target::RestartPolicy;
 pub struct Rules {
     pub b: Behaviour,
     pub t: Timings,
-    pub topology: Topo,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -426,7 +424,6 @@ mod tests {
         Rules {
             b: sel.behaviour(),
             t: Timings::default(),
-            topology: Topo::Combined,
         }
     }
 

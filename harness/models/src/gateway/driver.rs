@@ -1,8 +1,8 @@
-//! The Kubernetes compute driver (docs/upstream-facts.md section 3): renders and creates the
-//! Sandbox CR, patches `operatingMode` to stop and start (F3.7), deletes with preconditions, and
-//! watches the CRs and the namespace's Events (F3.9) to feed the phase rules. For the reported
-//! 0.1.x topologies it also owns the dedicated supervisor pod and the workload pod's scheduling
-//! gate.
+//! The Kubernetes compute driver (docs/upstream-facts.md section 3): renders and creates the Sandbox CR,
+//! patches `operatingMode` to stop and start (F3.7), deletes with preconditions, and watches
+//! the CRs and the namespace's Events (F3.9) to feed the phase rules. Where the topology says so
+//! (reported for 0.1.x) it also owns a sandbox's own supervisor pod and the workload pod's
+//! scheduling gate. The pod's shape per placement comes from [`crate::placement`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,10 +12,8 @@ use serde_json::{Value, json};
 use super::Gateway;
 use super::phase::Snapshot;
 use super::store::SandboxRecord;
-use crate::model::{
-    BOOTSTRAP_GATE, GATEWAY_ENDPOINT, SANDBOX_IMAGE_REPO, SUPERVISOR_IMAGE_REPO, Topo,
-    supervisor_pod_name,
-};
+use crate::model::{SANDBOX_IMAGE_REPO, SUPERVISOR_IMAGE_REPO};
+use crate::placement::{self, env, supervisor_pod_name};
 use crate::spec::backoff;
 use conformance_core::phase::Phase;
 use kube_emulator::{ApiError, DeleteOptions, ListOptions, PatchKind, ResourceRef};
@@ -35,15 +33,6 @@ fn events() -> ResourceRef {
     ResourceRef::new("", "v1", "events")
 }
 
-fn env(pairs: &[(&str, String)]) -> Value {
-    Value::Array(
-        pairs
-            .iter()
-            .map(|(k, v)| json!({"name": k, "value": v}))
-            .collect(),
-    )
-}
-
 /// The main process spec the supervisor launches (`OPENSHELL_MAIN_PROCESS_SPEC`, F3.5). With no
 /// command upstream runs `/bin/bash -l`; the model idles instead (no TTY in the emulator).
 pub fn main_process_spec(command: Option<&Vec<String>>) -> String {
@@ -56,7 +45,8 @@ pub fn render_sandbox(gw: &Gateway, rec: &SandboxRecord) -> Value {
     let v = &m.version;
     let sandbox_image = format!("{SANDBOX_IMAGE_REPO}:latest");
     let supervisor_image = format!("{SUPERVISOR_IMAGE_REPO}:{v}");
-    let topo = m.topology;
+    let topo = &m.topology;
+    let shape = placement::sandbox_pod(topo, rec, &supervisor_image);
     let mut agent_env = vec![
         (
             "OPENSHELL_MAIN_PROCESS_SPEC",
@@ -65,81 +55,38 @@ pub fn render_sandbox(gw: &Gateway, rec: &SandboxRecord) -> Value {
         ("OPENSHELL_SANDBOX_ID", rec.id.clone()),
         ("OPENSHELL_SANDBOX", rec.name.clone()),
     ];
+    agent_env.extend(shape.workload_env);
     let mut agent_cmd = vec![SUPERVISOR_BIN.to_string()];
-    match topo {
-        Topo::Combined => {
-            agent_env.push(("OPENSHELL_ENDPOINT", GATEWAY_ENDPOINT.into()));
-            agent_env.push((
-                "OPENSHELL_K8S_SA_TOKEN_FILE",
-                "/var/run/secrets/openshell/token".into(),
-            ));
-        }
-        _ => {
-            // Sidecar strips the agent's endpoint and credentials (F3.5); so do the 0.1.x ones.
-            agent_cmd.push("--mode=process".into());
-            agent_env.push(("OPENSHELL_SUPERVISOR_TOPOLOGY", topo.name().into()));
-            if topo == Topo::Sidecar {
-                agent_env.push((
-                    "OPENSHELL_SIDECAR_CONTROL_SOCKET",
-                    "/run/openshell-sidecar/control.sock".into(),
-                ));
-            }
-        }
-    }
+    agent_cmd.extend(shape.workload_args);
     agent_cmd.extend(["--workdir".to_string(), "/sandbox".to_string()]);
     let mut agent_mounts = vec![
         json!({"name": "openshell-supervisor-bin", "mountPath": "/opt/openshell/bin", "readOnly": true}),
         json!({"name": "workspace", "mountPath": "/sandbox"}),
     ];
+    agent_mounts.extend(shape.workload_mounts);
     let mut volumes = vec![
         json!({"name": "openshell-supervisor-bin", "emptyDir": {}}),
         json!({"name": "openshell-sa-token", "projected": {"defaultMode": 256, "sources": [
             {"serviceAccountToken": {"audience": "openshell-gateway", "expirationSeconds": 3600, "path": "token"}}]}}),
     ];
+    volumes.extend(shape.volumes);
     let mut init = vec![
         json!({"name": "openshell-supervisor-install", "image": supervisor_image,
                "command": ["/openshell-sandbox", "copy-self", SUPERVISOR_BIN],
                "volumeMounts": [{"name": "openshell-supervisor-bin", "mountPath": "/opt/openshell/bin"}]}),
     ];
-    let mut containers = vec![];
-    if topo == Topo::Sidecar {
-        agent_mounts.push(
-            json!({"name": "openshell-sidecar-state", "mountPath": "/run/openshell-sidecar"}),
-        );
-        volumes.push(json!({"name": "openshell-sidecar-state", "emptyDir": {}}));
-        init.push(json!({"name": "openshell-network-init", "image": supervisor_image,
-            "command": ["/openshell-sandbox", "--mode=network-init", "--sidecar-state-dir", "/run/openshell-sidecar"],
-            "volumeMounts": [{"name": "openshell-sidecar-state", "mountPath": "/run/openshell-sidecar"}]}));
-    }
+    init.extend(shape.init);
     init.push(json!({"name": "workspace-init", "image": sandbox_image,
         "command": ["sh", "-c", "if [ ! -f /workspace-pvc/.workspace-initialized ]; then touch /workspace-pvc/.workspace-initialized; fi"],
         "volumeMounts": [{"name": "workspace", "mountPath": "/workspace-pvc"}]}));
-    containers.push(json!({
-        "name": "agent",
+    let mut containers = vec![json!({
+        "name": topo.workload.container,
         "image": sandbox_image,
         "command": agent_cmd,
         "env": env(&agent_env),
         "volumeMounts": agent_mounts,
-    }));
-    if topo == Topo::Sidecar {
-        containers.push(json!({
-            "name": "openshell-supervisor-network",
-            "image": supervisor_image,
-            "command": ["/openshell-sandbox", "--mode=network"],
-            "env": env(&[
-                ("OPENSHELL_SANDBOX_ID", rec.id.clone()),
-                ("OPENSHELL_SANDBOX", rec.name.clone()),
-                ("OPENSHELL_ENDPOINT", GATEWAY_ENDPOINT.into()),
-                ("OPENSHELL_K8S_SA_TOKEN_FILE", "/var/run/secrets/openshell/token".into()),
-                ("OPENSHELL_SUPERVISOR_TOPOLOGY", "sidecar".into()),
-                ("OPENSHELL_SIDECAR_CONTROL_SOCKET", "/run/openshell-sidecar/control.sock".into()),
-            ]),
-            "volumeMounts": [
-                {"name": "openshell-sidecar-state", "mountPath": "/run/openshell-sidecar"},
-                {"name": "openshell-sa-token", "mountPath": "/var/run/secrets/openshell", "readOnly": true},
-            ],
-        }));
-    }
+    })];
+    containers.extend(shape.containers);
     let mut pod_spec = json!({
         "serviceAccountName": "openshell-sandbox",
         "automountServiceAccountToken": false,
@@ -150,12 +97,12 @@ pub fn render_sandbox(gw: &Gateway, rec: &SandboxRecord) -> Value {
         "containers": containers,
         "volumes": volumes,
     });
-    if topo == Topo::Sidecar {
+    if shape.share_process_namespace {
         pod_spec["shareProcessNamespace"] = json!(true);
     }
-    if topo.gated() {
+    if let Some(gate) = topo.scheduling_gate() {
         // Reported (#3144): the workload pod waits until bootstrap material is ready.
-        pod_spec["schedulingGates"] = json!([{"name": BOOTSTRAP_GATE}]);
+        pod_spec["schedulingGates"] = json!([{"name": gate}]);
     }
     let labels = json!({
         "openshell.ai/sandbox-id": rec.id, "openshell.ai/sandbox-name": rec.name,
@@ -179,36 +126,6 @@ pub fn render_sandbox(gw: &Gateway, rec: &SandboxRecord) -> Value {
             },
             "volumeClaimTemplates": [{"metadata": {"name": "workspace"},
                 "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "2Gi"}}}}],
-        },
-    })
-}
-
-/// The dedicated supervisor pod of a sandbox (supervisor-pod topology; reported, #3144).
-fn render_supervisor_pod(gw: &Gateway, rec: &SandboxRecord, cr_uid: &str) -> Value {
-    json!({
-        "metadata": {
-            "name": supervisor_pod_name(&rec.cr_name),
-            "namespace": gw.namespace,
-            "labels": {"openshell.ai/component": "supervisor", "openshell.ai/sandbox-name": rec.cr_name},
-            "annotations": {"openshell.io/sandbox-id": rec.id},
-            "ownerReferences": [{"apiVersion": format!("agents.x-k8s.io/{SANDBOX_VERSION}"), "kind": "Sandbox",
-                "name": rec.cr_name, "uid": cr_uid, "controller": true, "blockOwnerDeletion": true}],
-        },
-        "spec": {
-            "serviceAccountName": "openshell-sandbox",
-            "restartPolicy": "Never",
-            "containers": [{
-                "name": "supervisor",
-                "image": format!("{SUPERVISOR_IMAGE_REPO}:{}", gw.model.version),
-                "command": ["/openshell-sandbox", "--mode=boundary"],
-                "env": env(&[
-                    ("OPENSHELL_SANDBOX_ID", rec.id.clone()),
-                    ("OPENSHELL_SANDBOX", rec.name.clone()),
-                    ("OPENSHELL_SANDBOX_RESOURCE", rec.cr_name.clone()),
-                    ("OPENSHELL_ENDPOINT", GATEWAY_ENDPOINT.into()),
-                    ("OPENSHELL_SUPERVISOR_TOPOLOGY", "supervisor-pod".into()),
-                ]),
-            }],
         },
     })
 }
@@ -290,21 +207,19 @@ fn has_gate(pod: &Value) -> bool {
 /// pod is still gated is deleted with orphan propagation, leaving that pod and its PVC behind.
 pub fn delete_sandbox(gw: &Gateway, rec: &SandboxRecord) -> bool {
     let ns = Some(gw.namespace.as_str());
-    let topo = gw.model.topology;
+    let topo = &gw.model.topology;
     let gated_pod = gw
         .cluster
         .get(&ResourceRef::pods(), ns, &rec.cr_name)
         .ok()
         .is_some_and(|p| has_gate(&p));
-    if topo == Topo::SupervisorPod {
-        let _ = gw.cluster.delete(
-            &ResourceRef::pods(),
-            ns,
-            &supervisor_pod_name(&rec.cr_name),
-            &DeleteOptions::default(),
-        );
+    if let Some(sup) = supervisor_pod_name(topo, &rec.cr_name) {
+        let _ = gw
+            .cluster
+            .delete(&ResourceRef::pods(), ns, &sup, &DeleteOptions::default());
     }
-    let orphan = gw.model.behaviour.leak_gate_and_pvc && topo.gated() && gated_pod;
+    let orphan =
+        gw.model.behaviour.leak_gate_and_pvc && topo.scheduling_gate().is_some() && gated_pod;
     let opts = DeleteOptions {
         propagation_policy: Some(if orphan { "Orphan" } else { "Background" }.into()),
         ..Default::default()
@@ -370,7 +285,8 @@ pub fn reconcile(gw: &Arc<Gateway>) {
             ))
         })
         .collect();
-    let topo = gw.model.topology;
+    let topo = &gw.model.topology;
+    let gate = topo.scheduling_gate();
     let names = gw.core().store.names();
     for name in names {
         let mut core = gw.core();
@@ -392,7 +308,7 @@ pub fn reconcile(gw: &Arc<Gateway>) {
             continue;
         };
         let workload = pods.get(&rec.cr_name);
-        let gate_pending = topo.gated() && !connected && workload.is_none_or(has_gate);
+        let gate_pending = gate.is_some() && !connected && workload.is_none_or(has_gate);
         let attached = rec.boundary_attached;
         let snap = Snapshot::from_cr(cr);
         gw.commit(&mut core, &name, |r, rec| {
@@ -412,10 +328,9 @@ pub fn reconcile(gw: &Arc<Gateway>) {
         }
         let phase = core.store.get(&name).map(|r| r.phase.clone());
         drop(core);
-        // Reported 0.1.x topologies: the dedicated supervisor pod follows the sandbox's intent,
-        // and the workload pod's gate opens once the boundary attached.
-        if topo == Topo::SupervisorPod {
-            let sup = supervisor_pod_name(&rec.cr_name);
+        // Reported 0.1.x topologies: a sandbox's own supervisor pod follows the sandbox's
+        // intent, and the workload pod's gate opens once the boundary attached.
+        if let Some(sup) = supervisor_pod_name(topo, &rec.cr_name) {
             let wanted = !matches!(
                 phase,
                 Some(Phase::Stopped | Phase::Stopping | Phase::Deleting)
@@ -426,11 +341,11 @@ pub fn reconcile(gw: &Arc<Gateway>) {
                         .pointer("/metadata/uid")
                         .and_then(Value::as_str)
                         .unwrap_or("");
-                    let _ = gw.cluster.create(
-                        &ResourceRef::pods(),
-                        ns,
-                        render_supervisor_pod(gw, &rec, uid),
-                    );
+                    if let Some(pod) =
+                        placement::supervisor_pod(&gw.model, &gw.namespace, &rec, uid)
+                    {
+                        let _ = gw.cluster.create(&ResourceRef::pods(), ns, pod);
+                    }
                 }
                 (false, Some(p)) if p.pointer("/metadata/deletionTimestamp").is_none() => {
                     let _ = gw.cluster.delete(
@@ -443,7 +358,7 @@ pub fn reconcile(gw: &Arc<Gateway>) {
                 _ => {}
             }
         }
-        if topo.gated()
+        if let Some(gate) = gate
             && attached
             && let Some(p) = workload
             && has_gate(p)
@@ -459,7 +374,7 @@ pub fn reconcile(gw: &Arc<Gateway>) {
                 "INFO",
                 "openshell_driver_kubernetes",
                 "Released scheduling gate",
-                &[("sandbox_name", &name), ("gate", BOOTSTRAP_GATE)],
+                &[("sandbox_name", &name), ("gate", gate)],
             );
         }
     }

@@ -154,7 +154,6 @@ impl Gateway {
         Rules {
             b: self.model.behaviour,
             t: self.model.timings.clone(),
-            topology: self.model.topology,
         }
     }
 
@@ -421,7 +420,13 @@ impl Gateway {
         };
         let out = self
             .cluster
-            .exec(&self.namespace, &cr, Some("agent"), argv, &[])
+            .exec(
+                &self.namespace,
+                &cr,
+                Some(&self.model.topology.workload.container),
+                argv,
+                &[],
+            )
             .await
             .map_err(|e| Status::unavailable(format!("sandbox relay failed: {}", e.message)))?;
         Ok(ExecResult {

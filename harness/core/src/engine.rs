@@ -152,6 +152,13 @@ impl Stages {
         }
     }
 
+    /// Skips `all[from..]`, saying why.
+    fn skip_from(&mut self, all: &[Stage], from: usize, reason: &str) {
+        for s in &all[from..] {
+            self.skip(*s, reason);
+        }
+    }
+
     fn skip(&mut self, stage: Stage, reason: &str) {
         self.rec.record(Event::Stage(StageRecord {
             stage: stage.name().into(),
@@ -259,6 +266,9 @@ impl Engine {
         }
     }
 
+    /// One case, in order: skip if the target cannot run it, bring the target up, record the
+    /// check plan, run the steps, restore every fault, judge the timeline, keep the logs of a
+    /// failure, tear down.
     async fn drive(
         &self,
         case: &Case,
@@ -267,31 +277,63 @@ impl Engine {
         stages: &mut Stages,
     ) -> (Outcome, Vec<CheckOutcome>) {
         let scenario = &case.scenario;
-        let all_stages = [Stage::Provision, Stage::Install]
-            .into_iter()
-            .chain(scenario.steps.iter().map(|s| s.stage))
-            .chain([Stage::Teardown])
-            .fold(Vec::new(), |mut v, s| {
-                if !v.contains(&s) {
-                    v.push(s);
-                }
-                v
-            });
-        let skip_rest = |stages: &mut Stages, from: usize, why: &str| {
-            for s in &all_stages[from..] {
-                stages.skip(*s, why);
-            }
-        };
-
+        let all_stages = stages_of(scenario);
         if let Some(reason) = case_info
             .target
             .skip_reason(&case.topology, &case.requires())
         {
-            skip_rest(stages, 0, &reason);
+            stages.skip_from(&all_stages, 0, &reason);
             return (Outcome::Skipped(reason), Vec::new());
         }
+        let (target, observers) = match self.bring_up(case, rec, stages, &all_stages).await {
+            Ok(up) => up,
+            Err(outcome) => return (outcome, Vec::new()),
+        };
 
-        // Provision and install.
+        // The check plan goes on the timeline first, so a saved timeline carries its checks.
+        let checks = (scenario.checks)(case_info);
+        rec.record(Event::CheckPlan {
+            checks: checks.clone(),
+        });
+        let mut ctx = Ctx::new(
+            target.clone(),
+            rec.clone(),
+            case_info.clone(),
+            self.opts.poll,
+        );
+        let step_error = run_steps(scenario, &mut ctx, rec, stages).await;
+        // Restores cannot be skipped: whatever ended the steps, every active fault is undone.
+        let restore_errors = self.restore_all(&mut ctx, &*target, rec).await;
+
+        // End on fresh states, then judge.
+        if let Ok(states) = target.snapshot().await {
+            for s in states {
+                rec.observe(s);
+            }
+        }
+        drop(observers);
+        let outcomes = evaluate_all(&checks, &rec.snapshot());
+        for o in &outcomes {
+            rec.record(Event::Check(o.clone()));
+        }
+        let mut outcome = outcome_of(step_error.as_ref(), &outcomes, &restore_errors);
+        mark_unreached(scenario, stages);
+        if !matches!(outcome, Outcome::Passed | Outcome::Skipped(_)) {
+            record_sandbox_logs(&*target, rec).await;
+        }
+        self.tear_down(&*target, rec, stages, &mut outcome).await;
+        (outcome, outcomes)
+    }
+
+    /// Provisions the target, installs OpenShell and starts the observers. On failure the rest
+    /// of the stages are skipped and the outcome says why.
+    async fn bring_up(
+        &self,
+        case: &Case,
+        rec: &crate::timeline::Recorder,
+        stages: &mut Stages,
+        all_stages: &[Stage],
+    ) -> Result<(Arc<dyn Target>, crate::target::Observers), Outcome> {
         stages.begin(Stage::Provision);
         let provision = self.factory.provision(&case.topology, rec);
         let target: Arc<dyn Target> = match with_deadline(
@@ -305,10 +347,9 @@ impl Engine {
         {
             Ok(t) => t,
             Err(e) => {
-                let status = status_of(&e);
-                stages.end(status, Some(e.to_string()));
-                skip_rest(stages, 1, "not reached: provisioning did not complete");
-                return (classify_step_error(e), Vec::new());
+                stages.end(status_of(&e), Some(e.to_string()));
+                stages.skip_from(all_stages, 1, "not reached: provisioning did not complete");
+                return Err(classify_step_error(e));
             }
         };
         stages.begin(Stage::Install);
@@ -323,72 +364,41 @@ impl Engine {
         .await
         {
             stages.end(status_of(&e), Some(e.to_string()));
-            skip_rest(stages, 2, "not reached: installation did not complete");
+            stages.skip_from(all_stages, 2, "not reached: installation did not complete");
             let _ = target.teardown().await;
-            return (classify_step_error(e), Vec::new());
+            return Err(classify_step_error(e));
         }
-        let observers = match target.observe(rec.clone()).await {
-            Ok(o) => o,
+        match target.observe(rec.clone()).await {
+            Ok(observers) => Ok((target, observers)),
             Err(e) => {
                 let e = target_step_error(e);
                 stages.end(status_of(&e), Some(format!("starting observers: {e}")));
-                skip_rest(stages, 2, "not reached: observers did not start");
+                stages.skip_from(all_stages, 2, "not reached: observers did not start");
                 let _ = target.teardown().await;
-                return (classify_step_error(e), Vec::new());
-            }
-        };
-
-        // The check plan goes on the timeline first, so a saved timeline carries its checks.
-        let checks = (scenario.checks)(case_info);
-        rec.record(Event::CheckPlan {
-            checks: checks.clone(),
-        });
-
-        let mut ctx = Ctx::new(
-            target.clone(),
-            rec.clone(),
-            case_info.clone(),
-            self.opts.poll,
-        );
-        let mut step_error: Option<StepError> = None;
-        for step in &scenario.steps {
-            stages.begin(step.stage);
-            ctx.stage = step.stage;
-            let run = AssertUnwindSafe((step.run)(&mut ctx)).catch_unwind();
-            let result = match tokio::time::timeout(step.deadline, run).await {
-                Ok(Ok(r)) => r,
-                Ok(Err(panic)) => Err(StepError::Infra(format!(
-                    "step '{}' panicked: {}",
-                    step.name,
-                    panic_message(&panic)
-                ))),
-                Err(_) => Err(StepError::Deadline {
-                    stage: step.stage,
-                    what: format!("step '{}' to finish", step.name),
-                    deadline: step.deadline,
-                    last_seen: rec.last_states(),
-                }),
-            };
-            if let Err(e) = result {
-                rec.note(format!("step '{}' stopped: {e}", step.name));
-                stages.end(status_of(&e), Some(e.to_string()));
-                step_error = Some(e);
-                break;
+                Err(classify_step_error(e))
             }
         }
+    }
 
-        // Restores cannot be skipped: whatever ended the steps, every active fault is undone.
-        let mut restore_errors = Vec::new();
+    /// Restores every fault still active, each under the restore deadline; returns what could
+    /// not be restored.
+    async fn restore_all(
+        &self,
+        ctx: &mut Ctx,
+        target: &dyn Target,
+        rec: &crate::timeline::Recorder,
+    ) -> Vec<String> {
+        let mut errors = Vec::new();
         for active in ctx.take_active_faults() {
             let r = tokio::time::timeout(
                 self.opts.restore_deadline,
-                restore_fault(&*target, rec, &active),
+                restore_fault(target, rec, &active),
             )
             .await;
             match r {
                 Ok(Ok(())) => {}
-                Ok(Err(e)) => restore_errors.push(e),
-                Err(_) => restore_errors.push(format!(
+                Ok(Err(e)) => errors.push(e),
+                Err(_) => errors.push(format!(
                     "restoring {} ({}) did not finish within {}",
                     active.fault.kind(),
                     active.id,
@@ -396,65 +406,18 @@ impl Engine {
                 )),
             }
         }
+        errors
+    }
 
-        // End on fresh states, then judge.
-        if let Ok(states) = target.snapshot().await {
-            for s in states {
-                rec.observe(s);
-            }
-        }
-        drop(observers);
-        let outcomes = evaluate_all(&checks, &rec.snapshot());
-        for o in &outcomes {
-            rec.record(Event::Check(o.clone()));
-        }
-
-        let first_failed_check = outcomes.iter().find(|o| !o.passed);
-        let mut outcome = match (&step_error, first_failed_check) {
-            (Some(StepError::Skip(r)), _) => Outcome::Skipped(r.clone()),
-            (Some(StepError::Infra(m)), _) => Outcome::Error(m.clone()),
-            (Some(e), _) => Outcome::Failed(e.to_string()),
-            (None, Some(c)) => Outcome::Failed(format!(
-                "[{}] {}: {}",
-                c.requirements.join(", "),
-                c.name,
-                c.message
-            )),
-            (None, None) => Outcome::Passed,
-        };
-        if !restore_errors.is_empty() {
-            outcome = Outcome::Error(format!(
-                "the harness could not restore what it broke: {}",
-                restore_errors.join("; ")
-            ));
-        }
-
-        // Steps not reached are reported, not silently dropped.
-        let current = stages.current.map(|(s, _)| s);
-        for s in scenario.steps.iter().map(|s| s.stage) {
-            if current != Some(s) && !stages.reports.iter().any(|r| r.stage == s) {
-                stages.skip(s, "not reached: an earlier step stopped the case");
-            }
-        }
-
-        // A failed case keeps the logs of its sandboxes on the timeline: the supervisor's retries
-        // and errors are what a person reads first.
-        if !matches!(outcome, Outcome::Passed | Outcome::Skipped(_)) {
-            let sandboxes: Vec<String> = rec
-                .last_states()
-                .into_iter()
-                .filter(|s| s.kind == crate::timeline::GATEWAY_SANDBOX_KIND)
-                .map(|s| s.name)
-                .collect();
-            for name in sandboxes {
-                if let Ok(excerpts) = target.logs(&name).await {
-                    for x in excerpts {
-                        rec.record(Event::Logs(x));
-                    }
-                }
-            }
-        }
-
+    /// Tears the target down, unless a failed case is kept for inspection; a teardown that
+    /// fails turns a passed case into an error.
+    async fn tear_down(
+        &self,
+        target: &dyn Target,
+        rec: &crate::timeline::Recorder,
+        stages: &mut Stages,
+        outcome: &mut Outcome,
+    ) {
         stages.begin(Stage::Teardown);
         let keep = self.opts.keep_on_failure && matches!(outcome, Outcome::Failed(_));
         if keep {
@@ -466,12 +429,115 @@ impl Engine {
             let e = crate::error::one_line(&e);
             stages.end(StageStatus::Error, Some(e.clone()));
             if matches!(outcome, Outcome::Passed) {
-                outcome = Outcome::Error(format!("teardown: {e}"));
+                *outcome = Outcome::Error(format!("teardown: {e}"));
             }
         } else {
             stages.end(StageStatus::Passed, None);
         }
-        (outcome, outcomes)
+    }
+}
+
+/// The stages a case goes through, in order, each once.
+fn stages_of(scenario: &crate::scenario::Scenario) -> Vec<Stage> {
+    [Stage::Provision, Stage::Install]
+        .into_iter()
+        .chain(scenario.steps.iter().map(|s| s.stage))
+        .chain([Stage::Teardown])
+        .fold(Vec::new(), |mut v, s| {
+            if !v.contains(&s) {
+                v.push(s);
+            }
+            v
+        })
+}
+
+/// Runs the steps in order, each under its deadline and with panics caught; the first error
+/// stops them and is returned.
+async fn run_steps(
+    scenario: &crate::scenario::Scenario,
+    ctx: &mut Ctx,
+    rec: &crate::timeline::Recorder,
+    stages: &mut Stages,
+) -> Option<StepError> {
+    for step in &scenario.steps {
+        stages.begin(step.stage);
+        ctx.stage = step.stage;
+        let run = AssertUnwindSafe((step.run)(ctx)).catch_unwind();
+        let result = match tokio::time::timeout(step.deadline, run).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(panic)) => Err(StepError::Infra(format!(
+                "step '{}' panicked: {}",
+                step.name,
+                panic_message(&panic)
+            ))),
+            Err(_) => Err(StepError::Deadline {
+                stage: step.stage,
+                what: format!("step '{}' to finish", step.name),
+                deadline: step.deadline,
+                last_seen: rec.last_states(),
+            }),
+        };
+        if let Err(e) = result {
+            rec.note(format!("step '{}' stopped: {e}", step.name));
+            stages.end(status_of(&e), Some(e.to_string()));
+            return Some(e);
+        }
+    }
+    None
+}
+
+/// The case's outcome: a step's error first, then the first failed check; a fault the harness
+/// could not restore makes it an error whatever else happened.
+fn outcome_of(
+    step_error: Option<&StepError>,
+    checks: &[CheckOutcome],
+    restore_errors: &[String],
+) -> Outcome {
+    if !restore_errors.is_empty() {
+        return Outcome::Error(format!(
+            "the harness could not restore what it broke: {}",
+            restore_errors.join("; ")
+        ));
+    }
+    match (step_error, checks.iter().find(|o| !o.passed)) {
+        (Some(StepError::Skip(r)), _) => Outcome::Skipped(r.clone()),
+        (Some(StepError::Infra(m)), _) => Outcome::Error(m.clone()),
+        (Some(e), _) => Outcome::Failed(e.to_string()),
+        (None, Some(c)) => Outcome::Failed(format!(
+            "[{}] {}: {}",
+            c.requirements.join(", "),
+            c.name,
+            c.message
+        )),
+        (None, None) => Outcome::Passed,
+    }
+}
+
+/// Steps not reached are reported, not silently dropped.
+fn mark_unreached(scenario: &crate::scenario::Scenario, stages: &mut Stages) {
+    let current = stages.current.map(|(s, _)| s);
+    for s in scenario.steps.iter().map(|s| s.stage) {
+        if current != Some(s) && !stages.reports.iter().any(|r| r.stage == s) {
+            stages.skip(s, "not reached: an earlier step stopped the case");
+        }
+    }
+}
+
+/// A failed case keeps the logs of its sandboxes on the timeline: the supervisor's retries and
+/// errors are what a person reads first.
+async fn record_sandbox_logs(target: &dyn Target, rec: &crate::timeline::Recorder) {
+    let sandboxes: Vec<String> = rec
+        .last_states()
+        .into_iter()
+        .filter(|s| s.kind == crate::timeline::GATEWAY_SANDBOX_KIND)
+        .map(|s| s.name)
+        .collect();
+    for name in sandboxes {
+        if let Ok(excerpts) = target.logs(&name).await {
+            for x in excerpts {
+                rec.record(Event::Logs(x));
+            }
+        }
     }
 }
 

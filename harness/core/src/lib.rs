@@ -6,6 +6,7 @@
 //! timeline with [`checks`].
 
 pub mod checks;
+pub mod effect;
 pub mod engine;
 pub mod error;
 pub mod keys;

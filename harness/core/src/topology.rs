@@ -52,7 +52,7 @@ pub struct ValuesForVersions {
 }
 
 /// Where the supervisor runs, and how to find it (to observe it, or to kill it).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "runs_in", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum SupervisorPlacement {
     /// The workload container itself: the supervisor is its entrypoint, bootstraps, then

@@ -1,20 +1,17 @@
 //! What each supervisor placement (`supervisor.runs_in` of a topology) means to the model: how
-//! it shapes the sandbox pod, which objects it owns beside that pod, and how the harness kills
-//! its supervisor. Everything here reads the topology's data (container names, labels, the
+//! it shapes the sandbox pod and which objects it owns beside that pod (where a fault reaches
+//! the supervisor is `conformance_core::effect`). Everything here reads the topology's data (container names, labels, the
 //! scheduling gate), never its name, so a new topology with an existing placement is a YAML
 //! file; a new placement is one more arm in each function below.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::{Value, json};
 
 use crate::gateway::driver::SANDBOX_VERSION;
 use crate::gateway::store::SandboxRecord;
 use crate::model::{GATEWAY_ENDPOINT, OpenShellModel, SUPERVISOR_IMAGE_REPO};
 use crate::supervisor::SIDECAR_STATE_VOLUME;
-use conformance_core::target::{TargetError, TargetResult};
 use conformance_core::topology::{SupervisorPlacement, Topology};
 use kube_emulator::ResourceRef;
 
@@ -210,52 +207,4 @@ pub fn release_objects(model: &OpenShellModel) -> Vec<(ResourceRef, Value)> {
             },
         }),
     )]
-}
-
-/// Kills the supervisor of sandbox `cr` as the harness's SupervisorKill does: the process where
-/// it shares the sandbox pod, its pod where it has one of its own.
-pub async fn kill_supervisor(
-    model: &OpenShellModel,
-    client: kube::Client,
-    namespace: &str,
-    sandbox: &str,
-    cr: &str,
-) -> TargetResult<()> {
-    let infra = |e: kube::Error| TargetError::infra_from("killing the supervisor", e);
-    let pods: Api<Pod> = Api::namespaced(client, namespace);
-    match &model.topology.supervisor {
-        SupervisorPlacement::WorkloadContainer | SupervisorPlacement::SidecarContainer { .. } => {
-            if model.kill_supervisor(cr) {
-                Ok(())
-            } else {
-                // Nothing to kill (the supervisor has exited, for example after the main
-                // process finished): the case cannot test a restart.
-                Err(TargetError::Unsupported(format!(
-                    "no supervisor process runs for sandbox {sandbox}, so it cannot be restarted"
-                )))
-            }
-        }
-        SupervisorPlacement::DedicatedPod { name_suffix, .. } => {
-            pods.delete(&format!("{cr}{name_suffix}"), &DeleteParams::default())
-                .await
-                .map_err(infra)?;
-            Ok(())
-        }
-        SupervisorPlacement::SharedDeployment { name, selector, .. } => {
-            let sel: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            let list = pods
-                .list(&ListParams::default().labels(&sel.join(",")))
-                .await
-                .map_err(infra)?;
-            let Some(p) = list.items.first().and_then(|p| p.metadata.name.clone()) else {
-                return Err(TargetError::infra(format!(
-                    "no pod of Deployment {name} found"
-                )));
-            };
-            pods.delete(&p, &DeleteParams::default())
-                .await
-                .map_err(infra)?;
-            Ok(())
-        }
-    }
 }

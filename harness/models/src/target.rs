@@ -8,19 +8,20 @@ use std::time::Duration;
 use async_trait::async_trait;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
 use crate::client::OpenShellClient;
 use crate::gateway::GatewayProgram;
 use crate::model::{
     CredentialFault, GATEWAY_IMAGE_REPO, NAMESPACE, OpenShellModel, SANDBOX_IMAGE_REPO,
-    SUPERVISOR_IMAGE_REPO, cr_name,
+    SUPERVISOR_IMAGE_REPO, WORKSPACE, cr_name,
 };
 use crate::network::{Network, is_ready};
 use crate::program::Programs;
 use crate::spec::{Model, Selection};
 use crate::supervisor::SupervisorProgram;
+use conformance_core::effect::{FaultEffect, Process, SandboxLayout, label_selector};
 use conformance_core::target::{
     Capability, ExecResult, Fault, Observers, SandboxSpec, SandboxView, Target, TargetError,
     TargetFactory, TargetInfo, TargetResult,
@@ -132,6 +133,84 @@ pub struct EmulatedTarget {
 }
 
 impl EmulatedTarget {
+    /// Where this target's sandboxes put their parts (the models' workspace and topology).
+    fn layout(&self) -> SandboxLayout {
+        SandboxLayout::of(&self.model.topology, WORKSPACE)
+    }
+
+    /// Carries out a fault's effect on a sandbox's objects (the gateway's are handled by
+    /// `inject`, which keeps what restoring them needs).
+    async fn carry_out(&self, effect: FaultEffect) -> TargetResult<()> {
+        let infra = |e: kube::Error| TargetError::infra_from("the emulated cluster's API", e);
+        let pods: Api<Pod> = Api::namespaced(self.cluster.client(), NAMESPACE);
+        match effect {
+            FaultEffect::GatewayScaledDown | FaultEffect::GatewayPodsDeleted => Err(
+                TargetError::infra("gateway faults are injected by EmulatedTarget::inject"),
+            ),
+            FaultEffect::SandboxPodDeleted { pod: name } => {
+                let old = self.pod(&name).and_then(|p| {
+                    p.pointer("/metadata/uid")
+                        .and_then(|u| u.as_str())
+                        .map(String::from)
+                });
+                pods.delete(&name, &DeleteParams::default())
+                    .await
+                    .map_err(infra)?;
+                self.wait(&format!("pod {name} to be replaced"), |t| {
+                    let p = t.pod(&name);
+                    let uid = p
+                        .as_ref()
+                        .and_then(|p| p.pointer("/metadata/uid").and_then(|u| u.as_str()));
+                    if uid.is_some() && uid != old.as_deref() {
+                        Ok(())
+                    } else {
+                        Err(format!("pod {name} {}", Self::pod_summary(p.as_ref())))
+                    }
+                })
+                .await
+            }
+            // The models run the processes themselves: the container name is not needed.
+            FaultEffect::ProcessKilled { pod, process, .. } => {
+                let killed = match process {
+                    Process::Supervisor => self.model.kill_supervisor(&pod),
+                    Process::Main => self.model.kill_main(&pod),
+                };
+                match (killed, process) {
+                    (true, _) => Ok(()),
+                    // Nothing to kill (the supervisor has exited, for example after the main
+                    // process finished): the case cannot test a restart.
+                    (false, Process::Supervisor) => Err(TargetError::Unsupported(format!(
+                        "no supervisor process runs for sandbox {pod}, so it cannot be restarted"
+                    ))),
+                    (false, Process::Main) => Err(TargetError::infra(format!(
+                        "no main process runs for sandbox {pod}"
+                    ))),
+                }
+            }
+            FaultEffect::PodsDeleted { labels, what } => {
+                let list = pods
+                    .list(&ListParams::default().labels(&label_selector(&labels)))
+                    .await
+                    .map_err(infra)?;
+                if list.items.is_empty() {
+                    return Err(TargetError::infra(format!("{what}: no pod found")));
+                }
+                for p in list.items {
+                    let name = p.metadata.name.unwrap_or_default();
+                    pods.delete(&name, &DeleteParams::default())
+                        .await
+                        .map_err(infra)?;
+                }
+                Ok(())
+            }
+            FaultEffect::BootstrapBroken { resource, material } => {
+                self.model
+                    .set_fault(&resource, credential_fault(&material)?, true);
+                Ok(())
+            }
+        }
+    }
+
     /// A fresh cluster, network and Kubernetes models running the selection's programs, with
     /// OpenShell shaped as `topology` describes.
     pub fn start(selection: Selection, topology: &Topology) -> Self {
@@ -406,54 +485,7 @@ impl Target for EmulatedTarget {
                     .map_err(infra)?;
                 Ok(())
             }
-            Fault::SandboxPodReplace { sandbox } => {
-                let pods: Api<Pod> = Api::namespaced(kc, NAMESPACE);
-                let name = cr_name(sandbox);
-                let old = self.pod(&name).and_then(|p| {
-                    p.pointer("/metadata/uid")
-                        .and_then(|u| u.as_str())
-                        .map(String::from)
-                });
-                pods.delete(&name, &DeleteParams::default())
-                    .await
-                    .map_err(infra)?;
-                self.wait(&format!("pod {name} to be replaced"), |t| {
-                    let p = t.pod(&name);
-                    let uid = p
-                        .as_ref()
-                        .and_then(|p| p.pointer("/metadata/uid").and_then(|u| u.as_str()));
-                    if uid.is_some() && uid != old.as_deref() {
-                        Ok(())
-                    } else {
-                        Err(format!("pod {name} {}", Self::pod_summary(p.as_ref())))
-                    }
-                })
-                .await
-            }
-            Fault::SupervisorKill { sandbox } => {
-                crate::placement::kill_supervisor(
-                    &self.model,
-                    kc,
-                    NAMESPACE,
-                    sandbox,
-                    &cr_name(sandbox),
-                )
-                .await
-            }
-            Fault::MainProcessKill { sandbox } => {
-                if self.model.kill_main(&cr_name(sandbox)) {
-                    Ok(())
-                } else {
-                    Err(TargetError::infra(format!(
-                        "no main process runs for sandbox {sandbox}"
-                    )))
-                }
-            }
-            Fault::BootstrapCredentials { sandbox, what } => {
-                let f = credential_fault(what)?;
-                self.model.set_fault(&cr_name(sandbox), f, true);
-                Ok(())
-            }
+            _ => self.carry_out(FaultEffect::of(fault, &self.layout())).await,
         }
     }
 
@@ -486,14 +518,15 @@ impl Target for EmulatedTarget {
                 )
                 .await
             }
-            Fault::SandboxPodReplace { .. }
-            | Fault::SupervisorKill { .. }
-            | Fault::MainProcessKill { .. } => Ok(()),
-            Fault::BootstrapCredentials { sandbox, what } => {
-                let f = credential_fault(what)?;
-                self.model.set_fault(&cr_name(sandbox), f, false);
-                Ok(())
-            }
+            _ => match FaultEffect::of(fault, &self.layout()) {
+                FaultEffect::BootstrapBroken { resource, material } => {
+                    self.model
+                        .set_fault(&resource, credential_fault(&material)?, false);
+                    Ok(())
+                }
+                // Replaced pods and killed processes heal by themselves.
+                _ => Ok(()),
+            },
         }
     }
 

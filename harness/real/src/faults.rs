@@ -14,8 +14,9 @@ use kube::{Client, ResourceExt};
 
 use crate::gateway::{self, Workload};
 use crate::journal::{Entry, Journal, Undo};
+use conformance_core::effect::{FaultEffect, Process, SandboxLayout, label_selector};
 use conformance_core::error::one_line;
-use conformance_core::target::{Fault, TargetError, TargetResult, sandbox_resource_name};
+use conformance_core::target::{Fault, TargetError, TargetResult};
 use conformance_core::timeline::{Event, Recorder};
 use conformance_core::topology::SupervisorPlacement;
 /// What an injected fault left to restore.
@@ -83,6 +84,15 @@ fn kerr(stage: &str, e: kube::Error) -> TargetError {
 }
 
 impl FaultInjector {
+    /// Where this cluster's sandboxes put their parts, to aim faults at them.
+    fn layout(&self) -> SandboxLayout {
+        SandboxLayout {
+            workspace: self.workspace.clone(),
+            workload_container: self.workload_container.clone(),
+            supervisor: self.supervisor.clone(),
+        }
+    }
+
     pub fn new(
         client: Client,
         journal: Journal,
@@ -162,8 +172,8 @@ impl FaultInjector {
         if self.active.lock().await.contains_key(&k) {
             return Err(TargetError::infra(format!("{k} is already injected")));
         }
-        let active = match fault {
-            Fault::GatewayStop => {
+        let active = match FaultEffect::of(fault, &self.layout()) {
+            FaultEffect::GatewayScaledDown => {
                 let (original, _) = gateway::replicas(&self.client, &self.gateway).await?;
                 let journal_id = format!("gateway-stop-{}", self.gateway.name);
                 // Journal first: if the process dies right after the scale, restore knows.
@@ -190,7 +200,7 @@ impl FaultInjector {
                     journal_id,
                 }
             }
-            Fault::GatewayRestart => {
+            FaultEffect::GatewayPodsDeleted => {
                 let pods = gateway::pods(&self.client, &self.gateway).await?;
                 let gone = self
                     .delete_pods(&self.gateway.namespace, &pods, "delete the gateway pod")
@@ -199,8 +209,7 @@ impl FaultInjector {
                     old_uids: gone.into_iter().map(|(_, u)| u).collect(),
                 }
             }
-            Fault::SandboxPodReplace { sandbox } => {
-                let name = sandbox_resource_name(&self.workspace, sandbox);
+            FaultEffect::SandboxPodDeleted { pod: name } => {
                 let pod = self
                     .pods(&self.sandbox_namespace)
                     .get(&name)
@@ -211,8 +220,19 @@ impl FaultInjector {
                     .await?;
                 Active::PodReplace { pods: gone }
             }
-            Fault::SupervisorKill { sandbox } => self.kill_supervisor(sandbox).await?,
-            Fault::MainProcessKill { .. } | Fault::BootstrapCredentials { .. } => {
+            FaultEffect::ProcessKilled {
+                pod,
+                container,
+                process: Process::Supervisor,
+            } => self.kill_in_container(&pod, &container).await?,
+            FaultEffect::PodsDeleted { labels, what } => {
+                self.kill_pods(&label_selector(&labels), what).await?
+            }
+            FaultEffect::ProcessKilled {
+                process: Process::Main,
+                ..
+            }
+            | FaultEffect::BootstrapBroken { .. } => {
                 return Err(TargetError::Unsupported(format!(
                     "{} is not implemented on real clusters yet",
                     fault.kind()
@@ -221,32 +241,6 @@ impl FaultInjector {
         };
         self.active.lock().await.insert(k, active);
         Ok(())
-    }
-
-    async fn kill_supervisor(&self, sandbox: &str) -> TargetResult<Active> {
-        let cr = sandbox_resource_name(&self.workspace, sandbox);
-        match &self.supervisor {
-            SupervisorPlacement::WorkloadContainer => {
-                self.kill_in_container(&cr, &self.workload_container).await
-            }
-            SupervisorPlacement::SidecarContainer { container } => {
-                self.kill_in_container(&cr, container).await
-            }
-            SupervisorPlacement::DedicatedPod {
-                selector,
-                sandbox_label,
-                ..
-            } => {
-                let mut sel: Vec<String> =
-                    selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                sel.push(format!("{sandbox_label}={cr}"));
-                self.kill_pods(&sel.join(",")).await
-            }
-            SupervisorPlacement::SharedDeployment { selector, .. } => {
-                let sel: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                self.kill_pods(&sel.join(",")).await
-            }
-        }
     }
 
     /// Kills the supervisor in a container of the sandbox pod `cr`.
@@ -277,16 +271,17 @@ impl FaultInjector {
         Ok(Active::Nothing)
     }
 
-    async fn kill_pods(&self, selector: &str) -> TargetResult<Active> {
+    /// Deletes `what`: the pods `selector` finds.
+    async fn kill_pods(&self, selector: &str, what: &str) -> TargetResult<Active> {
         let api = self.pods(&self.sandbox_namespace);
         let pods = api
             .list(&ListParams::default().labels(selector))
             .await
-            .map_err(|e| kerr("find supervisor pods", e))?
+            .map_err(|e| kerr(&format!("find {what}"), e))?
             .items;
         if pods.is_empty() {
             return Err(TargetError::infra(format!(
-                "supervisor kill: no pod matches {selector} in {}",
+                "supervisor kill: {what}: no pod matches {selector} in {}",
                 self.sandbox_namespace
             )));
         }

@@ -2,6 +2,32 @@
 
 use std::path::PathBuf;
 
+/// `plain(message)` and `from(context, source)` constructors for a `{ message, source }`
+/// variant, so every error type with a cause builds it the same way.
+macro_rules! error_constructors {
+    ($variant:ident, $plain:ident, $from:ident, $what:literal) => {
+        #[doc = concat!("A ", $what, " that needs no further cause.")]
+        pub fn $plain(message: impl Into<String>) -> Self {
+            Self::$variant {
+                message: message.into(),
+                source: None,
+            }
+        }
+
+        #[doc = concat!("A ", $what, " caused by `source`; `context` says what was being done.")]
+        pub fn $from(
+            context: impl Into<String>,
+            source: impl std::error::Error + Send + Sync + 'static,
+        ) -> Self {
+            Self::$variant {
+                message: context.into(),
+                source: Some($crate::error::cause(source)),
+            }
+        }
+    };
+}
+pub(crate) use error_constructors;
+
 /// Process exit codes. Scripts and CI rely on them, so they never change meaning.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ExitStatus {
@@ -65,44 +91,8 @@ impl Error {
         }
     }
 
-    /// A usage error that needs no further cause.
-    pub fn usage(message: impl Into<String>) -> Self {
-        Self::Usage {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// A usage error from `source`, for example an input file that cannot be read; `context`
-    /// says what was being done.
-    pub fn usage_from(
-        context: impl Into<String>,
-        source: impl std::error::Error + Send + Sync + 'static,
-    ) -> Self {
-        Self::Usage {
-            message: context.into(),
-            source: Some(cause(source)),
-        }
-    }
-
-    /// An infrastructure error that needs no further cause.
-    pub fn infra(message: impl Into<String>) -> Self {
-        Self::Infra {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// An infrastructure error caused by `source`; `context` says what was being done.
-    pub fn infra_from(
-        context: impl Into<String>,
-        source: impl std::error::Error + Send + Sync + 'static,
-    ) -> Self {
-        Self::Infra {
-            message: context.into(),
-            source: Some(cause(source)),
-        }
-    }
+    error_constructors!(Usage, usage, usage_from, "usage error");
+    error_constructors!(Infra, infra, infra_from, "infrastructure error");
 
     pub fn config(
         file: impl Into<PathBuf>,

@@ -285,24 +285,7 @@ impl TargetError {
         }
     }
 
-    /// An infrastructure failure that needs no further cause.
-    pub fn infra(message: impl Into<String>) -> Self {
-        Self::Infra {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// An infrastructure failure caused by `source`; `context` says what was being done.
-    pub fn infra_from(
-        context: impl Into<String>,
-        source: impl std::error::Error + Send + Sync + 'static,
-    ) -> Self {
-        Self::Infra {
-            message: context.into(),
-            source: Some(crate::error::cause(source)),
-        }
-    }
+    crate::error::error_constructors!(Infra, infra, infra_from, "infrastructure failure");
 }
 
 /// Errors are equal when they say the same thing at every level of their chain: causes are

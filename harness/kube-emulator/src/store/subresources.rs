@@ -3,7 +3,7 @@
 use super::{State, Subresource, is_deleting, meta};
 use crate::error::{ApiError, ApiResult};
 use crate::patch::{PatchKind, apply_patch};
-use crate::resources::ResourceDef;
+use crate::resources::{ResourceDef, ScalePaths};
 use crate::selectors::LabelSelector;
 use serde_json::{Value, json};
 
@@ -16,16 +16,7 @@ impl State {
         ns: Option<&str>,
         name: &str,
     ) -> ApiResult<Value> {
-        let paths = def
-            .version(version)
-            .and_then(|v| v.scale.clone())
-            .ok_or_else(|| {
-                ApiError::new(
-                    404,
-                    "NotFound",
-                    "the server could not find the requested resource",
-                )
-            })?;
+        let paths = scale_paths(def, version)?;
         let obj = self.get(def, version, ns, name)?;
         let ptr = |p: &str| format!("/{}", p.trim_start_matches('.').replace('.', "/"));
         let selector = paths
@@ -63,16 +54,7 @@ impl State {
         name: &str,
         scale: Value,
     ) -> ApiResult<Value> {
-        let paths = def
-            .version(version)
-            .and_then(|v| v.scale.clone())
-            .ok_or_else(|| {
-                ApiError::new(
-                    404,
-                    "NotFound",
-                    "the server could not find the requested resource",
-                )
-            })?;
+        let paths = scale_paths(def, version)?;
         let replicas = scale
             .pointer("/spec/replicas")
             .and_then(Value::as_i64)
@@ -173,4 +155,17 @@ impl State {
         self.settle();
         Ok(())
     }
+}
+
+/// Where `def`'s replicas and selector are in `version`; 404 where it has no scale subresource.
+fn scale_paths(def: &ResourceDef, version: &str) -> ApiResult<ScalePaths> {
+    def.version(version)
+        .and_then(|v| v.scale.clone())
+        .ok_or_else(|| {
+            ApiError::new(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            )
+        })
 }

@@ -20,11 +20,11 @@ use crate::workloads::fnv1a32;
 use kube_emulator::{Cluster, DeleteOptions, ListOptions, PatchKind, ResourceRef};
 
 /// Label on the pod, PVCs (and Service) with `NameHash(cr name)` (F4.8).
-pub const NAME_HASH_LABEL: &str = "agents.x-k8s.io/sandbox-name-hash";
+pub(crate) const NAME_HASH_LABEL: &str = "agents.x-k8s.io/sandbox-name-hash";
 /// Annotation on the CR naming its pod (F4.11).
-pub const POD_NAME_ANNOTATION: &str = "agents.x-k8s.io/pod-name";
-pub const PROPAGATED_LABELS: &str = "agents.x-k8s.io/propagated-labels";
-pub const PROPAGATED_ANNOTATIONS: &str = "agents.x-k8s.io/propagated-annotations";
+pub(crate) const POD_NAME_ANNOTATION: &str = "agents.x-k8s.io/pod-name";
+pub(crate) const PROPAGATED_LABELS: &str = "agents.x-k8s.io/propagated-labels";
+pub(crate) const PROPAGATED_ANNOTATIONS: &str = "agents.x-k8s.io/propagated-annotations";
 
 /// Which Agent Sandbox release to model (F0.2, F4.4, F4.5). The one type for the release:
 /// the controller runs it, selections parse it and reports print it, so what a report names is
@@ -76,7 +76,7 @@ impl std::fmt::Display for AgentSandboxVersion {
 }
 
 /// `NameHash`: FNV-1a 32 of the CR name as 8 lowercase hex digits (F4.8).
-pub fn name_hash(name: &str) -> String {
+pub(crate) fn name_hash(name: &str) -> String {
     format!("{:08x}", fnv1a32(name.as_bytes()))
 }
 
@@ -141,18 +141,18 @@ struct PodSeen {
     not_owned: bool,
 }
 
-pub struct AgentSandboxController {
+pub(crate) struct AgentSandboxController {
     cluster: Cluster,
     version: AgentSandboxVersion,
 }
 
 impl AgentSandboxController {
-    pub fn new(cluster: Cluster, version: AgentSandboxVersion) -> Self {
+    pub(crate) fn new(cluster: Cluster, version: AgentSandboxVersion) -> Self {
         Self { cluster, version }
     }
 
     /// Runs until the task is aborted.
-    pub fn spawn(self) -> JoinHandle<()> {
+    pub(crate) fn spawn(self) -> JoinHandle<()> {
         let mut changes = self.cluster.subscribe();
         tokio::spawn(async move {
             let mut seen: BTreeMap<(String, String), TriggerKey> = BTreeMap::new();

@@ -12,7 +12,7 @@ use conformance_core::target::{ExecResult, SandboxSpec, SandboxView, TargetError
 use kube_emulator::Cluster;
 
 /// Clients reach the gateway from outside the release namespace (a port-forward in real runs).
-pub const CLIENT_NAMESPACE: &str = "default";
+pub(crate) const CLIENT_NAMESPACE: &str = "default";
 
 #[derive(Clone)]
 pub struct OpenShellClient {

@@ -15,7 +15,7 @@ fn labels() -> Value {
 }
 
 /// The rendered `gateway.toml` (docs/upstream-facts.md F5.8).
-pub fn gateway_toml(model: &OpenShellModel) -> String {
+pub(crate) fn gateway_toml(model: &OpenShellModel) -> String {
     let topo_key = if model.selection.model == crate::spec::Model::OpenShell0_0_111 {
         "topology"
     } else {

@@ -76,7 +76,7 @@ impl Default for KubeConfig {
 
 impl KubeConfig {
     /// The back-off before restart number `restart` (1-based) of a container.
-    pub fn restart_delay(&self, restart: u32) -> Duration {
+    pub(crate) fn restart_delay(&self, restart: u32) -> Duration {
         let steps = if self.first_restart_immediate {
             if restart <= 1 {
                 return Duration::ZERO;

@@ -225,7 +225,7 @@ impl Kubelet {
     }
 
     /// Stops every pod worker and program (the node is gone; objects stay as they are).
-    pub fn stop_all(&self) {
+    pub(crate) fn stop_all(&self) {
         for (_, e) in std::mem::take(&mut *lock(&self.inner.pods)) {
             e.shared.kill_all();
             e.task.abort();

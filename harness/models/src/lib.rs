@@ -1,3 +1,4 @@
+#![warn(unreachable_pub)]
 //! Reference models of OpenShell on Kubernetes, running against the emulated API server in
 //! virtual time: the Kubernetes parts (kubelet, workload controllers, the Agent Sandbox
 //! controller) and the OpenShell parts (gateway, supervisors per topology, client), selectable
@@ -9,18 +10,18 @@
 //! Services, available only while a ready pod backs them).
 
 pub mod agent_sandbox;
-pub mod client;
-pub mod gateway;
+mod client;
+mod gateway;
 pub mod install;
 pub mod kube;
-pub mod kubelet;
+mod kubelet;
 pub mod model;
 pub mod network;
-pub mod placement;
+mod placement;
 pub mod program;
 pub mod spec;
-pub mod supervisor;
+mod supervisor;
 pub mod target;
-pub mod workloads;
+mod workloads;
 
 pub use spec::{DEFECTS, Defect, MODELS, Model, Selection};

@@ -17,14 +17,14 @@ use conformance_core::topology::Topology;
 /// F5.8).
 pub const NAMESPACE: &str = "openshell";
 /// Workspace of every sandbox the harness creates (`--workspace`, default `default`; F6.1).
-pub const WORKSPACE: &str = conformance_core::scenario::DEFAULT_WORKSPACE;
-pub const GATEWAY_IMAGE_REPO: &str = "ghcr.io/nvidia/openshell/gateway";
-pub const SUPERVISOR_IMAGE_REPO: &str = "ghcr.io/nvidia/openshell/supervisor";
-pub const SANDBOX_IMAGE_REPO: &str = "ghcr.io/nvidia/openshell-community/sandboxes/base";
+pub(crate) const WORKSPACE: &str = conformance_core::scenario::DEFAULT_WORKSPACE;
+pub(crate) const GATEWAY_IMAGE_REPO: &str = "ghcr.io/nvidia/openshell/gateway";
+pub(crate) const SUPERVISOR_IMAGE_REPO: &str = "ghcr.io/nvidia/openshell/supervisor";
+pub(crate) const SANDBOX_IMAGE_REPO: &str = "ghcr.io/nvidia/openshell-community/sandboxes/base";
 /// The gateway's callback endpoint (F5.5 `server.grpcEndpoint`).
-pub const GATEWAY_ENDPOINT: &str = "https://openshell.openshell.svc.cluster.local:8080";
-pub const GATEWAY_SERVICE_HOST: &str = "openshell.openshell.svc.cluster.local";
-pub const GRPC_PORT: u16 = 8080;
+pub(crate) const GATEWAY_ENDPOINT: &str = "https://openshell.openshell.svc.cluster.local:8080";
+pub(crate) const GATEWAY_SERVICE_HOST: &str = "openshell.openshell.svc.cluster.local";
+pub(crate) const GRPC_PORT: u16 = 8080;
 
 /// CR (and pod) name of a sandbox the harness creates: [`sandbox_resource_name`] in its workspace.
 pub fn cr_name(name: &str) -> String {
@@ -155,7 +155,7 @@ impl OpenShellModel {
         }
     }
 
-    pub fn has_fault(&self, cr: &str, f: CredentialFault) -> bool {
+    pub(crate) fn has_fault(&self, cr: &str, f: CredentialFault) -> bool {
         self.tables().faults.get(cr).is_some_and(|s| s.contains(&f))
     }
 
@@ -168,7 +168,7 @@ impl OpenShellModel {
     }
 
     /// SIGKILLs the sandbox's main process; false if none runs.
-    pub fn kill_main(&self, cr: &str) -> bool {
+    pub(crate) fn kill_main(&self, cr: &str) -> bool {
         self.tables()
             .mains
             .get(cr)

@@ -54,14 +54,14 @@ impl Network {
             .insert((ns.to_string(), pod.to_string(), port), endpoint);
     }
 
-    pub fn unbind(&self, ns: &str, pod: &str, port: u16) {
+    pub(crate) fn unbind(&self, ns: &str, pod: &str, port: u16) {
         lock(&self.inner)
             .endpoints
             .remove(&(ns.to_string(), pod.to_string(), port));
     }
 
     /// Drops every endpoint of a pod (its containers stopped or it was deleted).
-    pub fn unbind_pod(&self, ns: &str, pod: &str) {
+    pub(crate) fn unbind_pod(&self, ns: &str, pod: &str) {
         lock(&self.inner)
             .endpoints
             .retain(|(n, p, _), _| !(n == ns && p == pod));
@@ -74,7 +74,8 @@ impl Network {
             .insert((ns.to_string(), service.to_string()));
     }
 
-    pub fn unblock(&self, ns: &str, service: &str) {
+    #[cfg(test)]
+    pub(crate) fn unblock(&self, ns: &str, service: &str) {
         lock(&self.inner)
             .blocked
             .remove(&(ns.to_string(), service.to_string()));
@@ -154,7 +155,7 @@ fn selects(selector: &BTreeMap<String, String>, pod: &Value) -> bool {
 }
 
 /// Ready as an EndpointSlice controller sees it: Running, Ready condition True, not terminating.
-pub fn is_ready(pod: &Value) -> bool {
+pub(crate) fn is_ready(pod: &Value) -> bool {
     pod.pointer("/metadata/deletionTimestamp").is_none()
         && pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running")
         && pod
@@ -193,7 +194,7 @@ fn resolve_port(pod: &Value, target: &Value) -> Option<u16> {
 
 /// Splits an endpoint URL such as `https://openshell.openshell.svc.cluster.local:8080` into
 /// host and port (default 443 for https, 80 for http).
-pub fn parse_endpoint(url: &str) -> Option<(String, u16)> {
+pub(crate) fn parse_endpoint(url: &str) -> Option<(String, u16)> {
     let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
     let hostport = rest.split('/').next()?;
     match hostport.rsplit_once(':') {

@@ -19,9 +19,9 @@ use kube_emulator::ResourceRef;
 const SIDECAR_STATE_DIR: &str = "/run/openshell-sidecar";
 const SIDECAR_CONTROL_SOCKET: &str = "/run/openshell-sidecar/control.sock";
 /// The env var telling the process side to wait for a sidecar's control socket (docs/upstream-facts.md F3.5).
-pub const CONTROL_SOCKET_ENV: &str = "OPENSHELL_SIDECAR_CONTROL_SOCKET";
+pub(crate) const CONTROL_SOCKET_ENV: &str = "OPENSHELL_SIDECAR_CONTROL_SOCKET";
 
-pub fn env(pairs: &[(&str, String)]) -> Value {
+pub(crate) fn env(pairs: &[(&str, String)]) -> Value {
     Value::Array(
         pairs
             .iter()
@@ -32,7 +32,7 @@ pub fn env(pairs: &[(&str, String)]) -> Value {
 
 /// What a placement adds to the sandbox pod template around the workload container.
 #[derive(Default)]
-pub struct PodShape {
+pub(crate) struct PodShape {
     /// Supervisor arguments in the workload container, before `--workdir`.
     pub workload_args: Vec<String>,
     pub workload_env: Vec<(&'static str, String)>,
@@ -46,7 +46,11 @@ pub struct PodShape {
 }
 
 /// The sandbox pod's shape for the topology's placement (docs/upstream-facts.md F3.5, F3.10).
-pub fn sandbox_pod(topo: &Topology, rec: &SandboxRecord, supervisor_image: &str) -> PodShape {
+pub(crate) fn sandbox_pod(
+    topo: &Topology,
+    rec: &SandboxRecord,
+    supervisor_image: &str,
+) -> PodShape {
     let mut shape = PodShape::default();
     match &topo.supervisor {
         SupervisorPlacement::WorkloadContainer => {
@@ -108,7 +112,7 @@ fn process_side_only(topo: &Topology, shape: &mut PodShape) {
 }
 
 /// The name of a sandbox's own supervisor pod, if the placement gives it one.
-pub fn supervisor_pod_name(topo: &Topology, cr: &str) -> Option<String> {
+pub(crate) fn supervisor_pod_name(topo: &Topology, cr: &str) -> Option<String> {
     match &topo.supervisor {
         SupervisorPlacement::DedicatedPod { name_suffix, .. } => Some(format!("{cr}{name_suffix}")),
         _ => None,
@@ -117,7 +121,7 @@ pub fn supervisor_pod_name(topo: &Topology, cr: &str) -> Option<String> {
 
 /// A sandbox's own supervisor pod (reported, #3144), owned by its Sandbox CR; None if the
 /// placement gives it none.
-pub fn supervisor_pod(
+pub(crate) fn supervisor_pod(
     model: &OpenShellModel,
     namespace: &str,
     rec: &SandboxRecord,
@@ -172,7 +176,7 @@ fn labels_of(selector: &BTreeMap<String, String>) -> serde_json::Map<String, Val
 
 /// Objects the placement adds to the helm release (reported for 0.1.x: the shared supervisor
 /// Deployment).
-pub fn release_objects(model: &OpenShellModel) -> Vec<(ResourceRef, Value)> {
+pub(crate) fn release_objects(model: &OpenShellModel) -> Vec<(ResourceRef, Value)> {
     let SupervisorPlacement::SharedDeployment {
         name,
         container,

@@ -109,17 +109,13 @@ impl ContainerCtx {
         }
     }
 
-    pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::SeqCst)
-    }
-
     /// The signal delivered so far, if any.
     pub fn signal(&self) -> Option<Signal> {
         *self.signals.borrow()
     }
 
     /// Resolves when a signal arrives (at once if one already has).
-    pub async fn signalled(&mut self) -> Signal {
+    pub(crate) async fn signalled(&mut self) -> Signal {
         loop {
             if let Some(s) = *self.signals.borrow_and_update() {
                 return s;
@@ -150,7 +146,7 @@ pub trait ContainerProgram: Send + Sync + 'static {
 /// The default program: runs the container's argv with the emulated shell (so `sleep 3600` or
 /// `sh -c '...'` behave like a real image), ready while it runs, ended by signals like a
 /// process without handlers.
-pub struct ShellProgram;
+pub(crate) struct ShellProgram;
 
 #[async_trait]
 impl ContainerProgram for ShellProgram {
@@ -199,7 +195,7 @@ impl Programs {
         self.by_repository.insert(repository.to_string(), program);
     }
 
-    pub fn for_image(&self, image: &str) -> Arc<dyn ContainerProgram> {
+    pub(crate) fn for_image(&self, image: &str) -> Arc<dyn ContainerProgram> {
         self.by_repository
             .get(repository(image))
             .cloned()

@@ -200,7 +200,7 @@ impl Defect {
 
 /// The Agent Sandbox release a selection runs unless told otherwise: the newest modeled one
 /// (docs/upstream-facts.md F2.10: from v0.5.1 a failed pod is terminal, sticky Error).
-pub const DEFAULT_AGENT_SANDBOX: AgentSandboxVersion = AgentSandboxVersion::V0_5_4;
+pub(crate) const DEFAULT_AGENT_SANDBOX: AgentSandboxVersion = AgentSandboxVersion::V0_5_4;
 
 /// A usage error in a model selection; the message names the valid choices.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -298,7 +298,7 @@ impl Selection {
         self.defects.contains(&d)
     }
 
-    pub fn defect_names(&self) -> Vec<String> {
+    pub(crate) fn defect_names(&self) -> Vec<String> {
         self.defects.iter().map(|d| d.name().to_string()).collect()
     }
 

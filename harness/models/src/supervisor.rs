@@ -34,12 +34,12 @@ use conformance_core::target::workspace_pvc_name;
 use kube_emulator::shell::DefaultHooks;
 use kube_emulator::{Cluster, ResourceRef};
 
-pub const CONTROL_SOCKET: &str = "/control.sock";
-pub const SIDECAR_STATE_VOLUME: &str = "openshell-sidecar-state";
+pub(crate) const CONTROL_SOCKET: &str = "/control.sock";
+pub(crate) const SIDECAR_STATE_VOLUME: &str = "openshell-sidecar-state";
 
 /// Writes log lines into one container's log (clonable into helper tasks).
 #[derive(Clone)]
-pub struct Log {
+pub(crate) struct Log {
     cluster: Cluster,
     ns: String,
     pod: String,
@@ -55,7 +55,7 @@ impl Log {
             container: ctx.container.clone(),
         }
     }
-    pub fn line(&self, text: &str) {
+    pub(crate) fn line(&self, text: &str) {
         self.cluster
             .append_log(&self.ns, &self.pod, &self.container, text);
     }
@@ -500,7 +500,7 @@ impl Drop for AbortOnDrop {
 }
 
 /// The supervisor program (both images).
-pub struct SupervisorProgram {
+pub(crate) struct SupervisorProgram {
     pub model: Arc<OpenShellModel>,
 }
 

@@ -340,7 +340,7 @@ impl EmulatedTarget {
     }
 
     /// The gateway's views of every sandbox it knows, as timeline states.
-    pub fn gateway_views(&self) -> Vec<ObjectState> {
+    pub(crate) fn gateway_views(&self) -> Vec<ObjectState> {
         self.client
             .list()
             .map(|vs| vs.iter().map(SandboxView::to_state).collect())

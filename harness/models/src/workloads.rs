@@ -43,7 +43,7 @@ fn pvcs() -> ResourceRef {
 }
 
 /// FNV-1a 32-bit (the hash Kubernetes and Agent Sandbox use for names).
-pub fn fnv1a32(data: &[u8]) -> u32 {
+pub(crate) fn fnv1a32(data: &[u8]) -> u32 {
     let mut h: u32 = 0x811c_9dc5;
     for b in data {
         h ^= u32::from(*b);
@@ -54,7 +54,7 @@ pub fn fnv1a32(data: &[u8]) -> u32 {
 
 /// `rand.SafeEncodeString` of a hash's decimal digits (no vowels, no look-alikes), as
 /// `pod-template-hash` and `controller-revision-hash` are rendered.
-pub fn safe_encode(n: u32) -> String {
+pub(crate) fn safe_encode(n: u32) -> String {
     const ALPHA: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     n.to_string()
         .bytes()
@@ -145,17 +145,17 @@ fn obj_map(v: Option<&Value>) -> Map<String, Value> {
 }
 
 /// The StatefulSet, Deployment and ReplicaSet controllers.
-pub struct WorkloadControllers {
+pub(crate) struct WorkloadControllers {
     cluster: Cluster,
 }
 
 impl WorkloadControllers {
-    pub fn new(cluster: Cluster) -> Self {
+    pub(crate) fn new(cluster: Cluster) -> Self {
         Self { cluster }
     }
 
     /// Runs until the task is aborted.
-    pub fn spawn(self) -> JoinHandle<()> {
+    pub(crate) fn spawn(self) -> JoinHandle<()> {
         let mut changes = self.cluster.subscribe();
         tokio::spawn(async move {
             loop {
@@ -168,7 +168,7 @@ impl WorkloadControllers {
     }
 
     /// One pass over every workload.
-    pub fn reconcile_all(&self) {
+    pub(crate) fn reconcile_all(&self) {
         for sts in list(&self.cluster, &statefulsets()) {
             if !is_deleting(&sts) {
                 self.statefulset(&sts);

@@ -10,13 +10,13 @@ use conformance_core::phase::Phase;
 use conformance_core::target::RestartPolicy;
 
 #[derive(Clone, Debug)]
-pub struct Rules {
+pub(crate) struct Rules {
     pub b: Behaviour,
     pub t: Timings,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Proceed,
     Idempotent,
     Refuse(String),
@@ -24,7 +24,7 @@ pub enum Verdict {
 
 /// Why a session was refused, and what it does to the record.
 #[derive(Clone, Debug)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     pub status: Status,
     /// Ready reason and message to record (None: the phase stays).
     pub error: Option<(String, String)>,
@@ -39,7 +39,7 @@ fn set(rec: &mut SandboxRecord, phase: Phase, reason: &str, message: &str) {
 
 impl Rules {
     /// Error with a cause, unless the cause is hidden (defect `failure-cause-not-reported`).
-    pub fn set_error(&self, rec: &mut SandboxRecord, reason: &str, message: &str) {
+    pub(crate) fn set_error(&self, rec: &mut SandboxRecord, reason: &str, message: &str) {
         if self.b.diagnostics == Diagnostics::Hidden {
             set(rec, Phase::Error, "", "");
         } else {
@@ -50,7 +50,7 @@ impl Rules {
     /// F1.9 Stop: Stopped is idempotent; only Ready/Stopping are accepted (0.0.111, 0.1.6).
     /// Contract (R8): also from Error, Completed, Restarting and Provisioning, so a sandbox in
     /// bootstrap Error can be stopped and started again.
-    pub fn stop_allowed(&self, phase: &Phase) -> Verdict {
+    pub(crate) fn stop_allowed(&self, phase: &Phase) -> Verdict {
         match phase {
             Phase::Stopped => Verdict::Idempotent,
             Phase::Ready | Phase::Stopping => Verdict::Proceed,
@@ -67,7 +67,7 @@ impl Rules {
     }
 
     /// F1.10 Start: Ready is idempotent; only Stopped/Starting are accepted.
-    pub fn start_allowed(&self, phase: &Phase) -> Verdict {
+    pub(crate) fn start_allowed(&self, phase: &Phase) -> Verdict {
         match phase {
             Phase::Ready => Verdict::Idempotent,
             Phase::Stopped | Phase::Starting => Verdict::Proceed,
@@ -79,20 +79,20 @@ impl Rules {
     }
 
     /// F1.9: write Stopping (a pending restart is cancelled, F9.1).
-    pub fn begin_stop(&self, rec: &mut SandboxRecord) {
+    pub(crate) fn begin_stop(&self, rec: &mut SandboxRecord) {
         set(rec, Phase::Stopping, "Stopping", "");
         rec.exit_code = None;
         rec.boundary_attached = false;
     }
 
-    pub fn finish_stop(&self, rec: &mut SandboxRecord) {
+    pub(crate) fn finish_stop(&self, rec: &mut SandboxRecord) {
         if rec.phase == Phase::Stopping {
             set(rec, Phase::Stopped, "Stopped", "");
         }
     }
 
     /// F1.10: write Starting; the next supervisor session makes it Ready.
-    pub fn begin_start(&self, rec: &mut SandboxRecord) {
+    pub(crate) fn begin_start(&self, rec: &mut SandboxRecord) {
         set(rec, Phase::Starting, "Starting", "");
         rec.starts += 1;
         rec.exit_code = None;
@@ -102,7 +102,7 @@ impl Rules {
 
     /// A supervisor bootstraps from `pod_uid`; true when its workspace must be reset (defect
     /// `workspace-pvc-replaced-on-pod-replacement`; F3.6 says the PVC survives replacement).
-    pub fn note_bootstrap_pod(&self, rec: &mut SandboxRecord, pod_uid: &str) -> bool {
+    pub(crate) fn note_bootstrap_pod(&self, rec: &mut SandboxRecord, pod_uid: &str) -> bool {
         let replaced = rec.last_pod_uid.as_deref().is_some_and(|u| u != pod_uid);
         rec.last_pod_uid = Some(pod_uid.to_string());
         self.b.fresh_workspace_on_pod_replacement && replaced
@@ -110,7 +110,7 @@ impl Rules {
 
     /// The 0.1.x boundary attaches once its bootstrap material is ready; 0.1.6 cannot (field
     /// report bug 2: `ConfigurationPending` until the 300 s timeout).
-    pub fn attach_boundary(&self, rec: &mut SandboxRecord) -> Result<(), Status> {
+    pub(crate) fn attach_boundary(&self, rec: &mut SandboxRecord) -> Result<(), Status> {
         if self.b.boundary_cannot_attach {
             if matches!(rec.phase, Phase::Provisioning | Phase::Starting) {
                 set(
@@ -131,7 +131,7 @@ impl Rules {
     /// Whether a session is accepted (F1.7 "supervisor session: accepted"); the 0.1.6 boundary
     /// cannot attach on the gated topologies and refuses re-attach after a supervisor restart
     /// (field report bug 2).
-    pub fn accept_session(
+    pub(crate) fn accept_session(
         &self,
         rec: &SandboxRecord,
         req: &ConnectRequest,
@@ -150,7 +150,7 @@ impl Rules {
         Ok(())
     }
 
-    pub fn refuse_session(&self, rec: &mut SandboxRecord, r: &Refusal) {
+    pub(crate) fn refuse_session(&self, rec: &mut SandboxRecord, r: &Refusal) {
         if let Some((reason, msg)) = &r.error {
             self.set_error(rec, reason, msg);
         } else if let Some((reason, msg)) = &r.pending
@@ -163,7 +163,7 @@ impl Rules {
     /// F1.7 `set_supervisor_session_state`: connect → Ready, except in Deleting, Error,
     /// Stopping, Stopped (and Completed, R7). Returns whether to relaunch a completed main
     /// (defect `completed-workload-replayed`).
-    pub fn session_connected(&self, rec: &mut SandboxRecord, req: &ConnectRequest) -> bool {
+    pub(crate) fn session_connected(&self, rec: &mut SandboxRecord, req: &ConnectRequest) -> bool {
         if rec.replay_pending && rec.phase == Phase::Completed {
             rec.replay_pending = false;
             set(rec, Phase::Ready, "DependenciesReady", "");
@@ -181,7 +181,7 @@ impl Rules {
     }
 
     /// F1.7: disconnect → Provisioning, only from Ready.
-    pub fn session_disconnected(&self, rec: &mut SandboxRecord) {
+    pub(crate) fn session_disconnected(&self, rec: &mut SandboxRecord) {
         if rec.phase == Phase::Ready {
             set(
                 rec,
@@ -194,7 +194,7 @@ impl Rules {
 
     /// F1.2 `main_process_exited` and, beyond 0.0.111, the restart policy (F9.1) and Completed
     /// (#2884).
-    pub fn main_exited(
+    pub(crate) fn main_exited(
         &self,
         rec: &mut SandboxRecord,
         instance: u64,
@@ -260,7 +260,7 @@ impl Rules {
     }
 
     /// A relaunched main process (restart policy) makes the sandbox Ready again.
-    pub fn main_started(&self, rec: &mut SandboxRecord, instance: u64, connected: bool) {
+    pub(crate) fn main_started(&self, rec: &mut SandboxRecord, instance: u64, connected: bool) {
         rec.main_instance = Some(instance);
         if rec.phase == Phase::Restarting {
             rec.exit_code = None;
@@ -280,7 +280,7 @@ impl Rules {
     /// F1.6 `apply_driver_snapshot` with `ComposedPhase` (F1.5): Error (and Completed) are sticky,
     /// Stopping/Stopped/Starting are held, the backend alone never makes a sandbox Ready.
     /// `gate_pending`: the 0.1.x topologies still wait for the boundary (field report).
-    pub fn apply_snapshot(
+    pub(crate) fn apply_snapshot(
         &self,
         rec: &mut SandboxRecord,
         snap: &Snapshot,
@@ -362,7 +362,7 @@ impl Rules {
     }
 
     /// A supervisor's `BootstrapFailed` event (contract, R4/R14): Error naming the cause.
-    pub fn bootstrap_failed(&self, rec: &mut SandboxRecord, message: &str) {
+    pub(crate) fn bootstrap_failed(&self, rec: &mut SandboxRecord, message: &str) {
         if self.b.diagnostics != Diagnostics::Named {
             return;
         }
@@ -377,7 +377,7 @@ impl Rules {
     }
 
     /// The startup sweep for one record (F1.15); returns what the driver must do.
-    pub fn on_startup(&self, rec: &mut SandboxRecord) -> StartupAction {
+    pub(crate) fn on_startup(&self, rec: &mut SandboxRecord) -> StartupAction {
         match rec.phase {
             // recover_persisted_lifecycle_transitions (F1.15).
             Phase::Stopping => StartupAction::Stop,
@@ -408,7 +408,7 @@ impl Rules {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StartupAction {
+pub(crate) enum StartupAction {
     None,
     Stop,
     Start,

@@ -19,11 +19,11 @@ use conformance_core::phase::Phase;
 use kube_emulator::{ApiError, DeleteOptions, ListOptions, PatchKind, ResourceRef};
 
 /// The Sandbox resource version the driver uses (F3.1: v1beta1 first).
-pub const SANDBOX_VERSION: &str = "v1beta1";
+pub(crate) const SANDBOX_VERSION: &str = "v1beta1";
 /// The event reason a supervisor posts when bootstrap fails for good (contract, R14).
-pub const BOOTSTRAP_FAILED_EVENT: &str = "BootstrapFailed";
+pub(crate) const BOOTSTRAP_FAILED_EVENT: &str = "BootstrapFailed";
 /// Where the supervisor binary lands in the workload container (F3.4).
-pub const SUPERVISOR_BIN: &str = "/opt/openshell/bin/openshell-sandbox";
+pub(crate) const SUPERVISOR_BIN: &str = "/opt/openshell/bin/openshell-sandbox";
 
 fn sandboxes() -> ResourceRef {
     crate::agent_sandbox::sandboxes_in(SANDBOX_VERSION)
@@ -35,12 +35,12 @@ fn events() -> ResourceRef {
 
 /// The main process spec the supervisor launches (`OPENSHELL_MAIN_PROCESS_SPEC`, F3.5). With no
 /// command upstream runs `/bin/bash -l`; the model idles instead (no TTY in the emulator).
-pub fn main_process_spec(command: Option<&Vec<String>>) -> String {
+pub(crate) fn main_process_spec(command: Option<&Vec<String>>) -> String {
     json!({"version": 1, "command": command, "tty": false}).to_string()
 }
 
 /// The Sandbox CR for a record (F3.2-F3.6, F3.10; gated topologies as reported).
-pub fn render_sandbox(gw: &Gateway, rec: &SandboxRecord) -> Value {
+pub(crate) fn render_sandbox(gw: &Gateway, rec: &SandboxRecord) -> Value {
     let m = &gw.model;
     let v = &m.version;
     let sandbox_image = format!("{SANDBOX_IMAGE_REPO}:latest");
@@ -130,14 +130,14 @@ pub fn render_sandbox(gw: &Gateway, rec: &SandboxRecord) -> Value {
     })
 }
 
-pub fn create_sandbox(gw: &Gateway, rec: &SandboxRecord) -> Result<(), ApiError> {
+pub(crate) fn create_sandbox(gw: &Gateway, rec: &SandboxRecord) -> Result<(), ApiError> {
     gw.cluster
         .create(&sandboxes(), Some(&gw.namespace), render_sandbox(gw, rec))
         .map(|_| ())
 }
 
 /// F3.7: merge-patch `spec.operatingMode` (v1beta1).
-pub fn set_operating_mode(gw: &Gateway, cr: &str, mode: &str) -> Result<(), ApiError> {
+pub(crate) fn set_operating_mode(gw: &Gateway, cr: &str, mode: &str) -> Result<(), ApiError> {
     gw.cluster
         .patch(
             &sandboxes(),
@@ -150,7 +150,7 @@ pub fn set_operating_mode(gw: &Gateway, cr: &str, mode: &str) -> Result<(), ApiE
 }
 
 /// Stop (F3.7): patch Suspended, poll 250 ms → 2 s until `Suspended=True`, deadline 60 s.
-pub async fn stop_sandbox(gw: &Arc<Gateway>, name: &str) {
+pub(crate) async fn stop_sandbox(gw: &Arc<Gateway>, name: &str) {
     let Some(cr) = gw.core().store.get(name).map(|r| r.cr_name.clone()) else {
         return;
     };
@@ -205,7 +205,7 @@ fn has_gate(pod: &Value) -> bool {
 /// Delete (F3.8): the CR goes, GC takes the pod and PVC. Returns true if it was already gone.
 /// Reported (bug 2, 0.1.6) and defect `gate-and-pvc-leaked-on-failure`: a sandbox whose workload
 /// pod is still gated is deleted with orphan propagation, leaving that pod and its PVC behind.
-pub fn delete_sandbox(gw: &Gateway, rec: &SandboxRecord) -> bool {
+pub(crate) fn delete_sandbox(gw: &Gateway, rec: &SandboxRecord) -> bool {
     let ns = Some(gw.namespace.as_str());
     let topo = &gw.model.topology;
     let gated_pod = gw
@@ -232,7 +232,7 @@ pub fn delete_sandbox(gw: &Gateway, rec: &SandboxRecord) -> bool {
 
 /// Every change in the cluster (and a periodic tick) runs one reconcile pass: driver snapshots,
 /// supervisor events, the 0.1.x supervisor pods and gates, and deletions.
-pub async fn reconcile_loop(gw: Arc<Gateway>) {
+pub(crate) async fn reconcile_loop(gw: Arc<Gateway>) {
     let mut changes = gw.cluster.subscribe();
     loop {
         reconcile(&gw);
@@ -255,7 +255,7 @@ fn by_name(items: Vec<Value>) -> BTreeMap<String, Value> {
         .collect()
 }
 
-pub fn reconcile(gw: &Arc<Gateway>) {
+pub(crate) fn reconcile(gw: &Arc<Gateway>) {
     let ns = Some(gw.namespace.as_str());
     let lo = ListOptions::default();
     let crs = by_name(

@@ -7,12 +7,12 @@
 //! rules over one record), [`driver`] (Kubernetes objects), [`startup`] (the startup sweep).
 //! `Fn.n` in comments are items of docs/upstream-facts.md.
 
-pub mod core;
-pub mod driver;
-pub mod phase;
-pub mod rpc;
-pub mod startup;
-pub mod store;
+pub(crate) mod core;
+pub(crate) mod driver;
+pub(crate) mod phase;
+pub(crate) mod rpc;
+pub(crate) mod startup;
+pub(crate) mod store;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -28,16 +28,11 @@ use self::store::{SandboxRecord, Store};
 use super::model::{CredentialFault, GRPC_PORT, OpenShellModel, cr_name};
 use super::program::{ContainerCtx, ContainerProgram};
 use conformance_core::phase::Phase;
-use conformance_core::target::{ExecResult, RestartPolicy, SandboxSpec, SandboxView};
+use conformance_core::target::{ExecResult, SandboxSpec, SandboxView};
 use kube_emulator::Cluster;
 
-/// The gateway container's name in the StatefulSet (F5.1).
-pub const GATEWAY_CONTAINER: &str = "openshell-gateway";
-/// Where the gateway's data PVC is mounted (`sqlite:/var/openshell/openshell.db`).
-pub const DATA_MOUNT: &str = "/var/openshell";
-
 /// The program the kubelet runs for the gateway image.
-pub struct GatewayProgram {
+pub(crate) struct GatewayProgram {
     pub model: Arc<OpenShellModel>,
 }
 
@@ -82,7 +77,7 @@ impl ContainerProgram for GatewayProgram {
 
 /// One sandbox a shared supervisor must serve (gateway topology).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BoundaryAssignment {
+pub(crate) struct BoundaryAssignment {
     pub sandbox_id: String,
     pub cr_name: String,
     /// How many times the user started the sandbox again: a boundary that failed for good is
@@ -157,7 +152,7 @@ impl Gateway {
         }
     }
 
-    pub fn is_alive(&self) -> bool {
+    pub(crate) fn is_alive(&self) -> bool {
         *self.alive.borrow()
     }
 
@@ -317,7 +312,7 @@ impl Gateway {
         Ok(self.core().store.get(name).map(Self::view))
     }
 
-    pub fn list_sandboxes(&self) -> Result<Vec<SandboxView>, Status> {
+    pub(crate) fn list_sandboxes(&self) -> Result<Vec<SandboxView>, Status> {
         self.check_alive()?;
         Ok(self
             .core()
@@ -441,7 +436,7 @@ impl Gateway {
     // -------------------------------------------------------------------------------------
 
     /// The certificate this gateway shows a sandbox's supervisor during the TLS handshake.
-    pub fn server_certificate(&self, cr: &str) -> ServerCert {
+    pub(crate) fn server_certificate(&self, cr: &str) -> ServerCert {
         if self.model.has_fault(cr, CredentialFault::Certificate) {
             ServerCert::UnknownIssuer
         } else {
@@ -450,7 +445,11 @@ impl Gateway {
     }
 
     /// IssueSandboxToken: the projected SA token for a gateway JWT (F2.4 token bootstrap).
-    pub fn issue_sandbox_token(&self, sandbox_id: &str, pod_uid: &str) -> Result<String, Status> {
+    pub(crate) fn issue_sandbox_token(
+        &self,
+        sandbox_id: &str,
+        pod_uid: &str,
+    ) -> Result<String, Status> {
         self.check_alive()?;
         let core = self.core();
         let rec = Self::by_id(&core, sandbox_id)
@@ -472,7 +471,7 @@ impl Gateway {
     }
 
     /// GetSandboxConfig: the policy (the "Policy fetch" of F2.1).
-    pub fn get_sandbox_config(&self, token: &str) -> Result<SandboxConfig, Status> {
+    pub(crate) fn get_sandbox_config(&self, token: &str) -> Result<SandboxConfig, Status> {
         self.check_alive()?;
         let (id, pod_uid) = Self::token_parts(token)
             .ok_or_else(|| Status::unauthenticated("invalid sandbox token"))?;
@@ -497,7 +496,10 @@ impl Gateway {
     }
 
     /// ConnectSupervisor: registers the session; the sandbox becomes Ready (F1.7).
-    pub fn connect_supervisor(self: &Arc<Self>, req: &ConnectRequest) -> Result<Session, Status> {
+    pub(crate) fn connect_supervisor(
+        self: &Arc<Self>,
+        req: &ConnectRequest,
+    ) -> Result<Session, Status> {
         self.check_alive()?;
         let mut core = self.core();
         let (name, cr) = Self::by_id(&core, &req.sandbox_id)
@@ -594,7 +596,7 @@ impl Gateway {
     }
 
     /// ReportMainProcessExit (F1.2 main_process_exited; F9.1 restart policy).
-    pub fn report_main_exit(
+    pub(crate) fn report_main_exit(
         &self,
         token: &str,
         instance: u64,
@@ -617,7 +619,7 @@ impl Gateway {
     }
 
     /// The 0.1.x boundary reports its bootstrap material ready; the gate opens (reported).
-    pub fn attach_boundary(&self, token: &str) -> Result<(), Status> {
+    pub(crate) fn attach_boundary(&self, token: &str) -> Result<(), Status> {
         self.check_alive()?;
         let (id, _) = Self::token_parts(token)
             .ok_or_else(|| Status::unauthenticated("invalid sandbox token"))?;
@@ -633,7 +635,7 @@ impl Gateway {
     }
 
     /// The main process was (re)launched (restart policy; replay).
-    pub fn report_main_started(&self, token: &str, instance: u64) -> Result<(), Status> {
+    pub(crate) fn report_main_started(&self, token: &str, instance: u64) -> Result<(), Status> {
         self.check_alive()?;
         let (id, _) = Self::token_parts(token)
             .ok_or_else(|| Status::unauthenticated("invalid sandbox token"))?;
@@ -649,7 +651,7 @@ impl Gateway {
     }
 
     /// Sandboxes a shared supervisor (gateway topology) must serve.
-    pub fn boundary_assignments(&self) -> Result<Vec<BoundaryAssignment>, Status> {
+    pub(crate) fn boundary_assignments(&self) -> Result<Vec<BoundaryAssignment>, Status> {
         self.check_alive()?;
         Ok(self
             .core()
@@ -664,9 +666,5 @@ impl Gateway {
                 epoch: r.starts,
             })
             .collect())
-    }
-
-    pub fn restart_policy_of(&self, name: &str) -> Option<RestartPolicy> {
-        self.core().store.get(name).and_then(|r| r.restart_policy)
     }
 }

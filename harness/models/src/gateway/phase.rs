@@ -5,13 +5,13 @@ use serde_json::Value;
 
 /// Driver snapshots never move a sandbox out of these (F1.6 "Error is sticky"; Completed is
 /// terminal by R7).
-pub fn sticky(phase: &Phase) -> bool {
+pub(crate) fn sticky(phase: &Phase) -> bool {
     matches!(phase, Phase::Error | Phase::Completed)
 }
 
 /// Ready reasons that keep a sandbox Provisioning (F1.4, mod.rs L4049-4063); plus the
 /// `ConfigurationPending` of the 0.1.x topologies (field report).
-pub const TRANSIENT_REASONS: &[&str] = &[
+pub(crate) const TRANSIENT_REASONS: &[&str] = &[
     "ReconcilerError",
     "DependenciesNotReady",
     "SupervisorNotConnected",
@@ -23,13 +23,13 @@ pub const TRANSIENT_REASONS: &[&str] = &[
     "ConfigurationPending",
 ];
 
-pub fn is_transient(reason: &str) -> bool {
+pub(crate) fn is_transient(reason: &str) -> bool {
     TRANSIENT_REASONS.contains(&reason)
 }
 
 /// What the driver reports of one Sandbox CR (`status_from_object`, F3.9).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     pub deleting: bool,
     /// `Suspended=True` while `spec.operatingMode` asks for it (a stale `Suspended=True` after a
     /// resume is ignored, the fix of #2858/#2932).
@@ -43,7 +43,7 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    pub fn from_cr(cr: &Value) -> Self {
+    pub(crate) fn from_cr(cr: &Value) -> Self {
         let conds = cr
             .pointer("/status/conditions")
             .and_then(Value::as_array)
@@ -80,7 +80,7 @@ impl Snapshot {
 }
 
 /// `derive_phase` (F1.3, mod.rs L3978-4010): the backend's own view, before sessions.
-pub fn derive_phase(s: &Snapshot) -> (Phase, Option<String>, Option<String>) {
+pub(crate) fn derive_phase(s: &Snapshot) -> (Phase, Option<String>, Option<String>) {
     if s.deleting {
         return (Phase::Deleting, None, None);
     }

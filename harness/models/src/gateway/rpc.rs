@@ -21,13 +21,13 @@ impl Status {
             message: message.into(),
         }
     }
-    pub fn failed_precondition(m: impl Into<String>) -> Self {
+    pub(crate) fn failed_precondition(m: impl Into<String>) -> Self {
         Self::new("FailedPrecondition", m)
     }
     pub fn not_found(m: impl Into<String>) -> Self {
         Self::new("NotFound", m)
     }
-    pub fn unavailable(m: impl Into<String>) -> Self {
+    pub(crate) fn unavailable(m: impl Into<String>) -> Self {
         Self::new("Unavailable", m)
     }
     pub fn unauthenticated(m: impl Into<String>) -> Self {
@@ -35,7 +35,7 @@ impl Status {
     }
 
     /// `grpc_retry` retries these (F2.2, lib.rs L2035-2052); the rest fail at once.
-    pub fn retryable(&self) -> bool {
+    pub(crate) fn retryable(&self) -> bool {
         matches!(
             self.code,
             "Unavailable"
@@ -50,7 +50,7 @@ impl Status {
 
 /// The certificate the gateway presents to one sandbox (Fault::BootstrapCredentials `certificate`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ServerCert {
+pub(crate) enum ServerCert {
     /// Signed by the CA in `openshell-client-tls`.
     Trusted,
     /// Signed by an unknown issuer: a validating client must refuse it.
@@ -59,7 +59,7 @@ pub enum ServerCert {
 
 /// `GetSandboxConfig`'s answer: the policy plus what the supervisor must do before launching.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SandboxConfig {
+pub(crate) struct SandboxConfig {
     pub sandbox_id: String,
     pub policy_version: u64,
     /// The main process command (`OPENSHELL_MAIN_PROCESS_SPEC`; None: idle).
@@ -72,7 +72,7 @@ pub struct SandboxConfig {
 
 /// `ConnectSupervisor`'s request.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConnectRequest {
+pub(crate) struct ConnectRequest {
     pub sandbox_id: String,
     pub token: String,
     pub pod_uid: String,
@@ -85,7 +85,7 @@ pub struct ConnectRequest {
 
 /// An accepted session. Dropping it ends the session on the gateway side; `alive` turns false
 /// (or closes) when the gateway goes away.
-pub struct Session {
+pub(crate) struct Session {
     pub id: u64,
     pub heartbeat: Duration,
     pub alive: watch::Receiver<bool>,
@@ -96,7 +96,7 @@ pub struct Session {
 
 /// `ReportMainProcessExit`'s acknowledgement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ExitAck {
+pub(crate) enum ExitAck {
     /// Terminal: Completed or Error.
     Terminal,
     /// Relaunch after this back-off (restart policy).

@@ -9,7 +9,7 @@ use super::driver;
 use conformance_core::phase::Phase;
 
 impl Gateway {
-    pub fn startup_sweep(self: &Arc<Self>) {
+    pub(crate) fn startup_sweep(self: &Arc<Self>) {
         let names = self.core().store.names();
         for name in names {
             let mut action = StartupAction::None;

@@ -11,7 +11,7 @@ use conformance_core::target::RestartPolicy;
 use kube_emulator::shell::Volume;
 
 /// Where the database lives inside the gateway's data volume (`sqlite:/var/openshell/openshell.db`).
-pub const DB_PATH: &str = "/openshell.db";
+pub(crate) const DB_PATH: &str = "/openshell.db";
 
 /// One sandbox row (`object_type = "sandbox"`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -80,7 +80,7 @@ impl Store {
         Self { volume, db }
     }
 
-    pub fn save(&self) {
+    pub(crate) fn save(&self) {
         let bytes = serde_json::to_vec_pretty(&self.db).expect("the store serializes");
         self.volume.write(DB_PATH, &bytes);
     }

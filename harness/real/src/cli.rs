@@ -175,7 +175,7 @@ impl OpenShellCli {
 
     /// Registers the port-forwarded gateway (docs/upstream-facts.md F6.2):
     /// `http://` for plaintext; `https://` with `--local` and the mTLS files already in place.
-    pub fn gateway_add_cmd(&self, port: impl std::fmt::Display, tls: bool) -> Cmd {
+    pub(crate) fn gateway_add_cmd(&self, port: impl std::fmt::Display, tls: bool) -> Cmd {
         let scheme = if tls { "https" } else { "http" };
         let mut c = self.cmd([
             "gateway".to_string(),
@@ -191,7 +191,7 @@ impl OpenShellCli {
     }
 
     /// Where the CLI looks for the client certificate of a gateway (docs/upstream-facts.md F6.2).
-    pub fn mtls_dir(&self) -> PathBuf {
+    pub(crate) fn mtls_dir(&self) -> PathBuf {
         self.config_home
             .join("openshell/gateways")
             .join(&self.gateway)
@@ -263,7 +263,7 @@ impl OpenShellCli {
         })
     }
 
-    pub async fn get_json(&self, name: &str) -> TargetResult<Option<SandboxJson>> {
+    pub(crate) async fn get_json(&self, name: &str) -> TargetResult<Option<SandboxJson>> {
         let out = self
             .call(self.cmd(["sandbox", "get", name, "-o", "json"]))
             .await?;

@@ -50,7 +50,7 @@ pub fn provider(opts: &RealOptions) -> Box<dyn ClusterProvider> {
 
 /// The kubeconfig a kind or k3d run writes its context into: the user's choice, else a private
 /// file in the run directory (so the user's own kubeconfig is never edited).
-pub fn private_kubeconfig(opts: &RealOptions) -> PathBuf {
+pub(crate) fn private_kubeconfig(opts: &RealOptions) -> PathBuf {
     opts.kubeconfig
         .clone()
         .unwrap_or_else(|| opts.run_dir.join("kubeconfig"))

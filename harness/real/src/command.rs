@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 /// The default per-call timeout: long enough for `helm --wait` style calls to report their own
 /// timeout first, short enough that a hung tool cannot stall a run.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
 /// One external command: program, arguments, extra environment, optional stdin and a timeout.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,11 +40,11 @@ mod humantime_serde_compat {
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&humantime::format_duration(*d).to_string())
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let text = String::deserialize(d)?;
         humantime::parse_duration(&text).map_err(serde::de::Error::custom)
     }
@@ -190,14 +190,14 @@ pub enum CmdError {
 }
 
 /// The last `n` non-empty lines, for error messages that must stay short.
-pub fn last_lines(text: &str, n: usize) -> String {
+pub(crate) fn last_lines(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     let start = lines.len().saturating_sub(n);
     lines[start..].join(" | ")
 }
 
 /// How to install a tool, for `NotFound` errors and the doctor.
-pub fn install_hint(program: &str) -> String {
+pub(crate) fn install_hint(program: &str) -> String {
     match program {
         "kind" => "install kind: https://kind.sigs.k8s.io/docs/user/quick-start/#installation".into(),
         "k3d" => "install k3d: https://k3d.io/#installation".into(),
@@ -219,7 +219,7 @@ pub trait CommandRunner: Send + Sync {
 }
 
 /// Runs a command and turns a non-zero exit into [`CmdError::Failed`].
-pub async fn run_ok(runner: &dyn CommandRunner, cmd: &Cmd) -> Result<CmdOutput, CmdError> {
+pub(crate) async fn run_ok(runner: &dyn CommandRunner, cmd: &Cmd) -> Result<CmdOutput, CmdError> {
     let out = runner.run(cmd).await?;
     if out.success() {
         Ok(out)
@@ -297,7 +297,7 @@ impl CommandRunner for SystemRunner {
 
 /// A recorded output for commands whose line starts with `prefix`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Recorded {
+pub(crate) struct Recorded {
     pub prefix: String,
     pub output: CmdOutput,
 }

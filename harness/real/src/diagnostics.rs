@@ -52,7 +52,7 @@ fn secret_key(k: &str) -> bool {
 
 /// Redacts secret material in text: PEM blocks, bearer tokens, JWTs and values of secret keys
 /// (`key: value`, `"key": "value"`, `key=value`).
-pub fn redact(text: &str) -> String {
+pub(crate) fn redact(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut in_pem = false;
     for line in text.split_inclusive('\n') {
@@ -127,7 +127,7 @@ fn redact_line(line: &str) -> String {
 }
 
 /// Redacts values of secret keys in a JSON value, recursively; Secret objects lose all data.
-pub fn redact_json(v: &mut serde_json::Value) {
+pub(crate) fn redact_json(v: &mut serde_json::Value) {
     match v {
         serde_json::Value::Object(m) => {
             if m.get("kind").and_then(|k| k.as_str()) == Some("Secret") {
@@ -353,7 +353,7 @@ async fn collect_namespace(src: &Sources<'_>, w: &mut Writer, ns: &str) {
 }
 
 /// Packs a directory as a gzip-compressed tar whose entries are relative to its parent.
-pub fn pack(dir: &Path, archive: &Path) -> Result<()> {
+pub(crate) fn pack(dir: &Path, archive: &Path) -> Result<()> {
     let f = std::fs::File::create(archive)
         .map_err(|e| Error::infra_from(format!("diagnostics: {}", archive.display()), e))?;
     let gz = flate2::write::GzEncoder::new(f, flate2::Compression::default());

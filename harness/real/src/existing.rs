@@ -11,13 +11,13 @@ use crate::options::{Provider, RealOptions};
 use crate::plan::Step;
 use conformance_core::error::{Error, Result};
 
-pub struct Existing {
+pub(crate) struct Existing {
     context: String,
     kubeconfig: Option<std::path::PathBuf>,
 }
 
 impl Existing {
-    pub fn new(opts: &RealOptions) -> Self {
+    pub(crate) fn new(opts: &RealOptions) -> Self {
         Self {
             context: opts.context.clone(),
             kubeconfig: opts.kubeconfig.clone(),

@@ -421,7 +421,7 @@ impl FaultInjector {
 
 /// The NetworkPolicy that cuts sandbox pods off the gateway (and everything else): Egress with
 /// no rule denies all egress of the selected pods.
-pub fn block_policy(name: &str) -> serde_json::Value {
+pub(crate) fn block_policy(name: &str) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -439,7 +439,7 @@ pub fn block_policy(name: &str) -> serde_json::Value {
 /// namespace the supervisor is the container's PID 1; with one (sidecar topology,
 /// docs/upstream-facts.md F3.10) PID 1 is the pause process, so the supervisor is found by its
 /// command line: `openshell-sandbox`, without `--mode=process` in the network container.
-pub fn supervisor_kill_argv(
+pub(crate) fn supervisor_kill_argv(
     container: &str,
     workload_container: &str,
     shared_process_namespace: bool,
@@ -509,7 +509,7 @@ pub async fn restore_on_signal(injector: Arc<FaultInjector>) -> &'static str {
 
 /// Waits for Ctrl-C or SIGTERM and returns its name.
 #[cfg(unix)]
-pub async fn wait_for_signal() -> &'static str {
+pub(crate) async fn wait_for_signal() -> &'static str {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = match signal(SignalKind::terminate()) {
         Ok(s) => s,
@@ -526,7 +526,7 @@ pub async fn wait_for_signal() -> &'static str {
 
 /// Waits for Ctrl-C and returns its name.
 #[cfg(not(unix))]
-pub async fn wait_for_signal() -> &'static str {
+pub(crate) async fn wait_for_signal() -> &'static str {
     let _ = tokio::signal::ctrl_c().await;
     "SIGINT"
 }

@@ -32,7 +32,7 @@ pub struct Workload {
 }
 
 impl Workload {
-    pub fn selector_string(&self) -> String {
+    pub(crate) fn selector_string(&self) -> String {
         self.selector
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
@@ -207,7 +207,7 @@ fn describe(pods: &[Pod]) -> String {
 
 /// Polls `probe` every `every` until it returns Some, or fails at `deadline` with an error
 /// naming the stage, the deadline and the last state seen.
-pub async fn wait_until<T, F, Fut>(
+pub(crate) async fn wait_until<T, F, Fut>(
     stage: &str,
     deadline: Duration,
     every: Duration,
@@ -235,10 +235,14 @@ where
     }
 }
 
-pub const POLL: Duration = Duration::from_millis(500);
+pub(crate) const POLL: Duration = Duration::from_millis(500);
 
 /// Waits until the workload has no pods left (a scale to zero took effect).
-pub async fn wait_pods_gone(client: &Client, w: &Workload, deadline: Duration) -> TargetResult<()> {
+pub(crate) async fn wait_pods_gone(
+    client: &Client,
+    w: &Workload,
+    deadline: Duration,
+) -> TargetResult<()> {
     wait_until("gateway pods gone", deadline, POLL, || async {
         let p = pods(client, w).await?;
         Ok((p.is_empty().then_some(()), describe(&p)))
@@ -248,7 +252,7 @@ pub async fn wait_pods_gone(client: &Client, w: &Workload, deadline: Duration) -
 
 /// Waits until `want` replicas are ready, none terminating, and (if given) none of the pods
 /// has one of the `old_uids` (a deleted pod was replaced, not merely still there).
-pub async fn wait_ready(
+pub(crate) async fn wait_ready(
     client: &Client,
     w: &Workload,
     want: i32,

@@ -13,7 +13,7 @@ use conformance_core::error::{Error, Result};
 use conformance_core::topology::{Topology, deep_merge};
 
 /// "oci://…:0.0.111" or "local chart DIR", for plan headers and reports.
-pub fn chart_label(opts: &RealOptions) -> String {
+pub(crate) fn chart_label(opts: &RealOptions) -> String {
     match &opts.chart {
         ChartSource::Oci { reference, version } => format!("{reference} {version}"),
         ChartSource::Local { path } => format!("local chart {}", path.display()),
@@ -27,7 +27,7 @@ fn kubectl(opts: &RealOptions) -> Cmd {
 /// The Agent Sandbox install, as upstream's installer does it (docs/upstream-facts.md F8.1): apply
 /// the release manifest, wait for the Sandbox CRD to be Established, then for the controller
 /// rollout.
-pub fn agent_sandbox_cmds(opts: &RealOptions) -> Vec<Cmd> {
+pub(crate) fn agent_sandbox_cmds(opts: &RealOptions) -> Vec<Cmd> {
     let t = &opts.timeouts;
     let secs = |d: std::time::Duration| format!("--timeout={}s", d.as_secs());
     vec![
@@ -48,7 +48,7 @@ pub fn agent_sandbox_cmds(opts: &RealOptions) -> Vec<Cmd> {
     ]
 }
 
-pub fn agent_sandbox_plan(opts: &RealOptions) -> Vec<Step> {
+pub(crate) fn agent_sandbox_plan(opts: &RealOptions) -> Vec<Step> {
     agent_sandbox_cmds(opts)
         .into_iter()
         .map(Step::run)
@@ -114,11 +114,11 @@ impl Install {
         })
     }
 
-    pub fn values_yaml(&self) -> String {
+    pub(crate) fn values_yaml(&self) -> String {
         serde_saphyr::to_string(&self.values).expect("JSON values serialize as YAML")
     }
 
-    pub fn helm_cmd(&self) -> Cmd {
+    pub(crate) fn helm_cmd(&self) -> Cmd {
         let o = &self.opts;
         let mut c = Cmd::new("helm").args(["upgrade", "--install", &o.release]);
         c = match &o.chart {
@@ -159,7 +159,7 @@ impl Install {
             .timeout(o.timeouts.helm + std::time::Duration::from_secs(60))
     }
 
-    pub fn uninstall_cmd(&self) -> Cmd {
+    pub(crate) fn uninstall_cmd(&self) -> Cmd {
         let o = &self.opts;
         Cmd::new("helm")
             .args(["uninstall", &o.release, "--namespace", &o.namespace])
@@ -190,7 +190,7 @@ impl Install {
         ]
     }
 
-    pub fn teardown_plan(&self) -> Vec<Step> {
+    pub(crate) fn teardown_plan(&self) -> Vec<Step> {
         if self.opts.keep {
             vec![Step::kube(
                 "keep the release (--keep): nothing is uninstalled",
@@ -235,7 +235,7 @@ impl Install {
 
 /// Whether the chart will serve TLS: on unless `server.disableTls` is true in the values or a
 /// `--set` (docs/upstream-facts.md F5.5).
-pub fn tls_enabled(values: &serde_json::Value, sets: &[String]) -> bool {
+pub(crate) fn tls_enabled(values: &serde_json::Value, sets: &[String]) -> bool {
     let mut disabled = values
         .pointer("/server/disableTls")
         .map(|v| v == &serde_json::json!(true) || v == &serde_json::json!("true"))

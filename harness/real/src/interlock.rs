@@ -27,7 +27,7 @@ impl std::fmt::Display for Allowed {
 }
 
 /// Decides whether the harness may change and break the cluster behind `context`.
-pub fn check(context: &str, allowed: &[String]) -> Result<Allowed, Error> {
+pub(crate) fn check(context: &str, allowed: &[String]) -> Result<Allowed, Error> {
     if allowed.iter().any(|a| a == context) {
         return Ok(Allowed::Explicit);
     }

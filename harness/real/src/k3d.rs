@@ -10,7 +10,7 @@ use crate::options::{Provider, RealOptions};
 use crate::plan::Step;
 use conformance_core::error::{Error, Result};
 
-pub struct K3d {
+pub(crate) struct K3d {
     name: String,
     context: String,
     config: std::path::PathBuf,
@@ -19,7 +19,7 @@ pub struct K3d {
 }
 
 impl K3d {
-    pub fn new(opts: &RealOptions) -> Self {
+    pub(crate) fn new(opts: &RealOptions) -> Self {
         Self {
             name: opts.cluster_name.clone(),
             context: opts.context.clone(),
@@ -29,11 +29,11 @@ impl K3d {
         }
     }
 
-    pub fn list_cmd(&self) -> Cmd {
+    pub(crate) fn list_cmd(&self) -> Cmd {
         Cmd::new("k3d").args(["cluster", "list", "-o", "json"])
     }
 
-    pub fn create_cmd(&self) -> Cmd {
+    pub(crate) fn create_cmd(&self) -> Cmd {
         // The positional name wins over the config's, so --cluster-name works with one file.
         // The default kubeconfig is left alone; the context goes to the private one below.
         Cmd::new("k3d")
@@ -46,17 +46,17 @@ impl K3d {
             .timeout(self.create_timeout + std::time::Duration::from_secs(60))
     }
 
-    pub fn write_kubeconfig_cmd(&self) -> Cmd {
+    pub(crate) fn write_kubeconfig_cmd(&self) -> Cmd {
         Cmd::new("k3d")
             .args(["kubeconfig", "write", &self.name, "--output"])
             .arg(self.kubeconfig.display().to_string())
     }
 
-    pub fn delete_cmd(&self) -> Cmd {
+    pub(crate) fn delete_cmd(&self) -> Cmd {
         Cmd::new("k3d").args(["cluster", "delete", &self.name])
     }
 
-    pub fn import_cmd(&self, images: &[String]) -> Cmd {
+    pub(crate) fn import_cmd(&self, images: &[String]) -> Cmd {
         Cmd::new("k3d")
             .args(["image", "import"])
             .args(images.iter().cloned())
@@ -64,7 +64,7 @@ impl K3d {
     }
 
     /// k3d has no log export; the server node is a container whose log holds k3s's.
-    pub fn server_logs_cmd(&self) -> Cmd {
+    pub(crate) fn server_logs_cmd(&self) -> Cmd {
         Cmd::new("docker").args([
             "logs",
             "--timestamps",
@@ -73,7 +73,7 @@ impl K3d {
     }
 
     /// Whether `k3d cluster list -o json` lists this cluster.
-    pub fn listed(&self, json: &str) -> Result<bool> {
+    pub(crate) fn listed(&self, json: &str) -> Result<bool> {
         let v: serde_json::Value = serde_json::from_str(json).map_err(|e| {
             Error::infra_from("cluster up: `k3d cluster list -o json` printed no JSON", e)
         })?;

@@ -11,7 +11,7 @@ use crate::pins;
 use crate::plan::Step;
 use conformance_core::error::Result;
 
-pub struct Kind {
+pub(crate) struct Kind {
     name: String,
     context: String,
     config: std::path::PathBuf,
@@ -20,7 +20,7 @@ pub struct Kind {
 }
 
 impl Kind {
-    pub fn new(opts: &RealOptions) -> Self {
+    pub(crate) fn new(opts: &RealOptions) -> Self {
         Self {
             name: opts.cluster_name.clone(),
             context: opts.context.clone(),
@@ -30,11 +30,11 @@ impl Kind {
         }
     }
 
-    pub fn list_cmd(&self) -> Cmd {
+    pub(crate) fn list_cmd(&self) -> Cmd {
         Cmd::new("kind").args(["get", "clusters"])
     }
 
-    pub fn create_cmd(&self) -> Cmd {
+    pub(crate) fn create_cmd(&self) -> Cmd {
         let wait = humantime::format_duration(self.create_timeout).to_string();
         Cmd::new("kind")
             .args(["create", "cluster", "--name", &self.name, "--config"])
@@ -46,21 +46,21 @@ impl Kind {
             .timeout(self.create_timeout + std::time::Duration::from_secs(60))
     }
 
-    pub fn export_kubeconfig_cmd(&self) -> Cmd {
+    pub(crate) fn export_kubeconfig_cmd(&self) -> Cmd {
         Cmd::new("kind")
             .args(["export", "kubeconfig", "--name", &self.name, "--kubeconfig"])
             .arg(self.kubeconfig.display().to_string())
     }
 
-    pub fn delete_cmd(&self) -> Cmd {
+    pub(crate) fn delete_cmd(&self) -> Cmd {
         Cmd::new("kind").args(["delete", "cluster", "--name", &self.name])
     }
 
-    pub fn load_cmd(&self, image: &str) -> Cmd {
+    pub(crate) fn load_cmd(&self, image: &str) -> Cmd {
         Cmd::new("kind").args(["load", "docker-image", image, "--name", &self.name])
     }
 
-    pub fn export_logs_cmd(&self, dir: &Path) -> Cmd {
+    pub(crate) fn export_logs_cmd(&self, dir: &Path) -> Cmd {
         Cmd::new("kind")
             .args(["export", "logs"])
             .arg(dir.display().to_string())

@@ -49,7 +49,7 @@ impl std::fmt::Display for Leftovers {
     }
 }
 
-pub fn helm_list_cmd(opts: &RealOptions) -> Cmd {
+pub(crate) fn helm_list_cmd(opts: &RealOptions) -> Cmd {
     Cmd::new("helm")
         .args(["list", "--namespace", &opts.namespace, "-o", "json"])
         .args(opts.kube_flags("--kube-context"))

@@ -1,3 +1,4 @@
+#![warn(unreachable_pub)]
 //! The real-cluster path: kind, k3d or an existing cluster, Agent Sandbox and OpenShell
 //! installed with helm, the gateway reached through an in-process port-forward, sandboxes
 //! driven through the `openshell` CLI, faults through the Kubernetes API with a restore
@@ -17,20 +18,20 @@ pub mod cluster;
 pub mod command;
 pub mod diagnostics;
 pub mod doctor;
-pub mod existing;
+mod existing;
 pub mod faults;
 pub mod gateway;
 pub mod install;
-pub mod interlock;
+mod interlock;
 pub mod journal;
-pub mod k3d;
+mod k3d;
 #[cfg(feature = "k3s")]
 pub mod k3s;
 pub mod kexec;
-pub mod kind;
+mod kind;
 pub mod leftovers;
 pub mod options;
-pub mod pins;
+mod pins;
 pub mod plan;
 pub mod portforward;
 pub mod target;

@@ -216,11 +216,11 @@ mod humantime_serde_secs {
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&humantime::format_duration(*d).to_string())
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let t = String::deserialize(d)?;
         humantime::parse_duration(&t).map_err(serde::de::Error::custom)
     }
@@ -378,7 +378,7 @@ impl RealOptions {
     }
 
     /// kubectl and helm flags that select the cluster.
-    pub fn kube_flags(&self, context_flag: &str) -> Vec<String> {
+    pub(crate) fn kube_flags(&self, context_flag: &str) -> Vec<String> {
         let mut v = Vec::new();
         if let Some(k) = &self.kubeconfig {
             v.push("--kubeconfig".into());

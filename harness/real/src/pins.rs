@@ -3,20 +3,21 @@
 
 /// The kind node image: Kubernetes 1.33 matches k8s-openapi's `v1_33` API level, the oldest
 /// kube 5 supports (docs/dependencies.md D1).
-pub const KIND_NODE_IMAGE: &str = "kindest/node:v1.33.1";
+pub(crate) const KIND_NODE_IMAGE: &str = "kindest/node:v1.33.1";
 
-/// The k3s image k3d starts, the same Kubernetes minor as the kind node.
-pub const K3S_IMAGE: &str = "rancher/k3s:v1.33.1-k3s1";
+/// The k3s image k3d-config.yaml pins, the same Kubernetes minor as the kind node.
+#[cfg(test)]
+pub(crate) const K3S_IMAGE: &str = "rancher/k3s:v1.33.1-k3s1";
 
 /// The cluster name kind and k3d create or reuse (`kind-<name>` / `k3d-<name>` contexts).
-pub const CLUSTER_NAME: &str = "openshell-conformance";
+pub(crate) const CLUSTER_NAME: &str = "openshell-conformance";
 
 /// Agent Sandbox release installed before OpenShell: upstream's CI default (docs/upstream-facts.md
 /// F8.1), serving `v1beta1` Sandboxes (F4.1).
-pub const AGENT_SANDBOX_VERSION: &str = "v0.5.0";
+pub(crate) const AGENT_SANDBOX_VERSION: &str = "v0.5.0";
 
 /// The release manifest of an Agent Sandbox version (docs/upstream-facts.md F8.1).
-pub fn agent_sandbox_manifest_url(version: &str) -> String {
+pub(crate) fn agent_sandbox_manifest_url(version: &str) -> String {
     format!(
         "https://github.com/kubernetes-sigs/agent-sandbox/releases/download/{version}/manifest.yaml"
     )
@@ -24,26 +25,25 @@ pub fn agent_sandbox_manifest_url(version: &str) -> String {
 
 /// The OpenShell chart: OCI reference and default version (the release the upstream facts
 /// were read at, docs/upstream-facts.md F0.1).
-pub const CHART_REF: &str = "oci://ghcr.io/nvidia/openshell/helm-chart";
-pub const CHART_VERSION: &str = "0.0.111";
+pub(crate) const CHART_REF: &str = "oci://ghcr.io/nvidia/openshell/helm-chart";
+pub(crate) const CHART_VERSION: &str = "0.0.111";
 
 /// Release and namespace, so the workload is `StatefulSet/openshell` and the pod `openshell-0`
 /// (docs/upstream-facts.md F5.1).
-pub const RELEASE: &str = "openshell";
-pub const NAMESPACE: &str = "openshell";
+pub(crate) const RELEASE: &str = "openshell";
+pub(crate) const NAMESPACE: &str = "openshell";
 
 /// The Agent Sandbox controller (docs/upstream-facts.md F8.1).
-pub const AGENT_SANDBOX_NAMESPACE: &str = "agent-sandbox-system";
-pub const AGENT_SANDBOX_CONTROLLER: &str = "agent-sandbox-controller";
-pub const SANDBOX_CRD: &str = "sandboxes.agents.x-k8s.io";
+pub(crate) const AGENT_SANDBOX_NAMESPACE: &str = "agent-sandbox-system";
+pub(crate) const AGENT_SANDBOX_CONTROLLER: &str = "agent-sandbox-controller";
+pub(crate) const SANDBOX_CRD: &str = "sandboxes.agents.x-k8s.io";
 
-/// Gateway ports (docs/upstream-facts.md F5.2): gRPC/HTTP on 8080, health on 8081.
-pub const GATEWAY_GRPC_PORT: u16 = 8080;
-pub const GATEWAY_HEALTH_PORT: u16 = 8081;
+/// The gateway's gRPC/HTTP port (docs/upstream-facts.md F5.2; health is on 8081).
+pub(crate) const GATEWAY_GRPC_PORT: u16 = 8080;
 
 /// The label every object the harness creates carries, with the run id as value, so leftovers
 /// of earlier runs can be found and swept.
-pub const RUN_LABEL: &str = "openshell-conformance.io/run";
+pub(crate) const RUN_LABEL: &str = "openshell-conformance.io/run";
 
 #[cfg(test)]
 mod tests {

@@ -29,7 +29,7 @@ impl Step {
         Self::Run { cmd, when: None }
     }
 
-    pub fn run_when(cmd: Cmd, when: &str) -> Self {
+    pub(crate) fn run_when(cmd: Cmd, when: &str) -> Self {
         Self::Run {
             cmd,
             when: Some(when.to_string()),

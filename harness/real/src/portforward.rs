@@ -76,7 +76,7 @@ where
 }
 
 /// How long a connection whose client closed its side still carries the gateway's answer.
-pub const CLOSE_GRACE: Duration = Duration::from_secs(30);
+pub(crate) const CLOSE_GRACE: Duration = Duration::from_secs(30);
 
 /// Copies both ways. The port-forward protocol has no half-close, so a client's EOF is not
 /// passed on (it would end the whole stream before the answer); instead the answer is carried
@@ -109,16 +109,15 @@ where
 
 /// A running forward from a local TCP port. Dropping it stops accepting and ends the
 /// connections.
-pub struct GatewayForward {
+pub(crate) struct GatewayForward {
     pub local_addr: SocketAddr,
-    pub stats: Arc<ForwardStats>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl GatewayForward {
     /// Listens on `bind` (port 0 for a free one) and forwards each connection to `port` of a
     /// ready pod of the workload.
-    pub async fn start(
+    pub(crate) async fn start(
         client: Client,
         workload: Workload,
         port: u16,
@@ -131,8 +130,7 @@ impl GatewayForward {
         let local_addr = listener.local_addr().map_err(|e| {
             TargetError::infra_from(format!("port-forward: local address of {bind}"), e)
         })?;
-        let stats = Arc::new(ForwardStats::default());
-        let st = stats.clone();
+        let st = Arc::new(ForwardStats::default());
         let task = tokio::spawn(async move {
             loop {
                 let Ok((sock, _)) = listener.accept().await else {
@@ -148,14 +146,10 @@ impl GatewayForward {
                 });
             }
         });
-        Ok(Self {
-            local_addr,
-            stats,
-            task,
-        })
+        Ok(Self { local_addr, task })
     }
 
-    pub fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         self.local_addr.port()
     }
 }

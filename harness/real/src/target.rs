@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -42,7 +42,7 @@ use conformance_observe::{self as observe, ObserveSpec};
 
 /// A client for a kubeconfig context. An unknown context is a usage error; an unreadable
 /// kubeconfig an infrastructure one.
-pub async fn client_for(kubeconfig: Option<&Path>, context: &str) -> Result<Client> {
+pub(crate) async fn client_for(kubeconfig: Option<&Path>, context: &str) -> Result<Client> {
     let kc = match kubeconfig {
         Some(p) => Kubeconfig::read_from(p)
             .map_err(|e| Error::infra_from(format!("kubeconfig {}", p.display()), e))?,
@@ -109,7 +109,7 @@ fn base_capabilities() -> BTreeSet<Capability> {
 }
 
 /// Steps that make the gateway reachable for the CLI (for plans).
-pub fn access_plan(opts: &RealOptions, tls: bool, topology: &str) -> Vec<Step> {
+pub(crate) fn access_plan(opts: &RealOptions, tls: bool, topology: &str) -> Vec<Step> {
     let cli = cli_for(opts, Arc::new(crate::command::SystemRunner), topology);
     let mut v = vec![Step::kube(format!(
         "port-forward 127.0.0.1:$PORT -> a ready pod of {}/{} port {} (re-resolved per connection)",
@@ -132,7 +132,7 @@ pub fn access_plan(opts: &RealOptions, tls: bool, topology: &str) -> Vec<Step> {
 }
 
 /// Steps that observe a case (for plans).
-pub fn observe_plan(opts: &RealOptions, topology: &str) -> Vec<Step> {
+pub(crate) fn observe_plan(opts: &RealOptions, topology: &str) -> Vec<Step> {
     let cli = cli_for(opts, Arc::new(crate::command::SystemRunner), topology);
     vec![
         Step::kube(format!(
@@ -681,7 +681,12 @@ impl Target for RealTarget {
 
 /// Polls `openshell sandbox list -o json` and records the gateway's phase of every sandbox of
 /// the run; a sandbox that leaves the list is recorded as deleted.
-pub async fn phase_poller(cli: OpenShellCli, selector: String, rec: Recorder, every: Duration) {
+pub(crate) async fn phase_poller(
+    cli: OpenShellCli,
+    selector: String,
+    rec: Recorder,
+    every: Duration,
+) {
     let mut known: BTreeSet<String> = BTreeSet::new();
     loop {
         match cli.list(Some(&selector)).await {
@@ -709,11 +714,6 @@ pub async fn phase_poller(cli: OpenShellCli, selector: String, rec: Recorder, ev
         }
         tokio::time::sleep(every).await;
     }
-}
-
-/// Where a run keeps its files, for the CLI's `restore`: the journal path in a run directory.
-pub fn journal_path(run_dir: &Path) -> PathBuf {
-    run_dir.join(journal::FILE_NAME)
 }
 
 /// Whether a case's timeline calls for a bundle: a failed check, or a stage that failed or

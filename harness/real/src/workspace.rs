@@ -15,7 +15,7 @@ use conformance_core::target::{TargetError, TargetResult};
 /// The image of the reader pod: the sandbox base image, already on the nodes that run sandboxes
 /// (`default_image` in the rendered gateway config, docs/upstream-facts.md F5.8), so reading needs
 /// no pull.
-pub const READER_IMAGE: &str = "ghcr.io/nvidia/openshell-community/sandboxes/base:latest";
+pub(crate) const READER_IMAGE: &str = "ghcr.io/nvidia/openshell-community/sandboxes/base:latest";
 
 /// The exit code the reader uses for "no such file".
 const ABSENT: i32 = 44;

@@ -21,7 +21,7 @@ use conformance_core::pool;
 use conformance_core::scenario::Case;
 use conformance_core::target::{TargetFactory, TargetInfo};
 use conformance_core::topology::{Topologies, Topology};
-use conformance_real::options::{Provider, RealArgs, RealOptions};
+use conformance_real::options::{Provider, RealArgs, RealOptions, new_run_id};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum TargetKind {
@@ -142,14 +142,6 @@ fn repo_root() -> PathBuf {
         .unwrap_or(cwd)
 }
 
-fn run_id() -> String {
-    // A label for what this run creates on a real cluster; the wall clock only names it.
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    format!("run-{secs}")
-}
-
 pub(crate) fn real_options(
     real: &RealArgs,
     provider: Provider,
@@ -159,7 +151,7 @@ pub(crate) fn real_options(
     if real.run_dir.is_none() {
         real.run_dir = Some(artifacts.to_path_buf());
     }
-    real.resolve(provider, &run_id(), repo_root())
+    real.resolve(provider, &new_run_id(), repo_root())
 }
 
 fn emulated_factory(args: &RunArgs) -> Result<Arc<dyn TargetFactory>, Error> {

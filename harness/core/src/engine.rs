@@ -194,19 +194,6 @@ impl Engine {
         Self { factory, opts }
     }
 
-    pub fn target_info(&self) -> TargetInfo {
-        self.factory.info()
-    }
-
-    /// Runs the cases one after another.
-    pub async fn run_all(&self, cases: &[Case]) -> Vec<CaseReport> {
-        let mut out = Vec::with_capacity(cases.len());
-        for case in cases {
-            out.push(self.run_case(case).await);
-        }
-        out
-    }
-
     pub async fn run_case(&self, case: &Case) -> CaseReport {
         let wall_start = std::time::SystemTime::now(); // wall time is reported, never waited on
         let rec = match &self.opts.listener {

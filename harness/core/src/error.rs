@@ -50,7 +50,7 @@ impl ExitStatus {
 /// The underlying error a harness error was caused by, kept so messages show the whole chain.
 /// Shared (`Arc`) so errors that are cloned onto timelines keep it too; boxed because core
 /// cannot name the error types of kube, the command runner or other crates above it.
-pub type Cause = std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>;
+pub(crate) type Cause = std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Wraps an error as a [`Cause`].
 pub fn cause(e: impl std::error::Error + Send + Sync + 'static) -> Cause {

@@ -33,7 +33,7 @@ pub enum Phase {
 
 impl Phase {
     /// Every phase the harness knows, in protocol order then the 0.1.x additions.
-    pub const KNOWN: &[Phase] = &[
+    pub(crate) const KNOWN: &[Phase] = &[
         Self::Unspecified,
         Self::Provisioning,
         Self::Ready,

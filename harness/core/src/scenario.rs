@@ -51,7 +51,7 @@ impl Stage {
 
     /// Default deadline for one step of this stage. Generous for real clusters; in virtual
     /// time it costs nothing.
-    pub fn default_deadline(self) -> Duration {
+    pub(crate) fn default_deadline(self) -> Duration {
         match self {
             Self::Provision | Self::Install => Duration::from_secs(15 * 60),
             Self::Seed | Self::Verify | Self::Teardown => Duration::from_secs(10 * 60),
@@ -99,7 +99,7 @@ impl From<TargetError> for StepError {
 }
 
 pub type StepResult = Result<(), StepError>;
-pub type StepFn = for<'a> fn(&'a mut Ctx) -> BoxFuture<'a, StepResult>;
+pub(crate) type StepFn = for<'a> fn(&'a mut Ctx) -> BoxFuture<'a, StepResult>;
 
 #[derive(Clone)]
 pub struct Step {
@@ -201,7 +201,7 @@ impl Params {
     }
 
     /// Declares a capability this variant needs (see [`Case::requires`]).
-    pub fn requiring(mut self, capability: Capability) -> Self {
+    pub(crate) fn requiring(mut self, capability: Capability) -> Self {
         if !self.requires.contains(&capability) {
             self.requires.push(capability);
         }
@@ -231,7 +231,7 @@ impl Params {
     }
 
     /// As text for the timeline and JUnit properties.
-    pub fn as_text(&self) -> BTreeMap<String, String> {
+    pub(crate) fn as_text(&self) -> BTreeMap<String, String> {
         let mut m = self.values.clone();
         if let Some(o) = self.outage {
             m.insert("outage".into(), humantime::format_duration(o).to_string());
@@ -264,7 +264,7 @@ mod opt_ms {
 }
 
 /// Builds the checks of a case; they may depend on the case (sandbox names, outage length).
-pub type ChecksFn = fn(&CaseInfo) -> Vec<Check>;
+pub(crate) type ChecksFn = fn(&CaseInfo) -> Vec<Check>;
 
 /// One scenario: runs unchanged against any target and topology.
 #[derive(Clone)]
@@ -316,7 +316,7 @@ impl Case {
 
     /// Whether the case declares a fault that every sandbox on a shared cluster would see (the
     /// gateway stopped or restarted), so it must run alone there.
-    pub fn touches_shared_gateway(&self) -> bool {
+    pub(crate) fn touches_shared_gateway(&self) -> bool {
         self.requires().iter().any(|c| c.affects_shared_gateway())
     }
 
@@ -379,7 +379,7 @@ impl CaseInfo {
 
     /// The content written into a sentinel: unique per case and key, so a sentinel from another
     /// case or an earlier run cannot pass for this one.
-    pub fn sentinel_value(&self, key: &str) -> String {
+    pub(crate) fn sentinel_value(&self, key: &str) -> String {
         format!(
             "{key}-{:08x}",
             fnv1a(format!("{}/{key}", self.case_id).as_bytes())
@@ -398,11 +398,11 @@ pub const DEFAULT_WORKSPACE: &str = "default";
 
 /// Where sentinels live inside a sandbox: on the workspace volume (`/sandbox`,
 /// docs/upstream-facts.md F3.6), in a directory of their own.
-pub const SENTINEL_DIR: &str = "/sandbox/.conformance";
+pub(crate) const SENTINEL_DIR: &str = "/sandbox/.conformance";
 
 /// A fault the case injected and has not yet restored.
 #[derive(Clone, Debug)]
-pub struct ActiveFault {
+pub(crate) struct ActiveFault {
     pub id: String,
     pub fault: Fault,
 }
@@ -768,10 +768,6 @@ impl Ctx {
         self.inject_for(key, Fault::GatewayStop, Some(hold)).await?;
         tokio::time::sleep(hold).await;
         self.restore(key).await
-    }
-
-    pub fn active_faults(&self) -> &[ActiveFault] {
-        &self.active
     }
 
     pub(crate) fn take_active_faults(&mut self) -> Vec<ActiveFault> {

@@ -35,7 +35,7 @@ pub enum Capability {
 impl Capability {
     /// The fault this capability injects reaches every sandbox the gateway serves, not just
     /// the case's own.
-    pub fn affects_shared_gateway(self) -> bool {
+    pub(crate) fn affects_shared_gateway(self) -> bool {
         matches!(self, Self::GatewayStop | Self::GatewayRestart)
     }
 

@@ -372,7 +372,7 @@ impl Timeline {
         Duration::from_millis(self.entries.last().map_or(0, |e| e.at_ms))
     }
 
-    pub fn write_jsonl(&self, mut out: impl Write) -> std::io::Result<()> {
+    pub(crate) fn write_jsonl(&self, mut out: impl Write) -> std::io::Result<()> {
         for entry in &self.entries {
             serde_json::to_writer(&mut out, entry)?;
             out.write_all(b"\n")?;
@@ -403,7 +403,8 @@ impl Timeline {
         Ok(Self { entries })
     }
 
-    pub fn from_jsonl(text: &str) -> Result<Self, TimelineError> {
+    #[cfg(test)]
+    pub(crate) fn from_jsonl(text: &str) -> Result<Self, TimelineError> {
         Self::read_jsonl(text.as_bytes())
     }
 }
@@ -457,7 +458,7 @@ struct RecorderInner {
 }
 
 /// Called with every entry as it is recorded.
-pub type Listener = Arc<dyn Fn(&Entry) + Send + Sync>;
+pub(crate) type Listener = Arc<dyn Fn(&Entry) + Send + Sync>;
 
 impl Default for Recorder {
     fn default() -> Self {
@@ -480,7 +481,7 @@ impl Recorder {
     }
 
     /// A recorder that also tells `listener` about every entry (for progress display).
-    pub fn with_listener(listener: Listener) -> Self {
+    pub(crate) fn with_listener(listener: Listener) -> Self {
         let rec = Self::new();
         rec.lock().listener = Some(listener);
         rec
@@ -530,7 +531,7 @@ impl Recorder {
 
     /// Records an object state the harness itself read in a step (the gateway's answer to a
     /// `get`), which may cause what the step does next.
-    pub fn observe_direct(&self, state: ObjectState) -> bool {
+    pub(crate) fn observe_direct(&self, state: ObjectState) -> bool {
         self.observe_as(state, false)
     }
 
@@ -561,7 +562,7 @@ impl Recorder {
     }
 
     /// Records the start of an action and returns its id for [`Recorder::action_end`].
-    pub fn action_start(&self, name: &str, subject: Option<&str>) -> u64 {
+    pub(crate) fn action_start(&self, name: &str, subject: Option<&str>) -> u64 {
         let mut inner = self.lock();
         let id = inner.next_action;
         inner.next_action += 1;

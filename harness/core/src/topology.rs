@@ -226,7 +226,7 @@ impl Topology {
 
     /// The sandbox pod's container the supervisor runs in; None when it runs in a pod of its
     /// own.
-    pub fn supervisor_container(&self) -> Option<&str> {
+    pub(crate) fn supervisor_container(&self) -> Option<&str> {
         match &self.supervisor {
             SupervisorPlacement::WorkloadContainer => Some(&self.workload.container),
             SupervisorPlacement::SidecarContainer { container } => Some(container),

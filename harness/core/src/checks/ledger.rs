@@ -11,7 +11,7 @@ use crate::timeline::{Event, FaultPhase, SentinelOp, SentinelResult, Timeline};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum SentinelClass {
+pub(crate) enum SentinelClass {
     /// Read back at least once, and every read that ran returned what was written.
     Stable,
     /// A read ran and the file was gone.
@@ -23,7 +23,7 @@ pub enum SentinelClass {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SentinelSummary {
+pub(crate) struct SentinelSummary {
     pub sandbox: String,
     pub key: String,
     pub class: SentinelClass,
@@ -82,14 +82,14 @@ struct History {
 }
 
 /// Every sentinel of a run with its history.
-pub struct Ledger {
+pub(crate) struct Ledger {
     sentinels: BTreeMap<(String, String), History>,
     fault_ends: Vec<u64>,
     last_read_at: Option<u64>,
 }
 
 impl Ledger {
-    pub fn from_timeline(t: &Timeline) -> Self {
+    pub(crate) fn from_timeline(t: &Timeline) -> Self {
         let mut sentinels: BTreeMap<(String, String), History> = BTreeMap::new();
         let mut fault_ends = Vec::new();
         let mut last_read_at = None;
@@ -144,7 +144,7 @@ impl Ledger {
         }
     }
 
-    pub fn summaries(&self) -> Vec<SentinelSummary> {
+    pub(crate) fn summaries(&self) -> Vec<SentinelSummary> {
         // The fault that matters for recovery is the last one to end before the final read.
         let fault_end = self
             .fault_ends

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use ledger::{Ledger, SentinelClass, SentinelSummary};
+pub(crate) use ledger::{Ledger, SentinelClass};
 pub use predicate::{Predicate, Selector};
 
 use crate::keys::{FaultKey, Marker};
@@ -370,7 +370,7 @@ impl Check {
     }
 
     /// What the check demands, in words.
-    pub fn expectation(&self) -> String {
+    pub(crate) fn expectation(&self) -> String {
         match &self.kind {
             CheckKind::Eventually {
                 predicate,
@@ -414,7 +414,7 @@ impl Check {
         }
     }
 
-    pub fn evaluate(&self, t: &Timeline) -> CheckOutcome {
+    pub(crate) fn evaluate(&self, t: &Timeline) -> CheckOutcome {
         let verdict = match &self.kind {
             CheckKind::Eventually {
                 predicate,
@@ -454,7 +454,7 @@ impl Check {
 }
 
 /// Evaluates a plan of checks over a timeline.
-pub fn evaluate_all(checks: &[Check], t: &Timeline) -> Vec<CheckOutcome> {
+pub(crate) fn evaluate_all(checks: &[Check], t: &Timeline) -> Vec<CheckOutcome> {
     checks.iter().map(|c| c.evaluate(t)).collect()
 }
 

@@ -1,3 +1,4 @@
+#![warn(unreachable_pub)]
 //! The conformance catalog: the requirements users asked for (`REQUIREMENTS.md`), the
 //! scenarios that verify them, the catalog that expands them into cases, and the expectations
 //! of known failures per version. It depends on the harness core only; its proof (`tests/`)
@@ -6,4 +7,4 @@
 pub mod catalog;
 pub mod expectations;
 pub mod requirements;
-pub mod scenarios;
+mod scenarios;

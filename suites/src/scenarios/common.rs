@@ -17,10 +17,10 @@ use conformance_core::timeline::GATEWAY_SANDBOX_KIND;
 use conformance_core::topology::SupervisorPlacement;
 
 /// The role of the one sandbox most scenarios work with.
-pub const MAIN: &str = "main";
+pub(crate) const MAIN: &str = "main";
 
 /// Step: create the main sandbox running the workload, wait until Ready, write a sentinel.
-pub fn seed_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+pub(crate) fn seed_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = create_ready(ctx, MAIN, None).await?;
         ctx.write_sentinel(&name, "before-fault").await?;
@@ -29,7 +29,7 @@ pub fn seed_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 }
 
 /// Step: delete the main sandbox and wait until the gateway forgets it.
-pub fn delete_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+pub(crate) fn delete_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
         delete(ctx, &name).await
@@ -37,33 +37,33 @@ pub fn delete_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 }
 
 /// The main-process start marker, relative to the workspace root (`/sandbox`).
-pub const STARTS_FILE: &str = ".conformance/starts";
+pub(crate) const STARTS_FILE: &str = ".conformance/starts";
 
 /// OpenShell's provisioning timeout: the CLI's idle wait for Ready (docs/upstream-facts.md F6.3).
-pub const PROVISION_TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const PROVISION_TIMEOUT: Duration = Duration::from_secs(300);
 /// How soon a sandbox must be Ready again once the gateway is back: the supervisor's session
 /// backoff is capped at 30 s (docs/upstream-facts.md F2.7), so 60 s leaves room for one more
 /// attempt.
-pub const RECOVERY: Duration = Duration::from_secs(60);
+pub(crate) const RECOVERY: Duration = Duration::from_secs(60);
 /// How long bootstrap may take once the gateway is back after a long outage: a capped retry
 /// plus bootstrap plus the session (R1, R5).
-pub const BOOTSTRAP_RECOVERY: Duration = Duration::from_secs(120);
+pub(crate) const BOOTSTRAP_RECOVERY: Duration = Duration::from_secs(120);
 /// A permanent bootstrap error must surface within this (R4).
-pub const PERMANENT_ERROR_BOUND: Duration = Duration::from_secs(60);
+pub(crate) const PERMANENT_ERROR_BOUND: Duration = Duration::from_secs(60);
 /// Objects of a deleted sandbox must be gone within this (R13).
-pub const CLEANUP: Duration = Duration::from_secs(120);
+pub(crate) const CLEANUP: Duration = Duration::from_secs(120);
 /// How long a terminal or stopped sandbox is watched after a fault, to see that it stays put.
-pub const SETTLE: Duration = Duration::from_secs(90);
+pub(crate) const SETTLE: Duration = Duration::from_secs(90);
 
 /// A long-running main process that appends a line to the start marker each time it starts.
-pub fn workload_command() -> Vec<String> {
+pub(crate) fn workload_command() -> Vec<String> {
     sh(&format!(
         "mkdir -p /sandbox/.conformance; echo start >> /sandbox/{STARTS_FILE}; sleep 1000000"
     ))
 }
 
 /// A main process that records its start and exits with `code`.
-pub fn completing_command(code: i32) -> Vec<String> {
+pub(crate) fn completing_command(code: i32) -> Vec<String> {
     sh(&format!(
         "mkdir -p /sandbox/.conformance; echo start >> /sandbox/{STARTS_FILE}; exit {code}"
     ))
@@ -73,7 +73,7 @@ fn sh(script: &str) -> Vec<String> {
     vec!["sh".into(), "-c".into(), script.into()]
 }
 
-pub fn spec(
+pub(crate) fn spec(
     ctx: &Ctx,
     role: &str,
     command: Vec<String>,
@@ -110,7 +110,7 @@ fn label_safe(s: &str) -> String {
 }
 
 /// Creates a sandbox running the workload and waits until it is Ready (R11's deadline).
-pub async fn create_ready(
+pub(crate) async fn create_ready(
     ctx: &Ctx,
     role: &str,
     policy: Option<RestartPolicy>,
@@ -124,7 +124,7 @@ pub async fn create_ready(
 
 /// Counts the workload's starts from the marker on the workspace volume and records the count
 /// under `key`. None when it cannot be read (the check then says it was never observed).
-pub async fn observe_starts(ctx: &Ctx, sandbox: &str, key: &str) -> Option<u64> {
+pub(crate) async fn observe_starts(ctx: &Ctx, sandbox: &str, key: &str) -> Option<u64> {
     match ctx.read_workspace(sandbox, STARTS_FILE).await {
         Ok(content) => {
             let n = content.map_or(0, |c| {
@@ -145,7 +145,7 @@ pub async fn observe_starts(ctx: &Ctx, sandbox: &str, key: &str) -> Option<u64> 
 
 /// Waits (softly) until the workload has started at least `n` times, reading the start marker
 /// without recording each poll; a restart takes a moment to show after the phase does.
-pub async fn wait_starts(ctx: &Ctx, sandbox: &str, n: u64, deadline: Duration) {
+pub(crate) async fn wait_starts(ctx: &Ctx, sandbox: &str, n: u64, deadline: Duration) {
     let what = format!("the workload of {sandbox} to have started {n} times");
     let r = ctx
         .wait_for(&what, deadline, || async {
@@ -166,7 +166,7 @@ pub async fn wait_starts(ctx: &Ctx, sandbox: &str, n: u64, deadline: Duration) {
 /// The fault that makes a sandbox bootstrap again: bootstrap runs where the supervisor runs
 /// (the topology's `supervisor` placement), so the sandbox pod is replaced where the supervisor
 /// lives in it, and the supervisor is restarted where it lives apart.
-pub fn rebootstrap(ctx: &Ctx, sandbox: &str) -> Fault {
+pub(crate) fn rebootstrap(ctx: &Ctx, sandbox: &str) -> Fault {
     if ctx.case.topology.supervisor_in_sandbox_pod() {
         Fault::SandboxPodReplace {
             sandbox: sandbox.to_string(),
@@ -179,7 +179,7 @@ pub fn rebootstrap(ctx: &Ctx, sandbox: &str) -> Fault {
 }
 
 /// Runs a real command through the sandbox shell and records whether it worked.
-pub async fn check_shell(ctx: &Ctx, sandbox: &str) {
+pub(crate) async fn check_shell(ctx: &Ctx, sandbox: &str) {
     let ok = match ctx
         .sh(sandbox, "echo usable && ls /sandbox > /dev/null")
         .await
@@ -199,7 +199,7 @@ fn shell_key(sandbox: &str) -> String {
 }
 
 /// Deletes the sandbox and waits (softly: the leak checks judge) until the gateway forgets it.
-pub async fn delete(ctx: &Ctx, sandbox: &str) -> Result<(), StepError> {
+pub(crate) async fn delete(ctx: &Ctx, sandbox: &str) -> Result<(), StepError> {
     match ctx.delete_sandbox(sandbox).await {
         Ok(()) | Err(TargetError::Refused { .. }) => {}
         Err(e) => return Err(e.into()),
@@ -212,36 +212,36 @@ pub async fn delete(ctx: &Ctx, sandbox: &str) -> Result<(), StepError> {
 }
 
 /// Set once a sandbox's deletion was waited for.
-pub fn deleted_marker(sandbox: &str) -> Marker {
+pub(crate) fn deleted_marker(sandbox: &str) -> Marker {
     Marker::owned(format!("deleted:{sandbox}"))
 }
 
 // Markers the steps set and the checks anchor on.
 /// The steps verified what the case is about (shell, sentinels).
-pub const VERIFIED: Marker = Marker::new("verified");
+pub(crate) const VERIFIED: Marker = Marker::new("verified");
 /// A fault is over and the system had time to settle.
-pub const SETTLED: Marker = Marker::new("settled");
+pub(crate) const SETTLED: Marker = Marker::new("settled");
 
 // Faults, named for what they do.
-pub const GATEWAY_OUTAGE: FaultKey = FaultKey::new("gateway-outage");
-pub const GATEWAY_RESTART: FaultKey = FaultKey::new("gateway-restart");
-pub const POD_REPLACE: FaultKey = FaultKey::new("pod-replace");
-pub const BAD_CREDENTIALS: FaultKey = FaultKey::new("bad-credentials");
-pub const SUPERVISOR_KILL: FaultKey = FaultKey::new("supervisor-kill");
-pub const MAIN_KILL: FaultKey = FaultKey::new("main-kill");
+pub(crate) const GATEWAY_OUTAGE: FaultKey = FaultKey::new("gateway-outage");
+pub(crate) const GATEWAY_RESTART: FaultKey = FaultKey::new("gateway-restart");
+pub(crate) const POD_REPLACE: FaultKey = FaultKey::new("pod-replace");
+pub(crate) const BAD_CREDENTIALS: FaultKey = FaultKey::new("bad-credentials");
+pub(crate) const SUPERVISOR_KILL: FaultKey = FaultKey::new("supervisor-kill");
+pub(crate) const MAIN_KILL: FaultKey = FaultKey::new("main-kill");
 
 // ---- checks -------------------------------------------------------------------------------
 
 /// The gateway's view of the sandbox.
-pub fn gateway_view(case: &CaseInfo, role: &str) -> Selector {
+pub(crate) fn gateway_view(case: &CaseInfo, role: &str) -> Selector {
     Selector::named(GATEWAY_SANDBOX_KIND, &case.sandbox_name(role))
 }
 
-pub fn phase_is(case: &CaseInfo, role: &str, phases: &[Phase]) -> Predicate {
+pub(crate) fn phase_is(case: &CaseInfo, role: &str, phases: &[Phase]) -> Predicate {
     Predicate::phase(gateway_view(case, role), phases)
 }
 
-pub fn ready_within(
+pub(crate) fn ready_within(
     name: &str,
     reqs: &[&str],
     case: &CaseInfo,
@@ -258,7 +258,7 @@ pub fn ready_within(
     )
 }
 
-pub fn never(
+pub(crate) fn never(
     name: &str,
     reqs: &[&str],
     case: &CaseInfo,
@@ -271,7 +271,7 @@ pub fn never(
 
 /// The sandbox the scenario starts from becomes Ready within the provisioning timeout (R11):
 /// every later check presumes it, and a case stuck here says so first.
-pub fn provisioned(case: &CaseInfo, role: &str) -> Check {
+pub(crate) fn provisioned(case: &CaseInfo, role: &str) -> Check {
     ready_within(
         "the sandbox is Ready within the provisioning timeout",
         &["R11"],
@@ -282,11 +282,11 @@ pub fn provisioned(case: &CaseInfo, role: &str) -> Check {
     )
 }
 
-pub fn sentinels() -> Check {
+pub(crate) fn sentinels() -> Check {
     Check::sentinels("workspace sentinels are read back intact", &["R6"])
 }
 
-pub fn starts_eq(
+pub(crate) fn starts_eq(
     name: &str,
     reqs: &[&str],
     case: &CaseInfo,
@@ -307,11 +307,11 @@ pub fn starts_eq(
 }
 
 /// Observation keys are per sandbox so that multi-sandbox scenarios do not mix counts.
-pub fn starts_key(sandbox: &str, key: &str) -> String {
+pub(crate) fn starts_key(sandbox: &str, key: &str) -> String {
     format!("{key}:{sandbox}")
 }
 
-pub fn shell_usable(case: &CaseInfo, role: &str, reqs: &[&str]) -> Check {
+pub(crate) fn shell_usable(case: &CaseInfo, role: &str, reqs: &[&str]) -> Check {
     Check::count(
         "a command runs through the sandbox shell",
         reqs,
@@ -326,7 +326,7 @@ pub fn shell_usable(case: &CaseInfo, role: &str, reqs: &[&str]) -> Check {
 
 /// After the sandbox is deleted, its Sandbox resource, pod(s) and workspace PVC are gone (R13).
 /// On topologies with a dedicated supervisor pod, that pod too.
-pub fn no_leaks(case: &CaseInfo, role: &str) -> Vec<Check> {
+pub(crate) fn no_leaks(case: &CaseInfo, role: &str) -> Vec<Check> {
     let sandbox = case.sandbox_name(role);
     let cr = case.resource_name(&sandbox);
     let after = Anchor::marker(&deleted_marker(&sandbox));
@@ -362,6 +362,6 @@ pub fn no_leaks(case: &CaseInfo, role: &str) -> Vec<Check> {
 }
 
 /// The window from a fault's start to a marker set once the scenario has verified recovery.
-pub fn fault_until(fault: &FaultKey, marker: &Marker) -> Window {
+pub(crate) fn fault_until(fault: &FaultKey, marker: &Marker) -> Window {
     Window::new(Anchor::fault_start(fault), Anchor::marker(marker))
 }

@@ -30,14 +30,14 @@ fn from_ready(mut checks: Vec<Check>, case: &CaseInfo) -> Vec<Check> {
 /// its workspace (bug 3; the stop/start contract, docs/upstream-facts.md F1.9, F1.10).
 /// A completed-workload case: the main process's exit code, and what ends its supervision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Completed {
+pub(crate) struct Completed {
     pub exit: i32,
     pub via: Via,
 }
 
 /// How a completed workload loses its supervision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Via {
+pub(crate) enum Via {
     GatewayRestart,
     SupervisorRestart,
 }
@@ -61,7 +61,7 @@ impl Variant for Completed {
 
 /// What a restart-policy-always case does to end the main process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Trigger {
+pub(crate) enum Trigger {
     /// The main process is killed.
     MainKill,
     /// The main process dies while the gateway is down.
@@ -87,7 +87,7 @@ impl Variant for Trigger {
 
 /// Which bootstrap material a permanent-bootstrap-error case breaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BadMaterial {
+pub(crate) enum BadMaterial {
     /// The gateway rejects the sandbox's credentials.
     Credentials,
     /// The gateway presents a certificate the sandbox cannot verify.
@@ -95,7 +95,7 @@ pub enum BadMaterial {
 }
 
 impl BadMaterial {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Credentials => "credentials",
             Self::Certificate => "certificate",
@@ -119,7 +119,7 @@ const MAIN_ENDED: Marker = Marker::new("main-ended");
 /// kill, by variant).
 const TRIGGER: FaultKey = FaultKey::new("trigger");
 
-pub fn stopped_through_outage() -> Scenario {
+pub(crate) fn stopped_through_outage() -> Scenario {
     Scenario {
         id: "stopped-through-outage".into(),
         title: "Stopped sandbox through a gateway outage, then started".into(),
@@ -225,7 +225,7 @@ fn stopped_checks(case: &CaseInfo) -> Vec<Check> {
 
 /// A main process that exits (0 or non-zero) stays finished through a gateway restart or a
 /// supervisor restart: nothing replays it (bug 3; #2884, #3117).
-pub fn completed_workload() -> Scenario {
+pub(crate) fn completed_workload() -> Scenario {
     Scenario {
         id: "completed-workload".into(),
         title: "Completed workload through a gateway or supervisor restart".into(),
@@ -333,7 +333,7 @@ fn completed_checks(case: &CaseInfo) -> Vec<Check> {
 
 /// A sandbox in terminal bootstrap Error is recovered by the documented path (stop, then start)
 /// with its workspace (bug 1; #2179, #3308; docs/upstream-facts.md F1.10, F9.5).
-pub fn error_recovery() -> Scenario {
+pub(crate) fn error_recovery() -> Scenario {
     Scenario {
         id: "error-recovery".into(),
         title: "Recovery of a sandbox in bootstrap Error by stop then start".into(),
@@ -454,7 +454,7 @@ fn recovery_checks(case: &CaseInfo) -> Vec<Check> {
 
 /// `--restart-policy always` is honoured when the main process is killed, and when it dies
 /// while the gateway is away (bug 3; #2798; docs/upstream-facts.md F9.1).
-pub fn restart_policy_always() -> Scenario {
+pub(crate) fn restart_policy_always() -> Scenario {
     Scenario {
         id: "restart-policy-always".into(),
         title: "Restart policy always when the main process ends".into(),
@@ -564,7 +564,7 @@ fn restart_checks(case: &CaseInfo) -> Vec<Check> {
 
 /// Bad credentials, or a gateway certificate the sandbox must reject: the sandbox fails fast and
 /// says why, never becomes Ready, and leaves nothing behind (bug 1 acceptance; bug 2 leaks).
-pub fn permanent_bootstrap_error() -> Scenario {
+pub(crate) fn permanent_bootstrap_error() -> Scenario {
     Scenario {
         id: "permanent-bootstrap-error".into(),
         title: "Permanent bootstrap error: explicit, bounded, diagnosable, no leaks".into(),
@@ -671,7 +671,7 @@ fn permanent_checks(case: &CaseInfo) -> Vec<Check> {
 // ---- provisioning and supervisor restart ----------------------------------------------------
 
 /// A sandbox provisions on the topology within the provisioning timeout (bug 2; #3144).
-pub fn provisioning() -> Scenario {
+pub(crate) fn provisioning() -> Scenario {
     Scenario {
         id: "provisioning".into(),
         title: "Provisioning on the topology within the provisioning timeout".into(),
@@ -738,7 +738,7 @@ fn provisioning_checks(case: &CaseInfo) -> Vec<Check> {
 
 /// The supervisor is killed where the topology runs it; the workload re-attaches without being
 /// restarted and without a crash loop (bug 2; #3396).
-pub fn supervisor_restart() -> Scenario {
+pub(crate) fn supervisor_restart() -> Scenario {
     Scenario {
         id: "supervisor-restart".into(),
         title: "Supervisor restart: the workload re-attaches".into(),

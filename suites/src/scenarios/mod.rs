@@ -1,7 +1,7 @@
 //! The scenarios. Each is data (id, title, requirements, capabilities, checks) plus small step
 //! functions, and runs unchanged on every target and topology.
 
-pub mod common;
-pub mod lifecycle;
-pub mod outages;
-pub mod sweep;
+pub(crate) mod common;
+pub(crate) mod lifecycle;
+pub(crate) mod outages;
+pub(crate) mod sweep;

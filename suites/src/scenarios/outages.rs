@@ -15,7 +15,7 @@ use super::common::*;
 
 /// The gateway is stopped, the sandbox pod is replaced so that bootstrap runs while the gateway
 /// is away, and the gateway returns after the outage (bug 1; docs/upstream-facts.md F9.5, F9.6).
-pub fn bootstrap_outage() -> Scenario {
+pub(crate) fn bootstrap_outage() -> Scenario {
     Scenario {
         id: "bootstrap-outage".into(),
         title: "Sandbox bootstrap through a gateway outage longer than the retry windows".into(),
@@ -158,7 +158,7 @@ fn bootstrap_outage_checks(case: &CaseInfo) -> Vec<Check> {
 
 /// The gateway pod is deleted while sandboxes are Ready (bug 3; docs/upstream-facts.md F1.15,
 /// F9.6).
-pub fn gateway_restart() -> Scenario {
+pub(crate) fn gateway_restart() -> Scenario {
     Scenario {
         id: "gateway-restart".into(),
         title: "Ready sandbox through a gateway restart".into(),
@@ -179,7 +179,7 @@ pub fn gateway_restart() -> Scenario {
 }
 
 /// The gateway is scaled to zero for the outage, then back (bug 3).
-pub fn gateway_outage() -> Scenario {
+pub(crate) fn gateway_outage() -> Scenario {
     Scenario {
         id: "gateway-outage".into(),
         title: "Ready sandbox through a gateway outage".into(),

@@ -15,13 +15,13 @@ use futures::future::BoxFuture;
 use super::common::*;
 
 /// The default schedule when no seed is given.
-pub const DEFAULT_SEED: u64 = 1;
+pub(crate) const DEFAULT_SEED: u64 = 1;
 
-pub fn schedule_for(seed: u64) -> FaultSchedule {
+pub(crate) fn schedule_for(seed: u64) -> FaultSchedule {
     FaultSchedule::generate(seed, &ScheduleSpec::default())
 }
 
-pub fn seeded_sweep() -> Scenario {
+pub(crate) fn seeded_sweep() -> Scenario {
     Scenario {
         id: "seeded-sweep".into(),
         title: "Gateway outages at seeded lengths and injection points".into(),

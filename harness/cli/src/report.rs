@@ -4,6 +4,7 @@
 //! across every lane; harness actions, markers and check windows are drawn on the same time
 //! axis; failing checks are listed with their message and the last states seen.
 
+use conformance_core::timeline::READY_CONDITION;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -57,10 +58,10 @@ fn tone(o: &ObjectState) -> &'static str {
         };
     }
     if o.kind == "Sandbox" {
-        return match o.condition("Ready").map(|c| c.status.as_str()) {
+        return match o.condition(READY_CONDITION).map(|c| c.status.as_str()) {
             Some("True") => "good",
             _ if o
-                .condition("Ready")
+                .condition(READY_CONDITION)
                 .and_then(|c| c.reason.as_deref())
                 .is_some_and(|r| r.contains("Failed") || r.contains("Error")) =>
             {
@@ -88,12 +89,12 @@ fn label(o: &ObjectState) -> String {
     }
     if o.kind == "Sandbox" {
         return o
-            .condition("Ready")
+            .condition(READY_CONDITION)
             .map(|c| format!("Ready={} {}", c.status, c.reason.as_deref().unwrap_or("")))
             .unwrap_or_else(|| "no conditions".into());
     }
     let mut s = o.phase.clone().unwrap_or_else(|| "-".into());
-    if let Some(c) = o.condition("Ready").and_then(|c| c.reason.clone())
+    if let Some(c) = o.condition(READY_CONDITION).and_then(|c| c.reason.clone())
         && o.kind == GATEWAY_SANDBOX_KIND
     {
         s.push_str(&format!(" ({c})"));

@@ -173,7 +173,7 @@ impl SandboxView {
         s.phase = Some(self.phase.name().to_string());
         if self.reason.is_some() || self.message.is_some() {
             s.conditions.push(crate::timeline::ConditionState {
-                type_: "Ready".into(),
+                type_: crate::timeline::READY_CONDITION.into(),
                 status: if self.phase == Phase::Ready {
                     "True"
                 } else {

@@ -188,6 +188,10 @@ impl ObjectState {
     }
 }
 
+/// The `Ready` condition of pods and Agent Sandbox `Sandbox` resources (a Kubernetes condition
+/// type, not the OpenShell phase of the same name).
+pub const READY_CONDITION: &str = "Ready";
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ConditionState {
     #[serde(rename = "type")]

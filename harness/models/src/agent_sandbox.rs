@@ -11,6 +11,7 @@
 //! suspended. Not modelled: `spec.service` (headless Service), `shutdownTime` expiry, adoption
 //! of unowned PVCs, v0.5.6's PodScheduled mirror, v0.4.6 (v1alpha1-only) semantics.
 
+use conformance_core::timeline::READY_CONDITION;
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
@@ -490,7 +491,7 @@ impl AgentSandboxController {
         }
         let (ok, reason, message) =
             self.ready_condition(error, suspended, returned.as_ref(), pod_phase.as_deref());
-        set("Ready", ok, reason, &message);
+        set(READY_CONDITION, ok, reason, &message);
         if !matches!(pod_phase.as_deref(), Some("Failed" | "Succeeded")) {
             // Finished is the one condition removed when the pod is absent or not terminal.
             conds.retain(|c| c["type"] != json!("Finished"));
@@ -529,7 +530,7 @@ impl AgentSandboxController {
                         .and_then(Value::as_array)
                         .is_some_and(|cs| {
                             cs.iter().any(|c| {
-                                c["type"] == json!("Ready") && c["status"] == json!("True")
+                                c["type"] == json!(READY_CONDITION) && c["status"] == json!("True")
                             })
                         });
                     let ips = p

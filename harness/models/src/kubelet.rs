@@ -16,6 +16,7 @@
 //! kills it (exit 137), `kill -0` only checks it runs, every other signal is delivered as
 //! [`Signal::Term`]. Init containers have no pid.
 
+use conformance_core::timeline::READY_CONDITION;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -1178,7 +1179,7 @@ impl Worker {
         let conditions = vec![
             self.condition("PodReadyToStartContainers", sandbox, None),
             self.condition("Initialized", initialized, Some(init_reason)),
-            self.condition("Ready", ready, Some(ready_reason.clone())),
+            self.condition(READY_CONDITION, ready, Some(ready_reason.clone())),
             self.condition("ContainersReady", ready, Some(ready_reason)),
             scheduled,
         ];

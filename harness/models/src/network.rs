@@ -4,6 +4,7 @@
 //! unreachable at once (docs/upstream-facts.md F1.16, F5.2), and a blocked Service
 //! black-holes connections like an egress NetworkPolicy would.
 
+use conformance_core::timeline::READY_CONDITION;
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -163,7 +164,7 @@ pub(crate) fn is_ready(pod: &Value) -> bool {
             .and_then(Value::as_array)
             .is_some_and(|cs| {
                 cs.iter().any(|c| {
-                    c.get("type").and_then(Value::as_str) == Some("Ready")
+                    c.get("type").and_then(Value::as_str) == Some(READY_CONDITION)
                         && c.get("status").and_then(Value::as_str) == Some("True")
                 })
             })

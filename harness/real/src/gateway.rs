@@ -3,6 +3,7 @@
 //! certgen Job's pod carries the same selector labels, so pods are filtered by owner
 //! (docs/upstream-facts.md F5.7).
 
+use conformance_core::timeline::READY_CONDITION;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -151,7 +152,7 @@ pub fn pod_ready(p: &Pod) -> bool {
                 && s.conditions
                     .iter()
                     .flatten()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
+                    .any(|c| c.type_ == READY_CONDITION && c.status == "True")
         })
 }
 

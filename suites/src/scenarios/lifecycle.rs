@@ -1,6 +1,7 @@
 //! Lifecycle under faults: stops, completed workloads, recovery from Error, restart policies,
 //! permanent bootstrap errors, provisioning and supervisor restarts on every topology.
 
+use conformance_core::timeline::READY_CONDITION;
 use std::time::Duration;
 
 use conformance_core::checks::{Anchor, Check, Cmp, Counted, Predicate, Selector, Window};
@@ -657,7 +658,7 @@ fn permanent_checks(case: &CaseInfo) -> Vec<Check> {
                 &["R14"],
                 Predicate::ConditionMentions {
                     object: gateway_view(case, MAIN),
-                    type_: "Ready".into(),
+                    type_: READY_CONDITION.into(),
                     any_of: words,
                 },
                 Anchor::action_end("create"),

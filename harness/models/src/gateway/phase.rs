@@ -1,6 +1,7 @@
 //! How the gateway derives a sandbox's [`Phase`] (docs/upstream-facts.md F1.1, F1.3-F1.6).
 
 use conformance_core::phase::Phase;
+use conformance_core::timeline::READY_CONDITION;
 use serde_json::Value;
 
 /// Driver snapshots never move a sandbox out of these (F1.6 "Error is sticky"; Completed is
@@ -63,7 +64,7 @@ impl Snapshot {
         let generation = cr.pointer("/metadata/generation").and_then(Value::as_i64);
         let observed = conds
             .iter()
-            .find(|c| c.get("type").and_then(Value::as_str) == Some("Ready"))
+            .find(|c| c.get("type").and_then(Value::as_str) == Some(READY_CONDITION))
             .and_then(|c| c.get("observedGeneration"))
             .and_then(Value::as_i64);
         Self {
@@ -73,7 +74,7 @@ impl Snapshot {
             },
             deleting: cr.pointer("/metadata/deletionTimestamp").is_some(),
             suspended: wants_suspend && cond("Suspended").is_some_and(|c| c.0 == "True"),
-            ready: cond("Ready"),
+            ready: cond(READY_CONDITION),
             has_status: cr.get("status").is_some_and(|s| !s.is_null()),
         }
     }

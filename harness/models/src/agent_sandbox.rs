@@ -86,7 +86,7 @@ fn s<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
 }
 
 /// The Sandbox resource in `version` (`agents.x-k8s.io/<version>`).
-pub fn sandboxes_in(version: &str) -> ResourceRef {
+pub(crate) fn sandboxes_in(version: &str) -> ResourceRef {
     ResourceRef::new("agents.x-k8s.io", version, "sandboxes")
 }
 
@@ -96,7 +96,7 @@ fn sandboxes() -> ResourceRef {
 
 /// The Sandbox CRD as the v0.5.x releases install it (v1beta1 and the deprecated v1alpha1),
 /// reduced to what the API server acts on; `fixtures/crds/` holds it.
-pub fn crd() -> Value {
+pub(crate) fn crd() -> Value {
     serde_saphyr::from_str(include_str!(
         "../../../fixtures/crds/sandboxes.agents.x-k8s.io.yaml"
     ))

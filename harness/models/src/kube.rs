@@ -17,7 +17,7 @@ use kube_emulator::Cluster;
 /// How PersistentVolumeClaims get bound (docs/upstream-facts.md F10.1: kind and k3d use
 /// `WaitForFirstConsumer`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum VolumeBinding {
+pub(crate) enum VolumeBinding {
     /// Bound when the first pod that uses the claim is scheduled (the default, as kind/k3d).
     WaitForFirstConsumer,
     /// Bound as soon as the kubelet sees the claim.
@@ -26,7 +26,7 @@ pub enum VolumeBinding {
 
 /// Every constant of the Kubernetes models, with defaults that follow upstream.
 #[derive(Clone, Debug)]
-pub struct KubeConfig {
+pub(crate) struct KubeConfig {
     /// The single node's name (`spec.nodeName` of every scheduled pod).
     pub node_name: String,
     /// The node's address (`status.hostIP`).
@@ -94,7 +94,7 @@ impl KubeConfig {
 
 /// The running Kubernetes models. Dropping it stops them (their tasks are aborted); programs
 /// already running in containers are stopped with them.
-pub struct KubeModels {
+pub(crate) struct KubeModels {
     kubelet: Kubelet,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -102,7 +102,7 @@ pub struct KubeModels {
 impl KubeModels {
     /// Starts the kubelet, the workload controllers and the Agent Sandbox controller. Call it
     /// inside a tokio runtime (paused time works: everything waits on tokio time or on changes).
-    pub fn start(
+    pub(crate) fn start(
         cluster: &Cluster,
         network: &Network,
         programs: Programs,
@@ -117,8 +117,9 @@ impl KubeModels {
         Self { kubelet, tasks }
     }
 
+    #[cfg(test)]
     /// The kubelet: signal or kill one container of a pod, look at its programs.
-    pub fn kubelet(&self) -> &Kubelet {
+    pub(crate) fn kubelet(&self) -> &Kubelet {
         &self.kubelet
     }
 }

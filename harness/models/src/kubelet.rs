@@ -48,7 +48,7 @@ fn pvcs() -> ResourceRef {
 
 /// The kubelet handle (cheap to clone).
 #[derive(Clone)]
-pub struct Kubelet {
+pub(crate) struct Kubelet {
     inner: Arc<Inner>,
 }
 
@@ -158,7 +158,12 @@ impl ShellHooks for KubeletHooks {
 }
 
 impl Kubelet {
-    pub fn new(cluster: Cluster, network: Network, programs: Programs, config: KubeConfig) -> Self {
+    pub(crate) fn new(
+        cluster: Cluster,
+        network: Network,
+        programs: Programs,
+        config: KubeConfig,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 cluster,
@@ -171,12 +176,8 @@ impl Kubelet {
         }
     }
 
-    pub fn config(&self) -> &KubeConfig {
-        &self.inner.config
-    }
-
     /// Registers the node object (best effort) and runs the kubelet until the task is aborted.
-    pub fn spawn(&self) -> JoinHandle<()> {
+    pub(crate) fn spawn(&self) -> JoinHandle<()> {
         let k = self.inner.clone();
         let nodes = ResourceRef::new("", "v1", "nodes");
         let _ = k.cluster.create(
@@ -199,10 +200,11 @@ impl Kubelet {
         })
     }
 
+    #[cfg(test)]
     /// Delivers a signal to the running program of one container (Term: the program decides;
     /// Kill: the program is dropped and the container exits 137, then its restart policy
     /// applies). Returns false when no such container program runs.
-    pub fn signal(&self, ns: &str, pod: &str, container: &str, sig: Signal) -> bool {
+    pub(crate) fn signal(&self, ns: &str, pod: &str, container: &str, sig: Signal) -> bool {
         let shared = lock(&self.inner.pods)
             .values()
             .filter(|e| e.ns == ns && e.name == pod)
@@ -211,13 +213,15 @@ impl Kubelet {
         shared.iter().any(|s| s.deliver(container, sig))
     }
 
+    #[cfg(test)]
     /// `signal(…, Signal::Kill)`.
-    pub fn kill_container(&self, ns: &str, pod: &str, container: &str) -> bool {
+    pub(crate) fn kill_container(&self, ns: &str, pod: &str, container: &str) -> bool {
         self.signal(ns, pod, container, Signal::Kill)
     }
 
+    #[cfg(test)]
     /// Names of the containers of a pod whose programs run now.
-    pub fn running_containers(&self, ns: &str, pod: &str) -> Vec<String> {
+    pub(crate) fn running_containers(&self, ns: &str, pod: &str) -> Vec<String> {
         lock(&self.inner.pods)
             .values()
             .filter(|e| e.ns == ns && e.name == pod)
@@ -845,7 +849,6 @@ impl Worker {
             &pod,
             &uid,
             &c.name,
-            &c.image,
             argv,
             env,
             mounts,

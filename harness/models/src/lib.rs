@@ -9,19 +9,22 @@
 //! stopped by the kubelet) and [`network`] (in-process connections to pod ports through
 //! Services, available only while a ready pod backs them).
 
-pub mod agent_sandbox;
+mod agent_sandbox;
 mod client;
 mod gateway;
 pub mod install;
-pub mod kube;
+mod kube;
 mod kubelet;
-pub mod model;
-pub mod network;
+mod model;
+mod network;
 mod placement;
-pub mod program;
+mod program;
 pub mod spec;
 mod supervisor;
 pub mod target;
 mod workloads;
 
 pub use spec::{DEFECTS, Defect, MODELS, Model, Selection};
+
+#[cfg(test)]
+mod tests;

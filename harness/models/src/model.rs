@@ -15,7 +15,7 @@ use conformance_core::topology::Topology;
 
 /// Namespace of the release and of the sandboxes (shared workspace mode; docs/upstream-facts.md
 /// F5.8).
-pub const NAMESPACE: &str = "openshell";
+pub(crate) const NAMESPACE: &str = "openshell";
 /// Workspace of every sandbox the harness creates (`--workspace`, default `default`; F6.1).
 pub(crate) const WORKSPACE: &str = conformance_core::scenario::DEFAULT_WORKSPACE;
 pub(crate) const GATEWAY_IMAGE_REPO: &str = "ghcr.io/nvidia/openshell/gateway";
@@ -27,12 +27,12 @@ pub(crate) const GATEWAY_SERVICE_HOST: &str = "openshell.openshell.svc.cluster.l
 pub(crate) const GRPC_PORT: u16 = 8080;
 
 /// CR (and pod) name of a sandbox the harness creates: [`sandbox_resource_name`] in its workspace.
-pub fn cr_name(name: &str) -> String {
+pub(crate) fn cr_name(name: &str) -> String {
     sandbox_resource_name(WORKSPACE, name)
 }
 
 /// The workspace PVC of a sandbox the harness creates (F3.2).
-pub fn pvc_name(name: &str) -> String {
+pub(crate) fn pvc_name(name: &str) -> String {
     workspace_pvc_name(&cr_name(name))
 }
 

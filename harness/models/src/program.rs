@@ -16,7 +16,7 @@ use kube_emulator::shell::{DefaultHooks, Mounts};
 
 /// A signal the kubelet (or a fault) delivers to a container's main process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Signal {
+pub(crate) enum Signal {
     /// Graceful stop (pod deletion, suspend); the program should exit soon.
     Term,
     /// Immediate stop (grace period over, or `kill -9`): the program is dropped.
@@ -25,7 +25,7 @@ pub enum Signal {
 
 impl Signal {
     /// Exit code of a process ended by this signal (128 + signal number).
-    pub fn exit_code(self) -> i32 {
+    pub(crate) fn exit_code(self) -> i32 {
         match self {
             Self::Term => 143,
             Self::Kill => 137,
@@ -34,14 +34,13 @@ impl Signal {
 }
 
 /// Everything a program can see and use from inside its container.
-pub struct ContainerCtx {
+pub(crate) struct ContainerCtx {
     pub cluster: Cluster,
     pub network: Network,
     pub namespace: String,
     pub pod: String,
     pub pod_uid: String,
     pub container: String,
-    pub image: String,
     /// The container's `command` followed by its `args`.
     pub argv: Vec<String>,
     /// Literal `env` entries of the container.
@@ -60,14 +59,13 @@ impl ContainerCtx {
     /// Builds a context by hand (the kubelet does this; tests of programs may too). Returns the
     /// sender that delivers signals and the readiness flag the program sets.
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(crate) fn new(
         cluster: Cluster,
         network: Network,
         namespace: &str,
         pod: &str,
         pod_uid: &str,
         container: &str,
-        image: &str,
         argv: Vec<String>,
         env: BTreeMap<String, String>,
         mounts: Mounts,
@@ -82,7 +80,6 @@ impl ContainerCtx {
                 pod: pod.to_string(),
                 pod_uid: pod_uid.to_string(),
                 container: container.to_string(),
-                image: image.to_string(),
                 argv,
                 env,
                 mounts,
@@ -97,21 +94,16 @@ impl ContainerCtx {
     }
 
     /// Appends a line to this container's log (what `kubectl logs` shows).
-    pub fn log(&self, line: &str) {
+    pub(crate) fn log(&self, line: &str) {
         self.cluster
             .append_log(&self.namespace, &self.pod, &self.container, line);
     }
 
     /// Reports readiness (the container's `ready` flag and the pod's Ready condition).
-    pub fn set_ready(&self, ready: bool) {
+    pub(crate) fn set_ready(&self, ready: bool) {
         if self.ready.swap(ready, Ordering::SeqCst) != ready {
             self.ready_changed.notify_one();
         }
-    }
-
-    /// The signal delivered so far, if any.
-    pub fn signal(&self) -> Option<Signal> {
-        *self.signals.borrow()
     }
 
     /// Resolves when a signal arrives (at once if one already has).
@@ -128,18 +120,18 @@ impl ContainerCtx {
     }
 
     /// A clonable receiver for signals, for programs that spawn helper tasks.
-    pub fn signals(&self) -> watch::Receiver<Option<Signal>> {
+    pub(crate) fn signals(&self) -> watch::Receiver<Option<Signal>> {
         self.signals.clone()
     }
 
-    pub fn env(&self, key: &str) -> Option<&str> {
+    pub(crate) fn env(&self, key: &str) -> Option<&str> {
         self.env.get(key).map(String::as_str)
     }
 }
 
 /// What runs in a container. Returns the exit code.
 #[async_trait]
-pub trait ContainerProgram: Send + Sync + 'static {
+pub(crate) trait ContainerProgram: Send + Sync + 'static {
     async fn run(&self, ctx: ContainerCtx) -> i32;
 }
 
@@ -182,16 +174,16 @@ impl ContainerProgram for ShellProgram {
 /// Programs by image. An image is matched by its repository (the part before `:` or `@`), so
 /// tags do not matter; unknown images run [`ShellProgram`].
 #[derive(Clone, Default)]
-pub struct Programs {
+pub(crate) struct Programs {
     by_repository: BTreeMap<String, Arc<dyn ContainerProgram>>,
 }
 
 impl Programs {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
-    pub fn register(&mut self, repository: &str, program: Arc<dyn ContainerProgram>) {
+    pub(crate) fn register(&mut self, repository: &str, program: Arc<dyn ContainerProgram>) {
         self.by_repository.insert(repository.to_string(), program);
     }
 
@@ -204,7 +196,7 @@ impl Programs {
 }
 
 /// `ghcr.io/nvidia/openshell/gateway:0.0.111` → `ghcr.io/nvidia/openshell/gateway`.
-pub fn repository(image: &str) -> &str {
+pub(crate) fn repository(image: &str) -> &str {
     let no_digest = image.split('@').next().unwrap_or(image);
     // A ':' after the last '/' starts the tag; one before it is a registry port.
     match no_digest.rfind(':') {

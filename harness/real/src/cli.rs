@@ -18,7 +18,7 @@ use conformance_core::target::{
 /// One entry of `sandbox list -o json` / `sandbox get -o json` (`sandbox_to_json`,
 /// docs/upstream-facts.md F6.4). Unknown fields are ignored so newer CLIs still parse.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-pub struct SandboxJson {
+pub(crate) struct SandboxJson {
     #[serde(default)]
     pub id: String,
     pub name: String,
@@ -41,7 +41,7 @@ pub struct SandboxJson {
 }
 
 impl SandboxJson {
-    pub fn view(&self) -> SandboxView {
+    pub(crate) fn view(&self) -> SandboxView {
         SandboxView {
             name: self.name.clone(),
             phase: self.phase.clone(),
@@ -53,13 +53,13 @@ impl SandboxJson {
 }
 
 /// Parses `sandbox get -o json`.
-pub fn parse_get(stdout: &str) -> TargetResult<SandboxJson> {
+pub(crate) fn parse_get(stdout: &str) -> TargetResult<SandboxJson> {
     serde_json::from_str(stdout.trim())
         .map_err(|e| TargetError::infra_from("`sandbox get -o json`", e))
 }
 
 /// Parses `sandbox list -o json` (a JSON array).
-pub fn parse_list(stdout: &str) -> TargetResult<Vec<SandboxJson>> {
+pub(crate) fn parse_list(stdout: &str) -> TargetResult<Vec<SandboxJson>> {
     let t = stdout.trim();
     if t.is_empty() {
         return Ok(Vec::new());
@@ -69,7 +69,7 @@ pub fn parse_list(stdout: &str) -> TargetResult<Vec<SandboxJson>> {
 
 /// A gRPC status the CLI printed on failure, as tonic formats it
 /// (`status: FailedPrecondition, message: "…"`), or a known refusal text.
-pub fn parse_refusal(stderr: &str) -> Option<(String, String)> {
+pub(crate) fn parse_refusal(stderr: &str) -> Option<(String, String)> {
     if let Some(i) = stderr.find("status: ") {
         let rest = &stderr[i + "status: ".len()..];
         let code: String = rest
@@ -107,7 +107,7 @@ fn not_found(out: &CmdOutput) -> bool {
 }
 
 /// The first semantic version in a text such as `openshell 0.0.111` or `openshell 0.1.6-dev.3+g1`.
-pub fn parse_version(text: &str) -> Option<semver::Version> {
+pub(crate) fn parse_version(text: &str) -> Option<semver::Version> {
     text.split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')')
         .map(|w| w.trim_start_matches('v'))
         .find_map(|w| semver::Version::parse(w).ok())
@@ -115,7 +115,7 @@ pub fn parse_version(text: &str) -> Option<semver::Version> {
 
 /// What the CLI supports, read from `--help` texts (docs/upstream-facts.md F6.8: no restart-policy
 /// flag at 0.0.111; F9.1: `--restart-policy` on the branch that adds it).
-pub fn capabilities_from_help(create_help: &str) -> BTreeSet<Capability> {
+pub(crate) fn capabilities_from_help(create_help: &str) -> BTreeSet<Capability> {
     let mut caps = BTreeSet::new();
     if create_help.contains("--restart-policy") {
         caps.insert(Capability::RestartPolicy);
@@ -132,7 +132,7 @@ pub fn capabilities_from_help(create_help: &str) -> BTreeSet<Capability> {
 
 /// Drives one `openshell` binary against one gateway, with a private configuration directory.
 #[derive(Clone)]
-pub struct OpenShellCli {
+pub(crate) struct OpenShellCli {
     runner: Arc<dyn CommandRunner>,
     pub program: String,
     /// `XDG_CONFIG_HOME` for every call: the run's own, never the user's.
@@ -144,7 +144,7 @@ pub struct OpenShellCli {
 }
 
 impl OpenShellCli {
-    pub fn new(
+    pub(crate) fn new(
         runner: Arc<dyn CommandRunner>,
         program: &str,
         config_home: PathBuf,
@@ -161,7 +161,7 @@ impl OpenShellCli {
     }
 
     /// A CLI call with the isolated configuration.
-    pub fn cmd<I, S>(&self, args: I) -> Cmd
+    pub(crate) fn cmd<I, S>(&self, args: I) -> Cmd
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -198,7 +198,11 @@ impl OpenShellCli {
             .join("mtls")
     }
 
-    pub fn create_cmd(&self, spec: &SandboxSpec, caps: &BTreeSet<Capability>) -> TargetResult<Cmd> {
+    pub(crate) fn create_cmd(
+        &self,
+        spec: &SandboxSpec,
+        caps: &BTreeSet<Capability>,
+    ) -> TargetResult<Cmd> {
         let mut c = self.cmd(["sandbox", "create", "--name", &spec.name]);
         for (k, v) in &spec.labels {
             c = c.arg("--label").arg(format!("{k}={v}"));
@@ -243,7 +247,7 @@ impl OpenShellCli {
         }
     }
 
-    pub async fn create(
+    pub(crate) async fn create(
         &self,
         spec: &SandboxSpec,
         caps: &BTreeSet<Capability>,
@@ -276,12 +280,12 @@ impl OpenShellCli {
         Err(self.failure("sandbox get", &out))
     }
 
-    pub async fn get(&self, name: &str) -> TargetResult<Option<SandboxView>> {
+    pub(crate) async fn get(&self, name: &str) -> TargetResult<Option<SandboxView>> {
         Ok(self.get_json(name).await?.map(|s| s.view()))
     }
 
     /// `sandbox list -o json`, optionally filtered by one `key=value` label selector.
-    pub async fn list(&self, selector: Option<&str>) -> TargetResult<Vec<SandboxJson>> {
+    pub(crate) async fn list(&self, selector: Option<&str>) -> TargetResult<Vec<SandboxJson>> {
         let mut c = self.cmd(["sandbox", "list", "-o", "json"]);
         if let Some(s) = selector {
             c = c.args(["--selector", s]);
@@ -295,7 +299,7 @@ impl OpenShellCli {
 
     /// `sandbox exec -n N --no-tty -- argv`: the CLI exits with the remote code. A failure the
     /// CLI itself reports (a gRPC status on stderr) is a refusal, not a remote exit code.
-    pub async fn exec(&self, name: &str, argv: &[String]) -> TargetResult<ExecResult> {
+    pub(crate) async fn exec(&self, name: &str, argv: &[String]) -> TargetResult<ExecResult> {
         let c = self
             .cmd(["sandbox", "exec", "-n", name, "--no-tty", "--"])
             .args(argv.iter().cloned());
@@ -330,16 +334,16 @@ impl OpenShellCli {
         }
     }
 
-    pub async fn stop(&self, name: &str) -> TargetResult<()> {
+    pub(crate) async fn stop(&self, name: &str) -> TargetResult<()> {
         self.lifecycle("stop", name).await
     }
 
-    pub async fn start(&self, name: &str) -> TargetResult<()> {
+    pub(crate) async fn start(&self, name: &str) -> TargetResult<()> {
         self.lifecycle("start", name).await
     }
 
     /// Deletes; "Sandbox N not found" counts as done (docs/upstream-facts.md F6.7).
-    pub async fn delete(&self, name: &str) -> TargetResult<()> {
+    pub(crate) async fn delete(&self, name: &str) -> TargetResult<()> {
         let out = self.call(self.cmd(["sandbox", "delete", name])).await?;
         if out.success() || not_found(&out) {
             Ok(())
@@ -348,27 +352,8 @@ impl OpenShellCli {
         }
     }
 
-    /// `openshell logs N -n LINES --source all`, as text.
-    pub async fn logs(&self, name: &str, lines: u32) -> TargetResult<String> {
-        let out = self
-            .call(self.cmd([
-                "logs".to_string(),
-                name.to_string(),
-                "-n".to_string(),
-                lines.to_string(),
-                "--source".to_string(),
-                "all".to_string(),
-            ]))
-            .await?;
-        if out.success() {
-            Ok(out.stdout)
-        } else {
-            Err(self.failure("logs", &out))
-        }
-    }
-
     /// The CLI's version and what it supports.
-    pub async fn detect(&self) -> TargetResult<CliInfo> {
+    pub(crate) async fn detect(&self) -> TargetResult<CliInfo> {
         let v = self.call(self.cmd(["--version"])).await?;
         if !v.success() {
             return Err(self.failure("--version", &v));
@@ -388,13 +373,13 @@ impl OpenShellCli {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct CliInfo {
+pub(crate) struct CliInfo {
     pub version: semver::Version,
     pub capabilities: BTreeSet<Capability>,
 }
 
 /// The chart's appVersion, from `helm list -o json` (field `app_version`).
-pub fn app_version_from_helm_list(json: &str, release: &str) -> Option<semver::Version> {
+pub(crate) fn app_version_from_helm_list(json: &str, release: &str) -> Option<semver::Version> {
     let v: serde_json::Value = serde_json::from_str(json).ok()?;
     v.as_array()?
         .iter()

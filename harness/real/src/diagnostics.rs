@@ -210,7 +210,7 @@ impl Writer {
 }
 
 /// What to collect from.
-pub struct Sources<'a> {
+pub(crate) struct Sources<'a> {
     pub client: &'a Client,
     pub runner: &'a dyn CommandRunner,
     pub opts: &'a RealOptions,
@@ -222,7 +222,7 @@ pub struct Sources<'a> {
 
 /// Collects a bundle into `dir` and packs it as `<dir>.tar.gz`. Collection is best effort:
 /// whatever fails is listed in `missing.txt` and in the returned bundle.
-pub async fn collect(src: &Sources<'_>, dir: &Path) -> Result<Bundle> {
+pub(crate) async fn collect(src: &Sources<'_>, dir: &Path) -> Result<Bundle> {
     tokio::fs::create_dir_all(dir)
         .await
         .map_err(|e| Error::infra_from(format!("diagnostics: {}", dir.display()), e))?;

@@ -463,12 +463,12 @@ pub(crate) fn supervisor_kill_argv(
 /// Restores on drop (including unwinding from a panic): the last line of defence after the
 /// engine's own restore. On a multi-thread runtime it blocks until restored; elsewhere it
 /// spawns the restore and the journal covers a process that exits first.
-pub struct RestoreGuard {
+pub(crate) struct RestoreGuard {
     injector: Arc<FaultInjector>,
 }
 
 impl RestoreGuard {
-    pub fn new(injector: Arc<FaultInjector>) -> Self {
+    pub(crate) fn new(injector: Arc<FaultInjector>) -> Self {
         Self { injector }
     }
 }
@@ -496,9 +496,10 @@ impl Drop for RestoreGuard {
     }
 }
 
+#[cfg(test)]
 /// Waits for Ctrl-C or SIGTERM, restores every active fault, and returns the signal's name so
 /// the caller can exit (130 / 143).
-pub async fn restore_on_signal(injector: Arc<FaultInjector>) -> &'static str {
+pub(crate) async fn restore_on_signal(injector: Arc<FaultInjector>) -> &'static str {
     let name = wait_for_signal().await;
     tracing::warn!(signal = name, "restoring active faults before exiting");
     for e in injector.restore_all().await {

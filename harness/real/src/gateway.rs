@@ -51,7 +51,11 @@ fn kerr(stage: &str, e: kube::Error) -> TargetError {
 }
 
 /// Finds `StatefulSet/<name>`, else `Deployment/<name>` (the order upstream's e2e probes).
-pub async fn resolve(client: &Client, namespace: &str, name: &str) -> TargetResult<Workload> {
+pub(crate) async fn resolve(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> TargetResult<Workload> {
     let sts: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
     if let Some(s) = sts
         .get_opt(name)
@@ -90,7 +94,7 @@ pub async fn resolve(client: &Client, namespace: &str, name: &str) -> TargetResu
 }
 
 /// (desired, ready) replicas of the workload.
-pub async fn replicas(client: &Client, w: &Workload) -> TargetResult<(i32, i32)> {
+pub(crate) async fn replicas(client: &Client, w: &Workload) -> TargetResult<(i32, i32)> {
     let stage = "read gateway replicas";
     Ok(match w.kind {
         WorkloadKind::StatefulSet => {
@@ -117,7 +121,7 @@ pub async fn replicas(client: &Client, w: &Workload) -> TargetResult<(i32, i32)>
 }
 
 /// Sets the replica count through the `scale` subresource.
-pub async fn scale(client: &Client, w: &Workload, replicas: i32) -> TargetResult<()> {
+pub(crate) async fn scale(client: &Client, w: &Workload, replicas: i32) -> TargetResult<()> {
     let patch = Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}}));
     let pp = PatchParams::default();
     let stage = format!("scale {} to {replicas}", w.label());
@@ -145,7 +149,7 @@ fn owned_by_workload(p: &Pod) -> bool {
         .any(|o| o.kind == "StatefulSet" || o.kind == "ReplicaSet")
 }
 
-pub fn pod_ready(p: &Pod) -> bool {
+pub(crate) fn pod_ready(p: &Pod) -> bool {
     p.metadata.deletion_timestamp.is_none()
         && p.status.as_ref().is_some_and(|s| {
             s.phase.as_deref() == Some("Running")
@@ -157,7 +161,7 @@ pub fn pod_ready(p: &Pod) -> bool {
 }
 
 /// The workload's pods (any state), sorted by name.
-pub async fn pods(client: &Client, w: &Workload) -> TargetResult<Vec<Pod>> {
+pub(crate) async fn pods(client: &Client, w: &Workload) -> TargetResult<Vec<Pod>> {
     let lp = ListParams::default().labels(&w.selector_string());
     let mut v: Vec<Pod> = Api::<Pod>::namespaced(client.clone(), &w.namespace)
         .list(&lp)
@@ -172,7 +176,7 @@ pub async fn pods(client: &Client, w: &Workload) -> TargetResult<Vec<Pod>> {
 }
 
 /// A ready gateway pod to connect to, if any.
-pub async fn ready_pod(client: &Client, w: &Workload) -> TargetResult<Option<String>> {
+pub(crate) async fn ready_pod(client: &Client, w: &Workload) -> TargetResult<Option<String>> {
     Ok(pods(client, w)
         .await?
         .into_iter()

@@ -57,7 +57,10 @@ pub(crate) fn agent_sandbox_plan(opts: &RealOptions) -> Vec<Step> {
 
 /// Installs the controller and waits for it; errors name the step that ran out and what the
 /// tool last said.
-pub async fn install_agent_sandbox(runner: &dyn CommandRunner, opts: &RealOptions) -> Result<()> {
+pub(crate) async fn install_agent_sandbox(
+    runner: &dyn CommandRunner,
+    opts: &RealOptions,
+) -> Result<()> {
     let stages = [
         "install: apply the Agent Sandbox manifest",
         "install: wait for CRD sandboxes.agents.x-k8s.io to be Established",
@@ -71,10 +74,9 @@ pub async fn install_agent_sandbox(runner: &dyn CommandRunner, opts: &RealOption
 
 /// The OpenShell install for one topology.
 #[derive(Clone, Debug)]
-pub struct Install {
+pub(crate) struct Install {
     opts: RealOptions,
     pub topology: String,
-    pub chart_version: semver::Version,
     /// The harness's values for the topology (written to `values_path`).
     pub values: serde_json::Value,
     pub values_path: PathBuf,
@@ -83,7 +85,7 @@ pub struct Install {
 }
 
 impl Install {
-    pub fn new(opts: &RealOptions, topology: &Topology) -> Result<Self> {
+    pub(crate) fn new(opts: &RealOptions, topology: &Topology) -> Result<Self> {
         let chart_version = opts.chart_version()?;
         let topo_values = topology.values_for(&chart_version).ok_or_else(|| {
             Error::usage(format!(
@@ -107,7 +109,6 @@ impl Install {
         Ok(Self {
             opts: opts.clone(),
             topology: topology.name.clone(),
-            chart_version,
             values,
             values_path: opts.run_dir.join(format!("values-{}.yaml", topology.name)),
             tls,
@@ -168,7 +169,7 @@ impl Install {
             .timeout(std::time::Duration::from_secs(180))
     }
 
-    pub fn plan(&self) -> Vec<Step> {
+    pub(crate) fn plan(&self) -> Vec<Step> {
         vec![
             Step::Write {
                 path: self.values_path.clone(),
@@ -208,7 +209,7 @@ impl Install {
     }
 
     /// Writes the values file and runs helm.
-    pub async fn run(&self, runner: &dyn CommandRunner) -> Result<()> {
+    pub(crate) async fn run(&self, runner: &dyn CommandRunner) -> Result<()> {
         if let Some(dir) = self.values_path.parent() {
             tokio::fs::create_dir_all(dir)
                 .await
@@ -225,7 +226,7 @@ impl Install {
         Ok(())
     }
 
-    pub async fn uninstall(&self, runner: &dyn CommandRunner) -> Result<()> {
+    pub(crate) async fn uninstall(&self, runner: &dyn CommandRunner) -> Result<()> {
         run_ok(runner, &self.uninstall_cmd())
             .await
             .map_err(|e| infra("teardown: helm uninstall", e))?;

@@ -11,7 +11,7 @@ use conformance_core::target::{ExecResult, TargetError, TargetResult};
 
 /// The exit code in an exec status: Success is 0; a `NonZeroExitCode` failure carries the code
 /// in the `ExitCode` cause (the v5 channel protocol, docs/dependencies.md D1).
-pub fn exit_code(status: Option<&Status>) -> Option<i32> {
+pub(crate) fn exit_code(status: Option<&Status>) -> Option<i32> {
     let s = status?;
     if s.status.as_deref() == Some("Success") {
         return Some(0);
@@ -27,7 +27,7 @@ pub fn exit_code(status: Option<&Status>) -> Option<i32> {
 }
 
 /// Runs `argv` in a container and returns its output and exit code.
-pub async fn exec(
+pub(crate) async fn exec(
     client: &Client,
     namespace: &str,
     pod: &str,

@@ -13,7 +13,7 @@ use crate::plan::Step;
 use conformance_core::error::{Error, Result};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Leftovers {
+pub(crate) struct Leftovers {
     /// Namespaces with the run label of another run.
     pub namespaces: Vec<String>,
     /// Helm releases in the harness namespace.
@@ -25,7 +25,7 @@ pub struct Leftovers {
 }
 
 impl Leftovers {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.namespaces.is_empty() && self.releases.is_empty() && self.sandboxes.is_empty()
     }
 }
@@ -55,7 +55,7 @@ pub(crate) fn helm_list_cmd(opts: &RealOptions) -> Cmd {
         .args(opts.kube_flags("--kube-context"))
 }
 
-pub fn plan(opts: &RealOptions) -> Vec<Step> {
+pub(crate) fn plan(opts: &RealOptions) -> Vec<Step> {
     let mut v = vec![
         Step::kube(format!(
             "list namespaces labelled {} (not {}), and Sandbox resources in {}",
@@ -73,7 +73,7 @@ pub fn plan(opts: &RealOptions) -> Vec<Step> {
 }
 
 /// Release names from `helm list -o json`.
-pub fn parse_helm_list(json: &str) -> Result<Vec<String>> {
+pub(crate) fn parse_helm_list(json: &str) -> Result<Vec<String>> {
     let t = json.trim();
     if t.is_empty() {
         return Ok(Vec::new());
@@ -92,7 +92,7 @@ fn kerr(doing: &str, e: kube::Error) -> Error {
 }
 
 /// Finds leftovers. Sandboxes are looked up in whichever Sandbox API version is served.
-pub async fn find(
+pub(crate) async fn find(
     client: &Client,
     runner: &dyn CommandRunner,
     opts: &RealOptions,
@@ -146,7 +146,7 @@ pub async fn find(
 
 /// Applies the policy: Ok when there is nothing or it was swept; a usage error listing them
 /// when the policy is to stop.
-pub async fn handle(
+pub(crate) async fn handle(
     client: &Client,
     runner: &dyn CommandRunner,
     opts: &RealOptions,

@@ -13,26 +13,29 @@
 //! [`cluster::provider`] (`cluster up|down`), [`journal::restore_from`] and
 //! [`diagnostics::collect`].
 
-pub mod cli;
+mod cli;
 pub mod cluster;
 pub mod command;
-pub mod diagnostics;
+mod diagnostics;
 pub mod doctor;
 mod existing;
-pub mod faults;
-pub mod gateway;
-pub mod install;
+mod faults;
+mod gateway;
+mod install;
 mod interlock;
 pub mod journal;
 mod k3d;
 #[cfg(feature = "k3s")]
 pub mod k3s;
-pub mod kexec;
+mod kexec;
 mod kind;
-pub mod leftovers;
+mod leftovers;
 pub mod options;
 mod pins;
 pub mod plan;
-pub mod portforward;
+mod portforward;
 pub mod target;
-pub mod workspace;
+mod workspace;
+
+#[cfg(test)]
+mod tests;

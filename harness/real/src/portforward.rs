@@ -19,7 +19,7 @@ use conformance_core::target::{TargetError, TargetResult};
 
 /// Forwarding statistics, for diagnostics and tests.
 #[derive(Debug, Default)]
-pub struct ForwardStats {
+pub(crate) struct ForwardStats {
     pub connections: AtomicU64,
     /// Connections closed because no gateway pod was ready in time.
     pub refused: AtomicU64,
@@ -28,7 +28,7 @@ pub struct ForwardStats {
 
 /// Forwards one client connection to a ready gateway pod, resolved now. Generic over the
 /// stream so paused-time tests can use in-memory pipes.
-pub async fn forward_connection<S>(
+pub(crate) async fn forward_connection<S>(
     client: &Client,
     workload: &Workload,
     port: u16,

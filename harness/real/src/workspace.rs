@@ -28,7 +28,7 @@ fn reader_name(cr: &str) -> String {
 
 /// Reads `path` (relative to the workspace root) from the workspace of sandbox CR `cr`.
 /// None when the file does not exist.
-pub async fn read(
+pub(crate) async fn read(
     client: &Client,
     namespace: &str,
     cr: &str,

@@ -10,15 +10,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use crate::command::{CmdOutput, ScriptedRunner, Unscripted};
+use crate::faults::FaultInjector;
+use crate::gateway::{self, Workload, WorkloadKind};
+use crate::journal::{self, Journal};
+use crate::portforward::{ForwardStats, forward_connection};
 use conformance_core::scenario::DEFAULT_WORKSPACE;
 use conformance_core::target::{Fault, TargetError, sandbox_resource_name, workspace_pvc_name};
 use conformance_core::timeline::{Event, Recorder};
 use conformance_core::topology::SupervisorPlacement;
-use conformance_real::command::{CmdOutput, ScriptedRunner, Unscripted};
-use conformance_real::faults::FaultInjector;
-use conformance_real::gateway::{self, Workload, WorkloadKind};
-use conformance_real::journal::{self, Journal};
-use conformance_real::portforward::{ForwardStats, forward_connection};
 use kube_emulator::{Cluster, ClusterConfig, ExecOutput, ExecRequest, PatchKind, ResourceRef};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -38,7 +38,7 @@ fn cluster() -> Cluster {
         namespaces: ["default", "kube-system", NS].map(String::from).to_vec(),
         crds: vec![
             serde_saphyr::from_str(include_str!(
-                "../../../fixtures/crds/sandboxes.agents.x-k8s.io.yaml"
+                "../../../../fixtures/crds/sandboxes.agents.x-k8s.io.yaml"
             ))
             .unwrap(),
         ],
@@ -621,7 +621,7 @@ async fn the_restore_guard_restores_a_stopped_gateway_when_dropped() {
     let dir = tempfile::tempdir().unwrap();
     let inj = Arc::new(injector(&c, dir.path(), in_the_workload_container()));
     inj.inject(&Fault::GatewayStop).await.unwrap();
-    drop(conformance_real::faults::RestoreGuard::new(inj.clone()));
+    drop(crate::faults::RestoreGuard::new(inj.clone()));
     // On a current-thread runtime the guard spawns the restore; let it run.
     for _ in 0..100 {
         if inj.active().await.is_empty() {
@@ -655,7 +655,7 @@ async fn exec_through_the_api_returns_output_and_the_exit_code() {
             }
         }) as futures::future::BoxFuture<'static, ExecOutput>
     });
-    let ok = conformance_real::kexec::exec(
+    let ok = crate::kexec::exec(
         &c.client(),
         NS,
         &cr("demo"),
@@ -668,10 +668,9 @@ async fn exec_through_the_api_returns_output_and_the_exit_code() {
         (ok.exit_code, ok.stdout.as_str(), ok.stderr.as_str()),
         (0, "out\n", "err\n")
     );
-    let bad =
-        conformance_real::kexec::exec(&c.client(), NS, &cr("demo"), "agent", &["fail".into()])
-            .await
-            .unwrap();
+    let bad = crate::kexec::exec(&c.client(), NS, &cr("demo"), "agent", &["fail".into()])
+        .await
+        .unwrap();
     assert_eq!(bad.exit_code, 3);
 }
 
@@ -701,8 +700,8 @@ async fn the_event_observer_records_events_of_the_namespace() {
 
 #[tokio::test(start_paused = true)]
 async fn leftovers_of_another_run_are_found_and_stop_the_run_or_are_swept() {
-    use conformance_real::leftovers;
-    use conformance_real::options::{Provider, RealArgs};
+    use crate::leftovers;
+    use crate::options::{Provider, RealArgs};
     let c = cluster();
     let ns = ResourceRef::new("", "v1", "namespaces");
     c.create(&ns, None, json!({"metadata": {"name": "old-run-ns", "labels": {"openshell-conformance.io/run": "old"}}})).unwrap();
@@ -829,7 +828,7 @@ async fn the_workspace_is_read_through_a_reader_pod_mounting_the_claim() {
     .unwrap();
     c.bind_pod(NS, &cr("demo"), "node-1").unwrap();
     mark_running(&c, &cr("demo"), "agent");
-    let w = conformance_real::kexec::exec(
+    let w = crate::kexec::exec(
         &c.client(),
         NS,
         &cr("demo"),
@@ -847,15 +846,7 @@ async fn the_workspace_is_read_through_a_reader_pod_mounting_the_claim() {
     let read = |p: &'static str| {
         let client = c.client();
         async move {
-            conformance_real::workspace::read(
-                &client,
-                NS,
-                &cr("demo"),
-                p,
-                "r1",
-                Duration::from_secs(30),
-            )
-            .await
+            crate::workspace::read(&client, NS, &cr("demo"), p, "r1", Duration::from_secs(30)).await
         }
     };
     assert_eq!(read(".starts").await.unwrap().as_deref(), Some("3"));
@@ -909,10 +900,10 @@ mod end_to_end {
     //! emulated API server for Kubernetes and recorded outputs for helm and the openshell CLI.
 
     use super::*;
+    use crate::options::{Provider, RealArgs};
+    use crate::target::RealTarget;
     use conformance_core::target::{Capability, SandboxSpec, Target, TargetInfo};
     use conformance_core::topology::Topologies;
-    use conformance_real::options::{Provider, RealArgs};
-    use conformance_real::target::RealTarget;
 
     fn recorded(r: &ScriptedRunner) {
         r.respond(
@@ -1064,8 +1055,8 @@ mod end_to_end {
 
 #[tokio::test(start_paused = true)]
 async fn the_doctor_sees_a_reachable_cluster_and_the_sandbox_crd() {
-    use conformance_real::doctor::{self, DoctorOptions, Status};
-    use conformance_real::options::Provider;
+    use crate::doctor::{self, DoctorOptions, Status};
+    use crate::options::Provider;
     let c = cluster();
     let r = ScriptedRunner::new(Unscripted::Succeed);
     let o = DoctorOptions {
@@ -1093,7 +1084,7 @@ async fn sigterm_restores_the_active_faults_before_the_process_exits() {
     let dir = tempfile::tempdir().unwrap();
     let inj = Arc::new(injector(&c, dir.path(), in_the_workload_container()));
     inj.inject(&Fault::GatewayStop).await.unwrap();
-    let handler = tokio::spawn(conformance_real::faults::restore_on_signal(inj.clone()));
+    let handler = tokio::spawn(crate::faults::restore_on_signal(inj.clone()));
     // Let the handler install itself before the signal is sent.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let status = std::process::Command::new("kill")
@@ -1143,8 +1134,8 @@ async fn the_traffic_block_creates_a_journaled_network_policy_that_restore_remov
 
 #[tokio::test(start_paused = true)]
 async fn a_diagnostics_bundle_holds_logs_objects_helm_and_cli_output_with_secrets_redacted() {
-    use conformance_real::diagnostics::{Sources, collect};
-    use conformance_real::options::{Provider, RealArgs};
+    use crate::diagnostics::{Sources, collect};
+    use crate::options::{Provider, RealArgs};
     let c = cluster();
     running_pod(&c, &cr("demo"), json!({}), None, &["agent"]);
     c.append_log(

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::agent_sandbox::AgentSandboxVersion;
+use crate::kube::{KubeConfig, KubeModels};
+use crate::network::Network;
+use crate::program::{ContainerCtx, ContainerProgram, Programs};
 use async_trait::async_trait;
-use conformance_models::agent_sandbox::AgentSandboxVersion;
-use conformance_models::kube::{KubeConfig, KubeModels};
-use conformance_models::network::Network;
-use conformance_models::program::{ContainerCtx, ContainerProgram, Programs};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
@@ -28,7 +28,7 @@ struct Env {
 fn start_with(programs: Programs, config: KubeConfig) -> Env {
     // The API server knows no Sandbox kind until its CRD is installed, as on a real cluster.
     let cluster = Cluster::new(ClusterConfig {
-        crds: vec![conformance_models::agent_sandbox::crd()],
+        crds: vec![crate::agent_sandbox::crd()],
         ..ClusterConfig::default()
     });
     let models = KubeModels::start(&cluster, &Network::new(), programs, config);
@@ -838,7 +838,7 @@ async fn a_deployment_gets_one_replicaset_and_pods_with_deterministic_names_and_
 // -------------------------------------------------------------------------------------------
 
 fn sb_ref() -> ResourceRef {
-    conformance_models::agent_sandbox::sandboxes_in("v1beta1")
+    crate::agent_sandbox::sandboxes_in("v1beta1")
 }
 
 fn start_version(v: AgentSandboxVersion) -> Env {

@@ -6,18 +6,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use conformance_core::phase::Phase;
-use conformance_core::target::{Capability, RestartPolicy, SandboxSpec, TargetError};
-use conformance_real::cli::{
+use crate::cli::{
     OpenShellCli, app_version_from_helm_list, capabilities_from_help, parse_get, parse_list,
     parse_refusal, parse_version,
 };
-use conformance_real::command::{CmdOutput, ScriptedRunner, Unscripted};
+use crate::command::{CmdOutput, ScriptedRunner, Unscripted};
+use conformance_core::phase::Phase;
+use conformance_core::target::{Capability, RestartPolicy, SandboxSpec, TargetError};
 
 fn recorded() -> ScriptedRunner {
     let r = ScriptedRunner::new(Unscripted::Fail);
     r.load(include_str!(
-        "../../../fixtures/recorded/openshell-0.0.111.json"
+        "../../../../fixtures/recorded/openshell-0.0.111.json"
     ))
     .unwrap();
     r
@@ -50,7 +50,7 @@ async fn create_with_a_main_command_detaches_then_reads_the_phase_back() {
         CmdOutput::ok("Created sandbox: demo\n"),
     );
     r.load(include_str!(
-        "../../../fixtures/recorded/openshell-0.0.111.json"
+        "../../../../fixtures/recorded/openshell-0.0.111.json"
     ))
     .unwrap();
     let spec = SandboxSpec {

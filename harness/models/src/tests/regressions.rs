@@ -5,14 +5,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::spec::Selection;
 use conformance_core::phase::Phase;
 use conformance_core::target::{Fault, RestartPolicy, SandboxSpec, Target, TargetFactory};
-use conformance_models::spec::Selection;
 
 async fn target(topology: &str) -> Arc<dyn Target> {
     let topos = conformance_core::topology::Topologies::builtin();
     let topo = topos.get(topology).unwrap();
-    let f = conformance_models::target::EmulatedFactory::new(Selection::contract());
+    let f = crate::target::EmulatedFactory::new(Selection::contract());
     let rec = conformance_core::timeline::Recorder::new();
     let t = f.provision(topo, &rec).await.unwrap();
     t.install(topo).await.unwrap();

@@ -7,11 +7,11 @@
 
 use std::time::Duration;
 
+use crate::model::{NAMESPACE, cr_name, pvc_name};
+use crate::spec::{Defect, Model, Selection};
+use crate::target::EmulatedTarget;
 use conformance_core::phase::Phase;
 use conformance_core::target::{SandboxSpec, SandboxView};
-use conformance_models::model::{NAMESPACE, cr_name, pvc_name};
-use conformance_models::spec::{Defect, Model, Selection};
-use conformance_models::target::EmulatedTarget;
 use kube_emulator::{ListOptions, ResourceRef};
 use serde_json::{Value, json};
 
@@ -50,7 +50,7 @@ fn materialise(t: &EmulatedTarget) {
     let (crs, _) = t
         .cluster
         .list(
-            &conformance_models::agent_sandbox::sandboxes_in("v1beta1"),
+            &crate::agent_sandbox::sandboxes_in("v1beta1"),
             Some(NAMESPACE),
             &ListOptions::default(),
         )
@@ -83,7 +83,7 @@ fn materialise(t: &EmulatedTarget) {
                    "spec": spec}),
         );
         let _ = t.cluster.patch_status(
-            &conformance_models::agent_sandbox::sandboxes_in("v1beta1"),
+            &crate::agent_sandbox::sandboxes_in("v1beta1"),
             Some(NAMESPACE),
             &name,
             kube_emulator::PatchKind::Merge,
@@ -95,7 +95,7 @@ fn materialise(t: &EmulatedTarget) {
 async fn setup(sel: Selection, topology: &str) -> EmulatedTarget {
     let topologies = conformance_core::topology::Topologies::builtin();
     let t = EmulatedTarget::start(sel, topologies.get(topology).unwrap());
-    conformance_models::install::install(&t.cluster, &t.model).unwrap();
+    crate::install::install(&t.cluster, &t.model).unwrap();
     create_gateway_pod(&t);
     wait(&t, "gateway reachable", |t| t.client.connect().is_ok()).await;
     t
@@ -203,7 +203,7 @@ async fn permanent_credential_error_fails_fast_with_its_cause_on_the_contract() 
     let t = setup(Selection::contract(), "combined").await;
     t.model.set_fault(
         &cr_name("demo"),
-        conformance_models::model::CredentialFault::Credentials,
+        crate::model::CredentialFault::Credentials,
         true,
     );
     t.client.create(&spec("demo")).unwrap();
@@ -248,7 +248,7 @@ async fn target_end_to_end_contract_combined() {
     use conformance_core::target::TargetFactory;
     let topo = conformance_core::topology::Topologies::builtin();
     let topo = topo.get("combined").unwrap();
-    let f = conformance_models::target::EmulatedFactory::new(Selection::contract());
+    let f = crate::target::EmulatedFactory::new(Selection::contract());
     let rec = conformance_core::timeline::Recorder::new();
     let t = f.provision(topo, &rec).await.unwrap();
     t.install(topo).await.unwrap();

@@ -3,18 +3,18 @@
 
 use std::sync::Arc;
 
+use crate::cluster::provider;
+use crate::command::{CmdOutput, ScriptedRunner, Unscripted};
+use crate::doctor::{self, DoctorOptions, Status};
+use crate::gateway::{Workload, WorkloadKind};
+use crate::install::{Install, install_agent_sandbox};
+use crate::journal::{Entry, Journal, Undo};
+use crate::leftovers::parse_helm_list;
+use crate::options::{Provider, RealArgs, RealOptions};
+use crate::target::RealFactory;
 use clap::Parser;
 use conformance_core::error::{ExitStatus, one_line};
 use conformance_core::topology::Topologies;
-use conformance_real::cluster::provider;
-use conformance_real::command::{CmdOutput, ScriptedRunner, Unscripted};
-use conformance_real::doctor::{self, DoctorOptions, Status};
-use conformance_real::gateway::{Workload, WorkloadKind};
-use conformance_real::install::{Install, install_agent_sandbox};
-use conformance_real::journal::{Entry, Journal, Undo};
-use conformance_real::leftovers::parse_helm_list;
-use conformance_real::options::{Provider, RealArgs, RealOptions};
-use conformance_real::target::RealFactory;
 
 #[derive(Parser)]
 struct Cli {
@@ -323,9 +323,9 @@ async fn a_corrupt_journal_is_a_configuration_error_naming_the_file() {
 
 #[test]
 fn a_bundle_is_collected_on_failure_only_unless_asked_for_always() {
+    use crate::options::DiagnosticsPolicy;
+    use crate::target::wants_diagnostics;
     use conformance_core::timeline::{Event, Recorder, StageRecord, StageStatus};
-    use conformance_real::options::DiagnosticsPolicy;
-    use conformance_real::target::wants_diagnostics;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()

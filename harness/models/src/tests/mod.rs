@@ -1,0 +1,6 @@
+//! Tests of the models across modules: the Kubernetes models on the kube emulator, the
+//! OpenShell models end to end, and regressions found by the catalog.
+
+mod kube;
+mod openshell;
+mod regressions;

@@ -1,0 +1,7 @@
+//! Tests of the real path's parts that need more than one module: the CLI driver against
+//! recorded outputs, the cluster lifecycle with a scripted runner, and the kube-rs parts
+//! against the kube emulator.
+
+mod cli;
+mod cluster;
+mod emulated;

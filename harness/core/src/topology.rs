@@ -1,6 +1,6 @@
 //! Supervisor topologies: where OpenShell's supervisor runs relative to the workload, and the
 //! helm values that select it for each chart version. Loaded from `fixtures/topologies/*.yaml`;
-//! the four shipped ones are also compiled into the binary so it runs from anywhere.
+//! every file there is also compiled into the binary (build.rs) so it runs from anywhere.
 //!
 //! A topology is data all the way down: the real target reads it for helm values and to find
 //! the supervisor, and the emulated models read it to shape the sandbox pod, gate it, and run
@@ -77,25 +77,8 @@ pub enum SupervisorPlacement {
     },
 }
 
-/// The topologies shipped in `fixtures/topologies`, compiled in.
-const BUILTIN: &[(&str, &str)] = &[
-    (
-        "combined",
-        include_str!("../../../fixtures/topologies/combined.yaml"),
-    ),
-    (
-        "sidecar",
-        include_str!("../../../fixtures/topologies/sidecar.yaml"),
-    ),
-    (
-        "supervisor-pod",
-        include_str!("../../../fixtures/topologies/supervisor-pod.yaml"),
-    ),
-    (
-        "gateway",
-        include_str!("../../../fixtures/topologies/gateway.yaml"),
-    ),
-];
+// BUILTIN: every `fixtures/topologies/*.yaml`, as (file stem, text); see build.rs.
+include!(concat!(env!("OUT_DIR"), "/topologies.rs"));
 
 impl Topology {
     /// Parses and validates one topology file; `origin` names it in errors.

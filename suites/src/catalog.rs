@@ -4,7 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use conformance_core::checks::Check;
 use conformance_core::scenario::{Case, Params, Scenario};
+use conformance_core::target::TargetInfo;
+use conformance_core::timeline::RunInfo;
+use conformance_core::topology::Topologies;
 use conformance_core::topology::Topology;
 
 use crate::scenarios::lifecycle::{BadMaterial, Completed, Trigger, Via};
@@ -111,6 +115,38 @@ pub fn cases(topologies: &[Topology], sel: &Selection) -> Vec<Case> {
         }
     }
     out
+}
+
+/// The check plan the catalog gives the case a timeline recorded (its scenario, topology and
+/// parameters), so a saved plan can be compared with it; or why the catalog cannot say.
+pub fn plan_for(run: &RunInfo) -> Result<Vec<Check>, String> {
+    let topology = Topologies::builtin()
+        .get(&run.topology)
+        .map_err(|_| format!("topology {} is not one the catalog ships", run.topology))?
+        .clone();
+    let outage = match run.params.get("outage") {
+        Some(o) => Some(
+            humantime::parse_duration(o)
+                .map_err(|e| format!("the recorded outage {o:?} is not a duration: {e}"))?,
+        ),
+        None => None,
+    };
+    let sel = Selection {
+        patterns: vec![run.scenario.clone()],
+        outage,
+        seed: run.seed,
+    };
+    let case = cases(&[topology], &sel)
+        .into_iter()
+        .find(|c| c.params.as_text() == run.params)
+        .ok_or_else(|| {
+            format!(
+                "the catalog has no case of scenario {} on {} with parameters {:?}",
+                run.scenario, run.topology, run.params
+            )
+        })?;
+    // What a scenario checks does not depend on the target, only on the case.
+    Ok((case.scenario.checks)(&case.info(TargetInfo::default())))
 }
 
 fn selected(patterns: &[String], case: &Case) -> bool {

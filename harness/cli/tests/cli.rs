@@ -395,3 +395,144 @@ fn emulate_serve_runs_a_scenario_live_against_the_served_cluster() {
     );
     assert!(all.contains("provisioning[combined]: passed"), "{all}");
 }
+
+/// Runs `gateway-restart[combined]` with a defect that fails it, and returns the timeline.
+fn failing_timeline(dir: &Path) -> (std::path::PathBuf, String) {
+    let o = run(
+        &[
+            "run",
+            "--defect",
+            "gateway-restart-marks-error",
+            "--scenario",
+            "gateway-restart[combined]",
+        ],
+        dir,
+    );
+    assert_eq!(code(&o), 1, "{}", text(&o));
+    let path = dir.join("artifacts/timelines/gateway-restart_combined_.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    (path, text)
+}
+
+/// The timeline's lines as JSON values, edited by `f`, written back.
+fn edit_lines(path: &Path, text: &str, f: impl Fn(&mut serde_json::Value) -> bool) {
+    let lines: Vec<String> = text
+        .lines()
+        .filter_map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            f(&mut v).then(|| v.to_string())
+        })
+        .collect();
+    std::fs::write(path, lines.join("\n") + "\n").unwrap();
+}
+
+#[test]
+fn check_names_each_recorded_verdict_the_timeline_does_not_support_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, original) = failing_timeline(dir.path());
+    // Record a pass for the check that failed.
+    edit_lines(&path, &original, |v| {
+        if v["type"] == "check" && v["name"] == "the sandbox never turns terminal" {
+            v["passed"] = true.into();
+        }
+        true
+    });
+    let o = run(&["check", path.to_str().unwrap()], dir.path());
+    let out = text(&o);
+    assert_eq!(code(&o), 1, "{out}");
+    assert!(
+        out.contains(
+            "verdict of 'the sandbox never turns terminal' DIFFERS: recorded passed, re-judged failed"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
+fn check_compares_the_stored_plan_with_the_catalog_and_names_the_checks_removed_from_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, original) = failing_timeline(dir.path());
+    // Drop the failing check from the plan and from the verdicts, and call the case passed.
+    let removed = "the sandbox never turns terminal";
+    edit_lines(&path, &original, |v| {
+        if v["type"] == "check_plan" {
+            let kept: Vec<serde_json::Value> = v["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|c| c["name"] != removed)
+                .cloned()
+                .collect();
+            v["checks"] = kept.into();
+        }
+        if v["type"] == "run_finished" {
+            v["outcome"] = "passed".into();
+        }
+        !(v["type"] == "check" && v["name"] == removed)
+    });
+    let o = run(&["check", path.to_str().unwrap()], dir.path());
+    let out = text(&o);
+    assert_eq!(code(&o), 1, "{out}");
+    assert!(
+        out.contains("the stored check plan DIFFERS from the catalog's for this case"),
+        "{out}"
+    );
+    assert!(out.contains(&format!("missing: '{removed}'")), "{out}");
+}
+
+#[test]
+fn check_judges_every_file_reports_skipped_cases_and_refuses_a_cut_timeline_with_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(
+        &[
+            "run",
+            "--model",
+            "openshell-0.0.111",
+            "--topology",
+            "combined",
+            "--scenario",
+            "restart-policy-always*",
+            "--scenario",
+            "gateway-restart",
+        ],
+        dir.path(),
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let tl = dir.path().join("artifacts/timelines");
+    let mut files: Vec<String> = std::fs::read_dir(&tl)
+        .unwrap()
+        .map(|e| e.unwrap().path().to_str().unwrap().to_string())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 3, "{files:?}");
+    // Every file is judged: the skipped ones say so, the one that ran is re-judged.
+    let mut args = vec!["check"];
+    args.extend(files.iter().map(String::as_str));
+    let o = run(&args, dir.path());
+    let out = text(&o);
+    assert_eq!(code(&o), 0, "{out}");
+    assert_eq!(out.matches(": skipped: ").count(), 2, "{out}");
+    assert!(out.contains("checks passed, as recorded"), "{out}");
+
+    // A timeline cut before its closing record cannot be judged, and the others still are.
+    let ran = files
+        .iter()
+        .find(|f| f.contains("gateway-restart"))
+        .unwrap();
+    let text_of = std::fs::read_to_string(ran).unwrap();
+    let cut: Vec<&str> = text_of.lines().collect();
+    let cut_path = dir.path().join("cut.jsonl");
+    std::fs::write(&cut_path, cut[..cut.len() - 1].join("\n") + "\n").unwrap();
+    let o = run(&["check", cut_path.to_str().unwrap(), ran], dir.path());
+    let out = text(&o);
+    assert_eq!(code(&o), 2, "{out}");
+    assert!(out.contains("it is incomplete"), "{out}");
+    assert!(out.contains("checks passed, as recorded"), "{out}");
+    // `report` refuses what `check` refuses.
+    let o = run(
+        &["report", cut_path.to_str().unwrap(), "--html", "r.html"],
+        dir.path(),
+    );
+    assert_eq!(code(&o), 2, "{}", text(&o));
+    assert!(text(&o).contains("it is incomplete"), "{}", text(&o));
+}

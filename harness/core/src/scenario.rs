@@ -231,7 +231,7 @@ impl Params {
     }
 
     /// As text for the timeline and JUnit properties.
-    pub(crate) fn as_text(&self) -> BTreeMap<String, String> {
+    pub fn as_text(&self) -> BTreeMap<String, String> {
         let mut m = self.values.clone();
         if let Some(o) = self.outage {
             m.insert("outage".into(), humantime::format_duration(o).to_string());

@@ -3,6 +3,7 @@
 //! passed or failed as expected, 1 product failures, 2 usage or configuration errors, 3
 //! infrastructure errors.
 
+mod check;
 mod list;
 mod progress;
 mod run;
@@ -157,7 +158,7 @@ pub async fn run(cli: Cli) -> ExitStatus {
     let result = match cli.command {
         Command::Run(args) => run::run(*args).await,
         Command::List(args) => list::list(&args),
-        Command::Check(args) => check(&args),
+        Command::Check(args) => check::check(&args),
         Command::Report(args) => report(&args),
         Command::Doctor(args) => run::doctor(*args).await,
         Command::Cluster { command } => match command {
@@ -205,45 +206,22 @@ fn load_timeline(path: &std::path::Path) -> Result<conformance_core::timeline::T
         .map_err(|e| Error::usage_from(format!("cannot read timeline {}", path.display()), e))
 }
 
-/// `check`: re-evaluates each saved timeline's check plan.
-fn check(args: &CheckArgs) -> Result<ExitStatus, Error> {
-    let mut status = ExitStatus::Success;
-    for path in &args.timelines {
-        let t = load_timeline(path)?;
-        let plan = t.check_plan();
-        if plan.is_empty() {
-            return Err(Error::usage(format!(
-                "{} has no check plan: it was not written by `openshell-conformance run`",
-                path.display()
-            )));
-        }
-        let again = conformance_core::engine::recheck(&t);
-        let failed: Vec<_> = again.outcomes.iter().filter(|o| !o.passed).collect();
-        println!(
-            "{}: {} of {} checks passed{}",
-            path.display(),
-            again.outcomes.len() - failed.len(),
-            again.outcomes.len(),
-            if again.agrees {
-                ", as recorded".to_string()
-            } else {
-                ", DIFFERENT from the verdicts recorded in the file".to_string()
-            }
-        );
-        for o in failed {
-            println!("  {}", o.diagnosis().replace('\n', "\n  "));
-            status = ExitStatus::ProductFailure;
-        }
-    }
-    Ok(status)
-}
-
 /// `report`: renders saved timelines as HTML.
 fn report(args: &ReportArgs) -> Result<ExitStatus, Error> {
     let timelines = args
         .timelines
         .iter()
-        .map(|p| load_timeline(p))
+        .map(|p| {
+            let t = load_timeline(p)?;
+            // The report shows what `check` can judge, and refuses the rest the same way.
+            match check::unjudgeable(&t) {
+                Some(why) => Err(Error::usage(format!(
+                    "{} cannot be reported: {why}",
+                    p.display()
+                ))),
+                None => Ok(t),
+            }
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let views: Vec<crate::report::CaseView<'_>> = timelines
         .iter()

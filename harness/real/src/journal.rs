@@ -218,12 +218,23 @@ pub async fn restore_from(
 }
 
 /// `openshell-conformance restore`: reads the journal, checks its context against the
-/// interlock, connects and undoes what is left. An absent journal restores nothing.
+/// interlock, connects and undoes what is left. A journal that is not there is a usage error
+/// naming the path: a mistyped path must not read as "nothing to restore".
 pub async fn restore(
     path: &Path,
     allow_contexts: &[String],
     deadline: Duration,
 ) -> Result<RestoreReport> {
+    if let Err(e) = tokio::fs::metadata(path).await {
+        return Err(Error::usage_from(
+            format!(
+                "restore journal {} cannot be read; give the {FILE_NAME} of the run to repair \
+                 (a run that undid all its faults removes its journal: then no restore is needed)",
+                path.display()
+            ),
+            e,
+        ));
+    }
     let file = Journal::read(path).await?;
     if file.entries.is_empty() {
         return Ok(RestoreReport::default());

@@ -53,6 +53,22 @@ pub enum DiagnosticsPolicy {
     Never,
 }
 
+/// The spellings a boolean accepts from its environment variable.
+pub const BOOL_SPELLINGS: &str = "1/0, true/false, yes/no, on/off";
+
+/// The value parser of a boolean flag that also comes from the environment variable `var`:
+/// the usual spellings, any case, and an error that names the variable and what it accepts
+/// (clap's own parser takes only true/false and names the flag, not the variable).
+pub fn env_bool(
+    var: &'static str,
+) -> impl Fn(&str) -> std::result::Result<bool, String> + Clone + Send + Sync + 'static {
+    move |s: &str| match s.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(format!("{var}={s} is not a boolean; use {BOOL_SPELLINGS}")),
+    }
+}
+
 /// Flags of the real-cluster path. Flatten into a subcommand with `#[command(flatten)]`.
 #[derive(Clone, Debug, Default, Args)]
 pub struct RealArgs {
@@ -107,10 +123,10 @@ pub struct RealArgs {
     #[arg(long, env = "OPENSHELL_CONFORMANCE_AGENT_SANDBOX_MANIFEST")]
     pub agent_sandbox_manifest: Option<PathBuf>,
     /// Keep the release (and the kind/k3d cluster) after the run.
-    #[arg(long, env = "OPENSHELL_CONFORMANCE_KEEP")]
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_KEEP", value_parser = env_bool("OPENSHELL_CONFORMANCE_KEEP"))]
     pub keep: bool,
     /// Sweep leftovers of earlier runs instead of stopping.
-    #[arg(long, env = "OPENSHELL_CONFORMANCE_SWEEP_LEFTOVERS")]
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_SWEEP_LEFTOVERS", value_parser = env_bool("OPENSHELL_CONFORMANCE_SWEEP_LEFTOVERS"))]
     pub sweep_leftovers: bool,
     /// The openshell CLI binary.
     #[arg(
@@ -406,6 +422,28 @@ mod tests {
         Cli::try_parse_from(std::iter::once("x").chain(v.iter().copied()))
             .unwrap()
             .real
+    }
+
+    #[test]
+    fn booleans_from_the_environment_take_the_usual_spellings_and_errors_name_the_variable() {
+        let parse = env_bool("OPENSHELL_CONFORMANCE_KEEP");
+        for yes in ["1", "true", "TRUE", "yes", "Yes", "on"] {
+            assert_eq!(parse(yes), Ok(true), "{yes}");
+        }
+        for no in ["0", "false", "no", "OFF"] {
+            assert_eq!(parse(no), Ok(false), "{no}");
+        }
+        let err = parse("maybe").unwrap_err();
+        assert!(
+            err.contains("OPENSHELL_CONFORMANCE_KEEP=maybe") && err.contains(BOOL_SPELLINGS),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_keep_flag_still_works_as_a_flag_without_a_value() {
+        assert!(args(&["--keep", "--sweep-leftovers"]).keep);
+        assert!(!args(&[]).keep);
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! The openshell-conformance command line; everything lives in `openshell_conformance::cli`.
 
+use std::io::IsTerminal;
+
 use clap::Parser;
 use conformance_core::error::Error;
-use openshell_conformance::cli::{Cli, LogFormat, run};
+use openshell_conformance::cli::{Cli, LogFormat, log_colour, run};
 
 fn main() -> std::process::ExitCode {
     // clap exits with status 2 on bad flags and values, after saying what is wrong.
@@ -11,7 +13,11 @@ fn main() -> std::process::ExitCode {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(log_colour(
+            std::io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ));
     match cli.log_format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),

@@ -133,7 +133,71 @@ struct Window {
     restore_failed: bool,
 }
 
+/// The report's title: the target, the model and every defect switch it ran with, so two
+/// reports are told apart by their title alone.
+pub fn title(target: &str, model: Option<&str>, defects: &[String]) -> String {
+    let mut t = format!("openshell-conformance on target {target}");
+    if let Some(m) = model {
+        let _ = write!(t, ", model {m}");
+        if defects.is_empty() {
+            t.push_str(", no defect switches");
+        }
+    }
+    if !defects.is_empty() {
+        let _ = write!(t, ", defects {}", defects.join(", "));
+    }
+    t
+}
+
+/// The title of saved timelines, from their run records: the one run's [`title`], or each
+/// distinct one when the files come from several runs.
+pub fn title_of(timelines: &[&Timeline]) -> String {
+    let mut titles: Vec<String> = timelines
+        .iter()
+        .filter_map(|t| t.run_info())
+        .map(|i| title(&i.target, i.model.as_deref(), &i.defects))
+        .collect();
+    titles.sort();
+    titles.dedup();
+    match titles.len() {
+        0 => "openshell-conformance report".into(),
+        1 => titles.remove(0),
+        _ => format!("openshell-conformance report of {}", titles.join("; ")),
+    }
+}
+
+/// Where a case is listed: failures and errors first, so a reader meets them without
+/// scrolling, then the rest in run order.
+fn rank(outcome: &str) -> u8 {
+    match outcome {
+        "failed" => 0,
+        "error" => 1,
+        "unfinished" => 2,
+        _ => 3,
+    }
+}
+
+/// The totals line: how many cases, and how many of each outcome.
+fn totals(cases: &[&CaseView<'_>]) -> String {
+    let count = |o: &str| cases.iter().filter(|c| outcome_of(c.timeline) == o).count();
+    let mut line = format!(
+        "{} cases: {} passed, {} failed, {} errors, {} skipped",
+        cases.len(),
+        count("passed"),
+        count("failed"),
+        count("error"),
+        count("skipped")
+    );
+    let unfinished = count("unfinished");
+    if unfinished > 0 {
+        let _ = write!(line, ", {unfinished} unfinished");
+    }
+    format!("<p class=\"totals\">{}</p>\n", escape(&line))
+}
+
 pub fn render(title: &str, cases: &[CaseView<'_>]) -> String {
+    let mut ordered: Vec<&CaseView<'_>> = cases.iter().collect();
+    ordered.sort_by_key(|c| rank(&outcome_of(c.timeline)));
     let mut html = String::new();
     let _ = write!(
         html,
@@ -142,9 +206,10 @@ pub fn render(title: &str, cases: &[CaseView<'_>]) -> String {
         CSS,
         escape(title)
     );
-    html.push_str(&summary_table(cases));
+    html.push_str(&totals(&ordered));
+    html.push_str(&summary_table(&ordered));
     html.push_str(LEGEND);
-    for (i, c) in cases.iter().enumerate() {
+    for (i, c) in ordered.iter().enumerate() {
         html.push_str(&case_section(i, c));
     }
     html.push_str("</body></html>\n");
@@ -175,7 +240,7 @@ fn case_name(t: &Timeline) -> String {
         .unwrap_or_else(|| "(unnamed run)".into())
 }
 
-fn summary_table(cases: &[CaseView<'_>]) -> String {
+fn summary_table(cases: &[&CaseView<'_>]) -> String {
     let mut s = String::from(
         "<table class=\"summary\"><tr><th>case</th><th>outcome</th><th>checks failed</th><th>duration</th></tr>\n",
     );
@@ -663,7 +728,7 @@ const LEGEND: &str = "<p class=\"legend\"><span class=\"sw good\"></span>ready /
 const CSS: &str = "body{font:13px/1.4 system-ui,sans-serif;margin:16px;color:#222}\
 h1{font-size:20px}h2{font-size:16px;margin:4px 0}h3{font-size:14px;margin:4px 0}\
 table.summary{border-collapse:collapse;margin-bottom:8px}table.summary td,table.summary th{border:1px solid #ccc;padding:2px 8px;text-align:left}\
-.o-passed{color:#17803d}.o-failed{color:#c0262d;font-weight:bold}.o-error{color:#a35200;font-weight:bold}.o-skipped{color:#666}\
+p.totals{font-weight:bold}.o-passed{color:#17803d}.o-failed{color:#c0262d;font-weight:bold}.o-error{color:#a35200;font-weight:bold}.o-skipped{color:#666}\
 section.case{border-top:2px solid #ddd;margin-top:16px;padding-top:8px}\
 dl.meta{display:grid;grid-template-columns:max-content auto;gap:0 12px;margin:4px 0}dl.meta dt{color:#666}dl.meta dd{margin:0}\
 .failing{background:#fdecec;border:1px solid #e5a0a0;padding:6px 10px;margin:6px 0}.failing .check{margin:4px 0}\
@@ -692,8 +757,30 @@ mod tests {
     }
 
     #[test]
+    fn the_title_names_the_model_and_every_defect_switch() {
+        let defects = vec!["gateway-restart-marks-error".to_string(), "x".to_string()];
+        assert_eq!(
+            title("emulated", Some("contract"), &defects),
+            "openshell-conformance on target emulated, model contract, defects gateway-restart-marks-error, x"
+        );
+        assert_eq!(
+            title("emulated", Some("openshell-0.0.111"), &[]),
+            "openshell-conformance on target emulated, model openshell-0.0.111, no defect switches"
+        );
+        assert_eq!(
+            title("kind", None, &[]),
+            "openshell-conformance on target kind"
+        );
+    }
+
+    #[test]
     fn an_empty_report_is_still_a_complete_document() {
         let html = render("nothing", &[]);
+        assert!(
+            html.contains(
+                "<p class=\"totals\">0 cases: 0 passed, 0 failed, 0 errors, 0 skipped</p>"
+            )
+        );
         assert!(html.starts_with("<!DOCTYPE html>"));
         assert!(html.ends_with("</html>\n"));
         assert!(!html.contains("<script"));

@@ -104,6 +104,11 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
     }
     println!("emulated Kubernetes API listening on http://{addr}");
     if let Some(path) = &args.kubeconfig_out {
+        // Like every file the harness writes, the kubeconfig gets its directory made.
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| kube_emulator::serve::ServeError::Kubeconfig(path.clone(), e))?;
+        }
         write_kubeconfig(path, addr)?;
         println!("kubeconfig written to {}", path.display());
         println!("try: kubectl --kubeconfig {} get pods -A", path.display());

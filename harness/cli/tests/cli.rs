@@ -536,3 +536,168 @@ fn check_judges_every_file_reports_skipped_cases_and_refuses_a_cut_timeline_with
     assert_eq!(code(&o), 2, "{}", text(&o));
     assert!(text(&o).contains("it is incomplete"), "{}", text(&o));
 }
+
+#[test]
+fn report_paths_that_cannot_be_written_are_refused_before_the_first_case_naming_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    // A plain file where a directory is needed: nothing can be written beneath it.
+    std::fs::write(dir.path().join("blocker"), "").unwrap();
+    for (flag, value) in [
+        ("--junit", "blocker/j.xml"),
+        ("--html", "blocker/r.html"),
+        ("--artifacts", "blocker/artifacts"),
+    ] {
+        let o = run(
+            &[
+                "run",
+                "--scenario",
+                "provisioning",
+                "--topology",
+                "combined",
+                flag,
+                value,
+            ],
+            dir.path(),
+        );
+        let out = text(&o);
+        assert_eq!(code(&o), 2, "{flag}: {out}");
+        assert!(out.contains(&format!("{flag} {value}")), "{flag}: {out}");
+        assert!(!out.contains("start provisioning"), "a case ran: {out}");
+        assert!(
+            !dir.path().join("artifacts/timelines").exists(),
+            "{flag}: timelines were written"
+        );
+    }
+}
+
+#[test]
+fn restore_with_a_missing_journal_names_the_path_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(
+        &["restore", "--journal", "typo/restore-journal.json"],
+        dir.path(),
+    );
+    let out = text(&o);
+    assert_eq!(code(&o), 2, "{out}");
+    assert!(out.contains("typo/restore-journal.json"), "{out}");
+    assert!(!out.contains("nothing to restore"), "{out}");
+}
+
+#[test]
+fn booleans_from_the_environment_accept_the_usual_spellings_and_errors_name_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    for yes in ["1", "yes", "on", "true", "0", "no", "off", "false"] {
+        let o = bin()
+            .args(["run", "--dry-run", "--scenario", "provisioning"])
+            .env("OPENSHELL_CONFORMANCE_KEEP_ON_FAILURE", yes)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(code(&o), 0, "{yes}: {}", text(&o));
+    }
+    let o = bin()
+        .args(["run", "--dry-run", "--scenario", "provisioning"])
+        .env("OPENSHELL_CONFORMANCE_KEEP_ON_FAILURE", "maybe")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let out = text(&o);
+    assert_eq!(code(&o), 2, "{out}");
+    assert!(
+        out.contains("OPENSHELL_CONFORMANCE_KEEP_ON_FAILURE=maybe")
+            && out.contains("1/0, true/false, yes/no, on/off"),
+        "{out}"
+    );
+}
+
+#[test]
+fn an_outage_shorter_than_the_minimum_is_refused_like_zero_naming_the_minimum() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut messages = Vec::new();
+    for d in ["0s", "1ns", "999ms"] {
+        let o = run(&["run", "--dry-run", "--outage", d], dir.path());
+        let out = text(&o);
+        assert_eq!(code(&o), 2, "{d}: {out}");
+        assert!(out.contains("give at least 1s"), "{d}: {out}");
+        messages.push(out.replace(d, "D"));
+    }
+    assert!(messages.windows(2).all(|w| w[0] == w[1]), "{messages:#?}");
+    let o = run(&["run", "--dry-run", "--outage", "1s"], dir.path());
+    assert_eq!(code(&o), 0, "{}", text(&o));
+}
+
+#[test]
+fn log_lines_on_a_pipe_carry_no_colour() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = bin()
+        .args([
+            "run",
+            "--scenario",
+            "provisioning",
+            "--topology",
+            "combined",
+        ])
+        .env("RUST_LOG", "debug")
+        .env_remove("NO_COLOR")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("DEBUG"), "no log lines to judge: {stderr}");
+    assert!(!stderr.contains('\u{1b}'), "ANSI escapes on a pipe");
+}
+
+#[test]
+fn emulate_serve_refuses_a_kubeconfig_path_it_cannot_write_with_exit_2_like_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("blocker"), "").unwrap();
+    let o = run(
+        &["emulate", "serve", "--kubeconfig-out", "blocker/kubeconfig"],
+        dir.path(),
+    );
+    let out = text(&o);
+    assert_eq!(code(&o), 2, "{out}");
+    assert!(out.contains("blocker/kubeconfig"), "{out}");
+}
+
+#[test]
+fn the_html_report_of_a_run_names_the_model_and_its_defect_switches() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(
+        &[
+            "run",
+            "--defect",
+            "gateway-restart-marks-error",
+            "--scenario",
+            "gateway-restart",
+            "--topology",
+            "combined",
+        ],
+        dir.path(),
+    );
+    assert_eq!(code(&o), 1, "{}", text(&o));
+    let html = std::fs::read_to_string(dir.path().join("artifacts/report.html")).unwrap();
+    assert!(
+        html.contains(
+            "<title>openshell-conformance on target emulated, model contract, defects gateway-restart-marks-error</title>"
+        ),
+        "{}",
+        &html[..400.min(html.len())]
+    );
+    // `report` on the saved timelines gives the same title, from their run records.
+    let timelines: Vec<String> = std::fs::read_dir(dir.path().join("artifacts/timelines"))
+        .unwrap()
+        .map(|e| e.unwrap().path().display().to_string())
+        .collect();
+    let mut args = vec!["report", "--html", "again.html"];
+    args.extend(timelines.iter().map(String::as_str));
+    let o = run(&args, dir.path());
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let again = std::fs::read_to_string(dir.path().join("again.html")).unwrap();
+    assert!(
+        again.contains("defects gateway-restart-marks-error</title>"),
+        "{}",
+        &again[..400.min(again.len())]
+    );
+}

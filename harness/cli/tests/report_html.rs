@@ -56,6 +56,38 @@ async fn the_report_marks_the_fault_window_the_failing_check_and_the_last_states
     assert!(!html.contains("src="));
 }
 
+#[tokio::test(start_paused = true)]
+async fn the_overview_starts_with_the_totals_and_lists_failures_first() {
+    let passing = engine(Factory::new(Quirk::None))
+        .run_case(&case(standard_steps()))
+        .await;
+    let failing = engine(Factory::new(Quirk::ErrorOnOutage))
+        .run_case(&case(standard_steps()))
+        .await;
+    // In run order the passing case comes first; the overview puts the failure on top.
+    let html = render(
+        "t",
+        &[
+            CaseView {
+                timeline: &passing.timeline,
+                links: vec![],
+            },
+            CaseView {
+                timeline: &failing.timeline,
+                links: vec![],
+            },
+        ],
+    );
+    let totals = html
+        .find("<p class=\"totals\">2 cases: 1 passed, 1 failed, 0 errors, 0 skipped</p>")
+        .expect("a totals line");
+    let table = html.find("<table class=\"summary\">").unwrap();
+    assert!(totals < table, "the totals come before the table");
+    let failed = html.find("<td class=\"o-failed\">failed</td>").unwrap();
+    let passed = html.find("<td class=\"o-passed\">passed</td>").unwrap();
+    assert!(failed < passed, "the failed case is listed first");
+}
+
 fn chromium() -> Option<PathBuf> {
     ["chromium", "chromium-browser", "google-chrome"]
         .iter()

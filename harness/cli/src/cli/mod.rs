@@ -1,7 +1,8 @@
 //! The `openshell-conformance` command line. Flags also come from `OPENSHELL_CONFORMANCE_*`
 //! environment variables, so the Makefile and CI pass settings the usual way. Exit codes: 0 all
 //! passed or failed as expected, 1 product failures, 2 usage or configuration errors, 3
-//! infrastructure errors.
+//! infrastructure errors. One kind of mistake has one code in every command: a path the user
+//! named that cannot be read or written (a report, a journal, a kubeconfig's directory) is 2.
 
 mod check;
 mod list;
@@ -153,6 +154,12 @@ pub struct RestoreArgs {
     pub allow_context: Vec<String>,
 }
 
+/// Whether log lines on stderr carry ANSI colours: only when stderr is a terminal, and never
+/// when `NO_COLOR` is set to a non-empty value (no-color.org), so piped logs stay plain text.
+pub fn log_colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
 /// Runs a parsed command line; returns the process exit status.
 pub async fn run(cli: Cli) -> ExitStatus {
     let result = match cli.command {
@@ -191,8 +198,9 @@ fn serve_error(e: crate::serve::ServeError) -> Error {
         crate::serve::ServeError::Server(s) => match s {
             Server::NotLoopback(_) => Error::usage(s.to_string()),
             Server::Bind(addr, io) => Error::infra_from(format!("cannot listen on {addr}"), io),
+            // A kubeconfig path that cannot be written is the user's path: 2, as everywhere.
             Server::Kubeconfig(path, io) => {
-                Error::infra_from(format!("cannot write kubeconfig {}", path.display()), io)
+                Error::usage_from(format!("cannot write kubeconfig {}", path.display()), io)
             }
             Server::Serve(io) => Error::infra_from("server failed", io),
         },
@@ -230,7 +238,8 @@ fn report(args: &ReportArgs) -> Result<ExitStatus, Error> {
             links: Vec::new(),
         })
         .collect();
-    let html = crate::report::render("openshell-conformance report", &views);
+    let title = crate::report::title_of(&timelines.iter().collect::<Vec<_>>());
+    let html = crate::report::render(&title, &views);
     write_file(&args.html, &html)?;
     println!("wrote {}", args.html.display());
     Ok(ExitStatus::Success)
@@ -243,4 +252,21 @@ pub(crate) fn write_file(path: &std::path::Path, content: &str) -> Result<(), Er
     }
     std::fs::write(path, content)
         .map_err(|e| Error::usage_from(format!("cannot write {}", path.display()), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_colour;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn logs_are_coloured_only_on_a_terminal_and_never_with_no_color() {
+        assert!(log_colour(true, None));
+        assert!(!log_colour(false, None), "a pipe gets plain text");
+        assert!(!log_colour(true, Some(OsStr::new("1"))), "NO_COLOR wins");
+        assert!(
+            log_colour(true, Some(OsStr::new(""))),
+            "an empty NO_COLOR is unset (no-color.org)"
+        );
+    }
 }

@@ -21,7 +21,7 @@ use conformance_core::pool;
 use conformance_core::scenario::Case;
 use conformance_core::target::{TargetFactory, TargetInfo};
 use conformance_core::topology::{Topologies, Topology};
-use conformance_real::options::{Provider, RealArgs, RealOptions, new_run_id};
+use conformance_real::options::{Provider, RealArgs, RealOptions, env_bool, new_run_id};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum TargetKind {
@@ -104,7 +104,11 @@ pub struct RunArgs {
     #[arg(long, env = "OPENSHELL_CONFORMANCE_EXPECTATIONS")]
     pub expectations: Option<PathBuf>,
     /// Leave the sandboxes of failed cases in place for inspection.
-    #[arg(long, env = "OPENSHELL_CONFORMANCE_KEEP_ON_FAILURE")]
+    #[arg(
+        long,
+        env = "OPENSHELL_CONFORMANCE_KEEP_ON_FAILURE",
+        value_parser = env_bool("OPENSHELL_CONFORMANCE_KEEP_ON_FAILURE")
+    )]
     pub keep_on_failure: bool,
     /// Print what would run (real targets: the full command plan and manifests) and stop.
     #[arg(long)]
@@ -113,13 +117,69 @@ pub struct RunArgs {
     pub real: RealArgs,
 }
 
+/// The shortest outage `--outage` takes; anything shorter (0 and 1ns alike) is refused with
+/// the same message, since the fault could not be seen to start and end.
+const MIN_OUTAGE: Duration = Duration::from_secs(1);
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s)
         .map_err(|e| format!("'{s}' is not a duration ({e}); write it like 30s, 2m30s or 5m"))?;
-    if d.is_zero() {
-        return Err("an outage of zero is no outage; give at least 1s".into());
+    if d < MIN_OUTAGE {
+        return Err(format!(
+            "'{s}' is shorter than the shortest outage; give at least {}",
+            humantime::format_duration(MIN_OUTAGE)
+        ));
     }
     Ok(d)
+}
+
+/// Refuses, before the first case, report paths the run could not write at its end, naming
+/// each (exit 2): a long run must not end in "cannot write" with its verdicts unseen.
+fn check_outputs(args: &RunArgs) -> Result<(), Error> {
+    let dir = &args.artifacts;
+    std::fs::create_dir_all(dir).map_err(|e| {
+        Error::usage_from(
+            format!("--artifacts {}: cannot create the directory", dir.display()),
+            e,
+        )
+    })?;
+    let probe = dir.join(format!(
+        ".openshell-conformance-probe-{}",
+        std::process::id()
+    ));
+    std::fs::write(&probe, b"")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|e| {
+            Error::usage_from(
+                format!("--artifacts {}: cannot write there", dir.display()),
+                e,
+            )
+        })?;
+    let junit = args.junit.clone().unwrap_or_else(|| dir.join("junit.xml"));
+    let html = args.html.clone().unwrap_or_else(|| dir.join("report.html"));
+    for (flag, path) in [("--junit", junit), ("--html", html)] {
+        probe_file(&path).map_err(|e| {
+            Error::usage_from(format!("{flag} {}: cannot write it", path.display()), e)
+        })?;
+    }
+    Ok(())
+}
+
+/// Opens `path` for writing as the run's end will (making its directory), without changing
+/// a file that is there: a file the probe made is removed again.
+fn probe_file(path: &Path) -> std::io::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let existed = path.exists();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)?;
+    if !existed {
+        std::fs::remove_file(path)?;
+    }
+    Ok(())
 }
 
 impl RunArgs {
@@ -211,6 +271,9 @@ fn expectations_for(args: &RunArgs, info: &TargetInfo) -> Result<Expectations, E
 }
 
 pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
+    if !args.dry_run {
+        check_outputs(&args)?;
+    }
     let (factory, info): (Arc<dyn TargetFactory>, TargetInfo) = match args.provider() {
         None => {
             if args.real.keep || !args.real.set.is_empty() || !args.real.values.is_empty() {
@@ -339,7 +402,7 @@ fn finish(
                 .collect(),
         })
         .collect();
-    let title = format!("openshell-conformance on {}", info.label());
+    let title = crate::report::title(&info.kind, info.model.as_deref(), &info.defects);
     super::write_file(&html_path, &crate::report::render(&title, &views))?;
 
     print!("{}", summary::table(reports, &verdicts, wall));

@@ -402,7 +402,7 @@ impl Signals {
         let second = self.next().await;
         let journal = artifacts.join(conformance_real::journal::FILE_NAME);
         eprintln!(
-            "{second} again: exiting without writing results; faults still active are in {} \
+            "{second}, a second signal: exiting at once without writing results; faults still active are in {} \
              (`openshell-conformance restore --journal {}` undoes them on a real cluster)",
             journal.display(),
             journal.display()

@@ -33,6 +33,9 @@ fn suite(case: &CaseReport) -> TestSuite {
         ("requirements".into(), case.requirements.join(",")),
         ("outcome".into(), case.outcome.name().into()),
     ];
+    if case.outcome.is_interrupted() {
+        props.push(("interrupted".into(), "true".into()));
+    }
     if let Some(m) = &case.target.model {
         props.push(("model".into(), m.clone()));
     }
@@ -53,6 +56,15 @@ fn suite(case: &CaseReport) -> TestSuite {
     }
 
     let classname = case.case_id.as_str();
+    if case.outcome.is_interrupted() {
+        // Its stages may all be skipped (it never started): this makes it count as an error.
+        let mut tc = TestCase::new(
+            "interrupted",
+            non_success(NonSuccessKind::Error, case.outcome.reason(), None),
+        );
+        tc.set_classname(classname);
+        s.add_test_case(tc);
+    }
     for stage in &case.stages {
         let status = match stage.status {
             StageStatus::Passed | StageStatus::Started => TestCaseStatus::success(),

@@ -701,3 +701,141 @@ fn the_html_report_of_a_run_names_the_model_and_its_defect_switches() {
         &again[..400.min(again.len())]
     );
 }
+
+/// A run of the four `provisioning` cases, paused on the wall clock after each case by the
+/// test knob, interrupted by `signal` once the first case is done; returns (exit code, stderr,
+/// seconds from the signal to the exit).
+fn interrupt_after_first_case(dir: &Path, signal: &str) -> (i32, String, f64) {
+    use std::io::{BufRead, BufReader, Read};
+    let mut child = bin()
+        .args(["run", "--scenario", "provisioning", "--jobs", "1"])
+        .env("OPENSHELL_CONFORMANCE_TEST_PAUSE_AFTER_CASE", "60s")
+        .current_dir(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "the run ended before its first case was done: {seen}"
+        );
+        seen.push_str(&line);
+        if line.contains(" done ") {
+            break;
+        }
+    }
+    let sent = std::time::Instant::now();
+    let kill = Command::new("kill")
+        .args([format!("-{signal}"), child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    stderr.read_to_string(&mut seen).unwrap();
+    let status = child.wait().unwrap();
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    (
+        status.code().unwrap_or(-1),
+        format!("{out}{seen}"),
+        sent.elapsed().as_secs_f64(),
+    )
+}
+
+#[rstest::rstest]
+#[case::sigint("INT", 130)]
+#[case::sigterm("TERM", 143)]
+fn a_signal_during_run_writes_the_finished_cases_marks_the_rest_interrupted_and_leaves_no_earlier_files(
+    #[case] signal: &str,
+    #[case] want: i32,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let art = dir.path().join("artifacts");
+    // What an earlier, all-passing run left behind.
+    std::fs::create_dir_all(art.join("timelines")).unwrap();
+    std::fs::create_dir_all(art.join("diagnostics/old-case")).unwrap();
+    std::fs::write(art.join("timelines/seeded-sweep[gateway].jsonl"), "{}").unwrap();
+    std::fs::write(art.join("diagnostics/old-case/pods.txt"), "old").unwrap();
+    std::fs::write(art.join("junit.xml"), "EARLIER RUN").unwrap();
+    std::fs::write(art.join("report.html"), "EARLIER RUN").unwrap();
+
+    let (exit, out, secs) = interrupt_after_first_case(dir.path(), signal);
+    assert_eq!(exit, want, "{out}");
+    assert!(
+        secs < 30.0,
+        "the 60 s pause was not cut short: {secs} s\n{out}"
+    );
+    assert!(
+        out.contains("removed the files of an earlier run from artifacts: timelines/ (1 entries), diagnostics/ (1 entries), artifacts/junit.xml, artifacts/report.html"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "interrupted by SIG{signal}: 1 of 4 cases finished"
+        )),
+        "{out}"
+    );
+
+    let timelines: Vec<String> = std::fs::read_dir(art.join("timelines"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(timelines, ["provisioning_combined_.jsonl"], "{out}");
+    assert!(!art.join("diagnostics").exists());
+    // The finished case's timeline is whole: `check` judges it and agrees.
+    let o = run(
+        &["check", "artifacts/timelines/provisioning_combined_.jsonl"],
+        dir.path(),
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+
+    let junit = std::fs::read_to_string(art.join("junit.xml")).unwrap();
+    assert!(!junit.contains("EARLIER RUN"));
+    let report = quick_junit::Report::deserialize_from_str(&junit).unwrap();
+    let suites: Vec<(&str, bool)> = report
+        .test_suites
+        .iter()
+        .map(|s| {
+            let interrupted = s.test_cases.iter().any(|c| {
+                c.name.as_str() == "interrupted"
+                    && matches!(
+                        &c.status,
+                        quick_junit::TestCaseStatus::NonSuccess {
+                            kind: quick_junit::NonSuccessKind::Error,
+                            message: Some(m),
+                            ..
+                        } if m.as_str() == format!("interrupted by SIG{signal}: the case did not start")
+                    )
+            });
+            (s.name.as_str(), interrupted)
+        })
+        .collect();
+    assert_eq!(
+        suites,
+        [
+            ("provisioning[combined]", false),
+            ("provisioning[gateway]", true),
+            ("provisioning[sidecar]", true),
+            ("provisioning[supervisor-pod]", true),
+        ]
+    );
+    let html = std::fs::read_to_string(art.join("report.html")).unwrap();
+    assert!(!html.contains("EARLIER RUN"));
+    assert!(html.contains(&format!("(interrupted by SIG{signal})")));
+}
+
+#[test]
+fn a_run_into_a_fresh_directory_says_nothing_about_earlier_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(&["run", "--scenario", "provisioning"], dir.path());
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert!(!text(&o).contains("earlier run"), "{}", text(&o));
+}

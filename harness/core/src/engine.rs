@@ -27,6 +27,48 @@ pub struct EngineOptions {
     pub keep_on_failure: bool,
     /// Told about every timeline entry of every case as it is recorded.
     pub listener: Option<CaseListener>,
+    /// Raised when the run is interrupted: cases not started end at once, running ones stop
+    /// their steps, restore their faults and end as interrupted.
+    pub interrupt: Interrupt,
+}
+
+/// A run's interruption (SIGINT, SIGTERM), shared by every case and thread of the run. Raised
+/// once; the first reason wins. A watch channel, so cases on other runtimes see it too.
+#[derive(Clone)]
+pub struct Interrupt(Arc<tokio::sync::watch::Sender<Option<&'static str>>>);
+
+impl Default for Interrupt {
+    fn default() -> Self {
+        Self(Arc::new(tokio::sync::watch::channel(None).0))
+    }
+}
+
+impl Interrupt {
+    /// Interrupts the run, naming why (the signal's name); later calls change nothing.
+    pub fn raise(&self, why: &'static str) {
+        self.0.send_if_modified(|v| {
+            let first = v.is_none();
+            if first {
+                *v = Some(why);
+            }
+            first
+        });
+    }
+
+    /// Why the run was interrupted, if it was.
+    pub fn raised(&self) -> Option<&'static str> {
+        *self.0.borrow()
+    }
+
+    /// Waits until the run is interrupted and returns why.
+    pub async fn wait(&self) -> &'static str {
+        let mut rx = self.0.subscribe();
+        match rx.wait_for(Option::is_some).await {
+            Ok(why) => why.unwrap_or("interrupt"),
+            // The sender lives as long as `self`, so this is never reached.
+            Err(_) => std::future::pending().await,
+        }
+    }
 }
 
 /// Called with (case id, entry) for every timeline entry as it is recorded.
@@ -40,6 +82,7 @@ impl Default for EngineOptions {
             seed: None,
             keep_on_failure: false,
             listener: None,
+            interrupt: Interrupt::default(),
         }
     }
 }
@@ -55,7 +98,21 @@ pub enum Outcome {
     Skipped(String),
 }
 
+/// How the reason of an interrupted case's outcome begins.
+const INTERRUPTED: &str = "interrupted by ";
+
 impl Outcome {
+    /// A case the run's interruption (`why`: the signal) stopped or never started: an error,
+    /// since it says nothing about the product.
+    pub fn interrupted(why: &str, what: &str) -> Self {
+        Self::Error(format!("{INTERRUPTED}{why}: {what}"))
+    }
+
+    /// Whether the run's interruption stopped this case or kept it from starting.
+    pub fn is_interrupted(&self) -> bool {
+        matches!(self, Self::Error(r) if r.starts_with(INTERRUPTED))
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Self::Passed => "passed",
@@ -272,6 +329,17 @@ impl Engine {
             stages.skip_from(&all_stages, 0, &reason);
             return (Outcome::Skipped(reason), Vec::new());
         }
+        if let Some(why) = self.opts.interrupt.raised() {
+            stages.skip_from(
+                &all_stages,
+                0,
+                &format!("not started: interrupted by {why}"),
+            );
+            return (
+                Outcome::interrupted(why, "the case did not start"),
+                Vec::new(),
+            );
+        }
         let (target, observers) = match self.bring_up(case, rec, stages, &all_stages).await {
             Ok(up) => up,
             Err(outcome) => return (outcome, Vec::new()),
@@ -288,9 +356,37 @@ impl Engine {
             case_info.clone(),
             self.opts.poll,
         );
-        let step_error = run_steps(scenario, &mut ctx, rec, stages).await;
+        // An interruption stops the steps wherever they are (an interrupt raised already wins
+        // before the first step starts); the faults they injected are still on `ctx`.
+        let (step_error, interrupted_by) = tokio::select! {
+            biased;
+            why = self.opts.interrupt.wait() => (None, Some(why)),
+            e = run_steps(scenario, &mut ctx, rec, stages) => (e, None),
+        };
+        if let Some(why) = interrupted_by {
+            let at = stages.current.map_or("before its steps", |(s, _)| s.name());
+            rec.note(format!(
+                "interrupted by {why} in stage {at}; restoring its faults"
+            ));
+            stages.end(StageStatus::Error, Some(format!("interrupted by {why}")));
+        }
         // Restores cannot be skipped: whatever ended the steps, every active fault is undone.
         let restore_errors = self.restore_all(&mut ctx, &*target, rec).await;
+        if let Some(why) = interrupted_by {
+            // Verdicts over a cut run say nothing about the product: none are given.
+            drop(observers);
+            mark_unreached(scenario, stages);
+            let mut what = "stopped before its steps ended".to_string();
+            if !restore_errors.is_empty() {
+                what.push_str(&format!(
+                    "; the harness could not restore what it broke: {}",
+                    restore_errors.join("; ")
+                ));
+            }
+            let mut outcome = Outcome::interrupted(why, &what);
+            self.tear_down(&*target, rec, stages, &mut outcome).await;
+            return (outcome, Vec::new());
+        }
 
         // End on fresh states, then judge.
         if let Ok(states) = target.snapshot().await {

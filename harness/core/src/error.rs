@@ -39,6 +39,10 @@ pub enum ExitStatus {
     Usage = 2,
     /// The harness or the infrastructure could not run the cases.
     Infrastructure = 3,
+    /// The run was interrupted by SIGINT (128 + 2, as shells report it).
+    Interrupted = 130,
+    /// The run was ended by SIGTERM (128 + 15).
+    Terminated = 143,
 }
 
 impl ExitStatus {

@@ -159,6 +159,39 @@ mod tests {
         }
     }
 
+    /// Interrupts the run when the first case ends.
+    struct InterruptAfterFirst(crate::engine::Interrupt);
+
+    impl CaseObserver for InterruptAfterFirst {
+        fn finished(&self, _r: &CaseReport) {
+            self.0.raise("SIGINT");
+        }
+    }
+
+    #[test]
+    fn after_an_interrupt_the_paused_pool_starts_no_case_and_still_reports_every_case_in_order() {
+        let cases: Vec<Case> = ["a", "b", "c"].map(quiet_case).to_vec();
+        let opts = EngineOptions::default();
+        let observer = InterruptAfterFirst(opts.interrupt.clone());
+        let f = Factory::new(Quirk::None);
+        let reports = run_paused(f, opts, cases.clone(), 1, &observer);
+        let got: Vec<(String, bool)> = reports
+            .iter()
+            .map(|r| (r.case_id.clone(), r.outcome.is_interrupted()))
+            .collect();
+        let want: Vec<(String, bool)> = cases
+            .iter()
+            .zip([false, true, true])
+            .map(|(c, i)| (c.id(), i))
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(reports[0].outcome, crate::engine::Outcome::Passed);
+        assert_eq!(
+            reports[2].outcome.reason(),
+            Some("interrupted by SIGINT: the case did not start")
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn on_a_shared_cluster_cases_that_touch_the_gateway_run_alone_after_the_others() {
         let cases = vec![

@@ -363,3 +363,98 @@ async fn a_fault_key_injected_twice_in_one_case_is_a_harness_error_naming_the_ke
     // The first injection was restored once, and the refused one was never applied.
     assert_eq!(f.restores.load(Ordering::SeqCst), 1);
 }
+
+// ---- interrupted runs -------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn a_case_interrupted_during_its_outage_restores_the_gateway_and_ends_interrupted_without_verdicts()
+ {
+    let f = Factory::new(Quirk::None);
+    let opts = EngineOptions::default();
+    let interrupt = opts.interrupt.clone();
+    // The outage is in effect from 28 s to 58 s; the run is interrupted in the middle of it.
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(40)).await;
+        interrupt.raise("SIGINT");
+    });
+    let r = Engine::new(f.clone(), opts)
+        .run_case(&case(standard_steps()))
+        .await;
+    assert!(r.outcome.is_interrupted(), "{:?}", r.outcome);
+    assert_eq!(
+        r.outcome,
+        Outcome::Error("interrupted by SIGINT: stopped before its steps ended".into())
+    );
+    assert_eq!(
+        f.restores.load(Ordering::SeqCst),
+        1,
+        "the outage was restored"
+    );
+    let phases: Vec<FaultPhase> = fault_phases(&r.timeline).into_iter().map(|p| p.1).collect();
+    assert_eq!(
+        phases,
+        [
+            FaultPhase::Requested,
+            FaultPhase::Started,
+            FaultPhase::Ended
+        ]
+    );
+    assert!(
+        r.checks.is_empty(),
+        "no verdicts over a cut run: {:?}",
+        r.checks
+    );
+    let status = |name: &str| {
+        r.stages
+            .iter()
+            .find(|s| s.stage.name() == name)
+            .map(|s| (s.status, s.message.clone()))
+            .unwrap()
+    };
+    use conformance_core::timeline::StageStatus;
+    assert_eq!(
+        status("fault"),
+        (StageStatus::Error, Some("interrupted by SIGINT".into()))
+    );
+    assert_eq!(status("verify").0, StageStatus::Skipped);
+    assert_eq!(
+        status("teardown").0,
+        StageStatus::Passed,
+        "the sandboxes are cleaned up"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_case_that_would_start_after_the_interrupt_does_not_start_and_says_so() {
+    let f = Factory::new(Quirk::None);
+    let opts = EngineOptions::default();
+    opts.interrupt.raise("SIGTERM");
+    opts.interrupt.raise("SIGINT");
+    let r = Engine::new(f.clone(), opts)
+        .run_case(&case(standard_steps()))
+        .await;
+    assert_eq!(
+        r.outcome,
+        Outcome::Error("interrupted by SIGTERM: the case did not start".into()),
+        "the first reason wins"
+    );
+    assert!(r.outcome.is_interrupted());
+    assert!(fault_phases(&r.timeline).is_empty());
+    assert!(r.checks.is_empty());
+    assert!(
+        r.stages.iter().all(
+            |s| s.status == conformance_core::timeline::StageStatus::Skipped
+                && s.message.as_deref() == Some("not started: interrupted by SIGTERM")
+        ),
+        "{:?}",
+        r.stages
+    );
+}
+
+#[test]
+fn only_an_interruption_makes_an_outcome_interrupted() {
+    assert!(Outcome::interrupted("SIGINT", "x").is_interrupted());
+    assert!(!Outcome::Error("the cluster is unreachable".into()).is_interrupted());
+    assert!(!Outcome::Failed("interrupted by SIGINT: x".into()).is_interrupted());
+    assert!(!Outcome::Passed.is_interrupted());
+}

@@ -15,7 +15,7 @@ use super::progress::Progress;
 use super::summary;
 use conformance_catalog::catalog::{self, Selection};
 use conformance_catalog::expectations::{Expectations, Verdict};
-use conformance_core::engine::{CaseReport, EngineOptions};
+use conformance_core::engine::{CaseReport, EngineOptions, Interrupt};
 use conformance_core::error::{Error, ExitStatus};
 use conformance_core::pool;
 use conformance_core::scenario::Case;
@@ -325,17 +325,33 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
         }
         return Ok(ExitStatus::Success);
     }
+    let pause = pause_after_case()?;
+    if let Some(removed) = clear_earlier_run(&args)? {
+        eprintln!(
+            "removed the files of an earlier run from {}: {removed}",
+            args.artifacts.display()
+        );
+    }
     let progress = Progress::new(cases.len());
+    let interrupt = Interrupt::default();
     let opts = EngineOptions {
         seed: args.seed,
         keep_on_failure: args.keep_on_failure,
         listener: Some(progress.listener()),
+        interrupt: interrupt.clone(),
         ..EngineOptions::default()
     };
+    // From here SIGINT and SIGTERM no longer kill the process: they interrupt the run.
+    let signals = Signals::install()?;
+    let watcher = tokio::spawn(signals.interrupt(interrupt.clone(), args.artifacts.clone()));
     let wall = std::time::SystemTime::now();
     let jobs = args.jobs as usize;
     let reports = if args.provider().is_none() {
-        let observer = progress.clone();
+        let observer = Paced {
+            inner: progress.clone(),
+            pause,
+            interrupt: interrupt.clone(),
+        };
         tokio::task::spawn_blocking(move || pool::run_paused(factory, opts, cases, jobs, &observer))
             .await
             .map_err(|e| Error::infra_from("the case pool stopped", e))?
@@ -344,7 +360,152 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
     };
     progress.finish();
     let wall = wall.elapsed().unwrap_or_default();
-    finish(&args, &info, &expectations, &reports, wall)
+    let status = finish(
+        &args,
+        &info,
+        &expectations,
+        &reports,
+        wall,
+        interrupt.raised(),
+    );
+    // A signal arriving while the results are written still ends the process the second time.
+    if interrupt.raised().is_none() {
+        watcher.abort();
+    }
+    status
+}
+
+/// Test knob: `OPENSHELL_CONFORMANCE_TEST_PAUSE_AFTER_CASE` (a duration) makes the emulated
+/// pool wait that long on the wall clock after each case, so a test can interrupt a run that
+/// would otherwise end within a second of virtual time. Not for ordinary use.
+pub(crate) const PAUSE_AFTER_CASE: &str = "OPENSHELL_CONFORMANCE_TEST_PAUSE_AFTER_CASE";
+
+fn pause_after_case() -> Result<Duration, Error> {
+    match std::env::var(PAUSE_AFTER_CASE) {
+        Err(_) => Ok(Duration::ZERO),
+        Ok(v) => humantime::parse_duration(&v).map_err(|e| {
+            Error::usage(format!(
+                "{PAUSE_AFTER_CASE}={v} is not a duration ({e}); write it like 500ms or 2s"
+            ))
+        }),
+    }
+}
+
+/// The progress display, and after each case the test pause ([`PAUSE_AFTER_CASE`]), cut short
+/// by an interrupt.
+struct Paced {
+    inner: Progress,
+    pause: Duration,
+    interrupt: Interrupt,
+}
+
+impl pool::CaseObserver for Paced {
+    fn started(&self, case_id: &str) {
+        pool::CaseObserver::started(&self.inner, case_id);
+    }
+
+    fn finished(&self, report: &CaseReport) {
+        pool::CaseObserver::finished(&self.inner, report);
+        // A pool thread outside any runtime: a plain sleep in short slices, so an interrupt
+        // ends the pause within 50 ms.
+        let until = std::time::Instant::now() + self.pause;
+        while self.interrupt.raised().is_none() && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// SIGINT and SIGTERM, caught from the moment they are installed.
+struct Signals {
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Self, Error> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let int = signal(SignalKind::interrupt())
+                .map_err(|e| Error::infra_from("cannot catch SIGINT", e))?;
+            let term = signal(SignalKind::terminate())
+                .map_err(|e| Error::infra_from("cannot catch SIGTERM", e))?;
+            Ok(Self { int, term })
+        }
+        #[cfg(not(unix))]
+        Ok(Self {})
+    }
+
+    async fn next(&mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.int.recv() => "SIGINT",
+                _ = self.term.recv() => "SIGTERM",
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            "SIGINT"
+        }
+    }
+
+    /// The first signal interrupts the run (cases restore their faults, results are written);
+    /// a second one ends the process at once, leaving what is not restored to the journal.
+    async fn interrupt(mut self, interrupt: Interrupt, artifacts: PathBuf) {
+        let first = self.next().await;
+        eprintln!(
+            "{first}: interrupting the run; restoring faults and writing the results of the \
+             finished cases (a second signal exits at once)"
+        );
+        interrupt.raise(first);
+        let second = self.next().await;
+        let journal = artifacts.join(conformance_real::journal::FILE_NAME);
+        eprintln!(
+            "{second}, a second signal: exiting at once without writing results; faults still active are in {} \
+             (`openshell-conformance restore --journal {}` undoes them on a real cluster)",
+            journal.display(),
+            journal.display()
+        );
+        std::process::exit(interrupted_status(first).code().into());
+    }
+}
+
+fn interrupted_status(signal: &str) -> ExitStatus {
+    if signal == "SIGTERM" {
+        ExitStatus::Terminated
+    } else {
+        ExitStatus::Interrupted
+    }
+}
+
+/// Removes what an earlier run left where this run writes (timelines, diagnostics, JUnit,
+/// HTML), so no file of it stays beside this run's; the restore journal stays, since it may
+/// hold faults a killed run left behind. Returns what was removed, if anything.
+fn clear_earlier_run(args: &RunArgs) -> Result<Option<String>, Error> {
+    let dir = &args.artifacts;
+    let mut removed = Vec::new();
+    let cannot = |p: &Path, e| Error::usage_from(format!("cannot remove {}", p.display()), e);
+    for sub in ["timelines", "diagnostics"] {
+        let path = dir.join(sub);
+        if path.is_dir() {
+            let n = std::fs::read_dir(&path).map_or(0, |d| d.count());
+            std::fs::remove_dir_all(&path).map_err(|e| cannot(&path, e))?;
+            removed.push(format!("{sub}/ ({n} entries)"));
+        }
+    }
+    let junit = args.junit.clone().unwrap_or_else(|| dir.join("junit.xml"));
+    let html = args.html.clone().unwrap_or_else(|| dir.join("report.html"));
+    for path in [junit, html] {
+        if path.is_file() {
+            std::fs::remove_file(&path).map_err(|e| cannot(&path, e))?;
+            removed.push(path.display().to_string());
+        }
+    }
+    Ok((!removed.is_empty()).then(|| removed.join(", ")))
 }
 
 fn sanitize(id: &str) -> String {
@@ -366,12 +527,18 @@ fn finish(
     expectations: &Expectations,
     reports: &[CaseReport],
     wall: Duration,
+    interrupted: Option<&'static str>,
 ) -> Result<ExitStatus, Error> {
     let verdicts: Vec<Verdict> = reports.iter().map(|r| expectations.classify(r)).collect();
     let dir = &args.artifacts;
     let tl_dir = dir.join("timelines");
+    // Only finished cases have a timeline `check` can judge; the JUnit names every case.
+    let finished: Vec<&CaseReport> = reports
+        .iter()
+        .filter(|r| !r.outcome.is_interrupted())
+        .collect();
     let mut links = Vec::new();
-    for r in reports {
+    for r in &finished {
         let path = tl_dir.join(format!("{}.jsonl", sanitize(&r.case_id)));
         super::write_file(&path, &r.timeline.to_jsonl())?;
         let mut l = vec![(
@@ -391,7 +558,7 @@ fn finish(
     crate::junit::write(&junit, "openshell-conformance", reports)
         .map_err(|e| Error::usage_from(format!("cannot write {}", junit.display()), e))?;
     let html_path = args.html.clone().unwrap_or_else(|| dir.join("report.html"));
-    let views: Vec<crate::report::CaseView<'_>> = reports
+    let views: Vec<crate::report::CaseView<'_>> = finished
         .iter()
         .zip(links)
         .map(|(r, links)| crate::report::CaseView {
@@ -402,7 +569,10 @@ fn finish(
                 .collect(),
         })
         .collect();
-    let title = crate::report::title(&info.kind, info.model.as_deref(), &info.defects);
+    let mut title = crate::report::title(&info.kind, info.model.as_deref(), &info.defects);
+    if let Some(why) = interrupted {
+        title.push_str(&format!(" (interrupted by {why})"));
+    }
     super::write_file(&html_path, &crate::report::render(&title, &views))?;
 
     print!("{}", summary::table(reports, &verdicts, wall));
@@ -412,6 +582,15 @@ fn finish(
         html_path.display(),
         tl_dir.display()
     );
+    if let Some(why) = interrupted {
+        println!(
+            "interrupted by {why}: {} of {} cases finished; the JUnit marks the others as \
+             interrupted errors",
+            finished.len(),
+            reports.len()
+        );
+        return Ok(interrupted_status(why));
+    }
     let status = if verdicts.iter().any(|v| matches!(v, Verdict::Error { .. })) {
         ExitStatus::Infrastructure
     } else if verdicts.iter().all(Verdict::acceptable) {

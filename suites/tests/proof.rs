@@ -352,6 +352,34 @@ fn upstream_0_0_111_keeps_sandboxes_through_a_gateway_restart_but_cannot_recover
     }
 }
 
+/// The harness's step deadlines grow with the requested outage: a 31 min gateway outage (past
+/// the fault stage's 30 min default) and a 29 min outage of a stopped sandbox followed by its
+/// settle time pass on the contract instead of running into the harness's own deadline.
+#[rstest]
+#[case::gateway_outage("gateway-outage[combined,*", 31)]
+#[case::stopped_through_outage("stopped-through-outage[combined,*", 29)]
+fn an_outage_longer_than_the_harness_default_step_deadline_passes_on_the_contract(
+    #[case] pattern: &str,
+    #[case] minutes: u64,
+) {
+    let cases = catalog::cases(
+        &[topology("combined")],
+        &Pick {
+            patterns: vec![pattern.into()],
+            outage: Some(std::time::Duration::from_secs(minutes * 60)),
+            ..Pick::default()
+        },
+    );
+    assert_eq!(cases.len(), 1, "{pattern}");
+    let reports = run_cases(Selection::contract(), cases);
+    let bad: Vec<String> = reports
+        .iter()
+        .filter(|r| r.outcome != Outcome::Passed)
+        .map(describe)
+        .collect();
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
 #[test]
 fn the_same_seed_gives_a_byte_identical_timeline() {
     let pick = Pick {

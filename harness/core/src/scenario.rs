@@ -123,6 +123,13 @@ impl Step {
         self.deadline = deadline;
         self
     }
+
+    /// The step's deadline for a case: its own deadline plus every duration the case asks the
+    /// harness to hold a fault, so a longer requested outage never runs into the harness's own
+    /// deadline (an outage of 31 min against a fixed 30 min step deadline, say).
+    pub fn deadline_for(&self, params: &Params) -> Duration {
+        self.deadline.saturating_add(params.requested_holds())
+    }
 }
 
 /// What one case of a scenario varies on, as the scenario's own type (an exit code and how the
@@ -210,6 +217,17 @@ impl Params {
 
     pub fn get(&self, key: &str) -> Option<&str> {
         self.values.get(key).map(String::as_str)
+    }
+
+    /// The total time the case asks faults to be held: its outage and every outage of its
+    /// schedule. Harness deadlines grow by it.
+    pub fn requested_holds(&self) -> Duration {
+        let scheduled = self
+            .schedule
+            .iter()
+            .flat_map(|s| &s.faults)
+            .fold(Duration::ZERO, |sum, f| sum.saturating_add(f.outage));
+        self.outage.unwrap_or_default().saturating_add(scheduled)
     }
 
     /// A short label for case ids: `outage=30s,exit=1`.
@@ -395,6 +413,10 @@ fn fnv1a(bytes: &[u8]) -> u32 {
 
 /// OpenShell's default workspace (`--workspace`, docs/upstream-facts.md F6.1).
 pub const DEFAULT_WORKSPACE: &str = "default";
+
+/// The requirement a sentinel that cannot be written or read back breaks: workspace data
+/// (REQUIREMENTS.md R6).
+pub const SENTINEL_REQUIREMENT: &str = "R6";
 
 /// Where sentinels live inside a sandbox: on the workspace volume (`/sandbox`,
 /// docs/upstream-facts.md F3.6), in a directory of their own.
@@ -665,25 +687,41 @@ impl Ctx {
     }
 
     /// Writes a sentinel into the sandbox's workspace and records the write.
-    pub async fn write_sentinel(&self, sandbox: &str, key: &str) -> Result<(), TargetError> {
+    ///
+    /// A write the product's path did not carry out (a non-zero exit, a refusal) is a product
+    /// failure naming the sentinels' requirement; only a harness that could not reach the
+    /// product at all ([`TargetError::Infra`]) is an infrastructure error.
+    pub async fn write_sentinel(&self, sandbox: &str, key: &str) -> Result<(), StepError> {
         let value = self.case.sentinel_value(key);
         let script =
             format!("mkdir -p {SENTINEL_DIR} && printf %s '{value}' > {SENTINEL_DIR}/{key}");
-        let result = match self.sh(sandbox, &script).await {
-            Ok(r) if r.exit_code == 0 => SentinelResult::Ok(value),
-            Ok(r) => SentinelResult::Failed(format!("exit {}: {}", r.exit_code, r.stderr.trim())),
-            Err(e) => SentinelResult::Failed(crate::error::one_line(&e)),
+        let (result, harness_failure) = match self.sh(sandbox, &script).await {
+            Ok(r) if r.exit_code == 0 => (SentinelResult::Ok(value), false),
+            Ok(r) => (
+                SentinelResult::Failed(format!("exit {}: {}", r.exit_code, r.stderr.trim())),
+                false,
+            ),
+            Err(TargetError::Unsupported(m)) => (SentinelResult::Failed(m), true),
+            Err(e @ TargetError::Infra { .. }) => {
+                (SentinelResult::Failed(crate::error::one_line(&e)), true)
+            }
+            Err(e) => (SentinelResult::Failed(crate::error::one_line(&e)), false),
         };
-        let failed = matches!(result, SentinelResult::Failed(_));
         self.rec.record(Event::Sentinel(SentinelRecord {
             key: key.to_string(),
             sandbox: sandbox.to_string(),
             op: SentinelOp::Write,
             result: result.clone(),
         }));
-        match result {
-            SentinelResult::Failed(m) if failed => Err(TargetError::infra(format!(
+        match (result, harness_failure) {
+            // The harness could not reach the product at all: its own failure.
+            (SentinelResult::Failed(m), true) => Err(StepError::Infra(format!(
                 "could not write sentinel {key} into {sandbox}: {m}"
+            ))),
+            // The write went through the product's own path (gateway, supervisor, shell) and
+            // did not work: the workspace is not usable, a product failure.
+            (SentinelResult::Failed(m), false) => Err(StepError::Failed(format!(
+                "[{SENTINEL_REQUIREMENT}] could not write sentinel {key} into {sandbox} through its shell: {m}"
             ))),
             _ => Ok(()),
         }
@@ -792,7 +830,16 @@ pub(crate) async fn restore_fault(
     rec: &Recorder,
     active: &ActiveFault,
 ) -> Result<(), String> {
-    let result = target.restore(&active.fault).await;
+    let result = match target.restore(&active.fault).await {
+        // A restore that returned is not yet a restore that worked: its effect is checked.
+        Ok(()) => target.verify_restored(&active.fault).await.map_err(|e| {
+            TargetError::infra(format!(
+                "its effect did not come back: {}",
+                crate::error::one_line(&e)
+            ))
+        }),
+        Err(e) => Err(e),
+    };
     let (phase, detail) = match &result {
         Ok(()) => (FaultPhase::Ended, None),
         Err(e) => (FaultPhase::RestoreFailed, Some(crate::error::one_line(e))),

@@ -392,6 +392,16 @@ pub trait Target: Send + Sync {
     async fn inject(&self, fault: &Fault) -> TargetResult<()>;
     async fn restore(&self, fault: &Fault) -> TargetResult<()>;
 
+    /// Checks that a restore took effect (the gateway's replicas back and ready, a replaced pod
+    /// replaced, credentials back), without waiting: the engine calls it after every restore, and
+    /// an error makes the case an infrastructure error naming the restore, so a fault the harness
+    /// left in place is never judged as the product's doing. Targets with nothing to check
+    /// return Ok.
+    async fn verify_restored(&self, fault: &Fault) -> TargetResult<()> {
+        let _ = fault;
+        Ok(())
+    }
+
     /// The container logs of the sandbox's pods (current and previous), for diagnosing a failed
     /// case. Targets that cannot read logs return none.
     async fn logs(&self, sandbox: &str) -> TargetResult<Vec<LogExcerpt>> {

@@ -30,6 +30,10 @@ pub enum Quirk {
     LosesFiles,
     /// Installation fails (a missing tool, say).
     InstallFails,
+    /// Ready sandboxes do not run commands: the shell exits non-zero.
+    ShellBroken,
+    /// Restoring the gateway reports success but leaves it down.
+    RestoreHasNoEffect,
 }
 
 #[derive(Default)]
@@ -168,6 +172,13 @@ impl Target for Fake {
                 "sandbox is not ready",
             ));
         }
+        if self.quirk == Quirk::ShellBroken {
+            return Ok(ExecResult {
+                exit_code: 126,
+                stdout: String::new(),
+                stderr: "sh: cannot execute: permission denied".into(),
+            });
+        }
         // Just enough shell for sentinels: `... printf %s 'V' > PATH` and `cat PATH`.
         let script = &argv[2];
         if let Some((_, rest)) = script.split_once("printf %s '") {
@@ -248,6 +259,9 @@ impl Target for Fake {
         assert_eq!(fault, &Fault::GatewayStop);
         tokio::time::sleep(Duration::from_secs(3)).await; // gateway becoming ready
         self.restores.fetch_add(1, Ordering::SeqCst);
+        if self.quirk == Quirk::RestoreHasNoEffect {
+            return Ok(());
+        }
         let names: Vec<String> = {
             let mut st = self.state.lock().unwrap();
             st.gateway_up = true;
@@ -262,6 +276,15 @@ impl Target for Fake {
             self.set_phase_later(n, Duration::from_secs(5), Phase::Provisioning, Phase::Ready);
         }
         Ok(())
+    }
+
+    async fn verify_restored(&self, fault: &Fault) -> TargetResult<()> {
+        match fault {
+            Fault::GatewayStop if !self.state.lock().unwrap().gateway_up => Err(
+                TargetError::infra("StatefulSet openshell has 0 of 1 replicas ready"),
+            ),
+            _ => Ok(()),
+        }
     }
 
     async fn logs(&self, sandbox: &str) -> TargetResult<Vec<crate::timeline::LogExcerpt>> {

@@ -227,7 +227,8 @@ async fn a_step_that_panics_during_a_fault_still_gets_the_fault_restored() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_step_that_hangs_during_a_fault_hits_its_deadline_and_the_fault_is_restored() {
+async fn a_step_that_hangs_during_a_fault_hits_its_deadline_as_a_harness_error_and_the_fault_is_restored()
+ {
     let f = Factory::new(Quirk::None);
     let steps = vec![
         Step::new(Stage::Seed, "create and seed", seed),
@@ -236,12 +237,14 @@ async fn a_step_that_hangs_during_a_fault_hits_its_deadline_and_the_fault_is_res
     ];
     let r = engine(f.clone()).run_case(&case(steps)).await;
     assert_eq!(f.restores.load(Ordering::SeqCst), 1);
-    let Outcome::Failed(reason) = &r.outcome else {
+    // The step's own deadline is the harness's: running into it is an error, not a product
+    // failure. It grew by the case's 30 s outage: 90 s + 30 s.
+    let Outcome::Error(reason) = &r.outcome else {
         panic!("{:?}", r.outcome)
     };
     assert!(
         reason.starts_with(
-            "fault: gave up waiting for step 'stuck step' to finish after 1m 30s; last seen:"
+            "fault: the harness gave up on step 'stuck step' after its own deadline of 2m; last seen:"
         ),
         "{reason}"
     );
@@ -249,10 +252,65 @@ async fn a_step_that_hangs_during_a_fault_hits_its_deadline_and_the_fault_is_res
         reason.contains("StatefulSet/openshell/openshell replicas=0/0"),
         "{reason}"
     );
-    // The fault window closes after the deadline: requested at 23 s, deadline at 113 s, +3 s.
+    let fault = r.stages.iter().find(|s| s.stage == Stage::Fault).unwrap();
+    assert_eq!(fault.status, conformance_core::timeline::StageStatus::Error);
+    // The fault window closes after the deadline: requested at 23 s, deadline at 143 s, +3 s.
     assert_eq!(
         fault_phases(&r.timeline).last().unwrap(),
-        &(116_000, FaultPhase::Ended)
+        &(146_000, FaultPhase::Ended)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_outage_longer_than_the_fault_stage_default_deadline_passes_on_a_correct_target() {
+    // 31 min against the fault stage's 30 min default: the step deadline grows with the
+    // requested outage instead of cutting it short.
+    let mut c = case(standard_steps());
+    c.params = Params::default().with_outage(Duration::from_secs(31 * 60));
+    let r = engine(Factory::new(Quirk::None)).run_case(&c).await;
+    assert_eq!(r.outcome, Outcome::Passed, "{:#?}", r.stages);
+    let ended = fault_phases(&r.timeline).last().copied().unwrap();
+    assert_eq!(ended, (28_000 + 31 * 60_000 + 3_000, FaultPhase::Ended));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shell_that_fails_on_a_ready_sandbox_is_a_product_failure_naming_its_requirement() {
+    let r = engine(Factory::new(Quirk::ShellBroken))
+        .run_case(&case(standard_steps()))
+        .await;
+    let Outcome::Failed(reason) = &r.outcome else {
+        panic!("expected a product failure, got {:?}", r.outcome)
+    };
+    assert!(
+        reason.starts_with("[R6] could not write sentinel s1 into outage-demo-main"),
+        "{reason}"
+    );
+    assert!(
+        reason.ends_with("through its shell: exit 126: sh: cannot execute: permission denied"),
+        "{reason}"
+    );
+    let seed = r.stages.iter().find(|s| s.stage == Stage::Seed).unwrap();
+    assert_eq!(seed.status, conformance_core::timeline::StageStatus::Failed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restore_whose_effect_does_not_come_back_is_an_error_naming_the_restore() {
+    let f = Factory::new(Quirk::RestoreHasNoEffect);
+    let r = engine(f.clone()).run_case(&case(standard_steps())).await;
+    let Outcome::Error(reason) = &r.outcome else {
+        panic!("expected an infrastructure error, got {:?}", r.outcome)
+    };
+    assert!(
+        reason.contains(
+            "restoring gateway-stop (outage): its effect did not come back: StatefulSet openshell has 0 of 1 replicas ready"
+        ),
+        "{reason}"
+    );
+    assert!(
+        fault_phases(&r.timeline)
+            .iter()
+            .any(|(_, p)| *p == FaultPhase::RestoreFailed),
+        "the failed restore is on the timeline"
     );
 }
 

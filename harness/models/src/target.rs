@@ -530,6 +530,31 @@ impl Target for EmulatedTarget {
         }
     }
 
+    async fn verify_restored(&self, fault: &Fault) -> TargetResult<()> {
+        match fault {
+            Fault::GatewayStop | Fault::GatewayRestart => self
+                .gateway_ready()
+                .map_err(|last| TargetError::infra(format!("the gateway is not back: {last}"))),
+            _ => match FaultEffect::of(fault, &self.layout()) {
+                FaultEffect::BootstrapBroken { resource, material } => {
+                    if self
+                        .model
+                        .has_fault(&resource, credential_fault(&material)?)
+                    {
+                        Err(TargetError::infra(format!(
+                            "the {material} of {resource} are still broken"
+                        )))
+                    } else {
+                        Ok(())
+                    }
+                }
+                // A replaced pod was replaced before `inject` returned; killed processes have
+                // nothing to put back.
+                _ => Ok(()),
+            },
+        }
+    }
+
     async fn teardown(&self) -> TargetResult<()> {
         if let Ok(views) = self.client.list() {
             for v in views {

@@ -303,7 +303,18 @@ impl OpenShellCli {
         let c = self
             .cmd(["sandbox", "exec", "-n", name, "--no-tty", "--"])
             .args(argv.iter().cloned());
-        let out = self.call(c).await?;
+        let out = match self.runner.run(&c).await {
+            Ok(out) => out,
+            // The CLI ran and the gateway or the sandbox did not answer in time: a shell that
+            // does not run a command is the product's failure, not the harness's.
+            Err(e @ crate::command::CmdError::TimedOut { .. }) => {
+                return Err(TargetError::refused(
+                    "Unresponsive",
+                    format!("the sandbox shell did not answer: {e}"),
+                ));
+            }
+            Err(e) => return Err(TargetError::infra_from("running the openshell CLI", e)),
+        };
         // Only the CLI's own error line counts: a remote command may print anything.
         let cli_error = out
             .stderr

@@ -367,6 +367,26 @@ impl FaultInjector {
         Ok(())
     }
 
+    /// Checks, without waiting, that a restored fault's effect is back: the gateway has its
+    /// replicas and they are ready. A sandbox pod's replacement is already awaited by the
+    /// restore itself; killed processes have nothing to put back.
+    pub async fn verify_restored(&self, fault: &Fault) -> TargetResult<()> {
+        match FaultEffect::of(fault, &self.layout()) {
+            FaultEffect::GatewayScaledDown | FaultEffect::GatewayPodsDeleted => {
+                let (desired, ready) = gateway::replicas(&self.client, &self.gateway).await?;
+                if desired >= 1 && ready >= desired {
+                    Ok(())
+                } else {
+                    Err(TargetError::infra(format!(
+                        "gateway {}/{} has {ready} of {desired} replicas ready",
+                        self.gateway.namespace, self.gateway.name
+                    )))
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Restores every active fault; errors are collected, not short-circuited.
     pub async fn restore_all(&self) -> Vec<String> {
         let all: Vec<(String, Active)> = self

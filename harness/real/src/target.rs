@@ -630,6 +630,14 @@ impl Target for RealTarget {
         self.installed().await?.injector.restore(fault).await
     }
 
+    async fn verify_restored(&self, fault: &Fault) -> TargetResult<()> {
+        self.installed()
+            .await?
+            .injector
+            .verify_restored(fault)
+            .await
+    }
+
     async fn teardown(&self) -> TargetResult<()> {
         let Some(i) = self.installed.lock().await.take() else {
             return Ok(());

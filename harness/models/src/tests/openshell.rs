@@ -290,3 +290,47 @@ async fn target_end_to_end_contract_combined() {
         .unwrap();
     assert_eq!(starts.as_deref(), Some("start\n"), "main not restarted");
 }
+
+/// A restore is checked for its effect: after the gateway's stop is restored its replicas are
+/// back and ready and the check passes; while it is still stopped the check fails, naming what
+/// it saw, so the engine reports the restore instead of blaming the product.
+#[tokio::test(start_paused = true)]
+async fn a_gateway_stop_is_verified_restored_only_once_the_gateway_is_back_and_ready() {
+    use conformance_core::target::{Fault, TargetFactory};
+    let topo = conformance_core::topology::Topologies::builtin();
+    let topo = topo.get("combined").unwrap();
+    let f = crate::target::EmulatedFactory::new(Selection::contract());
+    let rec = conformance_core::timeline::Recorder::new();
+    let t = f.provision(topo, &rec).await.unwrap();
+    t.install(topo).await.unwrap();
+    let stop = Fault::GatewayStop;
+    t.inject(&stop).await.unwrap();
+    let err = t.verify_restored(&stop).await.unwrap_err().to_string();
+    assert!(err.starts_with("the gateway is not back: "), "{err}");
+    assert!(err.contains("gateway reachable=false"), "{err}");
+    t.restore(&stop).await.unwrap();
+    t.verify_restored(&stop).await.unwrap();
+}
+
+/// Bootstrap credentials broken by a fault count as restored only once the model has them back.
+#[tokio::test(start_paused = true)]
+async fn broken_credentials_are_verified_restored_only_once_they_are_back() {
+    use conformance_core::target::{Fault, TargetFactory};
+    let topo = conformance_core::topology::Topologies::builtin();
+    let topo = topo.get("combined").unwrap();
+    let f = crate::target::EmulatedFactory::new(Selection::contract());
+    let rec = conformance_core::timeline::Recorder::new();
+    let t = f.provision(topo, &rec).await.unwrap();
+    t.install(topo).await.unwrap();
+    t.create_sandbox(&spec("demo")).await.unwrap();
+    let broken = Fault::BootstrapCredentials {
+        sandbox: "demo".into(),
+        what: "credentials".into(),
+    };
+    t.inject(&broken).await.unwrap();
+    let err = t.verify_restored(&broken).await.unwrap_err().to_string();
+    assert!(err.contains("credentials of"), "{err}");
+    assert!(err.ends_with("are still broken"), "{err}");
+    t.restore(&broken).await.unwrap();
+    t.verify_restored(&broken).await.unwrap();
+}

@@ -249,3 +249,33 @@ fn a_phase_a_newer_cli_prints_is_kept_as_printed_and_an_absent_one_is_unspecifie
         Phase::Unspecified
     );
 }
+
+/// A runner whose every command runs into its timeout.
+struct Hangs;
+
+#[async_trait::async_trait]
+impl crate::command::CommandRunner for Hangs {
+    async fn run(&self, cmd: &crate::command::Cmd) -> Result<CmdOutput, crate::command::CmdError> {
+        Err(crate::command::CmdError::TimedOut {
+            line: cmd.line(),
+            after: cmd.timeout,
+        })
+    }
+}
+
+#[tokio::test]
+async fn an_exec_the_sandbox_does_not_answer_in_time_is_the_products_refusal_not_an_infrastructure_error()
+ {
+    let c = OpenShellCli::new(Arc::new(Hangs), "openshell", "/run/xdg".into(), "gw");
+    let err = c.exec("demo", &["true".into()]).await.unwrap_err();
+    let TargetError::Refused { code, message } = &err else {
+        panic!("expected a refusal, got {err:?}")
+    };
+    assert_eq!(code, "Unresponsive");
+    assert!(
+        message.starts_with("the sandbox shell did not answer: `")
+            && message.contains("openshell sandbox exec -n demo"),
+        "{message}"
+    );
+    assert!(message.contains("did not finish within"), "{message}");
+}

@@ -294,7 +294,8 @@ fn in_the_workload_container() -> SupervisorPlacement {
 }
 
 #[tokio::test(start_paused = true)]
-async fn gateway_stop_scales_to_zero_journals_first_and_restores_the_original_replicas() {
+async fn gateway_stop_scales_to_zero_journals_first_and_restores_the_original_replicas_verified_ready()
+ {
     let c = cluster();
     let uid = create_gateway(&c, 1);
     let ctl = run_sts_controller(c.clone(), uid, Arc::new(AtomicU32::new(0)));
@@ -323,8 +324,23 @@ async fn gateway_stop_scales_to_zero_journals_first_and_restores_the_original_re
         "the journal holds the way back while the fault is on"
     );
 
+    // While the gateway is stopped its restore does not verify, naming what it saw.
+    let err = inj
+        .verify_restored(&Fault::GatewayStop)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        format!(
+            "gateway {}/openshell has 0 of 0 replicas ready",
+            workload().namespace
+        )
+    );
+
     tokio::time::sleep(Duration::from_secs(30)).await;
     inj.restore(&Fault::GatewayStop).await.unwrap();
+    inj.verify_restored(&Fault::GatewayStop).await.unwrap();
     assert_eq!(
         exists(&c, &sts(), "openshell").unwrap()["spec"]["replicas"],
         1

@@ -1,0 +1,206 @@
+//! The invariants every case checks, shown on the seeded sweep: a timeline of a passing run is
+//! changed the way a broken product would change it (a workload started again, a pod replaced
+//! behind the user's back, a workload running while its sandbox is Stopped), and re-judging its
+//! own check plan must fail naming the requirement the change breaks.
+
+use std::sync::Arc;
+
+use conformance_catalog::catalog::{self, Selection as Pick};
+use conformance_core::engine::{self, CaseReport, EngineOptions, Outcome};
+use conformance_core::pool;
+use conformance_core::target::TargetFactory;
+use conformance_core::timeline::{Entry, Event, Timeline};
+use conformance_core::topology::Topologies;
+use conformance_models::spec::Selection;
+use conformance_models::target::EmulatedFactory;
+
+/// Seed 1's schedule: while-ready, while-starting, while-ready, while-starting, during-bootstrap.
+fn sweep() -> CaseReport {
+    let pick = Pick {
+        patterns: vec!["seeded-sweep".into()],
+        seed: Some(1),
+        ..Pick::default()
+    };
+    let topology = Topologies::builtin().get("combined").unwrap().clone();
+    let cases = catalog::cases(&[topology], &pick);
+    let factory: Arc<dyn TargetFactory> = Arc::new(EmulatedFactory::new(Selection::contract()));
+    let report = pool::run_paused(factory, EngineOptions::default(), cases, 1, &()).remove(0);
+    assert_eq!(report.outcome, Outcome::Passed, "{:?}", report.outcome);
+    report
+}
+
+/// The name of the sandbox with this sweep role (`sweep-1` …) in the timeline.
+fn sandbox(t: &Timeline, role: &str) -> String {
+    t.entries
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::Object(o) if o.kind == "OpenShellSandbox" && o.name.contains(role) => {
+                Some(o.name.clone())
+            }
+            _ => None,
+        })
+        .unwrap()
+}
+
+/// Inserts `event` right after the first entry `after` matches, stamped like it.
+fn insert_after(t: &mut Timeline, after: impl Fn(&Event) -> bool, event: Event) {
+    let i = t.entries.iter().position(|e| after(&e.event)).unwrap();
+    let at = &t.entries[i];
+    let entry = Entry {
+        seq: at.seq,
+        at_ms: at.at_ms,
+        event,
+    };
+    t.entries.insert(i + 1, entry);
+}
+
+/// The failed checks of re-judging the timeline, as `name [requirements]`.
+fn failures(t: &Timeline) -> Vec<String> {
+    engine::recheck(t)
+        .outcomes
+        .into_iter()
+        .filter(|o| !o.passed)
+        .map(|o| format!("{} [{}]", o.name, o.requirements.join(", ")))
+        .collect()
+}
+
+#[test]
+fn the_sweep_passes_its_invariants_on_the_contract_model_as_recorded() {
+    let t = sweep().timeline;
+    assert!(failures(&t).is_empty(), "{:?}", failures(&t));
+    assert!(engine::recheck(&t).agrees);
+}
+
+#[test]
+fn a_sweep_whose_workload_started_again_fails_naming_r7() {
+    let mut t = sweep().timeline;
+    let name = sandbox(&t, "sweep-1");
+    let key = format!("starts:{name}");
+    for e in &mut t.entries {
+        if let Event::Observation { key: k, value, .. } = &mut e.event
+            && *k == key
+        {
+            *value = serde_json::json!(2);
+        }
+    }
+    let failed = failures(&t);
+    assert_eq!(
+        failed,
+        vec!["sweep-1 (while-ready 4m 30s): the workload started at most once, as asked [R7]"],
+    );
+}
+
+#[test]
+fn a_sweep_whose_pod_was_replaced_behind_the_users_back_fails_naming_r9() {
+    let mut t = sweep().timeline;
+    let name = sandbox(&t, "sweep-3");
+    let pod = t
+        .entries
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::Object(o) if o.kind == "Pod" && o.name.ends_with(&name) => Some(o.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let mut replacement = pod.clone();
+    replacement.uid = Some("replaced-behind-the-users-back".into());
+    insert_after(
+        &mut t,
+        |e| matches!(e, Event::Object(o) if o.uid == pod.uid),
+        Event::Object(replacement),
+    );
+    let failed = failures(&t);
+    assert_eq!(
+        failed,
+        vec!["sweep-3 (while-ready 4m 35s): its pod is replaced only by the scenario's stop [R9]"],
+    );
+}
+
+#[test]
+fn a_sweep_whose_workload_runs_while_the_sandbox_is_stopped_fails_naming_r7() {
+    let mut t = sweep().timeline;
+    let name = sandbox(&t, "sweep-2");
+    let pod = t
+        .entries
+        .iter()
+        .rev()
+        .find_map(|e| match &e.event {
+            Event::Object(o)
+                if o.kind == "Pod"
+                    && o.name.ends_with(&name)
+                    && o.phase.as_deref() == Some("Running") =>
+            {
+                Some(o.clone())
+            }
+            _ => None,
+        })
+        .unwrap();
+    // The pod is back and running while the gateway still reports the sandbox Stopped.
+    insert_after(
+        &mut t,
+        |e| {
+            matches!(e, Event::Object(o) if o.name == name
+                && o.phase.as_deref() == Some("Stopped"))
+        },
+        Event::Object(pod),
+    );
+    let failed = failures(&t);
+    assert!(
+        failed.contains(
+            &"sweep-2 (while-starting 2m 40s): nothing runs while it is Stopped [R7]".to_string()
+        ),
+        "{failed:?}"
+    );
+}
+
+#[test]
+fn the_sweep_records_each_sandboxs_recovery_latency_from_its_last_turn_to_ready() {
+    let t = sweep().timeline;
+    let latency = |role: &str| {
+        let key = format!("recovery-ms:{}", sandbox(&t, role));
+        t.entries
+            .iter()
+            .find_map(|e| match &e.event {
+                Event::Observation { key: k, value, .. } if *k == key => value.as_u64(),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no {key} on the timeline"))
+    };
+    // sweep-1 still reads Ready from before the outage when the gateway returns, then passes
+    // through Provisioning until the session is back: its recovery is that last turn to Ready.
+    assert_eq!(latency("sweep-1"), 29_750);
+    assert_eq!(latency("sweep-2"), 7_000);
+    assert_eq!(latency("sweep-5"), 5_000);
+}
+
+#[test]
+fn a_sweep_sandbox_ready_only_after_its_recovery_bound_fails() {
+    let mut t = sweep().timeline;
+    let name = sandbox(&t, "sweep-2");
+    // Push sweep-2's return to Ready 61 s past the gateway's return (RECOVERY is 60 s).
+    let end = t
+        .entries
+        .iter()
+        .position(|e| {
+            matches!(&e.event, Event::Fault(f) if f.id == "sweep-2-outage"
+                && f.phase == conformance_core::timeline::FaultPhase::Ended)
+        })
+        .unwrap();
+    let ended_at = t.entries[end].at_ms;
+    for e in &mut t.entries[end..] {
+        if let Event::Object(o) = &e.event
+            && o.name == name
+            && o.phase.as_deref() == Some("Ready")
+        {
+            e.at_ms = e.at_ms.max(ended_at + 61_000);
+        }
+    }
+    let failed = failures(&t);
+    assert!(
+        failed.contains(
+            &"sweep-2 (while-starting 2m 40s) is Ready again within its recovery bound [R1, R9]"
+                .to_string()
+        ),
+        "{failed:?}"
+    );
+}

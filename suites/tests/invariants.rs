@@ -1,7 +1,9 @@
 //! The invariants every case checks, shown on the seeded sweep: a timeline of a passing run is
 //! changed the way a broken product would change it (a workload started again, a pod replaced
 //! behind the user's back, a workload running while its sandbox is Stopped), and re-judging its
-//! own check plan must fail naming the requirement the change breaks.
+//! own check plan must fail naming the requirement the change breaks. The restart-policy case
+//! ends the main process repeatedly, once across an outage, each end followed by a bounded
+//! restart.
 
 use std::sync::Arc;
 
@@ -9,24 +11,30 @@ use conformance_catalog::catalog::{self, Selection as Pick};
 use conformance_core::engine::{self, CaseReport, EngineOptions, Outcome};
 use conformance_core::pool;
 use conformance_core::target::TargetFactory;
-use conformance_core::timeline::{Entry, Event, Timeline};
+use conformance_core::timeline::{Entry, Event, FaultPhase, Timeline};
 use conformance_core::topology::Topologies;
 use conformance_models::spec::Selection;
 use conformance_models::target::EmulatedFactory;
 
-/// Seed 1's schedule: while-ready, while-starting, while-ready, while-starting, during-bootstrap.
-fn sweep() -> CaseReport {
+/// Runs the one case `pattern` selects on the contract model's combined topology; it passes.
+fn run_one(pattern: &str, seed: Option<u64>) -> CaseReport {
     let pick = Pick {
-        patterns: vec!["seeded-sweep".into()],
-        seed: Some(1),
+        patterns: vec![pattern.into()],
+        seed,
         ..Pick::default()
     };
     let topology = Topologies::builtin().get("combined").unwrap().clone();
     let cases = catalog::cases(&[topology], &pick);
+    assert_eq!(cases.len(), 1, "{pattern} selects one case");
     let factory: Arc<dyn TargetFactory> = Arc::new(EmulatedFactory::new(Selection::contract()));
     let report = pool::run_paused(factory, EngineOptions::default(), cases, 1, &()).remove(0);
     assert_eq!(report.outcome, Outcome::Passed, "{:?}", report.outcome);
     report
+}
+
+/// Seed 1's schedule: while-ready, while-starting, while-ready, while-starting, during-bootstrap.
+fn sweep() -> CaseReport {
+    run_one("seeded-sweep", Some(1))
 }
 
 /// The name of the sandbox with this sweep role (`sweep-1` …) in the timeline.
@@ -183,7 +191,7 @@ fn a_sweep_sandbox_ready_only_after_its_recovery_bound_fails() {
         .iter()
         .position(|e| {
             matches!(&e.event, Event::Fault(f) if f.id == "sweep-2-outage"
-                && f.phase == conformance_core::timeline::FaultPhase::Ended)
+                && f.phase == FaultPhase::Ended)
         })
         .unwrap();
     let ended_at = t.entries[end].at_ms;
@@ -202,5 +210,56 @@ fn a_sweep_sandbox_ready_only_after_its_recovery_bound_fails() {
                 .to_string()
         ),
         "{failed:?}"
+    );
+}
+
+fn restart_across_outage() -> Timeline {
+    run_one("restart-policy-always[*trigger=gateway-restart]", None).timeline
+}
+
+#[test]
+fn the_restart_policy_case_ends_the_main_process_three_times_the_last_during_an_outage() {
+    let t = restart_across_outage();
+    let at = |id: &str, phase: FaultPhase| {
+        t.entries
+            .iter()
+            .position(|e| matches!(&e.event, Event::Fault(f) if f.id == id && f.phase == phase))
+            .unwrap_or_else(|| panic!("no {id} {phase:?}"))
+    };
+    let kills: Vec<usize> = (1..=3)
+        .map(|k| at(&format!("main-kill-{k}"), FaultPhase::Started))
+        .collect();
+    let (down, up) = (
+        at("gateway-outage", FaultPhase::Started),
+        at("gateway-outage", FaultPhase::Ended),
+    );
+    assert!(kills[1] < down, "the first two ends are outside the outage");
+    assert!(down < kills[2] && kills[2] < up, "the third is during it");
+    let latencies: Vec<u64> = t
+        .entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Observation { key, value, .. } if key.starts_with("restart-ms-") => {
+                value.as_u64()
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(latencies.len(), 3, "one measured restart latency per end");
+}
+
+#[test]
+fn a_restart_policy_case_whose_second_end_is_not_followed_by_a_restart_fails_naming_r10() {
+    let mut t = restart_across_outage();
+    for e in &mut t.entries {
+        if let Event::Observation { key, value, .. } = &mut e.event
+            && key.starts_with("starts-after-end-2:")
+        {
+            *value = serde_json::json!(2);
+        }
+    }
+    assert_eq!(
+        failures(&t),
+        vec!["end 2 of 3 is followed by a restart within 3m [R10]"]
     );
 }

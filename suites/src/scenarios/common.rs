@@ -144,8 +144,9 @@ pub(crate) async fn observe_starts(ctx: &Ctx, sandbox: &str, key: &str) -> Optio
 }
 
 /// Waits (softly) until the workload has started at least `n` times, reading the start marker
-/// without recording each poll; a restart takes a moment to show after the phase does.
-pub(crate) async fn wait_starts(ctx: &Ctx, sandbox: &str, n: u64, deadline: Duration) {
+/// without recording each poll; a restart takes a moment to show after the phase does. Whether
+/// it was reached in time.
+pub(crate) async fn wait_starts(ctx: &Ctx, sandbox: &str, n: u64, deadline: Duration) -> bool {
     let what = format!("the workload of {sandbox} to have started {n} times");
     let r = ctx
         .wait_for(&what, deadline, || async {
@@ -158,8 +159,12 @@ pub(crate) async fn wait_starts(ctx: &Ctx, sandbox: &str, n: u64, deadline: Dura
             Ok((count >= n).then_some(()))
         })
         .await;
-    if let Err(e) = r {
-        ctx.rec.note(format!("not reached: {e}"));
+    match r {
+        Ok(()) => true,
+        Err(e) => {
+            ctx.rec.note(format!("not reached: {e}"));
+            false
+        }
     }
 }
 
@@ -274,7 +279,6 @@ pub(crate) const GATEWAY_RESTART: FaultKey = FaultKey::new("gateway-restart");
 pub(crate) const POD_REPLACE: FaultKey = FaultKey::new("pod-replace");
 pub(crate) const BAD_CREDENTIALS: FaultKey = FaultKey::new("bad-credentials");
 pub(crate) const SUPERVISOR_KILL: FaultKey = FaultKey::new("supervisor-kill");
-pub(crate) const MAIN_KILL: FaultKey = FaultKey::new("main-kill");
 
 // ---- checks -------------------------------------------------------------------------------
 

@@ -215,6 +215,18 @@ fn stopped_checks(case: &CaseInfo) -> Vec<Check> {
                 "starts",
                 2,
             ),
+            nothing_runs_while_stopped(
+                "no workload runs while the sandbox is Stopped",
+                case,
+                MAIN,
+                Window::new(Anchor::marker(&STOPPED), Anchor::marker(&SETTLED)),
+            ),
+            pod_incarnations(
+                "the sandbox pod is replaced only by the user's stop and start",
+                case,
+                MAIN,
+                2,
+            ),
             shell_usable(case, MAIN, &["R7"]),
             sentinels(),
         ],

@@ -5,14 +5,21 @@
 //! ends the main process repeatedly, once across an outage, each end followed by a bounded
 //! restart.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
 
 use conformance_catalog::catalog::{self, Selection as Pick};
 use conformance_core::engine::{self, CaseReport, EngineOptions, Outcome};
 use conformance_core::pool;
-use conformance_core::target::TargetFactory;
-use conformance_core::timeline::{Entry, Event, FaultPhase, Timeline};
-use conformance_core::topology::Topologies;
+use conformance_core::target::{
+    ExecResult, Fault, Observers, SandboxSpec, SandboxView, Target, TargetFactory, TargetInfo,
+    TargetResult,
+};
+use conformance_core::timeline::{Entry, Event, FaultPhase, ObjectState, Recorder, Timeline};
+use conformance_core::topology::{Topologies, Topology};
 use conformance_models::spec::Selection;
 use conformance_models::target::EmulatedFactory;
 
@@ -262,4 +269,118 @@ fn a_restart_policy_case_whose_second_end_is_not_followed_by_a_restart_fails_nam
         failures(&t),
         vec!["end 2 of 3 is followed by a restart within 3m [R10]"]
     );
+}
+
+/// The emulated target, except that the gateway forgets a deleted sandbox at once while its
+/// Kubernetes objects go only `LINGER` later: a slower cluster that still cleans up in time.
+struct SlowCleanup {
+    inner: Arc<dyn Target>,
+    forgotten: Mutex<BTreeSet<String>>,
+}
+
+/// Within the leak check's deadline (CLEANUP, 120 s, after the deletion).
+const LINGER: Duration = Duration::from_secs(90);
+
+#[async_trait]
+impl Target for SlowCleanup {
+    fn info(&self) -> TargetInfo {
+        self.inner.info()
+    }
+    async fn install(&self, topology: &Topology) -> TargetResult<()> {
+        self.inner.install(topology).await
+    }
+    async fn observe(&self, rec: Recorder) -> TargetResult<Observers> {
+        self.inner.observe(rec).await
+    }
+    async fn snapshot(&self) -> TargetResult<Vec<ObjectState>> {
+        self.inner.snapshot().await
+    }
+    async fn create_sandbox(&self, spec: &SandboxSpec) -> TargetResult<SandboxView> {
+        self.inner.create_sandbox(spec).await
+    }
+    async fn get_sandbox(&self, name: &str) -> TargetResult<Option<SandboxView>> {
+        if self.forgotten.lock().unwrap().contains(name) {
+            return Ok(None);
+        }
+        self.inner.get_sandbox(name).await
+    }
+    async fn exec(&self, sandbox: &str, argv: &[String]) -> TargetResult<ExecResult> {
+        self.inner.exec(sandbox, argv).await
+    }
+    async fn probe_exec(&self, sandbox: &str, argv: &[String]) -> TargetResult<ExecResult> {
+        self.inner.probe_exec(sandbox, argv).await
+    }
+    async fn read_workspace(&self, sandbox: &str, path: &str) -> TargetResult<Option<String>> {
+        self.inner.read_workspace(sandbox, path).await
+    }
+    async fn stop_sandbox(&self, name: &str) -> TargetResult<()> {
+        self.inner.stop_sandbox(name).await
+    }
+    async fn start_sandbox(&self, name: &str) -> TargetResult<()> {
+        self.inner.start_sandbox(name).await
+    }
+    async fn delete_sandbox(&self, name: &str) -> TargetResult<()> {
+        self.forgotten.lock().unwrap().insert(name.to_string());
+        let (inner, name) = (self.inner.clone(), name.to_string());
+        tokio::spawn(async move {
+            tokio::time::sleep(LINGER).await;
+            inner.delete_sandbox(&name).await.ok();
+        });
+        Ok(())
+    }
+    async fn inject(&self, fault: &Fault) -> TargetResult<()> {
+        self.inner.inject(fault).await
+    }
+    async fn restore(&self, fault: &Fault) -> TargetResult<()> {
+        self.inner.restore(fault).await
+    }
+    async fn teardown(&self) -> TargetResult<()> {
+        self.inner.teardown().await
+    }
+}
+
+struct SlowCleanupFactory(EmulatedFactory);
+
+#[async_trait]
+impl TargetFactory for SlowCleanupFactory {
+    fn info(&self) -> TargetInfo {
+        self.0.info()
+    }
+    async fn provision(
+        &self,
+        topology: &Topology,
+        rec: &Recorder,
+    ) -> TargetResult<Arc<dyn Target>> {
+        Ok(Arc::new(SlowCleanup {
+            inner: self.0.provision(topology, rec).await?,
+            forgotten: Mutex::default(),
+        }))
+    }
+}
+
+#[test]
+fn the_leak_check_judges_at_its_deadline_not_when_the_case_ends() {
+    let pick = Pick {
+        patterns: vec!["gateway-outage[combined,outage=30s]".into()],
+        ..Pick::default()
+    };
+    let topology = Topologies::builtin().get("combined").unwrap().clone();
+    let cases = catalog::cases(&[topology], &pick);
+    assert_eq!(cases.len(), 1);
+    let factory: Arc<dyn TargetFactory> = Arc::new(SlowCleanupFactory(EmulatedFactory::new(
+        Selection::contract(),
+    )));
+    let report = pool::run_paused(factory, EngineOptions::default(), cases, 1, &()).remove(0);
+    let leak = report
+        .checks
+        .iter()
+        .find(|c| c.name == "nothing of the deleted sandbox is left behind")
+        .unwrap();
+    assert!(leak.passed, "{}", leak.diagnosis());
+    assert!(
+        leak.message.contains("after marker 'deleted:"),
+        "{}",
+        leak.message
+    );
+    assert_eq!(report.outcome, Outcome::Passed, "{:?}", report.outcome);
 }

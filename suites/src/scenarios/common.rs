@@ -469,11 +469,17 @@ pub(crate) fn nothing_runs_while_stopped(
 }
 
 /// The sandbox's pod had at most `n` incarnations over the whole case: no pod is replaced
-/// unless the scenario replaced it (R9).
-pub(crate) fn pod_incarnations(name: &str, case: &CaseInfo, role: &str, n: u64) -> Check {
+/// unless the scenario replaced it; `reqs` name what such a replacement breaks there.
+pub(crate) fn pod_incarnations(
+    name: &str,
+    reqs: &[&str],
+    case: &CaseInfo,
+    role: &str,
+    n: u64,
+) -> Check {
     Check::count(
         name,
-        &["R9"],
+        reqs,
         Counted::Incarnations {
             object: Selector::named("Pod", &case.resource_name(&case.sandbox_name(role))),
         },

@@ -223,6 +223,7 @@ fn stopped_checks(case: &CaseInfo) -> Vec<Check> {
             ),
             pod_incarnations(
                 "the sandbox pod is replaced only by the user's stop and start",
+                &["R7"],
                 case,
                 MAIN,
                 2,
@@ -597,6 +598,13 @@ fn restart_checks(case: &CaseInfo) -> Vec<Check> {
                 "starts",
                 ENDS + 1,
             ),
+            pod_incarnations(
+                "the main process restarts in place: the sandbox pod is not replaced",
+                &["R10"],
+                case,
+                MAIN,
+                1,
+            ),
             shell_usable(case, MAIN, &["R10"]),
         ]
         .into_iter()
@@ -789,6 +797,13 @@ fn provisioning_checks(case: &CaseInfo) -> Vec<Check> {
                 "starts",
                 1,
             ),
+            pod_incarnations(
+                "the sandbox pod is not replaced while it provisions",
+                &["R11"],
+                case,
+                MAIN,
+                1,
+            ),
             shell_usable(case, MAIN, &["R11"]),
             sentinels(),
         ],
@@ -873,6 +888,13 @@ fn supervisor_checks(case: &CaseInfo) -> Vec<Check> {
                 case,
                 MAIN,
                 "starts",
+                1,
+            ),
+            pod_incarnations(
+                "the sandbox pod is not replaced: the workload re-attaches in place",
+                &["R12"],
+                case,
+                MAIN,
                 1,
             ),
             shell_usable(case, MAIN, &["R12"]),

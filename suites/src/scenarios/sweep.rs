@@ -220,6 +220,7 @@ fn sweep_checks(case: &CaseInfo) -> Vec<Check> {
         ));
         checks.push(pod_incarnations(
             &format!("{role} ({label}): its pod is replaced only by the scenario's stop"),
+            &["R9"],
             case,
             &role,
             asked,

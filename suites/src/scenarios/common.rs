@@ -13,7 +13,7 @@ use conformance_core::scenario::{CaseInfo, Ctx, StepError, StepResult};
 use conformance_core::target::{
     Fault, RestartPolicy, SandboxSpec, TargetError, workspace_pvc_name,
 };
-use conformance_core::timeline::GATEWAY_SANDBOX_KIND;
+use conformance_core::timeline::{Event, GATEWAY_SANDBOX_KIND, World};
 use conformance_core::topology::SupervisorPlacement;
 
 /// The role of the one sandbox most scenarios work with.
@@ -144,8 +144,9 @@ pub(crate) async fn observe_starts(ctx: &Ctx, sandbox: &str, key: &str) -> Optio
 }
 
 /// Waits (softly) until the workload has started at least `n` times, reading the start marker
-/// without recording each poll; a restart takes a moment to show after the phase does.
-pub(crate) async fn wait_starts(ctx: &Ctx, sandbox: &str, n: u64, deadline: Duration) {
+/// without recording each poll; a restart takes a moment to show after the phase does. Whether
+/// it was reached in time.
+pub(crate) async fn wait_starts(ctx: &Ctx, sandbox: &str, n: u64, deadline: Duration) -> bool {
     let what = format!("the workload of {sandbox} to have started {n} times");
     let r = ctx
         .wait_for(&what, deadline, || async {
@@ -158,8 +159,12 @@ pub(crate) async fn wait_starts(ctx: &Ctx, sandbox: &str, n: u64, deadline: Dura
             Ok((count >= n).then_some(()))
         })
         .await;
-    if let Err(e) = r {
-        ctx.rec.note(format!("not reached: {e}"));
+    match r {
+        Ok(()) => true,
+        Err(e) => {
+            ctx.rec.note(format!("not reached: {e}"));
+            false
+        }
     }
 }
 
@@ -208,7 +213,53 @@ pub(crate) async fn delete(ctx: &Ctx, sandbox: &str) -> Result<(), StepError> {
         ctx.rec.note(format!("not reached: {e}"));
     }
     ctx.mark(&deleted_marker(sandbox));
+    // The leak check judges at its own deadline (CLEANUP after the marker), so the case must
+    // not end before then while something is still there: a slower cluster that cleans up in
+    // time is not a leak.
+    let gone = leaks_gone(&ctx.case, sandbox);
+    let what = format!("nothing of the deleted sandbox {sandbox} to be left");
+    let r = ctx
+        .wait_for(&what, CLEANUP, || async {
+            let mut world = World::default();
+            for state in ctx.rec.last_states() {
+                world.apply(&Event::Object(state));
+            }
+            Ok(gone.holds(&world).then_some(()))
+        })
+        .await;
+    if let Err(e) = r {
+        ctx.rec.note(format!("not reached: {e}"));
+    }
     Ok(())
+}
+
+/// Holds once the deleted sandbox's Sandbox resource, pod(s) and workspace PVC are gone; on
+/// topologies with a dedicated supervisor pod, that pod too.
+fn leaks_gone(case: &CaseInfo, sandbox: &str) -> Predicate {
+    let cr = case.resource_name(sandbox);
+    let mut objects = vec![
+        Selector::named("Sandbox", &cr),
+        Selector::named("Pod", &cr),
+        Selector::named("PersistentVolumeClaim", &workspace_pvc_name(&cr)),
+    ];
+    if let SupervisorPlacement::DedicatedPod {
+        selector,
+        sandbox_label,
+        ..
+    } = &case.topology.supervisor
+    {
+        let mut s = Selector::kind("Pod").with_label(sandbox_label, &cr);
+        for (k, v) in selector {
+            s = s.with_label(k, v);
+        }
+        objects.push(s);
+    }
+    Predicate::All {
+        predicates: objects
+            .into_iter()
+            .map(|object| Predicate::Absent { object })
+            .collect(),
+    }
 }
 
 /// Set once a sandbox's deletion was waited for.
@@ -228,7 +279,6 @@ pub(crate) const GATEWAY_RESTART: FaultKey = FaultKey::new("gateway-restart");
 pub(crate) const POD_REPLACE: FaultKey = FaultKey::new("pod-replace");
 pub(crate) const BAD_CREDENTIALS: FaultKey = FaultKey::new("bad-credentials");
 pub(crate) const SUPERVISOR_KILL: FaultKey = FaultKey::new("supervisor-kill");
-pub(crate) const MAIN_KILL: FaultKey = FaultKey::new("main-kill");
 
 // ---- checks -------------------------------------------------------------------------------
 
@@ -306,6 +356,21 @@ pub(crate) fn starts_eq(
     )
 }
 
+/// The workload started at most `n` times: no start the scenario did not cause (R7). Too few
+/// starts are for the scenario's own checks (Ready, shell) to judge, under their requirement.
+pub(crate) fn starts_at_most(name: &str, case: &CaseInfo, role: &str, key: &str, n: u64) -> Check {
+    Check::count(
+        name,
+        &["R7"],
+        Counted::Observed {
+            key: starts_key(&case.sandbox_name(role), key),
+        },
+        None,
+        Cmp::AtMost,
+        n,
+    )
+}
+
 /// Observation keys are per sandbox so that multi-sandbox scenarios do not mix counts.
 pub(crate) fn starts_key(sandbox: &str, key: &str) -> String {
     format!("{key}:{sandbox}")
@@ -324,41 +389,104 @@ pub(crate) fn shell_usable(case: &CaseInfo, role: &str, reqs: &[&str]) -> Check 
     )
 }
 
-/// After the sandbox is deleted, its Sandbox resource, pod(s) and workspace PVC are gone (R13).
-/// On topologies with a dedicated supervisor pod, that pod too.
+/// After the sandbox is deleted, its Sandbox resource, pod(s) and workspace PVC are gone (R13)
+/// within [`CLEANUP`] of the deletion.
 pub(crate) fn no_leaks(case: &CaseInfo, role: &str) -> Vec<Check> {
     let sandbox = case.sandbox_name(role);
-    let cr = case.resource_name(&sandbox);
-    let after = Anchor::marker(&deleted_marker(&sandbox));
-    let mut objects = vec![
-        Selector::named("Sandbox", &cr),
-        Selector::named("Pod", &cr),
-        Selector::named("PersistentVolumeClaim", &workspace_pvc_name(&cr)),
-    ];
-    if let SupervisorPlacement::DedicatedPod {
-        selector,
-        sandbox_label,
-        ..
-    } = &case.topology.supervisor
-    {
-        let mut s = Selector::kind("Pod").with_label(sandbox_label, &cr);
-        for (k, v) in selector {
-            s = s.with_label(k, v);
-        }
-        objects.push(s);
-    }
     vec![Check::eventually(
         "nothing of the deleted sandbox is left behind",
         &["R13"],
-        Predicate::All {
-            predicates: objects
-                .into_iter()
-                .map(|object| Predicate::Absent { object })
-                .collect(),
-        },
-        after,
+        leaks_gone(case, &sandbox),
+        Anchor::marker(&deleted_marker(&sandbox)),
         CLEANUP,
     )]
+}
+
+/// Records how long after `from` (a fault's end, or a start the scenario asked for) the
+/// sandbox was Ready for good, as the observation `recovery-ms:<sandbox>`, so reports show the
+/// measured latency and not only whether it was within the bound. "For good" is the last turn
+/// to Ready seen so far: the view can still read Ready from before the gateway went away, and a
+/// sandbox that passes through Provisioning after the gateway returns has not recovered until
+/// it is Ready again. Nothing is recorded when it is not Ready now.
+pub(crate) fn record_recovery(ctx: &Ctx, from: &Anchor, sandbox: &str) {
+    let t = ctx.rec.snapshot();
+    let Some(i) = from.resolve(&t) else {
+        return;
+    };
+    let start = t.entries[i].at_ms;
+    let ready = Predicate::phase(
+        Selector::named(GATEWAY_SANDBOX_KIND, sandbox),
+        &[Phase::Ready],
+    );
+    let mut world = World::default();
+    let mut since = None;
+    for (j, e) in t.entries.iter().enumerate() {
+        world.apply(&e.event);
+        if j < i {
+            continue;
+        }
+        match (ready.holds(&world), since) {
+            (true, None) => since = Some(e.at_ms),
+            (false, _) => since = None,
+            (true, Some(_)) => {}
+        }
+    }
+    if let Some(at) = since {
+        ctx.observe_value(
+            &recovery_key(sandbox),
+            Some(sandbox),
+            serde_json::json!(at - start),
+        );
+    }
+}
+
+/// The observation key of a sandbox's measured recovery latency, in milliseconds.
+pub(crate) fn recovery_key(sandbox: &str) -> String {
+    format!("recovery-ms:{sandbox}")
+}
+
+/// The sandbox's pod was never seen Running while the gateway reported the sandbox Stopped,
+/// `during` the window: a stop that leaves the workload running, or a start nobody asked for
+/// (R7).
+pub(crate) fn nothing_runs_while_stopped(
+    name: &str,
+    case: &CaseInfo,
+    role: &str,
+    during: Window,
+) -> Check {
+    let pod = Selector::named("Pod", &case.resource_name(&case.sandbox_name(role)));
+    Check::never(
+        name,
+        &["R7"],
+        Predicate::All {
+            predicates: vec![
+                phase_is(case, role, &[Phase::Stopped]),
+                Predicate::phase(pod, &["Running"]),
+            ],
+        },
+        during,
+    )
+}
+
+/// The sandbox's pod had at most `n` incarnations over the whole case: no pod is replaced
+/// unless the scenario replaced it; `reqs` name what such a replacement breaks there.
+pub(crate) fn pod_incarnations(
+    name: &str,
+    reqs: &[&str],
+    case: &CaseInfo,
+    role: &str,
+    n: u64,
+) -> Check {
+    Check::count(
+        name,
+        reqs,
+        Counted::Incarnations {
+            object: Selector::named("Pod", &case.resource_name(&case.sandbox_name(role))),
+        },
+        None,
+        Cmp::AtMost,
+        n,
+    )
 }
 
 /// The window from a fault's start to a marker set once the scenario has verified recovery.

@@ -215,6 +215,19 @@ fn stopped_checks(case: &CaseInfo) -> Vec<Check> {
                 "starts",
                 2,
             ),
+            nothing_runs_while_stopped(
+                "no workload runs while the sandbox is Stopped",
+                case,
+                MAIN,
+                Window::new(Anchor::marker(&STOPPED), Anchor::marker(&SETTLED)),
+            ),
+            pod_incarnations(
+                "the sandbox pod is replaced only by the user's stop and start",
+                &["R7"],
+                case,
+                MAIN,
+                2,
+            ),
             shell_usable(case, MAIN, &["R7"]),
             sentinels(),
         ],
@@ -486,30 +499,63 @@ fn seed_always(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     })
 }
 
+/// How many times a restart-policy case ends the main process: once is luck, three times with
+/// one of them across a gateway outage is a policy.
+const ENDS: u64 = 3;
+/// How soon the main process must be running again after it ended (or, when it ended during an
+/// outage, after the gateway is back): the supervisor's restart backoff is capped at 30 s
+/// (docs/upstream-facts.md F2.7), and bootstrap-free restarts need no more than a few attempts.
+const RESTARTED: Duration = Duration::from_secs(180);
+
+/// The fault key of the `k`th end of the main process.
+fn main_kill(k: u64) -> FaultKey {
+    FaultKey::owned(format!("main-kill-{k}"))
+}
+
+/// The observation key of the starts counted after the `k`th end.
+fn starts_after_end(k: u64) -> String {
+    format!("starts-after-end-{k}")
+}
+
 fn end_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
-        let kill = Fault::MainProcessKill {
-            sandbox: name.clone(),
-        };
-        if *ctx.variant::<Trigger>()? == Trigger::GatewayRestart {
-            // The main process dies while its exit cannot be reported (docs/upstream-facts.md
-            // F2.7).
-            ctx.inject_for(
-                &GATEWAY_OUTAGE,
-                Fault::GatewayStop,
-                Some(Duration::from_secs(30)),
-            )
-            .await?;
-            ctx.inject(&MAIN_KILL, kill).await?;
-            ctx.restore(&MAIN_KILL).await?;
-            ctx.sleep(Duration::from_secs(30)).await;
-            ctx.restore(&GATEWAY_OUTAGE).await?;
-        } else {
-            ctx.inject(&MAIN_KILL, kill).await?;
-            ctx.restore(&MAIN_KILL).await?;
+        let across_outage = *ctx.variant::<Trigger>()? == Trigger::GatewayRestart;
+        for k in 1..=ENDS {
+            let kill = Fault::MainProcessKill {
+                sandbox: name.clone(),
+            };
+            // The last end of the gateway-restart variant happens while its exit cannot be
+            // reported (docs/upstream-facts.md F2.7); it comes last so that the earlier ends
+            // are judged on a sandbox the outage has not touched yet.
+            let during_outage = across_outage && k == ENDS;
+            if during_outage {
+                ctx.inject_for(
+                    &GATEWAY_OUTAGE,
+                    Fault::GatewayStop,
+                    Some(Duration::from_secs(30)),
+                )
+                .await?;
+            }
+            let ended = ctx.rec.elapsed();
+            ctx.inject(&main_kill(k), kill).await?;
+            ctx.restore(&main_kill(k)).await?;
+            ctx.mark(&MAIN_ENDED);
+            if during_outage {
+                ctx.sleep(Duration::from_secs(30)).await;
+                ctx.restore(&GATEWAY_OUTAGE).await?;
+            }
+            // Each end is followed by a restart within the bound before the next end.
+            if wait_starts(ctx, &name, k + 1, RESTARTED).await {
+                let latency = ctx.rec.elapsed().saturating_sub(ended);
+                ctx.observe_value(
+                    &format!("restart-ms-{k}:{name}"),
+                    Some(&name),
+                    serde_json::json!(latency.as_millis() as u64),
+                );
+            }
+            observe_starts(ctx, &name, &starts_key(&name, &starts_after_end(k))).await;
         }
-        ctx.mark(&MAIN_ENDED);
         Ok(())
     })
 }
@@ -517,10 +563,7 @@ fn end_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 fn verify_restarted(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
-        // The restart shows in the start marker; then the sandbox must be Ready again.
-        wait_starts(ctx, &name, 2, Duration::from_secs(180)).await;
-        ctx.settle_phase(&name, &[Phase::Ready], Duration::from_secs(180))
-            .await;
+        ctx.settle_phase(&name, &[Phase::Ready], RESTARTED).await;
         check_shell(ctx, &name).await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         ctx.mark(&VERIFIED);
@@ -548,15 +591,39 @@ fn restart_checks(case: &CaseInfo) -> Vec<Check> {
                 Window::new(Anchor::marker(&MAIN_ENDED), Anchor::marker(&VERIFIED)),
             ),
             starts_eq(
-                "the main process was started again, once",
+                "the main process was started again once per end",
                 &["R10"],
                 case,
                 MAIN,
                 "starts",
-                2,
+                ENDS + 1,
+            ),
+            pod_incarnations(
+                "the main process restarts in place: the sandbox pod is not replaced",
+                &["R10"],
+                case,
+                MAIN,
+                1,
             ),
             shell_usable(case, MAIN, &["R10"]),
-        ],
+        ]
+        .into_iter()
+        .chain((1..=ENDS).map(|k| {
+            Check::count(
+                &format!(
+                    "end {k} of {ENDS} is followed by a restart within {}",
+                    humantime::format_duration(RESTARTED)
+                ),
+                &["R10"],
+                Counted::Observed {
+                    key: starts_key(&case.sandbox_name(MAIN), &starts_after_end(k)),
+                },
+                None,
+                Cmp::AtLeast,
+                k + 1,
+            )
+        }))
+        .collect(),
         case,
     )
 }
@@ -730,6 +797,13 @@ fn provisioning_checks(case: &CaseInfo) -> Vec<Check> {
                 "starts",
                 1,
             ),
+            pod_incarnations(
+                "the sandbox pod is not replaced while it provisions",
+                &["R11"],
+                case,
+                MAIN,
+                1,
+            ),
             shell_usable(case, MAIN, &["R11"]),
             sentinels(),
         ],
@@ -814,6 +888,13 @@ fn supervisor_checks(case: &CaseInfo) -> Vec<Check> {
                 case,
                 MAIN,
                 "starts",
+                1,
+            ),
+            pod_incarnations(
+                "the sandbox pod is not replaced: the workload re-attaches in place",
+                &["R12"],
+                case,
+                MAIN,
                 1,
             ),
             shell_usable(case, MAIN, &["R12"]),

@@ -76,6 +76,7 @@ fn verify_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         let name = ctx.sandbox_name(MAIN);
         ctx.settle_phase(&name, &[Phase::Ready], BOOTSTRAP_RECOVERY)
             .await;
+        record_recovery(ctx, &Anchor::fault_end(&GATEWAY_OUTAGE), &name);
         check_shell(ctx, &name).await;
         ctx.read_sentinel(&name, "before-fault").await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
@@ -222,6 +223,10 @@ fn verify_ready(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
         ctx.settle_phase(&name, &[Phase::Ready], RECOVERY).await;
+        // Shared by the restart and the outage: only the fault this case injected resolves.
+        for fault in [&GATEWAY_OUTAGE, &GATEWAY_RESTART] {
+            record_recovery(ctx, &Anchor::fault_end(fault), &name);
+        }
         check_shell(ctx, &name).await;
         ctx.read_sentinel(&name, "before-fault").await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;

@@ -49,6 +49,36 @@ fn verified_marker(name: &str) -> Marker {
     Marker::owned(format!("verified:{name}"))
 }
 
+/// Set when the sandbox `name`, stopped through its outage, was asked to start again.
+fn restarted_marker(name: &str) -> Marker {
+    Marker::owned(format!("start-asked:{name}"))
+}
+
+/// Whether the schedule stops and starts the sandbox at this injection point: then its
+/// workload starts twice and its pod is replaced once, by the scenario's own hand.
+fn stops(point: InjectionPoint) -> bool {
+    matches!(
+        point,
+        InjectionPoint::WhileStopping | InjectionPoint::WhileStarting
+    )
+}
+
+/// Where the recovery bound of a sandbox counts from, and the bound: once the gateway is back,
+/// a sandbox that was Ready (or starting) is Ready again within [`RECOVERY`], one that was still
+/// bootstrapping within [`BOOTSTRAP_RECOVERY`]; a sandbox stopped through the outage is started
+/// by the user afterwards, and the bound counts from that start.
+fn recovery_bound(point: InjectionPoint, role: &str, name: &str) -> (Anchor, Duration) {
+    match point {
+        InjectionPoint::BeforeCreate | InjectionPoint::DuringBootstrap => {
+            (Anchor::fault_end(&outage_key(role)), BOOTSTRAP_RECOVERY)
+        }
+        InjectionPoint::WhileReady | InjectionPoint::WhileStarting => {
+            (Anchor::fault_end(&outage_key(role)), RECOVERY)
+        }
+        InjectionPoint::WhileStopping => (Anchor::marker(&restarted_marker(name)), RECOVERY),
+    }
+}
+
 fn run_schedule(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let schedule =
@@ -103,6 +133,7 @@ async fn run_one(ctx: &mut Ctx, role: &str, planned: &PlannedFault) -> StepResul
             ctx.outage(&outage_key(role), outage).await?;
             ctx.settle_phase(&name, &[Phase::Stopped], PROVISION_TIMEOUT)
                 .await;
+            ctx.mark(&restarted_marker(&name));
             ctx.start_sandbox(&name).await?;
         }
         InjectionPoint::WhileStarting => {
@@ -119,6 +150,7 @@ async fn run_one(ctx: &mut Ctx, role: &str, planned: &PlannedFault) -> StepResul
     }
     ctx.settle_phase(&name, &[Phase::Ready], PROVISION_TIMEOUT)
         .await;
+    record_recovery(ctx, &recovery_bound(planned.point, role, &name).0, &name);
     if matches!(
         planned.point,
         InjectionPoint::BeforeCreate | InjectionPoint::DuringBootstrap
@@ -127,6 +159,7 @@ async fn run_one(ctx: &mut Ctx, role: &str, planned: &PlannedFault) -> StepResul
     }
     check_shell(ctx, &name).await;
     ctx.read_sentinel(&name, role).await;
+    observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
     ctx.mark(&verified_marker(&name));
     delete(ctx, &name).await
 }
@@ -136,6 +169,8 @@ fn sweep_checks(case: &CaseInfo) -> Vec<Check> {
         return Vec::new();
     };
     let mut checks = Vec::new();
+    // Stops and starts are numbered over the whole case, in schedule order.
+    let mut stop_nth = 0;
     for (i, planned) in schedule.faults.iter().enumerate() {
         let role = role(i);
         let fault = outage_key(&role);
@@ -145,13 +180,14 @@ fn sweep_checks(case: &CaseInfo) -> Vec<Check> {
             planned.point,
             humantime::format_duration(planned.outage)
         );
+        let (from, within) = recovery_bound(planned.point, &role, &name);
         checks.push(ready_within(
-            &format!("{role} ({label}) is Ready after the outage"),
+            &format!("{role} ({label}) is Ready again within its recovery bound"),
             &["R1", "R9"],
             case,
             &role,
-            Anchor::fault_end(&fault),
-            PROVISION_TIMEOUT,
+            from,
+            within,
         ));
         checks.push(never(
             &format!("{role} ({label}) never turns terminal"),
@@ -167,6 +203,46 @@ fn sweep_checks(case: &CaseInfo) -> Vec<Check> {
         let mut usable = shell_usable(case, &role, &["R1", "R9"]);
         usable.name = format!("{role} ({label}): a command runs through the sandbox shell");
         checks.push(usable);
+        // The invariants of every case: the workload starts only when the scenario starts it,
+        // its pod is replaced only when the scenario stops and starts it, and nothing runs
+        // while the sandbox is Stopped.
+        let (asked, times) = if stops(planned.point) {
+            (2, "twice")
+        } else {
+            (1, "once")
+        };
+        checks.push(starts_at_most(
+            &format!("{role} ({label}): the workload started at most {times}, as asked"),
+            case,
+            &role,
+            "starts",
+            asked,
+        ));
+        checks.push(pod_incarnations(
+            &format!("{role} ({label}): its pod is replaced only by the scenario's stop"),
+            &["R9"],
+            case,
+            &role,
+            asked,
+        ));
+        if stops(planned.point) {
+            stop_nth += 1;
+            checks.push(nothing_runs_while_stopped(
+                &format!("{role} ({label}): nothing runs while it is Stopped"),
+                case,
+                &role,
+                Window::new(
+                    Anchor::ActionEnd {
+                        name: "stop".into(),
+                        nth: stop_nth,
+                    },
+                    Anchor::ActionStart {
+                        name: "start".into(),
+                        nth: stop_nth,
+                    },
+                ),
+            ));
+        }
         for mut leak in no_leaks(case, &role) {
             leak.name = format!("{role}: {}", leak.name);
             checks.push(leak);

@@ -557,7 +557,22 @@ impl Ctx {
 
     /// Reads the gateway's view of a sandbox and records it.
     pub async fn get_sandbox(&self, name: &str) -> Result<Option<SandboxView>, TargetError> {
-        let v = self.target.get_sandbox(name).await?;
+        let v = match self.target.get_sandbox(name).await {
+            Ok(v) => v,
+            Err(e) => {
+                // The gateway did not answer: what it would say is unknown, not what it said
+                // last (for a sandbox it has shown and not deleted).
+                let unknown = SandboxView::unreachable_state(name, &crate::error::one_line(&e));
+                if self
+                    .rec
+                    .last_state(&unknown.object_ref())
+                    .is_some_and(|last| !last.deleted)
+                {
+                    self.rec.observe_direct(unknown);
+                }
+                return Err(e);
+            }
+        };
         match &v {
             Some(view) => {
                 self.rec.observe_direct(view.to_state());

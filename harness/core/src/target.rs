@@ -167,6 +167,22 @@ pub struct SandboxView {
 }
 
 impl SandboxView {
+    /// The timeline state of a sandbox whose gateway cannot be reached: phase `Unknown`, and a
+    /// `Ready` condition of status `Unknown` that says why (see
+    /// [`crate::timeline::ObjectState::unobserved`]). Checks that need a phase at an instant
+    /// are not satisfied by it.
+    pub fn unreachable_state(name: &str, detail: &str) -> ObjectState {
+        let mut s = ObjectState::new(crate::timeline::GATEWAY_SANDBOX_KIND, None, name);
+        s.phase = Some(Phase::Unknown.name().to_string());
+        s.conditions.push(crate::timeline::ConditionState {
+            type_: crate::timeline::READY_CONDITION.into(),
+            status: "Unknown".into(),
+            reason: Some(crate::timeline::GATEWAY_UNREACHABLE_REASON.into()),
+            message: Some(detail.to_string()),
+        });
+        s
+    }
+
     /// As a timeline object of kind [`crate::timeline::GATEWAY_SANDBOX_KIND`].
     pub fn to_state(&self) -> ObjectState {
         let mut s = ObjectState::new(crate::timeline::GATEWAY_SANDBOX_KIND, None, &self.name);

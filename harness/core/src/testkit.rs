@@ -83,6 +83,10 @@ impl Fake {
             .sandboxes
             .iter()
             .map(|(name, s)| {
+                // Like a real observer: a gateway that cannot be asked shows no phase.
+                if !st.gateway_up {
+                    return SandboxView::unreachable_state(name, "connection refused");
+                }
                 let mut o = ObjectState::new(GATEWAY_SANDBOX_KIND, None, name);
                 o.phase = Some(s.phase.name().to_string());
                 o
@@ -236,19 +240,22 @@ impl Target for Fake {
     async fn inject(&self, fault: &Fault) -> TargetResult<()> {
         match fault {
             Fault::GatewayStop => {
-                tokio::time::sleep(Duration::from_secs(5)).await; // pods terminating
-                let mut st = self.state.lock().unwrap();
-                st.gateway_up = false;
-                let broken = if self.quirk == Quirk::ErrorOnOutage {
-                    Phase::Error
-                } else {
-                    Phase::Provisioning
-                };
-                for s in st.sandboxes.values_mut() {
-                    if s.phase == Phase::Ready {
-                        s.phase = broken.clone();
+                // The reported bug: the gateway marks Ready sandboxes Error as it goes down,
+                // while it can still be seen doing so.
+                let set_ready_to = |to: Phase| {
+                    let mut st = self.state.lock().unwrap();
+                    for s in st.sandboxes.values_mut() {
+                        if s.phase == Phase::Ready {
+                            s.phase = to.clone();
+                        }
                     }
+                };
+                if self.quirk == Quirk::ErrorOnOutage {
+                    set_ready_to(Phase::Error);
                 }
+                tokio::time::sleep(Duration::from_secs(5)).await; // pods terminating
+                self.state.lock().unwrap().gateway_up = false;
+                set_ready_to(Phase::Provisioning);
                 Ok(())
             }
             other => Err(TargetError::Unsupported(other.kind().into())),

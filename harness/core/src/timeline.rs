@@ -106,6 +106,16 @@ impl std::fmt::Display for ObjectRef {
 /// the Agent Sandbox custom resource of kind `Sandbox`.
 pub const GATEWAY_SANDBOX_KIND: &str = "OpenShellSandbox";
 
+/// Reason of the `Ready` condition of a gateway sandbox state recorded while the gateway could
+/// not be reached: the phase is `Unknown`, not the last one seen (a gateway that cannot answer
+/// says nothing about the sandbox).
+pub const GATEWAY_UNREACHABLE_REASON: &str = "GatewayUnreachable";
+
+/// Key of the [`Event::Observation`] an observer records when it samples objects of the kind
+/// named by its subject instead of streaming their changes; the value is the interval in
+/// milliseconds. A state held for less than that may be missing from the timeline.
+pub const SAMPLING_INTERVAL_KEY: &str = "sampling_interval_ms";
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ObjectState {
     pub kind: String,
@@ -152,6 +162,15 @@ impl ObjectState {
 
     pub fn condition(&self, type_: &str) -> Option<&ConditionState> {
         self.conditions.iter().find(|c| c.type_ == type_)
+    }
+
+    /// A state recorded because the object could not be observed (the gateway was
+    /// unreachable): its phase is not known, so it is a gap in the object's history rather
+    /// than a phase it went through.
+    pub fn unobserved(&self) -> bool {
+        self.condition(READY_CONDITION).is_some_and(|c| {
+            c.status == "Unknown" && c.reason.as_deref() == Some(GATEWAY_UNREACHABLE_REASON)
+        })
     }
 
     /// A one-line summary for failure messages: `Pod/ns/name uid=… phase=Failed Ready=False(PodFailed) agent=terminated(1)`.
@@ -343,6 +362,21 @@ pub enum TimelineError {
 }
 
 impl Timeline {
+    /// The sampling interval an observer declared for objects of `kind`, if they were sampled
+    /// rather than streamed (see [`SAMPLING_INTERVAL_KEY`]).
+    pub fn sampling_interval(&self, kind: &str) -> Option<Duration> {
+        self.entries.iter().find_map(|e| match &e.event {
+            Event::Observation {
+                key,
+                subject: Some(subject),
+                value,
+            } if key == SAMPLING_INTERVAL_KEY && subject == kind => {
+                value.as_u64().map(Duration::from_millis)
+            }
+            _ => None,
+        })
+    }
+
     pub fn run_info(&self) -> Option<&RunInfo> {
         self.entries.iter().find_map(|e| match &e.event {
             Event::RunStarted(info) => Some(info),

@@ -516,3 +516,40 @@ fn only_an_interruption_makes_an_outcome_interrupted() {
     assert!(!Outcome::Failed("interrupted by SIGINT: x".into()).is_interrupted());
     assert!(!Outcome::Passed.is_interrupted());
 }
+
+#[tokio::test(start_paused = true)]
+async fn while_the_gateway_is_down_the_timeline_shows_the_sandbox_phase_as_unknown_not_the_last_one_seen()
+ {
+    let r = engine(Factory::new(Quirk::None))
+        .run_case(&case(standard_steps()))
+        .await;
+    assert_eq!(r.outcome, Outcome::Passed, "{:#?}", r.checks);
+    let faults = fault_phases(&r.timeline);
+    let (started, ended) = (faults[1].0, faults[2].0);
+    let sandbox: Vec<(u64, &conformance_core::timeline::ObjectState)> = r
+        .timeline
+        .entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Object(o) if o.kind == conformance_core::timeline::GATEWAY_SANDBOX_KIND => {
+                Some((e.at_ms, o))
+            }
+            _ => None,
+        })
+        .collect();
+    let unknown: Vec<u64> = sandbox
+        .iter()
+        .filter(|(_, o)| o.unobserved())
+        .map(|(at, _)| *at)
+        .collect();
+    assert!(
+        unknown.iter().any(|at| (started..=ended).contains(at)),
+        "no Unknown phase during the outage {started}..{ended}: {:?}",
+        sandbox
+            .iter()
+            .map(|(at, o)| format!("{at} {}", o.summary()))
+            .collect::<Vec<_>>()
+    );
+    let last = sandbox.last().unwrap().1;
+    assert_eq!(last.phase.as_deref(), Some("Ready"), "{}", last.summary());
+}

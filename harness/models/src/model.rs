@@ -113,6 +113,8 @@ pub struct OpenShellModel {
     pub topology: Topology,
     /// The OpenShell version images are tagged with.
     pub version: String,
+    /// Told of every write of any gateway's store (see [`crate::gateway::store::ViewHook`]).
+    pub(crate) views: crate::gateway::store::ViewSink,
     tables: Mutex<Tables>,
 }
 
@@ -129,8 +131,15 @@ impl OpenShellModel {
             timings: Timings::default(),
             topology,
             version,
+            views: Default::default(),
             tables: Mutex::default(),
         })
+    }
+
+    /// Calls `hook` with the gateway's view of every sandbox each time a gateway writes its
+    /// store, replacing any earlier hook.
+    pub(crate) fn on_gateway_views(&self, hook: crate::gateway::store::ViewHook) {
+        *self.views.lock().unwrap_or_else(|p| p.into_inner()) = Some(hook);
     }
 
     fn tables(&self) -> MutexGuard<'_, Tables> {

@@ -374,16 +374,40 @@ impl Target for EmulatedTarget {
 
     async fn observe(&self, rec: Recorder) -> TargetResult<Observers> {
         let mut obs = observe::spawn(self.cluster.client(), &self.spec())(rec.clone());
+        let views = GatewayViews::new(rec);
+        // Every write of the gateway's store is recorded as it happens, so a phase held for no
+        // time at all (Ready -> Error -> Ready in one reconcile) is still on the timeline.
+        {
+            let client = self.client.clone();
+            let views = views.clone();
+            self.model
+                .on_gateway_views(Arc::new(move |vs: &[SandboxView]| {
+                    // What a client could not have read is not what the gateway showed.
+                    if client.connect().is_ok() {
+                        views.seen(vs);
+                    }
+                }));
+        }
+        // Whether the gateway can be reached follows its pod's readiness (a store change, so
+        // wake on each) and network faults (the tick).
         let client = self.client.clone();
+        let mut changes = self.cluster.subscribe();
         let every = self.timings.view_poll;
         obs.push(tokio::spawn(async move {
             loop {
-                if let Ok(views) = client.list() {
-                    for v in views {
-                        rec.observe(v.to_state());
-                    }
+                match client.list() {
+                    Ok(vs) => views.seen(&vs),
+                    Err(e) => views.unreachable(&e.to_string()),
                 }
-                tokio::time::sleep(every).await;
+                tokio::select! {
+                    biased;
+                    r = changes.changed() => {
+                        if r.is_err() {
+                            tokio::time::sleep(every).await;
+                        }
+                    }
+                    _ = tokio::time::sleep(every) => {}
+                }
             }
         }));
         Ok(obs)
@@ -563,6 +587,49 @@ impl Target for EmulatedTarget {
         }
         drop(self.kube.lock().unwrap_or_else(|p| p.into_inner()).take());
         Ok(())
+    }
+}
+
+/// Records the gateway's views of sandboxes: every state it shows, the disappearance of a
+/// sandbox it no longer lists, and, while it cannot be reached, an `Unknown` phase for every
+/// sandbox it listed (not the last phase seen).
+#[derive(Clone)]
+struct GatewayViews {
+    rec: Recorder,
+    known: Arc<Mutex<BTreeSet<String>>>,
+}
+
+impl GatewayViews {
+    fn new(rec: Recorder) -> Self {
+        Self {
+            rec,
+            known: Arc::default(),
+        }
+    }
+
+    fn seen(&self, views: &[SandboxView]) {
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        let now: BTreeSet<String> = views.iter().map(|v| v.name.clone()).collect();
+        for v in views {
+            self.rec.observe(v.to_state());
+        }
+        for gone in known.difference(&now) {
+            let mut st = SandboxView::unreachable_state(gone, "");
+            if let Some(last) = self.rec.last_state(&st.object_ref()) {
+                st = last;
+            }
+            st.deleted = true;
+            self.rec.observe(st);
+        }
+        *known = now;
+    }
+
+    fn unreachable(&self, detail: &str) {
+        let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        for name in known.iter() {
+            self.rec
+                .observe(SandboxView::unreachable_state(name, detail));
+        }
     }
 }
 

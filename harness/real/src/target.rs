@@ -36,7 +36,9 @@ use conformance_core::target::{
     Capability, ExecResult, Fault, Observers, SandboxSpec, SandboxView, Target, TargetError,
     TargetFactory, TargetInfo, TargetResult,
 };
-use conformance_core::timeline::{ObjectState, Recorder};
+use conformance_core::timeline::{
+    Event, GATEWAY_SANDBOX_KIND, ObjectState, Recorder, SAMPLING_INTERVAL_KEY,
+};
 use conformance_core::topology::Topology;
 use conformance_observe::{self as observe, ObserveSpec};
 
@@ -695,6 +697,19 @@ pub(crate) async fn phase_poller(
     rec: Recorder,
     every: Duration,
 ) {
+    // The CLI can only be asked, not watched: say on the timeline that these states are
+    // samples, so a `never` check's pass states how coarse it is.
+    rec.record(Event::Observation {
+        key: SAMPLING_INTERVAL_KEY.to_string(),
+        subject: Some(GATEWAY_SANDBOX_KIND.to_string()),
+        value: serde_json::Value::from(every.as_millis() as u64),
+    });
+    rec.record(Event::Note {
+        message: format!(
+            "the gateway's sandbox phases are polled with `openshell sandbox list` every {}s; a phase held for less may not be on this timeline",
+            every.as_secs_f64()
+        ),
+    });
     let mut known: BTreeSet<String> = BTreeSet::new();
     loop {
         match cli.list(Some(&selector)).await {
@@ -717,8 +732,15 @@ pub(crate) async fn phase_poller(
                 }
                 known = now;
             }
-            // The gateway may be down on purpose; the watchers keep observing meanwhile.
-            Err(e) => tracing::debug!(error = %e, "phase poll failed"),
+            // The gateway may be down on purpose; the watchers keep observing meanwhile, and
+            // what the gateway would say is unknown until it answers again.
+            Err(e) => {
+                tracing::debug!(error = %e, "phase poll failed");
+                let detail = e.to_string();
+                for name in &known {
+                    rec.observe(SandboxView::unreachable_state(name, &detail));
+                }
+            }
         }
         tokio::time::sleep(every).await;
     }

@@ -660,13 +660,26 @@ fn scan_window(t: &Timeline, w: &Window, bad: impl Fn(&World) -> bool) -> Result
 }
 
 fn eval_never(t: &Timeline, p: &Predicate, during: &Window) -> Verdict {
-    judge_window(
+    let mut v = judge_window(
         t,
         p,
         during,
         |w| p.holds(w),
         ("it held at", "it never held"),
-    )
+    );
+    // A pass over sampled states says less than one over streamed changes: say how coarse.
+    let mut kinds: Vec<&str> = p.selectors().iter().map(|s| s.kind.as_str()).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    for kind in kinds {
+        if let Some(every) = t.sampling_interval(kind) {
+            v.message.push_str(&format!(
+                " ({kind} states were sampled every {}: a shorter excursion may be unseen)",
+                fmt_ms(every.as_millis() as u64)
+            ));
+        }
+    }
+    v
 }
 
 fn eval_holds_until(t: &Timeline, p: &Predicate, from: &Anchor, until: &Anchor) -> Verdict {
@@ -744,13 +757,16 @@ fn eval_phase_sequence(
             history.push((at, phase));
         }
     };
-    for o in world.all().filter(|o| object.matches(o)) {
+    // A state recorded while the gateway was unreachable is a gap, not a phase the sandbox
+    // went through: the phases on either side of it are what was seen.
+    for o in world.all().filter(|o| object.matches(o) && !o.unobserved()) {
         push(t.entries[i].at_ms, phase_of(o));
     }
     for e in t.entries.iter().take(k + 1).skip(i + 1) {
         world.apply(&e.event);
         if let Event::Object(o) = &e.event
             && object.matches(o)
+            && !o.unobserved()
         {
             push(e.at_ms, phase_of(o));
         }

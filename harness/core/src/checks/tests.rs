@@ -752,3 +752,103 @@ fn checks_survive_a_round_trip_through_json() {
     let back: Vec<Check> = serde_json::from_str(&text).unwrap();
     assert_eq!(back, checks);
 }
+
+/// The state an observer records for a sandbox while its gateway cannot be reached.
+fn unreachable(name: &str) -> Event {
+    Event::Object(crate::target::SandboxView::unreachable_state(
+        name,
+        "Connection refused",
+    ))
+}
+
+#[test]
+fn a_sandbox_whose_gateway_cannot_be_reached_is_not_ready_at_that_instant() {
+    let t = Tb::default()
+        .phase(0.0, "a", Phase::Ready)
+        .outage(10.0, 40.0)
+        .push(10.0, unreachable("a"))
+        .mark(60.0, "verified")
+        .build();
+    let c = Check::eventually(
+        "still Ready when recovery is verified",
+        &["R1"],
+        Predicate::phase(sandbox(), &[Phase::Ready]),
+        Anchor::Marker {
+            label: "verified".into(),
+            nth: 1,
+        },
+        Duration::ZERO,
+    );
+    let o = c.evaluate(&t);
+    assert!(
+        !o.passed,
+        "judged Ready on an unknown phase: {}",
+        o.diagnosis()
+    );
+    assert!(
+        o.last_seen.iter().any(|s| s.unobserved()),
+        "the verdict shows the unknown state: {:?}",
+        o.last_seen
+    );
+}
+
+#[test]
+fn a_sandbox_ready_only_long_after_the_gateway_returns_is_not_ready_at_once() {
+    let t = Tb::default()
+        .phase(0.0, "a", Phase::Ready)
+        .outage(10.0, 40.0)
+        .push(10.0, unreachable("a"))
+        .phase(145.0, "a", Phase::Ready)
+        .build();
+    let c = Check::eventually(
+        "Ready again within 30s of the gateway's return",
+        &["R5"],
+        Predicate::phase(sandbox(), &[Phase::Ready]),
+        Anchor::fault_end(&FaultKey::new("f1")),
+        Duration::from_secs(30),
+    );
+    let o = c.evaluate(&t);
+    assert!(!o.passed, "{}", o.diagnosis());
+}
+
+#[test]
+fn a_phase_sequence_treats_an_unreachable_gateway_as_a_gap_not_a_phase() {
+    let t = Tb::default()
+        .phase(0.0, "a", Phase::Provisioning)
+        .push(2.0, unreachable("a"))
+        .phase(5.0, "a", Phase::Provisioning)
+        .phase(30.0, "a", Phase::Ready)
+        .build();
+    let o = ready_error_sequence().evaluate(&t);
+    assert!(o.passed, "{}", o.diagnosis());
+    assert_eq!(o.message, "observed Provisioning@0s -> Ready@30s");
+}
+
+#[test]
+fn a_never_check_over_sampled_states_states_the_sampling_interval_in_its_verdict() {
+    let never_error = Check::never(
+        "no Error",
+        &["R9"],
+        Predicate::phase(sandbox(), &[Phase::Error]),
+        Window::whole_run(),
+    );
+    let streamed = Tb::default().phase(0.0, "a", Phase::Ready).build();
+    assert_eq!(never_error.evaluate(&streamed).message, "it never held");
+    let sampled = Tb::default()
+        .push(
+            0.0,
+            Event::Observation {
+                key: crate::timeline::SAMPLING_INTERVAL_KEY.into(),
+                subject: Some(GATEWAY_SANDBOX_KIND.into()),
+                value: serde_json::json!(2000),
+            },
+        )
+        .phase(0.0, "a", Phase::Ready)
+        .build();
+    let o = never_error.evaluate(&sampled);
+    assert!(o.passed, "{}", o.diagnosis());
+    assert_eq!(
+        o.message,
+        "it never held (OpenShellSandbox states were sampled every 2s: a shorter excursion may be unseen)"
+    );
+}

@@ -49,7 +49,7 @@ impl ContainerProgram for GatewayProgram {
             &ctx.namespace,
             &ctx.pod,
             &ctx.container,
-            Store::open(volume),
+            Store::open(volume).with_sink(self.model.views.clone()),
         );
         // F1.15: the startup sweep runs before the watchers and the listeners start.
         gw.startup_sweep();
@@ -232,7 +232,7 @@ impl Gateway {
         }
     }
 
-    fn view(rec: &SandboxRecord) -> SandboxView {
+    pub(crate) fn view(rec: &SandboxRecord) -> SandboxView {
         SandboxView {
             name: rec.name.clone(),
             phase: rec.phase.clone(),

@@ -3,11 +3,12 @@
 //! It survives gateway restarts; sessions and logs do not (F1.17).
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
 use conformance_core::phase::Phase;
-use conformance_core::target::RestartPolicy;
+use conformance_core::target::{RestartPolicy, SandboxView};
 use kube_emulator::shell::Volume;
 
 /// Where the database lives inside the gateway's data volume (`sqlite:/var/openshell/openshell.db`).
@@ -64,10 +65,20 @@ pub struct Db {
     pub sandboxes: BTreeMap<String, SandboxRecord>,
 }
 
+/// Told the gateway's view of every sandbox each time the store is written, while the write
+/// is still in progress: an observer that must see every change, however brief, cannot rely
+/// on reading the store later (the next change may already have replaced it).
+pub(crate) type ViewHook = Arc<dyn Fn(&[SandboxView]) + Send + Sync>;
+
+/// Where the model keeps the [`ViewHook`]; shared by every gateway process it starts, so a
+/// hook set once sees the stores of restarted gateways too.
+pub(crate) type ViewSink = Arc<Mutex<Option<ViewHook>>>;
+
 /// The store: the document in memory, written through to the volume on every change.
 pub struct Store {
     volume: Volume,
     pub db: Db,
+    sink: ViewSink,
 }
 
 impl Store {
@@ -77,12 +88,32 @@ impl Store {
             .read(DB_PATH)
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default();
-        Self { volume, db }
+        Self {
+            volume,
+            db,
+            sink: ViewSink::default(),
+        }
+    }
+
+    /// Tells `sink`'s hook about every write from now on.
+    pub(crate) fn with_sink(mut self, sink: ViewSink) -> Self {
+        self.sink = sink;
+        self
     }
 
     pub(crate) fn save(&self) {
         let bytes = serde_json::to_vec_pretty(&self.db).expect("the store serializes");
         self.volume.write(DB_PATH, &bytes);
+        let hook = self.sink.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(hook) = hook {
+            let views: Vec<SandboxView> = self
+                .db
+                .sandboxes
+                .values()
+                .map(super::Gateway::view)
+                .collect();
+            hook(&views);
+        }
     }
 
     pub fn get(&self, name: &str) -> Option<&SandboxRecord> {

@@ -2,5 +2,6 @@
 //! OpenShell models end to end, and regressions found by the catalog.
 
 mod kube;
+mod observe;
 mod openshell;
 mod regressions;

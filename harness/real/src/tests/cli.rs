@@ -279,3 +279,70 @@ async fn an_exec_the_sandbox_does_not_answer_in_time_is_the_products_refusal_not
     );
     assert!(message.contains("did not finish within"), "{message}");
 }
+
+/// The phase poller samples `openshell sandbox list`: the timeline says so and with what
+/// interval, a `never` check's verdict states it, and once the gateway stops answering the
+/// sandboxes it listed are Unknown, not the phase last seen.
+#[tokio::test(start_paused = true)]
+async fn the_phase_poller_declares_its_interval_and_records_unknown_while_the_gateway_is_unreachable()
+ {
+    use conformance_core::checks::{Check, Predicate, Selector, Window};
+    use conformance_core::timeline::{
+        Event, GATEWAY_SANDBOX_KIND, Recorder, SAMPLING_INTERVAL_KEY,
+    };
+    let r = recorded();
+    r.respond(
+        "openshell sandbox list -o json",
+        CmdOutput {
+            code: 1,
+            stdout: String::new(),
+            stderr: "Error:   × status: Unavailable, message: \"error trying to connect: tcp connect error: Connection refused (os error 111)\", details: []\n".into(),
+        },
+    );
+    let rec = Recorder::new();
+    let poller = tokio::spawn(crate::target::phase_poller(
+        cli(&r),
+        "openshell-conformance.io/run=r1".into(),
+        rec.clone(),
+        std::time::Duration::from_secs(2),
+    ));
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    poller.abort();
+    let t = rec.snapshot();
+    assert_eq!(
+        t.sampling_interval(GATEWAY_SANDBOX_KIND),
+        Some(std::time::Duration::from_secs(2))
+    );
+    assert!(
+        t.entries.iter().any(
+            |e| matches!(&e.event, Event::Observation { key, .. } if key == SAMPLING_INTERVAL_KEY)
+        ),
+        "{t:?}"
+    );
+    let demo: Vec<_> = t
+        .entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Object(o) if o.kind == GATEWAY_SANDBOX_KIND && o.name == "demo" => Some(o),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        demo.iter()
+            .map(|o| o.phase.as_deref().unwrap_or(""))
+            .collect::<Vec<_>>(),
+        ["Ready", "Unknown"]
+    );
+    assert!(demo[1].unobserved(), "{}", demo[1].summary());
+    rec.record(Event::CheckPlan {
+        checks: vec![Check::never(
+            "never Error",
+            &["R9"],
+            Predicate::phase(Selector::named(GATEWAY_SANDBOX_KIND, "demo"), &["Error"]),
+            Window::whole_run(),
+        )],
+    });
+    let o = &conformance_core::engine::recheck(&rec.snapshot()).outcomes[0];
+    assert!(o.passed, "{}", o.diagnosis());
+    assert!(o.message.contains("sampled every 2s"), "{}", o.message);
+}

@@ -17,6 +17,7 @@ pub mod watch {
     pub use tw::error::{RecvError, SendError};
 
     /// A watch channel whose receivers wake in the order they began to wait.
+    #[allow(clippy::disallowed_methods)] // the one place tokio's channel is wrapped
     pub fn channel<T>(init: T) -> (Sender<T>, Receiver<T>) {
         let (tx, rx) = tw::channel(init);
         let notify = Arc::new(Notify::new());
@@ -160,5 +161,62 @@ pub mod watch {
                 notified.await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::watch;
+    use std::sync::{Arc, Mutex};
+
+    /// Spawns `n` tasks that each wait for one change, in order, and returns the order they woke.
+    async fn wake_order(n: usize) -> Vec<usize> {
+        let (tx, rx) = watch::channel(0u32);
+        let woke = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..n {
+            let (mut rx, woke) = (rx.clone(), woke.clone());
+            tasks.push(tokio::spawn(async move {
+                rx.changed().await.unwrap();
+                woke.lock().unwrap().push(i);
+            }));
+            // Let the task start waiting before the next one does.
+            tokio::task::yield_now().await;
+        }
+        tx.send_replace(1);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        Arc::try_unwrap(woke).unwrap().into_inner().unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn receivers_wake_in_the_order_they_began_to_wait_every_time() {
+        for _ in 0..20 {
+            assert_eq!(wake_order(16).await, (0..16).collect::<Vec<_>>());
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_receiver_learns_that_the_last_sender_is_gone() {
+        let (tx, mut rx) = watch::channel(());
+        let second = tx.clone();
+        let waiting = tokio::spawn(async move { rx.changed().await });
+        tokio::task::yield_now().await;
+        drop(tx);
+        drop(second);
+        assert!(waiting.await.unwrap().is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wait_for_returns_at_once_when_the_value_already_holds_and_later_when_it_comes() {
+        let (tx, mut rx) = watch::channel(1u32);
+        assert_eq!(*rx.wait_for(|v| *v == 1).await.unwrap(), 1);
+        let mut rx2 = tx.subscribe();
+        let later = tokio::spawn(async move { *rx2.wait_for(|v| *v == 3).await.unwrap() });
+        tx.send_replace(2);
+        tokio::task::yield_now().await;
+        tx.send_modify(|v| *v = 3);
+        assert_eq!(later.await.unwrap(), 3);
     }
 }

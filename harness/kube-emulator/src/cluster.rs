@@ -12,13 +12,13 @@ use crate::patch::PatchKind;
 use crate::portforward::PortForwardHandler;
 use crate::shell::{ExecOutput, ShellHooks, Volume};
 use crate::store::{DeleteOptions, ListOptions, State, Subresource};
+use crate::sync::watch;
 use crate::watch::{WatchEvent, WatchParams, watch_stream};
 use futures::Stream;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
-use tokio::sync::watch;
 
 /// Identifies a served resource in one version: ("", "v1", "pods"), ("apps", "v1", "statefulsets").
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -24,6 +24,7 @@ pub mod serve;
 mod server;
 pub mod shell;
 mod store;
+pub mod sync;
 mod tables;
 mod transport;
 mod watch;

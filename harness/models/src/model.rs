@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::watch;
+use kube_emulator::sync::watch;
 
 use crate::spec::{Behaviour, Selection, Timings};
 use conformance_core::target::{sandbox_resource_name, workspace_pvc_name};

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
-use tokio::sync::watch;
+use kube_emulator::sync::watch;
 
 use crate::network::Network;
 use kube_emulator::Cluster;

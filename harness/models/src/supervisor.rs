@@ -754,7 +754,7 @@ impl SupervisorProgram {
 }
 
 async fn signalled(
-    mut rx: tokio::sync::watch::Receiver<Option<crate::program::Signal>>,
+    mut rx: kube_emulator::sync::watch::Receiver<Option<crate::program::Signal>>,
 ) -> crate::program::Signal {
     loop {
         if let Some(s) = *rx.borrow_and_update() {

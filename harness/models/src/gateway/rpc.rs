@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tokio::sync::watch;
+use kube_emulator::sync::watch;
 
 /// A gRPC status.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -1,0 +1,98 @@
+//! The determinism promise on the emulated target: the same model, defects, seed and selection
+//! give byte-identical timelines, whatever the number of cases run at once and however often.
+
+use std::sync::Arc;
+
+use conformance_catalog::catalog::{self, Selection as Pick};
+use conformance_core::engine::{CaseReport, EngineOptions, Outcome};
+use conformance_core::pool;
+use conformance_core::scenario::Case;
+use conformance_core::target::TargetFactory;
+use conformance_core::topology::{Topologies, Topology};
+use conformance_models::spec::{Model, Selection};
+use conformance_models::target::EmulatedFactory;
+use rstest::rstest;
+
+fn all_topologies() -> Vec<Topology> {
+    Topologies::builtin().all().cloned().collect()
+}
+
+fn run(selection: &Selection, cases: Vec<Case>, jobs: usize) -> Vec<CaseReport> {
+    let factory: Arc<dyn TargetFactory> = Arc::new(EmulatedFactory::new(selection.clone()));
+    pool::run_paused(factory, EngineOptions::default(), cases, jobs, &())
+}
+
+/// Panics naming the first case whose timeline differs, and the first line where it does.
+fn assert_same_timelines(what: &str, a: &[CaseReport], b: &[CaseReport]) {
+    assert_eq!(a.len(), b.len(), "{what}: a different number of cases");
+    let mut differing = Vec::new();
+    for (x, y) in a.iter().zip(b) {
+        assert_eq!(x.case_id, y.case_id, "{what}: cases in another order");
+        let (jx, jy) = (x.timeline.to_jsonl(), y.timeline.to_jsonl());
+        if jx == jy {
+            continue;
+        }
+        let first = jx
+            .lines()
+            .zip(jy.lines())
+            .enumerate()
+            .find(|(_, (l, r))| l != r)
+            .map_or_else(
+                || "one is a prefix of the other".to_string(),
+                |(i, (l, r))| format!("first at line {}:\n  {l}\n  {r}", i + 1),
+            );
+        differing.push(format!("{}: {first}", x.case_id));
+    }
+    assert!(
+        differing.is_empty(),
+        "{what}: {} of {} timelines differ:\n{}",
+        differing.len(),
+        a.len(),
+        differing.join("\n")
+    );
+}
+
+/// Runs the whole catalog on every topology once with one case at a time and once with
+/// several, and compares every timeline byte for byte (which also shows two runs agree).
+#[rstest]
+#[case::contract(Selection::contract())]
+#[case::upstream_0_0_111(Selection::model(Model::OpenShell0_0_111))]
+#[case::upstream_0_1_6_reported(Selection::model(Model::OpenShell0_1_6Reported))]
+fn the_whole_catalog_gives_byte_identical_timelines_with_one_job_or_several(
+    #[case] selection: Selection,
+) {
+    let pick = Pick {
+        seed: Some(7),
+        ..Pick::default()
+    };
+    let cases = || catalog::cases(&all_topologies(), &pick);
+    let one = run(&selection, cases(), 1);
+    let several = run(&selection, cases(), 2);
+    assert!(one.len() > 50, "the whole catalog, not {} cases", one.len());
+    assert_same_timelines(&format!("{selection:?}, --jobs 1 vs 2"), &one, &several);
+}
+
+/// The case that differed most often before wake-ups were ordered: the supervisor pod is
+/// created by the gateway while the Agent Sandbox controller creates the PVC and the pod.
+#[test]
+fn one_case_run_twenty_times_gives_twenty_byte_identical_timelines() {
+    let pick = Pick {
+        patterns: vec!["provisioning".into()],
+        ..Pick::default()
+    };
+    let topo = Topologies::builtin().get("supervisor-pod").unwrap().clone();
+    let case = catalog::cases(&[topo], &pick);
+    assert_eq!(case.len(), 1);
+    let selection = Selection::contract();
+    let first = run(&selection, case.clone(), 1);
+    assert_eq!(first[0].outcome, Outcome::Passed);
+    // Twenty runs in all, two at a time, each on its own runtime.
+    let rest = run(
+        &selection,
+        std::iter::repeat_n(case[0].clone(), 19).collect(),
+        2,
+    );
+    for (i, r) in rest.iter().enumerate() {
+        assert_same_timelines(&format!("run {}", i + 2), &first, std::slice::from_ref(r));
+    }
+}

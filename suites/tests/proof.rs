@@ -34,6 +34,15 @@ fn run_cases(selection: Selection, cases: Vec<Case>) -> Vec<CaseReport> {
     pool::run_paused(factory, EngineOptions::default(), cases, threads, &())
 }
 
+/// What did not pass, described.
+fn not_passed(reports: &[CaseReport]) -> Vec<String> {
+    reports
+        .iter()
+        .filter(|r| r.outcome != Outcome::Passed)
+        .map(describe)
+        .collect()
+}
+
 fn describe(r: &CaseReport) -> String {
     let mut s = format!("{}: {}", r.case_id, r.outcome.name());
     if let Some(reason) = r.outcome.reason() {
@@ -53,11 +62,7 @@ fn describe(r: &CaseReport) -> String {
 fn every_scenario_passes_on_the_contract_model(#[case] topo: &str) {
     let cases = catalog::cases(&[topology(topo)], &Pick::default());
     let reports = run_cases(Selection::contract(), cases);
-    let bad: Vec<String> = reports
-        .iter()
-        .filter(|r| r.outcome != Outcome::Passed)
-        .map(describe)
-        .collect();
+    let bad = not_passed(&reports);
     assert!(bad.is_empty(), "on contract/{topo}:\n{}", bad.join("\n"));
 }
 
@@ -108,11 +113,7 @@ fn a_topology_defined_only_as_yaml_runs_every_scenario_on_the_contract_model() {
         catalog::cases(&[topology("sidecar")], &Pick::default()).len()
     );
     let reports = run_cases(Selection::contract(), cases);
-    let bad: Vec<String> = reports
-        .iter()
-        .filter(|r| r.outcome != Outcome::Passed)
-        .map(describe)
-        .collect();
+    let bad = not_passed(&reports);
     assert!(
         bad.is_empty(),
         "on contract/paired-supervisor:\n{}",
@@ -372,11 +373,7 @@ fn an_outage_longer_than_the_harness_default_step_deadline_passes_on_the_contrac
     );
     assert_eq!(cases.len(), 1, "{pattern}");
     let reports = run_cases(Selection::contract(), cases);
-    let bad: Vec<String> = reports
-        .iter()
-        .filter(|r| r.outcome != Outcome::Passed)
-        .map(describe)
-        .collect();
+    let bad = not_passed(&reports);
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 

@@ -38,6 +38,12 @@ pub struct EngineOptions {
 pub struct Interrupt(Arc<tokio::sync::watch::Sender<Option<&'static str>>>);
 
 impl Default for Interrupt {
+    // Raised once, by a signal: the order its waiters wake in cannot shape a timeline, since an
+    // interrupted case gets no verdicts and a run is not reproducible once interrupted.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "one-shot interrupt; its wake-up order does not reach any timeline"
+    )]
     fn default() -> Self {
         Self(Arc::new(tokio::sync::watch::channel(None).0))
     }

@@ -111,6 +111,16 @@ pub const GATEWAY_SANDBOX_KIND: &str = "OpenShellSandbox";
 /// says nothing about the sandbox).
 pub const GATEWAY_UNREACHABLE_REASON: &str = "GatewayUnreachable";
 
+/// Reason of the `Ready` condition of a Kubernetes object state recorded when the watch on its
+/// kind lost the API server: like [`GATEWAY_UNREACHABLE_REASON`], the object's state is not
+/// known from then until the watch relists, so checks must not go on judging the last one seen.
+pub const API_SERVER_UNREACHABLE_REASON: &str = "ApiServerUnreachable";
+
+/// Key of the [`Event::Observation`] a Kubernetes watcher records when it loses the API server
+/// (value `false`) and when it has relisted after that (value `true`); the subject is the kind
+/// it watches. Between the two, the states of that kind are a gap.
+pub const API_SERVER_REACHABLE_KEY: &str = "api_server_reachable";
+
 /// Key of the [`Event::Observation`] an observer records when it samples objects of the kind
 /// named by its subject instead of streaming their changes; the value is the interval in
 /// milliseconds. A state held for less than that may be missing from the timeline.
@@ -164,13 +174,35 @@ impl ObjectState {
         self.conditions.iter().find(|c| c.type_ == type_)
     }
 
-    /// A state recorded because the object could not be observed (the gateway was
-    /// unreachable): its phase is not known, so it is a gap in the object's history rather
-    /// than a phase it went through.
+    /// A state recorded because the object could not be observed (the gateway or the
+    /// Kubernetes API server was unreachable): its phase is not known, so it is a gap in the
+    /// object's history rather than a phase it went through.
     pub fn unobserved(&self) -> bool {
         self.condition(READY_CONDITION).is_some_and(|c| {
-            c.status == "Unknown" && c.reason.as_deref() == Some(GATEWAY_UNREACHABLE_REASON)
+            c.status == "Unknown"
+                && matches!(
+                    c.reason.as_deref(),
+                    Some(GATEWAY_UNREACHABLE_REASON | API_SERVER_UNREACHABLE_REASON)
+                )
         })
+    }
+
+    /// This object's state while the Kubernetes API server cannot be reached: the same object
+    /// (kind, name, uid and labels, so selectors and incarnations are unchanged) with phase
+    /// `Unknown`, no containers or replicas, and a `Ready` condition of status `Unknown` saying
+    /// why. No predicate on its phase, conditions or containers is satisfied by it.
+    pub fn api_unreachable(&self) -> ObjectState {
+        let mut s = ObjectState::new(&self.kind, self.namespace.as_deref(), &self.name);
+        s.uid = self.uid.clone();
+        s.labels = self.labels.clone();
+        s.phase = Some("Unknown".into());
+        s.conditions.push(ConditionState {
+            type_: READY_CONDITION.into(),
+            status: "Unknown".into(),
+            reason: Some(API_SERVER_UNREACHABLE_REASON.into()),
+            message: Some("the Kubernetes API server could not be reached".into()),
+        });
+        s
     }
 
     /// A one-line summary for failure messages: `Pod/ns/name uid=… phase=Failed Ready=False(PodFailed) agent=terminated(1)`.

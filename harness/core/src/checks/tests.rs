@@ -852,3 +852,94 @@ fn a_never_check_over_sampled_states_states_the_sampling_interval_in_its_verdict
         "it never held (OpenShellSandbox states were sampled every 2s: a shorter excursion may be unseen)"
     );
 }
+
+/// The state a Kubernetes watcher records for a pod once it has lost the API server.
+fn api_unreachable_pod(name: &str, uid: &str) -> Event {
+    let mut last = ObjectState::new("Pod", Some("openshell"), name);
+    last.uid = Some(uid.to_string());
+    Event::Object(last.api_unreachable())
+}
+
+#[test]
+fn a_pod_whose_api_server_cannot_be_reached_is_not_running_at_that_instant() {
+    let t = Tb::default()
+        .pod(0.0, "p", "u1", "Running", 0)
+        .push(10.0, api_unreachable_pod("p", "u1"))
+        .mark(60.0, "verified")
+        .build();
+    let pod = Selector::named("Pod", "p");
+    for predicate in [
+        Predicate::phase(pod.clone(), &["Running"]),
+        Predicate::Condition {
+            object: pod.clone(),
+            type_: "Ready".into(),
+            status: Some("True".into()),
+            reason: None,
+        },
+    ] {
+        let c = Check::eventually(
+            "still running when verified",
+            &["R1"],
+            predicate,
+            Anchor::Marker {
+                label: "verified".into(),
+                nth: 1,
+            },
+            Duration::ZERO,
+        );
+        let o = c.evaluate(&t);
+        assert!(
+            !o.passed,
+            "judged on the last state seen before the API server was lost: {}",
+            o.diagnosis()
+        );
+        assert!(
+            o.last_seen.iter().any(|s| s.unobserved()),
+            "the verdict shows the unknown state: {:?}",
+            o.last_seen
+        );
+    }
+}
+
+#[test]
+fn a_pod_seen_again_after_the_api_server_returns_satisfies_the_predicate_again() {
+    let t = Tb::default()
+        .pod(0.0, "p", "u1", "Running", 0)
+        .push(10.0, api_unreachable_pod("p", "u1"))
+        .mark(10.0, "lost")
+        .pod(50.0, "p", "u1", "Running", 0)
+        .build();
+    let c = Check::eventually(
+        "running again within 45s of the loss",
+        &["R1"],
+        Predicate::phase(Selector::named("Pod", "p"), &["Running"]),
+        Anchor::Marker {
+            label: "lost".into(),
+            nth: 1,
+        },
+        Duration::from_secs(45),
+    );
+    let o = c.evaluate(&t);
+    assert!(o.passed, "{}", o.diagnosis());
+}
+
+#[test]
+fn a_phase_sequence_treats_a_lost_api_server_as_a_gap_not_a_phase() {
+    let t = Tb::default()
+        .pod(0.0, "p", "u1", "Pending", 0)
+        .push(2.0, api_unreachable_pod("p", "u1"))
+        .pod(5.0, "p", "u1", "Pending", 0)
+        .pod(30.0, "p", "u1", "Running", 0)
+        .build();
+    let c = Check::phase_sequence(
+        "pod starts",
+        &["R1"],
+        Selector::named("Pod", "p"),
+        Window::whole_run(),
+        &["Pending", "Running"],
+        &[] as &[&str],
+    );
+    let o = c.evaluate(&t);
+    assert!(o.passed, "{}", o.diagnosis());
+    assert_eq!(o.message, "observed Pending@0s -> Running@30s");
+}

@@ -17,7 +17,8 @@ use serde::de::DeserializeOwned;
 
 use conformance_core::target::Observers;
 use conformance_core::timeline::{
-    ConditionState, ContainerState, ObjectRef, ObjectState, Recorder, Replicas,
+    API_SERVER_REACHABLE_KEY, ConditionState, ContainerState, ObjectRef, ObjectState, Recorder,
+    Replicas,
 };
 
 /// The Agent Sandbox API group (docs/upstream-facts.md F4.1).
@@ -161,53 +162,126 @@ pub fn sandbox_state(o: &DynamicObject) -> ObjectState {
     s
 }
 
-/// Feeds one watcher into the recorder. A watcher that reconnects relists without telling
-/// what vanished meanwhile, so the objects missing from a relist are recorded as deleted.
-async fn pump<K>(api: Api<K>, rec: Recorder, to_state: impl Fn(&K) -> ObjectState)
+/// How long a watcher that lost the API server waits before it lists again; doubled after
+/// every failed attempt up to [`RECONNECT_MAX`]. The end of a gap is seen at most this late.
+const RECONNECT_FIRST: std::time::Duration = std::time::Duration::from_millis(500);
+const RECONNECT_MAX: std::time::Duration = std::time::Duration::from_secs(4);
+
+/// Whether a watch error means the API server could not be reached (the connection failed or
+/// broke, or a proxy in front of it answered that it is unavailable), as opposed to the server
+/// answering something the watcher handles itself (a 410 Gone it relists after, a 404 of a
+/// resource not installed yet).
+fn api_unreachable(e: &watcher::Error) -> bool {
+    let client = match e {
+        watcher::Error::InitialListFailed(c)
+        | watcher::Error::WatchStartFailed(c)
+        | watcher::Error::WatchFailed(c) => c,
+        watcher::Error::WatchError(_) | watcher::Error::NoResourceVersion => return false,
+    };
+    match client {
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
+        kube::Error::Api(s) => matches!(s.code, 502..=504),
+        _ => false,
+    }
+}
+
+/// Feeds one watcher on objects of `kind` into the recorder. A watcher that reconnects relists
+/// without telling what vanished meanwhile, so the objects missing from a relist are recorded
+/// as deleted.
+///
+/// When the API server cannot be reached, nothing more is known of these objects: the watcher
+/// records that (observation [`API_SERVER_REACHABLE_KEY`] `false`) and an unknown state of every
+/// object it knew ([`ObjectState::api_unreachable`]), so no check goes on judging the last
+/// states seen. It then lists afresh until the server answers, and once the relist is complete
+/// records `true`: the relisted states end the gap. (kube's own retry resumes a broken watch
+/// from its last resourceVersion and reports nothing when nothing changed, which would leave
+/// the end of the gap unseen.)
+async fn pump<K>(kind: &str, api: Api<K>, rec: Recorder, to_state: impl Fn(&K) -> ObjectState)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     let mut known: BTreeSet<ObjectRef> = BTreeSet::new();
-    let mut relisted: Option<BTreeSet<ObjectRef>> = None;
-    let mut stream = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    while let Some(ev) = stream.next().await {
-        match ev {
-            Ok(WatchEvent::Init) => relisted = Some(BTreeSet::new()),
-            Ok(WatchEvent::InitApply(o)) => {
-                let s = to_state(&o);
-                if let Some(r) = relisted.as_mut() {
-                    r.insert(s.object_ref());
+    let mut lost = false;
+    let mut retry = RECONNECT_FIRST;
+    loop {
+        let mut relisted: Option<BTreeSet<ObjectRef>> = None;
+        let mut stream = watcher::watcher(api.clone(), watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(WatchEvent::Init) => relisted = Some(BTreeSet::new()),
+                Ok(WatchEvent::InitApply(o)) => {
+                    let s = to_state(&o);
+                    if let Some(r) = relisted.as_mut() {
+                        r.insert(s.object_ref());
+                    }
+                    known.insert(s.object_ref());
+                    rec.observe(s);
                 }
-                known.insert(s.object_ref());
-                rec.observe(s);
-            }
-            Ok(WatchEvent::InitDone) => {
-                if let Some(r) = relisted.take() {
-                    for gone in known.difference(&r) {
-                        if let Some(mut last) = rec.last_state(gone) {
-                            last.deleted = true;
-                            rec.observe(last);
+                Ok(WatchEvent::InitDone) => {
+                    if let Some(r) = relisted.take() {
+                        for gone in known.difference(&r) {
+                            if let Some(mut last) = rec.last_state(gone) {
+                                last.deleted = true;
+                                rec.observe(last);
+                            }
+                        }
+                        known = r;
+                    }
+                    if lost {
+                        lost = false;
+                        retry = RECONNECT_FIRST;
+                        reachable(&rec, kind, true);
+                    }
+                }
+                Ok(WatchEvent::Apply(o)) => {
+                    let s = to_state(&o);
+                    known.insert(s.object_ref());
+                    rec.observe(s);
+                }
+                Ok(WatchEvent::Delete(o)) => {
+                    let mut s = to_state(&o);
+                    known.remove(&s.object_ref());
+                    s.deleted = true;
+                    rec.observe(s);
+                }
+                Err(e) if api_unreachable(&e) => {
+                    tracing::debug!(kind, error = %e, "the API server cannot be reached; listing again once it answers");
+                    if !lost {
+                        lost = true;
+                        reachable(&rec, kind, false);
+                        for r in &known {
+                            if let Some(last) = rec.last_state(r)
+                                && !last.deleted
+                            {
+                                rec.observe(last.api_unreachable());
+                            }
                         }
                     }
-                    known = r;
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(kind, error = %e, "watch error; the watcher retries with backoff")
                 }
             }
-            Ok(WatchEvent::Apply(o)) => {
-                let s = to_state(&o);
-                known.insert(s.object_ref());
-                rec.observe(s);
-            }
-            Ok(WatchEvent::Delete(o)) => {
-                let mut s = to_state(&o);
-                known.remove(&s.object_ref());
-                s.deleted = true;
-                rec.observe(s);
-            }
-            Err(e) => tracing::debug!(error = %e, "watch error; the watcher retries with backoff"),
         }
+        if !lost {
+            // The stream only ends when the watcher is dropped; nothing left to do.
+            return;
+        }
+        drop(stream);
+        tokio::time::sleep(retry).await;
+        retry = (retry * 2).min(RECONNECT_MAX);
     }
+}
+
+fn reachable(rec: &Recorder, kind: &str, reachable: bool) {
+    rec.record_watched(conformance_core::timeline::Event::Observation {
+        key: API_SERVER_REACHABLE_KEY.into(),
+        subject: Some(kind.to_string()),
+        value: serde_json::Value::Bool(reachable),
+    });
 }
 
 /// Starts watchers on Sandbox resources, pods, PVCs, StatefulSets and Deployments of the
@@ -218,21 +292,25 @@ pub fn spawn(client: Client, spec: &ObserveSpec) -> impl FnOnce(Recorder) -> Obs
         let ns = spec.namespace.as_str();
         let mut obs = Observers::default();
         obs.push(tokio::spawn(pump(
+            "Pod",
             Api::<Pod>::namespaced(client.clone(), ns),
             rec.clone(),
             pod_state,
         )));
         obs.push(tokio::spawn(pump(
+            "PersistentVolumeClaim",
             Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns),
             rec.clone(),
             pvc_state,
         )));
         obs.push(tokio::spawn(pump(
+            "StatefulSet",
             Api::<StatefulSet>::namespaced(client.clone(), ns),
             rec.clone(),
             statefulset_state,
         )));
         obs.push(tokio::spawn(pump(
+            "Deployment",
             Api::<Deployment>::namespaced(client.clone(), ns),
             rec.clone(),
             deployment_state,
@@ -242,6 +320,7 @@ pub fn spawn(client: Client, spec: &ObserveSpec) -> impl FnOnce(Recorder) -> Obs
             rec.clone(),
         )));
         obs.push(tokio::spawn(pump(
+            "Sandbox",
             Api::<DynamicObject>::namespaced_with(client, ns, &spec.sandbox_resource),
             rec,
             sandbox_state,
@@ -333,6 +412,7 @@ pub fn event_state(e: &k8s_openapi::api::core::v1::Event) -> ObjectState {
 /// Starts a watcher on the namespace's Events; it stops when the returned task is aborted.
 pub fn spawn_events(client: Client, namespace: &str, rec: Recorder) -> tokio::task::JoinHandle<()> {
     tokio::spawn(pump(
+        "Event",
         Api::<k8s_openapi::api::core::v1::Event>::namespaced(client, namespace),
         rec,
         event_state,
@@ -389,7 +469,10 @@ pub async fn snapshot(client: Client, spec: &ObserveSpec) -> kube::Result<Vec<Ob
 }
 
 #[cfg(test)]
-mod tests {
+mod tests;
+
+#[cfg(test)]
+mod mapping_tests {
     use super::*;
 
     fn pod(json: serde_json::Value) -> Pod {

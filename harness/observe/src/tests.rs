@@ -1,0 +1,233 @@
+//! The watchers against the kube emulator, over a transport that can lose the API server.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use conformance_core::checks::{Anchor, Check, Predicate, Selector};
+use conformance_core::timeline::{API_SERVER_REACHABLE_KEY, Event, ObjectRef, Recorder};
+use kube_emulator::{Cluster, ClusterConfig, PatchKind, ResourceRef};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+
+const NS: &str = "openshell";
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Reaches the emulator while up; while down, refuses new requests and breaks the responses
+/// being streamed (a watch), as a real API server going away does.
+#[derive(Clone)]
+struct Flaky {
+    inner: kube::Client,
+    /// Cancelled when the server goes down; replaced by a fresh one when it comes back.
+    up: Arc<Mutex<Option<CancellationToken>>>,
+}
+
+impl Flaky {
+    fn new(cluster: &Cluster) -> Self {
+        Self {
+            inner: cluster.client(),
+            up: Arc::new(Mutex::new(Some(CancellationToken::new()))),
+        }
+    }
+
+    fn down(&self) {
+        if let Some(t) = self.up.lock().unwrap().take() {
+            t.cancel();
+        }
+    }
+
+    fn restore(&self) {
+        *self.up.lock().unwrap() = Some(CancellationToken::new());
+    }
+}
+
+/// A response body that fails once the server goes down.
+struct Breakable {
+    inner: kube::client::Body,
+    gone: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+}
+
+impl http_body::Body for Breakable {
+    type Data = bytes::Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        if self.gone.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Some(Err("connection reset by peer".into())));
+        }
+        Pin::new(&mut self.inner)
+            .poll_frame(cx)
+            .map_err(|e| Box::new(e) as BoxError)
+    }
+}
+
+impl tower::Service<http::Request<kube::client::Body>> for Flaky {
+    type Response = http::Response<Breakable>;
+    type Error = BoxError;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<kube::client::Body>) -> Self::Future {
+        let inner = self.inner.clone();
+        let up = self.up.lock().unwrap().clone();
+        Box::pin(async move {
+            let Some(up) = up else {
+                return Err("connection refused".into());
+            };
+            let res = inner.send(req).await?;
+            Ok(res.map(|body| Breakable {
+                inner: body,
+                gone: Box::pin(up.cancelled_owned()),
+            }))
+        })
+    }
+}
+
+fn cluster() -> Cluster {
+    let c = Cluster::new(ClusterConfig {
+        namespaces: ["default", NS].map(String::from).to_vec(),
+        ..ClusterConfig::default()
+    });
+    c.create(
+        &ResourceRef::pods(),
+        Some(NS),
+        json!({"metadata": {"name": "p"},
+               "spec": {"containers": [{"name": "agent", "image": "i"}]}}),
+    )
+    .unwrap();
+    set_phase(&c, "Running");
+    c
+}
+
+fn set_phase(c: &Cluster, phase: &str) {
+    c.patch_status(
+        &ResourceRef::pods(),
+        Some(NS),
+        "p",
+        PatchKind::Merge,
+        &json!({"status": {"phase": phase}}),
+    )
+    .unwrap();
+}
+
+fn pod_ref() -> ObjectRef {
+    ObjectRef {
+        kind: "Pod".into(),
+        namespace: Some(NS.into()),
+        name: "p".into(),
+    }
+}
+
+/// The `api_server_reachable` observations recorded so far, in order.
+fn reachability(rec: &Recorder) -> Vec<bool> {
+    rec.snapshot()
+        .entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Observation { key, value, .. } if key == API_SERVER_REACHABLE_KEY => {
+                value.as_bool()
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watcher_that_loses_the_api_server_records_a_gap_that_ends_when_it_relists() {
+    let cluster = cluster();
+    let flaky = Flaky::new(&cluster);
+    let client = kube::Client::new(flaky.clone(), NS);
+    let rec = Recorder::new();
+    let task = tokio::spawn(pump(
+        "Pod",
+        Api::<Pod>::namespaced(client, NS),
+        rec.clone(),
+        pod_state,
+    ));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let seen = rec.last_state(&pod_ref()).expect("the pod was seen");
+    assert_eq!(seen.phase.as_deref(), Some("Running"));
+    assert!(
+        reachability(&rec).is_empty(),
+        "no gap while the server answers"
+    );
+
+    flaky.down();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    rec.mark("in the gap");
+    // What happens meanwhile is not seen; it is once the server is back.
+    set_phase(&cluster, "Failed");
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(
+        reachability(&rec),
+        [false],
+        "the loss is on the timeline, once"
+    );
+    let during = rec.last_state(&pod_ref()).unwrap();
+    assert!(
+        during.unobserved() && during.phase.as_deref() == Some("Unknown"),
+        "the last state seen is not assumed while the server is gone: {}",
+        during.summary()
+    );
+    assert_eq!(during.uid, seen.uid, "still the same incarnation");
+
+    flaky.restore();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        reachability(&rec),
+        [false, true],
+        "the gap ends on the relist"
+    );
+    let after = rec.last_state(&pod_ref()).unwrap();
+    assert!(!after.unobserved(), "{}", after.summary());
+    assert_eq!(after.phase.as_deref(), Some("Failed"));
+
+    // A check that needs the pod's state inside the gap is not satisfied by the last one seen.
+    let running_then = Check::eventually(
+        "running in the gap",
+        &["R1"],
+        Predicate::phase(Selector::named("Pod", "p"), &["Running"]),
+        Anchor::Marker {
+            label: "in the gap".into(),
+            nth: 1,
+        },
+        Duration::ZERO,
+    );
+    rec.record(Event::CheckPlan {
+        checks: vec![running_then],
+    });
+    let o = &conformance_core::engine::recheck(&rec.snapshot()).outcomes[0];
+    assert!(!o.passed, "judged on a stale state: {}", o.diagnosis());
+    task.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watcher_whose_api_server_answers_records_no_gap() {
+    let cluster = cluster();
+    let rec = Recorder::new();
+    let task = tokio::spawn(pump(
+        "Pod",
+        Api::<Pod>::namespaced(cluster.client(), NS),
+        rec.clone(),
+        pod_state,
+    ));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    set_phase(&cluster, "Succeeded");
+    // Past the server's watch timeout, so the watch is renewed at least once.
+    tokio::time::sleep(Duration::from_secs(900)).await;
+    assert!(reachability(&rec).is_empty());
+    let last = rec.last_state(&pod_ref()).unwrap();
+    assert_eq!(last.phase.as_deref(), Some("Succeeded"));
+    task.abort();
+}

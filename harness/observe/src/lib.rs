@@ -251,7 +251,9 @@ where
                     if !lost {
                         lost = true;
                         reachable(&rec, kind, false);
-                        for r in &known {
+                        // An Event is a record of something that happened, not a state that
+                        // can go stale; the relist brings the ones missed.
+                        for r in known.iter().filter(|_| kind != EVENT_KIND) {
                             if let Some(last) = rec.last_state(r)
                                 && !last.deleted
                             {
@@ -381,12 +383,14 @@ async fn capture_logs(api: Api<Pod>, rec: Recorder) {
     }
 }
 
+const EVENT_KIND: &str = "Event";
+
 /// A Kubernetes Event as a timeline object: kind `Event`, the reason as phase, and one
 /// condition carrying the type (Normal/Warning), reason and message; the involved object and
 /// the count go to labels. Only the real target watches events (the emulated cluster writes
 /// none), so this is a separate watcher.
 pub fn event_state(e: &k8s_openapi::api::core::v1::Event) -> ObjectState {
-    let mut s = base("Event", e);
+    let mut s = base(EVENT_KIND, e);
     s.phase = e.reason.clone();
     s.conditions.push(ConditionState {
         type_: e.type_.clone().unwrap_or_else(|| "Normal".into()),
@@ -412,7 +416,7 @@ pub fn event_state(e: &k8s_openapi::api::core::v1::Event) -> ObjectState {
 /// Starts a watcher on the namespace's Events; it stops when the returned task is aborted.
 pub fn spawn_events(client: Client, namespace: &str, rec: Recorder) -> tokio::task::JoinHandle<()> {
     tokio::spawn(pump(
-        "Event",
+        EVENT_KIND,
         Api::<k8s_openapi::api::core::v1::Event>::namespaced(client, namespace),
         rec,
         event_state,

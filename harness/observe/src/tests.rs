@@ -231,3 +231,39 @@ async fn a_watcher_whose_api_server_answers_records_no_gap() {
     assert_eq!(last.phase.as_deref(), Some("Succeeded"));
     task.abort();
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_event_watcher_that_loses_the_api_server_records_the_gap_but_keeps_the_events() {
+    let cluster = cluster();
+    cluster
+        .create(
+            &ResourceRef::new("", "v1", "events"),
+            Some(NS),
+            json!({"metadata": {"name": "p.1"}, "involvedObject": {"kind": "Pod", "name": "p", "namespace": NS},
+                   "reason": "Killing", "type": "Normal", "message": "Stopping container agent"}),
+        )
+        .unwrap();
+    let flaky = Flaky::new(&cluster);
+    let rec = Recorder::new();
+    let task = spawn_events(kube::Client::new(flaky.clone(), NS), NS, rec.clone());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    flaky.down();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(reachability(&rec), [false]);
+    let event = ObjectRef {
+        kind: "Event".into(),
+        namespace: Some(NS.into()),
+        name: "p.1".into(),
+    };
+    let e = rec.last_state(&event).unwrap();
+    assert_eq!(
+        e.phase.as_deref(),
+        Some("Killing"),
+        "what happened stays recorded: {}",
+        e.summary()
+    );
+    flaky.restore();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(reachability(&rec), [false, true]);
+    task.abort();
+}

@@ -484,7 +484,7 @@ fn an_error_recovery_whose_workload_runs_while_the_sandbox_is_stopped_fails_nami
 }
 
 #[test]
-fn an_error_recovery_whose_workload_started_again_fails_naming_r7() {
+fn an_error_recovery_whose_workload_started_again_fails_naming_r3_and_r7() {
     let mut t = run_one("error-recovery[combined]", None).timeline;
     let key = format!("starts:{}", sandbox(&t, "main"));
     for e in &mut t.entries {
@@ -496,6 +496,6 @@ fn an_error_recovery_whose_workload_started_again_fails_naming_r7() {
     }
     assert_eq!(
         failures(&t),
-        vec!["the workload started only at creation and at the user's start [R7]"],
+        vec!["the workload started only at creation and at the user's start [R3, R7]"],
     );
 }

@@ -9,7 +9,7 @@ use conformance_core::pool;
 use conformance_core::scenario::Case;
 use conformance_core::target::TargetFactory;
 use conformance_core::topology::{Topologies, Topology};
-use conformance_models::spec::{Model, Selection};
+use conformance_models::spec::{DEFECTS, Model, Selection};
 use conformance_models::target::EmulatedFactory;
 use rstest::rstest;
 
@@ -70,6 +70,37 @@ fn the_whole_catalog_gives_byte_identical_timelines_with_one_job_or_several(
     let several = run(&selection, cases(), 2);
     assert!(one.len() > 50, "the whole catalog, not {} cases", one.len());
     assert_same_timelines(&format!("{selection:?}, --jobs 1 vs 2"), &one, &several);
+}
+
+/// Every defect switch on the contract model, and 0.0.111 on Agent Sandbox v0.5.0, take other
+/// paths through the models (give-ups, crash loops, sticky errors) than the runs above: each
+/// gives the same timelines with one job or two. One topology where the gateway runs the
+/// sandbox and one where the supervisor lives in the sandbox pod keep it cheap.
+#[test]
+fn every_defect_switch_and_agent_sandbox_v0_5_0_give_byte_identical_timelines_with_one_job_or_two()
+{
+    let topologies: Vec<Topology> = ["gateway", "supervisor-pod"]
+        .into_iter()
+        .map(|n| Topologies::builtin().get(n).unwrap().clone())
+        .collect();
+    let pick = Pick {
+        seed: Some(7),
+        ..Pick::default()
+    };
+    let cases = || catalog::cases(&topologies, &pick);
+    let selections = DEFECTS
+        .iter()
+        .map(|d| Selection::contract().with_defect(d.defect))
+        .chain([Selection::parse(Model::OpenShell0_0_111.name(), &[], Some("v0.5.0")).unwrap()]);
+    let mut runs = 0;
+    for selection in selections {
+        let one = run(&selection, cases(), 1);
+        let two = run(&selection, cases(), 2);
+        assert!(!one.is_empty(), "{selection:?}: no cases");
+        assert_same_timelines(&format!("{selection:?}, --jobs 1 vs 2"), &one, &two);
+        runs += 1;
+    }
+    assert_eq!(runs, DEFECTS.len() + 1);
 }
 
 /// The case that differed most often before wake-ups were ordered: the supervisor pod is

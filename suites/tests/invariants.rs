@@ -1,4 +1,5 @@
-//! The invariants every case checks, shown on the seeded sweep: a timeline of a passing run is
+//! The invariants every case checks, shown on the seeded sweep and the single-sandbox lifecycle
+//! and outage scenarios: a timeline of a passing run is
 //! changed the way a broken product would change it (a workload started again, a pod replaced
 //! behind the user's back, a workload running while its sandbox is Stopped), and re-judging its
 //! own check plan must fail naming the requirement the change breaks. The restart-policy case
@@ -385,4 +386,116 @@ fn the_leak_check_judges_at_its_deadline_not_when_the_case_ends() {
         leak.message
     );
     assert_eq!(report.outcome, Outcome::Passed, "{:?}", report.outcome);
+}
+
+/// Runs the one case `id` names on the combined topology (where the supervisor lives in the
+/// sandbox pod) and inserts, right after its last sandbox pod first appears, the same pod with a
+/// new uid: a replacement nobody asked for, deleted with the sandbox like the rest.
+fn with_an_unasked_pod_replacement(id: &str) -> Timeline {
+    let mut t = run_one(id, None).timeline;
+    let name = sandbox(&t, "main");
+    let pod = t
+        .entries
+        .iter()
+        .rev()
+        .find_map(|e| match &e.event {
+            Event::Object(o) if o.kind == "Pod" && o.name.ends_with(&name) && !o.deleted => {
+                Some(o.clone())
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{id}: no pod of {name} on the timeline"));
+    let mut replacement = pod.clone();
+    replacement.uid = Some("replaced-behind-the-users-back".into());
+    let last = pod.uid.clone();
+    let i = t
+        .entries
+        .iter()
+        .position(|e| matches!(&e.event, Event::Object(o) if o.kind == "Pod" && o.uid == last))
+        .unwrap();
+    let at = &t.entries[i];
+    let entry = Entry {
+        seq: at.seq,
+        at_ms: at.at_ms,
+        event: Event::Object(replacement),
+    };
+    t.entries.insert(i + 1, entry);
+    t
+}
+
+#[rstest::rstest]
+#[case::completed_workload(
+    "completed-workload[combined,exit=0,via=gateway-restart]",
+    "the finished workload's pod is not replaced [R7]"
+)]
+#[case::error_recovery(
+    "error-recovery[combined]",
+    "the sandbox pod is replaced only by the scenario's fault and the user's stop and start [R8]"
+)]
+#[case::permanent_bootstrap_error(
+    "permanent-bootstrap-error[combined,what=credentials]",
+    "the failing sandbox's pod is not replaced [R4]"
+)]
+#[case::bootstrap_outage(
+    "bootstrap-outage[combined,outage=30s]",
+    "the sandbox pod is replaced only by the scenario's fault [R1]"
+)]
+fn a_pod_replaced_beyond_what_the_scenario_caused_fails_naming_its_requirement(
+    #[case] id: &str,
+    #[case] check: &str,
+) {
+    let failed = failures(&with_an_unasked_pod_replacement(id));
+    assert_eq!(failed, vec![check.to_string()], "{id}");
+}
+
+#[test]
+fn an_error_recovery_whose_workload_runs_while_the_sandbox_is_stopped_fails_naming_r7() {
+    let mut t = run_one("error-recovery[combined]", None).timeline;
+    let name = sandbox(&t, "main");
+    let pod = t
+        .entries
+        .iter()
+        .rev()
+        .find_map(|e| match &e.event {
+            Event::Object(o)
+                if o.kind == "Pod"
+                    && o.name.ends_with(&name)
+                    && o.phase.as_deref() == Some("Running") =>
+            {
+                Some(o.clone())
+            }
+            _ => None,
+        })
+        .unwrap();
+    // The stop left the workload running: its pod is Running while the sandbox reads Stopped.
+    insert_after(
+        &mut t,
+        |e| {
+            matches!(e, Event::Object(o) if o.name == name
+                && o.phase.as_deref() == Some("Stopped"))
+        },
+        Event::Object(pod),
+    );
+    let failed = failures(&t);
+    assert!(
+        failed.contains(&"no workload runs while the sandbox is Stopped [R7]".to_string()),
+        "{failed:?}"
+    );
+}
+
+#[test]
+fn an_error_recovery_whose_workload_started_again_fails_naming_r3_and_r7() {
+    let mut t = run_one("error-recovery[combined]", None).timeline;
+    let key = format!("starts:{}", sandbox(&t, "main"));
+    for e in &mut t.entries {
+        if let Event::Observation { key: k, value, .. } = &mut e.event
+            && *k == key
+        {
+            *value = serde_json::json!(3);
+        }
+    }
+    assert_eq!(
+        failures(&t),
+        vec!["the workload started only at creation and at the user's start [R3, R7]"],
+    );
 }

@@ -338,6 +338,14 @@ fn completed_checks(case: &CaseInfo) -> Vec<Check> {
                 "starts",
                 1,
             ),
+            // A restart that replaces the finished pod replays its command (R7).
+            pod_incarnations(
+                "the finished workload's pod is not replaced",
+                &["R7"],
+                case,
+                MAIN,
+                1,
+            ),
         ],
         case,
     )
@@ -351,7 +359,7 @@ pub(crate) fn error_recovery() -> Scenario {
     Scenario {
         id: "error-recovery".into(),
         title: "Recovery of a sandbox in bootstrap Error by stop then start".into(),
-        requirements: ["R4", "R6", "R8", "R13"].map(String::from).to_vec(),
+        requirements: ["R4", "R6", "R7", "R8", "R13"].map(String::from).to_vec(),
         requires: vec![
             Capability::MainCommand,
             Capability::BootstrapCredentialFault,
@@ -419,6 +427,7 @@ fn recover(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         }
         check_shell(ctx, &name).await;
         ctx.read_sentinel(&name, "before-fault").await;
+        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         ctx.mark(&RECOVERED);
         Ok(())
     })
@@ -459,9 +468,45 @@ fn recovery_checks(case: &CaseInfo) -> Vec<Check> {
             ),
             shell_usable(case, MAIN, &["R8"]),
             sentinels(),
+            // Once at creation and once after the user's start: a bootstrap that cannot
+            // authenticate starts nothing (R3), and nothing else may start it (R7).
+            Check::count(
+                "the workload started only at creation and at the user's start",
+                &["R3", "R7"],
+                Counted::Observed {
+                    key: starts_key(&case.sandbox_name(MAIN), "starts"),
+                },
+                None,
+                Cmp::AtMost,
+                2,
+            ),
+            nothing_runs_while_stopped(
+                "no workload runs while the sandbox is Stopped",
+                case,
+                MAIN,
+                Window::new(Anchor::marker(&RECOVERING), Anchor::marker(&RECOVERED)),
+            ),
+            pod_incarnations(
+                "the sandbox pod is replaced only by the scenario's fault and the user's stop and start",
+                &["R8"],
+                case,
+                MAIN,
+                error_recovery_pods(case),
+            ),
         ],
         case,
     )
+}
+
+/// The sandbox pod's incarnations in an error-recovery case: the one created, the one the
+/// fault puts in its place (only where the supervisor lives in the sandbox pod, see
+/// `rebootstrap`), and the one the user's start creates after the stop removed it.
+fn error_recovery_pods(case: &CaseInfo) -> u64 {
+    if case.topology.supervisor_in_sandbox_pod() {
+        3
+    } else {
+        2
+    }
 }
 
 // ---- restart policy always ------------------------------------------------------------------
@@ -730,6 +775,14 @@ fn permanent_checks(case: &CaseInfo) -> Vec<Check> {
                 },
                 Anchor::action_end("create"),
                 PERMANENT_ERROR_BOUND,
+            ),
+            // Failing fast means one pod that fails, not a loop of replacements retrying it.
+            pod_incarnations(
+                "the failing sandbox's pod is not replaced",
+                &["R4"],
+                case,
+                MAIN,
+                1,
             ),
         ],
         case,

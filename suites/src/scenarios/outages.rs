@@ -150,6 +150,19 @@ fn bootstrap_outage_checks(case: &CaseInfo) -> Vec<Check> {
         ),
         shell_usable(case, MAIN, &["R1"]),
         sentinels(),
+        // The scenario's own replacement (where the supervisor lives in the sandbox pod, see
+        // `rebootstrap`) is the only one: recovery happens without a new pod (R1).
+        pod_incarnations(
+            "the sandbox pod is replaced only by the scenario's fault",
+            &["R1"],
+            case,
+            MAIN,
+            if case.topology.supervisor_in_sandbox_pod() {
+                2
+            } else {
+                1
+            },
+        ),
     ];
     checks.extend(no_leaks(case, MAIN));
     checks

@@ -132,10 +132,9 @@ fn a_sweep_whose_pod_was_replaced_behind_the_users_back_fails_naming_r9() {
     );
 }
 
-#[test]
-fn a_sweep_whose_workload_runs_while_the_sandbox_is_stopped_fails_naming_r7() {
-    let mut t = sweep().timeline;
-    let name = sandbox(&t, "sweep-2");
+/// Records sandbox `name`'s last Running pod again right after the gateway reports it Stopped:
+/// a workload that runs while its sandbox is Stopped.
+fn running_while_stopped(t: &mut Timeline, name: &str) {
     let pod = t
         .entries
         .iter()
@@ -143,7 +142,7 @@ fn a_sweep_whose_workload_runs_while_the_sandbox_is_stopped_fails_naming_r7() {
         .find_map(|e| match &e.event {
             Event::Object(o)
                 if o.kind == "Pod"
-                    && o.name.ends_with(&name)
+                    && o.name.ends_with(name)
                     && o.phase.as_deref() == Some("Running") =>
             {
                 Some(o.clone())
@@ -151,15 +150,22 @@ fn a_sweep_whose_workload_runs_while_the_sandbox_is_stopped_fails_naming_r7() {
             _ => None,
         })
         .unwrap();
-    // The pod is back and running while the gateway still reports the sandbox Stopped.
     insert_after(
-        &mut t,
+        t,
         |e| {
             matches!(e, Event::Object(o) if o.name == name
                 && o.phase.as_deref() == Some("Stopped"))
         },
         Event::Object(pod),
     );
+}
+
+#[test]
+fn a_sweep_whose_workload_runs_while_the_sandbox_is_stopped_fails_naming_r7() {
+    let mut t = sweep().timeline;
+    let name = sandbox(&t, "sweep-2");
+    // The pod is back and running while the gateway still reports the sandbox Stopped.
+    running_while_stopped(&mut t, &name);
     let failed = failures(&t);
     assert!(
         failed.contains(
@@ -452,30 +458,8 @@ fn a_pod_replaced_beyond_what_the_scenario_caused_fails_naming_its_requirement(
 fn an_error_recovery_whose_workload_runs_while_the_sandbox_is_stopped_fails_naming_r7() {
     let mut t = run_one("error-recovery[combined]", None).timeline;
     let name = sandbox(&t, "main");
-    let pod = t
-        .entries
-        .iter()
-        .rev()
-        .find_map(|e| match &e.event {
-            Event::Object(o)
-                if o.kind == "Pod"
-                    && o.name.ends_with(&name)
-                    && o.phase.as_deref() == Some("Running") =>
-            {
-                Some(o.clone())
-            }
-            _ => None,
-        })
-        .unwrap();
     // The stop left the workload running: its pod is Running while the sandbox reads Stopped.
-    insert_after(
-        &mut t,
-        |e| {
-            matches!(e, Event::Object(o) if o.name == name
-                && o.phase.as_deref() == Some("Stopped"))
-        },
-        Event::Object(pod),
-    );
+    running_while_stopped(&mut t, &name);
     let failed = failures(&t);
     assert!(
         failed.contains(&"no workload runs while the sandbox is Stopped [R7]".to_string()),

@@ -217,14 +217,7 @@ pub fn render(title: &str, cases: &[CaseView<'_>]) -> String {
 }
 
 fn outcome_of(t: &Timeline) -> String {
-    t.entries
-        .iter()
-        .rev()
-        .find_map(|e| match &e.event {
-            Event::RunFinished { outcome } => Some(outcome.clone()),
-            _ => None,
-        })
-        .unwrap_or_else(|| "unfinished".into())
+    t.outcome().unwrap_or("unfinished").to_string()
 }
 
 fn case_name(t: &Timeline) -> String {

@@ -416,6 +416,14 @@ impl Timeline {
         })
     }
 
+    /// The outcome the run recorded when the case finished; none for a timeline cut before.
+    pub fn outcome(&self) -> Option<&str> {
+        self.entries.iter().rev().find_map(|e| match &e.event {
+            Event::RunFinished { outcome } => Some(outcome.as_str()),
+            _ => None,
+        })
+    }
+
     pub fn check_plan(&self) -> Vec<Check> {
         self.entries
             .iter()

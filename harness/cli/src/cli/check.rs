@@ -47,19 +47,12 @@ pub(super) fn unjudgeable(t: &Timeline) -> Option<&'static str> {
     if t.run_info().is_none() {
         return Some("it has no run record: it was not written by `openshell-conformance run`");
     }
-    if outcome(t).is_none() {
+    if t.outcome().is_none() {
         return Some(
             "it is incomplete: the run stopped before the case finished (no closing record)",
         );
     }
     None
-}
-
-fn outcome(t: &Timeline) -> Option<&str> {
-    t.entries.iter().rev().find_map(|e| match &e.event {
-        Event::RunFinished { outcome } => Some(outcome.as_str()),
-        _ => None,
-    })
 }
 
 fn check_one(path: &Path, t: &Timeline) -> Verdict {
@@ -68,7 +61,7 @@ fn check_one(path: &Path, t: &Timeline) -> Verdict {
         println!("{name}: cannot be judged: {why}");
         return Verdict::Unjudgeable;
     }
-    if outcome(t) == Some("skipped") {
+    if t.outcome() == Some("skipped") {
         println!("{name}: skipped: {}", skip_reason(t));
         return Verdict::Agrees;
     }

@@ -155,9 +155,7 @@ fn check_outputs(args: &RunArgs) -> Result<(), Error> {
                 e,
             )
         })?;
-    let junit = args.junit.clone().unwrap_or_else(|| dir.join("junit.xml"));
-    let html = args.html.clone().unwrap_or_else(|| dir.join("report.html"));
-    for (flag, path) in [("--junit", junit), ("--html", html)] {
+    for (flag, path) in [("--junit", args.junit_path()), ("--html", args.html_path())] {
         probe_file(&path).map_err(|e| {
             Error::usage_from(format!("{flag} {}: cannot write it", path.display()), e)
         })?;
@@ -183,6 +181,20 @@ fn probe_file(path: &Path) -> std::io::Result<()> {
 }
 
 impl RunArgs {
+    /// Where the JUnit goes: `--junit`, or `junit.xml` in the artifacts directory.
+    fn junit_path(&self) -> PathBuf {
+        self.junit
+            .clone()
+            .unwrap_or_else(|| self.artifacts.join("junit.xml"))
+    }
+
+    /// Where the HTML report goes: `--html`, or `report.html` in the artifacts directory.
+    fn html_path(&self) -> PathBuf {
+        self.html
+            .clone()
+            .unwrap_or_else(|| self.artifacts.join("report.html"))
+    }
+
     fn provider(&self) -> Option<Provider> {
         match self.target {
             TargetKind::Emulated => None,
@@ -497,9 +509,7 @@ fn clear_earlier_run(args: &RunArgs) -> Result<Option<String>, Error> {
             removed.push(format!("{sub}/ ({n} entries)"));
         }
     }
-    let junit = args.junit.clone().unwrap_or_else(|| dir.join("junit.xml"));
-    let html = args.html.clone().unwrap_or_else(|| dir.join("report.html"));
-    for path in [junit, html] {
+    for path in [args.junit_path(), args.html_path()] {
         if path.is_file() {
             std::fs::remove_file(&path).map_err(|e| cannot(&path, e))?;
             removed.push(path.display().to_string());
@@ -554,10 +564,10 @@ fn finish(
         }
         links.push(l);
     }
-    let junit = args.junit.clone().unwrap_or_else(|| dir.join("junit.xml"));
+    let junit = args.junit_path();
     crate::junit::write(&junit, "openshell-conformance", reports)
         .map_err(|e| Error::usage_from(format!("cannot write {}", junit.display()), e))?;
-    let html_path = args.html.clone().unwrap_or_else(|| dir.join("report.html"));
+    let html_path = args.html_path();
     let views: Vec<crate::report::CaseView<'_>> = finished
         .iter()
         .zip(links)

@@ -27,7 +27,7 @@ REAL_FLAGS = $(if $(CHART_VERSION),--chart-version $(CHART_VERSION)) \
 	$(if $(IMAGE_TAG),--image-tag $(IMAGE_TAG) --supervisor-image-tag $(IMAGE_TAG)) \
 	$(if $(CONTEXT),--context $(CONTEXT))
 
-.PHONY: e2e e2e-emulated test lint fmt doctor clusters-down ci
+.PHONY: e2e e2e-emulated tools test lint fmt doctor clusters-down ci
 
 ## e2e: the conformance catalog on CLUSTER (kind by default)
 e2e:
@@ -40,6 +40,10 @@ endif
 ## e2e-emulated: the whole catalog on the embedded emulated target
 e2e-emulated:
 	$(MAKE) e2e CLUSTER=emulated
+
+## tools: the real helm, kubectl and OpenShell SDK the tests drive, into .tools/
+tools:
+	bash .ci/tools.sh
 
 ## test: the project's tests (the README's test command)
 test:

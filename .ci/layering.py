@@ -17,6 +17,8 @@ import sys
 ALLOWED = {
     "conformance-core": set(),
     "kube-emulator": set(),
+    # Finds real tools for tests; a dev-dependency only, and itself depends on nothing.
+    "conformance-testtools": set(),
     "conformance-observe": {"conformance-core"},
     "conformance-models": {"conformance-core", "kube-emulator", "conformance-observe"},
     "conformance-real": {"conformance-core", "conformance-observe"},
@@ -37,6 +39,8 @@ FORBIDDEN_TRANSITIVE = {
 }
 # Crates whose tests (dev-dependencies) must not reach a harness crate either.
 NO_HARNESS_IN_TESTS = {"kube-emulator"}
+# Crates that hold no harness code, only test support.
+TEST_ONLY = {"conformance-testtools"}
 
 
 def main() -> int:
@@ -76,6 +80,8 @@ def main() -> int:
         if name not in ALLOWED:
             continue
         direct = {name_of[d] for d in deps(pkg_id, {None})} & ws_names
+        if direct & TEST_ONLY:
+            problems.append(f"{name} depends on test-only {sorted(direct & TEST_ONLY)} outside its tests")
         extra = direct - ALLOWED[name]
         if extra:
             problems.append(f"{name} depends on {sorted(extra)}; allowed: {sorted(ALLOWED[name])}")
@@ -83,7 +89,7 @@ def main() -> int:
         if reached:
             problems.append(f"{name} reaches {sorted(reached)} through its dependencies")
         if name in NO_HARNESS_IN_TESTS:
-            tests = {name_of[d] for d in deps(pkg_id, {None, "dev"})} & ws_names
+            tests = {name_of[d] for d in deps(pkg_id, {None, "dev"})} & ws_names - TEST_ONLY
             if tests:
                 problems.append(f"{name} (or its tests) depends on harness crates {sorted(tests)}")
     for p in problems:

@@ -49,11 +49,22 @@ pub fn provider(opts: &RealOptions) -> Box<dyn ClusterProvider> {
 }
 
 /// The kubeconfig a kind or k3d run writes its context into: the user's choice, else a private
-/// file in the run directory (so the user's own kubeconfig is never edited).
+/// file in the private directory (so the user's own kubeconfig is never edited and no
+/// credential lands in the artifacts).
 pub(crate) fn private_kubeconfig(opts: &RealOptions) -> PathBuf {
     opts.kubeconfig
         .clone()
-        .unwrap_or_else(|| opts.run_dir.join("kubeconfig"))
+        .unwrap_or_else(|| opts.private_dir.join("kubeconfig"))
+}
+
+/// Creates the run's private directory (mode 0700) before anything writes a credential to it.
+pub fn create_private_dir(opts: &RealOptions) -> Result<()> {
+    crate::private::create_private_dir(&opts.private_dir).map_err(|e| {
+        Error::infra_from(
+            format!("private directory {}", opts.private_dir.display()),
+            e,
+        )
+    })
 }
 
 /// Maps a tool failure during a cluster stage to an infrastructure error naming the stage.

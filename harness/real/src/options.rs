@@ -138,9 +138,15 @@ pub struct RealArgs {
     /// When to collect a diagnostics bundle per case (into <run-dir>/diagnostics/).
     #[arg(long, env = "OPENSHELL_CONFORMANCE_DIAGNOSTICS", value_enum, default_value_t = DiagnosticsPolicy::OnFailure)]
     pub diagnostics: DiagnosticsPolicy,
-    /// Where the run keeps its kubeconfig, CLI configuration, journal and diagnostics.
+    /// Where the run keeps its helm values, restore journal and diagnostics (`run`: the
+    /// artifacts directory).
     #[arg(long, env = "OPENSHELL_CONFORMANCE_RUN_DIR")]
     pub run_dir: Option<PathBuf>,
+    /// Where the run keeps credentials (the kind/k3d kubeconfig, the gateway's client
+    /// certificate, the CLI's configuration), mode 0700; never inside the artifacts. Default: a
+    /// directory per run under the system's temporary directory.
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_PRIVATE_DIR")]
+    pub private_dir: Option<PathBuf>,
 }
 
 /// Resolved options: defaults filled in, the provider chosen, paths fixed.
@@ -165,6 +171,8 @@ pub struct RealOptions {
     pub diagnostics: DiagnosticsPolicy,
     pub openshell_bin: String,
     pub run_dir: PathBuf,
+    /// Credentials only (see [`RealArgs::private_dir`]).
+    pub private_dir: PathBuf,
     /// The run id, the value of [`pins::RUN_LABEL`] on what this run creates.
     pub run_id: String,
     pub namespace: String,
@@ -327,14 +335,24 @@ impl RealArgs {
         let run_dir = self.run_dir.clone().unwrap_or_else(|| {
             std::env::temp_dir().join(format!("openshell-conformance-{run_id}"))
         });
-        // kind and k3d write their context to a private kubeconfig in the run directory, so
-        // the user's own is never edited.
+        let private_dir = self.private_dir.clone().unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("openshell-conformance-{run_id}-private"))
+        });
+        if private_dir.starts_with(&run_dir) {
+            return Err(Error::usage(format!(
+                "--private-dir {} is inside {}: credentials must stay out of the artifacts",
+                private_dir.display(),
+                run_dir.display()
+            )));
+        }
+        // kind and k3d write their context to a private kubeconfig, so the user's own is never
+        // edited and no credential lands in the artifacts.
         let kubeconfig = match provider {
             Provider::Existing => self.kubeconfig.clone(),
             _ => Some(
                 self.kubeconfig
                     .clone()
-                    .unwrap_or_else(|| run_dir.join("kubeconfig")),
+                    .unwrap_or_else(|| private_dir.join("kubeconfig")),
             ),
         };
         Ok(RealOptions {
@@ -361,6 +379,7 @@ impl RealArgs {
             diagnostics: self.diagnostics,
             openshell_bin: self.openshell_bin.clone(),
             run_dir,
+            private_dir,
             run_id: run_id.to_string(),
             namespace: pins::NAMESPACE.to_string(),
             release: pins::RELEASE.to_string(),
@@ -391,6 +410,53 @@ impl RealOptions {
                     .map_err(|e| Error::config(&file, "version", e.to_string()))
             }
         }
+    }
+
+    /// The OpenShell release the chart installs, which decides the topologies a run can cover:
+    /// a published chart's version and appVersion are both the release (upstream's release job
+    /// patches them together, docs/upstream-facts.md F5.9). A local chart is read by its
+    /// `appVersion`; an unpatched source tree (`0.0.0`) says nothing, so None.
+    pub fn openshell_version(&self) -> Result<Option<semver::Version>> {
+        let v = match &self.chart {
+            ChartSource::Oci { .. } => self.chart_version()?,
+            ChartSource::Local { path } => {
+                let file = path.join("Chart.yaml");
+                let text = std::fs::read_to_string(&file)
+                    .map_err(|e| Error::usage_from(format!("cannot read {}", file.display()), e))?;
+                let doc: serde_json::Value = serde_saphyr::from_str(&text)
+                    .map_err(|e| Error::config(&file, "(document)", e.to_string()))?;
+                match doc.get("appVersion").and_then(|v| v.as_str()) {
+                    Some(app) => semver::Version::parse(app.trim_start_matches('v'))
+                        .map_err(|e| Error::config(&file, "appVersion", e.to_string()))?,
+                    None => self.chart_version()?,
+                }
+            }
+        };
+        Ok((v != semver::Version::new(0, 0, 0)).then_some(v))
+    }
+
+    /// Why a topology cannot run with this chart, or None if it can: the release is older than
+    /// the topology's `min_openshell`, or the fixture has no helm values for the chart version.
+    pub fn topology_skip_reason(
+        &self,
+        topology: &conformance_core::topology::Topology,
+    ) -> Result<Option<String>> {
+        let chart = self.chart_version()?;
+        if let Some(v) = self.openshell_version()?
+            && !topology.supports(&v)
+        {
+            return Ok(Some(format!(
+                "topology {} needs OpenShell {} or newer; the chart installs {v}",
+                topology.name, topology.min_openshell
+            )));
+        }
+        if topology.values_for(&chart).is_none() {
+            return Ok(Some(format!(
+                "topology {} has no helm values for chart {chart} (it needs OpenShell {} or newer)",
+                topology.name, topology.min_openshell
+            )));
+        }
+        Ok(None)
     }
 
     /// kubectl and helm flags that select the cluster.

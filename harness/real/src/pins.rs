@@ -41,6 +41,9 @@ pub(crate) const SANDBOX_CRD: &str = "sandboxes.agents.x-k8s.io";
 /// The gateway's gRPC/HTTP port (docs/upstream-facts.md F5.2; health is on 8081).
 pub(crate) const GATEWAY_GRPC_PORT: u16 = 8080;
 
+/// The claim template of the gateway StatefulSet's SQLite volume (docs/upstream-facts.md F5.10).
+pub(crate) const GATEWAY_DATA_CLAIM: &str = "openshell-data";
+
 /// The label every object the harness creates carries, with the run id as value, so leftovers
 /// of earlier runs can be found and swept.
 pub(crate) const RUN_LABEL: &str = "openshell-conformance.io/run";

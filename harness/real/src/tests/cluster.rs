@@ -23,7 +23,7 @@ struct Cli {
 }
 
 fn opts(provider: Provider, extra: &[&str], run_dir: &str) -> RealOptions {
-    let base = ["x", "--run-dir", run_dir];
+    let base = ["x", "--run-dir", run_dir, "--private-dir", "/private"];
     Cli::try_parse_from(base.iter().chain(extra.iter()).copied())
         .unwrap()
         .real
@@ -119,7 +119,7 @@ async fn an_existing_cluster_is_never_deleted() {
 async fn a_crd_that_never_becomes_established_fails_the_install_naming_the_wait() {
     let r = ScriptedRunner::new(Unscripted::Succeed);
     r.respond(
-        "kubectl --kubeconfig /run/kubeconfig --context kind-openshell-conformance wait",
+        "kubectl --kubeconfig /private/kubeconfig --context kind-openshell-conformance wait",
         CmdOutput::failed(1, "error: timed out waiting for the condition on customresourcedefinitions/sandboxes.agents.x-k8s.io"),
     );
     let err = install_agent_sandbox(&r, &opts(Provider::Kind, &[], "/run"))

@@ -959,6 +959,7 @@ mod end_to_end {
         )
         .unwrap();
         let dir = tempfile::tempdir().unwrap();
+        let private = tempfile::tempdir().unwrap();
         let args = RealArgs {
             cluster_name: "openshell-conformance".into(),
             chart: "oci://ghcr.io/nvidia/openshell/helm-chart".into(),
@@ -966,6 +967,7 @@ mod end_to_end {
             agent_sandbox_version: "v0.5.0".into(),
             openshell_bin: "openshell".into(),
             run_dir: Some(dir.path().to_path_buf()),
+            private_dir: Some(private.path().to_path_buf()),
             ..RealArgs::default()
         };
         let opts = args.resolve(Provider::Kind, "r1", "/repo").unwrap();
@@ -990,10 +992,21 @@ mod end_to_end {
         assert_eq!(info.versions["sandbox-api"], "v1beta1");
         assert!(info.capabilities.contains(&Capability::MainCommand));
         assert!(!info.capabilities.contains(&Capability::RestartPolicy));
-        let mtls = dir
+        let mtls = private
             .path()
-            .join("xdg-combined/openshell/gateways/conformance-combined/mtls");
+            .join("cli-combined/config/openshell/gateways/conformance-combined/mtls");
         assert_eq!(std::fs::read(mtls.join("tls.key")).unwrap(), b"KEY");
+        // The client key is the owner's only, and nothing of it is under the artifacts.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(mtls.join("tls.key"))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o077, 0, "{mode:o}");
+        }
+        assert!(!dir.path().join("cli-combined").exists());
         let port = t.gateway_port().await.unwrap();
         assert!(
             runner.lines().iter().any(|l| l.ends_with(&format!(

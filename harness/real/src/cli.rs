@@ -176,8 +176,9 @@ pub(crate) fn parse_refusal(stderr: &str) -> Option<(String, String)> {
             .unwrap_or(after);
         return Some((code, message.to_string()));
     }
-    // The CLI's own words for an AlreadyExists status and for its exec/connect readiness check.
-    if text.starts_with("sandbox '") && text.contains("' already exists") {
+    // `sandbox create` prints an AlreadyExists status as its message and a hint to delete the
+    // sandbox first; exec checks readiness itself and prints its own words (F6.9).
+    if stderr.contains("hint: delete it first with: openshell sandbox delete") {
         return Some(("AlreadyExists".into(), text));
     }
     if text.starts_with("sandbox '") && text.contains("' is not ready") {

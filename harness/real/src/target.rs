@@ -569,14 +569,20 @@ impl Target for RealTarget {
             &o.context,
             o.kubeconfig.clone(),
         );
-        let injector = Arc::new(FaultInjector::new(
+        let mut injector = FaultInjector::new(
             self.client.clone(),
             journal,
             workload,
             &o.namespace,
             topology.supervisor.clone(),
             &topology.workload.container,
-        ));
+        );
+        // kind and k3d nodes are containers the harness can exec into (a PID-1 supervisor is
+        // killed from there); an existing cluster's nodes are out of reach.
+        if o.provider != crate::options::Provider::Existing {
+            injector.set_node_runner(self.runner.clone());
+        }
+        let injector = Arc::new(injector);
         injector.set_recorder(self.rec.clone());
         if let Some(reg) = &self.injectors {
             let mut reg = reg.lock().expect("injectors lock");

@@ -89,6 +89,17 @@ fn running_pod(
     owner: Option<(&str, &str, &str)>,
     containers: &[&str],
 ) -> String {
+    running_pod_with(c, name, labels, owner, containers, false)
+}
+
+fn running_pod_with(
+    c: &Cluster,
+    name: &str,
+    labels: Value,
+    owner: Option<(&str, &str, &str)>,
+    containers: &[&str],
+    share_process_namespace: bool,
+) -> String {
     let mut meta = json!({"name": name, "labels": labels});
     if let Some((kind, oname, uid)) = owner {
         meta["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": kind, "name": oname, "uid": uid, "controller": true}]);
@@ -103,7 +114,8 @@ fn running_pod(
             Some(NS),
             // The gateway's grace period is 5 s (docs/upstream-facts.md F5.2); the same for every
             // test pod.
-            json!({"metadata": meta, "spec": {"containers": cs, "terminationGracePeriodSeconds": 5}}),
+            json!({"metadata": meta, "spec": {"containers": cs, "terminationGracePeriodSeconds": 5,
+                                              "shareProcessNamespace": share_process_namespace}}),
         )
         .unwrap();
     c.bind_pod(NS, name, "node-1").unwrap();
@@ -518,18 +530,65 @@ async fn a_sandbox_pod_replace_without_a_controller_fails_naming_the_pod_and_wha
     );
 }
 
+/// Marks container `container` of pod `name` terminated with exit code 137, as the kubelet
+/// reports a SIGKILLed main process under `restartPolicy: Never`.
+fn terminate_container(c: &Cluster, name: &str, container: &str) {
+    let pod = exists(c, &ResourceRef::pods(), name).unwrap();
+    let mut statuses = pod["status"]["containerStatuses"].clone();
+    for st in statuses.as_array_mut().unwrap() {
+        if st["name"] == container {
+            st["state"] = json!({"terminated": {"exitCode": 137, "reason": "Error"}});
+            st["ready"] = json!(false);
+        }
+    }
+    c.patch_status(
+        &ResourceRef::pods(),
+        Some(NS),
+        name,
+        PatchKind::Merge,
+        &json!({"status": {"containerStatuses": statuses}}),
+    )
+    .unwrap();
+}
+
+/// Gives every container of pod `name` a container ID.
+fn with_container_ids(c: &Cluster, name: &str) {
+    let pod = exists(c, &ResourceRef::pods(), name).unwrap();
+    let mut statuses = pod["status"]["containerStatuses"].clone();
+    for st in statuses.as_array_mut().unwrap() {
+        st["containerID"] = json!(format!("containerd://id-{}", st["name"].as_str().unwrap()));
+    }
+    c.patch_status(
+        &ResourceRef::pods(),
+        Some(NS),
+        name,
+        PatchKind::Merge,
+        &json!({"status": {"containerStatuses": statuses}}),
+    )
+    .unwrap();
+}
+
+fn sidecar() -> SupervisorPlacement {
+    SupervisorPlacement::SidecarContainer {
+        container: "openshell-supervisor-network".into(),
+    }
+}
+
 #[tokio::test(start_paused = true)]
-async fn supervisor_kill_in_a_container_execs_the_kill_in_that_container() {
+async fn supervisor_kill_with_a_shared_process_namespace_execs_the_kill_and_sees_the_container_end()
+{
     let c = cluster();
-    running_pod(
+    running_pod_with(
         &c,
         &cr("demo"),
         json!({}),
         None,
         &["agent", "openshell-supervisor-network"],
+        true,
     );
     let seen: Arc<std::sync::Mutex<Vec<ExecSeen>>> = Default::default();
     let s = seen.clone();
+    let cc = c.clone();
     c.register_exec(
         NS,
         &cr("demo"),
@@ -538,6 +597,7 @@ async fn supervisor_kill_in_a_container_execs_the_kill_in_that_container() {
             s.lock()
                 .unwrap()
                 .push((req.container.clone(), req.argv.clone()));
+            terminate_container(&cc, &cr("demo"), "openshell-supervisor-network");
             Box::pin(async {
                 ExecOutput {
                     stdout: vec![],
@@ -548,25 +608,129 @@ async fn supervisor_kill_in_a_container_execs_the_kill_in_that_container() {
         },
     );
     let dir = tempfile::tempdir().unwrap();
-    let inj = injector(
-        &c,
-        dir.path(),
-        SupervisorPlacement::SidecarContainer {
-            container: "openshell-supervisor-network".into(),
-        },
-    );
+    let inj = injector(&c, dir.path(), sidecar());
     let f = Fault::SupervisorKill {
         sandbox: "demo".into(),
     };
     inj.inject(&f).await.unwrap();
     inj.restore(&f).await.unwrap();
     let seen = seen.lock().unwrap().clone();
-    assert_eq!(
-        seen,
-        vec![(
-            "openshell-supervisor-network".to_string(),
-            vec!["kill".to_string(), "-KILL".into(), "1".into()]
-        )]
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].0, "openshell-supervisor-network");
+    assert_eq!(seen[0].1[..2], ["sh".to_string(), "-c".into()]);
+}
+
+/// Runs a node command by marking the container terminated, as the kubelet would report it.
+struct KillsOnNode {
+    c: Cluster,
+    pod: String,
+    container: String,
+    lines: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl crate::command::CommandRunner for KillsOnNode {
+    async fn run(&self, cmd: &crate::command::Cmd) -> Result<CmdOutput, crate::command::CmdError> {
+        self.lines.lock().unwrap().push(cmd.line());
+        terminate_container(&self.c, &self.pod, &self.container);
+        Ok(CmdOutput::ok(""))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_supervisor_that_is_pid_1_is_killed_from_the_node_by_its_container_id() {
+    let c = cluster();
+    running_pod(&c, &cr("demo"), json!({}), None, &["agent"]);
+    with_container_ids(&c, &cr("demo"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut inj = injector(&c, dir.path(), in_the_workload_container());
+    let node = Arc::new(KillsOnNode {
+        c: c.clone(),
+        pod: cr("demo"),
+        container: "agent".into(),
+        lines: Default::default(),
+    });
+    inj.set_node_runner(node.clone());
+    let f = Fault::SupervisorKill {
+        sandbox: "demo".into(),
+    };
+    inj.inject(&f).await.unwrap();
+    let lines = node.lines.lock().unwrap().clone();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].starts_with("docker exec node-1 sh -c")
+            && lines[0].contains("crictl inspect")
+            && lines[0].contains(" id-agent)")
+            && lines[0].contains("kill -KILL"),
+        "{}",
+        lines[0]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pid_1_supervisor_without_node_access_is_unsupported_not_a_silent_success() {
+    let c = cluster();
+    running_pod(&c, &cr("demo"), json!({}), None, &["agent"]);
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(&c, dir.path(), in_the_workload_container());
+    let err = inj
+        .inject(&Fault::SupervisorKill {
+            sandbox: "demo".into(),
+        })
+        .await
+        .unwrap_err();
+    let TargetError::Unsupported(why) = &err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        why.contains("PID 1") && why.contains("node access"),
+        "{why}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_kill_whose_effect_is_never_seen_is_an_infrastructure_error_naming_the_fault() {
+    let c = cluster();
+    running_pod_with(
+        &c,
+        &cr("demo"),
+        json!({}),
+        None,
+        &["agent", "openshell-supervisor-network"],
+        true,
+    );
+    // The kill runs and nothing ends (the old `kill -KILL 1` in a PID namespace of its own).
+    c.register_exec(
+        NS,
+        &cr("demo"),
+        "openshell-supervisor-network",
+        move |_req: ExecRequest| {
+            Box::pin(async {
+                ExecOutput {
+                    stdout: vec![],
+                    stderr: vec![],
+                    exit_code: 0,
+                }
+            }) as futures::future::BoxFuture<'static, ExecOutput>
+        },
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut inj = injector(&c, dir.path(), sidecar());
+    inj.deadlines.replacement = Duration::from_secs(20);
+    let err = inj
+        .inject(&Fault::SupervisorKill {
+            sandbox: "demo".into(),
+        })
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, TargetError::Infra { .. }), "{err:?}");
+    assert!(
+        text.contains(&format!(
+            "fault supervisor-kill: container openshell-supervisor-network of pod {} stopped or restarted: gave up after 20s; last seen: running",
+            cr("demo")
+        )),
+        "{text}"
     );
 }
 

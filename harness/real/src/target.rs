@@ -383,6 +383,12 @@ impl RealTarget {
         }
     }
 
+    /// Shares the gateway registrations of `other`, as the targets one factory provisions do.
+    #[cfg(test)]
+    pub(crate) fn share_access_of(&mut self, other: &RealTarget) {
+        self.access = other.access.clone();
+    }
+
     async fn installed(&self) -> TargetResult<Arc<Installed>> {
         self.installed
             .lock()

@@ -898,6 +898,14 @@ async fn leftovers_of_another_run_are_found_and_stop_the_run_or_are_swept() {
         "metadata": {"name": cr("stale")}, "spec": {"podTemplate": {"spec": {"containers": []}}}}),
     )
     .unwrap();
+    let pvcs = ResourceRef::new("", "v1", "persistentvolumeclaims");
+    c.create(
+        &pvcs,
+        Some(NS),
+        json!({"metadata": {"name": "openshell-data-openshell-0"},
+               "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+    .unwrap();
     let runner = ScriptedRunner::new(Unscripted::Succeed);
     runner.respond(
         "helm list",
@@ -917,6 +925,15 @@ async fn leftovers_of_another_run_are_found_and_stop_the_run_or_are_swept() {
     assert_eq!(found.namespaces, vec!["old-run-ns".to_string()]);
     assert_eq!(found.releases, vec!["openshell".to_string()]);
     assert_eq!(found.sandboxes, vec![format!("openshell/{}", cr("stale"))]);
+    assert_eq!(
+        found.data_pvcs,
+        vec!["openshell-data-openshell-0".to_string()]
+    );
+    assert!(
+        found
+            .to_string()
+            .contains("gateway data volumes: openshell-data-openshell-0")
+    );
     let err = leftovers::handle(&c.client(), &runner, &opts, &found)
         .await
         .unwrap_err();
@@ -950,6 +967,7 @@ async fn leftovers_of_another_run_are_found_and_stop_the_run_or_are_swept() {
             .iter()
             .any(|l| l.starts_with("helm uninstall openshell --namespace openshell"))
     );
+    assert!(exists(&c, &pvcs, "openshell-data-openshell-0").is_none());
     tokio::time::sleep(Duration::from_secs(5)).await;
     let gone = c.get(&ns, None, "old-run-ns");
     assert!(gone.is_err() || !gone.unwrap()["metadata"]["deletionTimestamp"].is_null());
@@ -1075,6 +1093,46 @@ async fn the_gateway_is_found_as_a_deployment_when_there_is_no_statefulset() {
     assert_eq!(gateway::replicas(&c.client(), &w).await.unwrap().0, 0);
 }
 
+/// Files under `dir` (and inside its `.tar.gz` bundles) that hold key material or a
+/// kubeconfig: what must never be uploaded with the artifacts.
+fn secrets_in(dir: &std::path::Path) -> Vec<String> {
+    fn suspicious(name: &str, text: &str) -> bool {
+        (text.contains("-----BEGIN") && text.contains("PRIVATE KEY"))
+            || text.contains("client-key-data")
+            || (text.contains("kind: Config") && text.contains("users:"))
+            || name.ends_with("kubeconfig")
+            || name.ends_with("tls.key")
+    }
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let name = p.display().to_string();
+            let bytes = std::fs::read(&p).unwrap();
+            if name.ends_with(".tar.gz") {
+                let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(&bytes[..]));
+                for entry in ar.entries().unwrap() {
+                    let mut entry = entry.unwrap();
+                    let inner = format!("{name}:{}", entry.path().unwrap().display());
+                    let mut text = String::new();
+                    let _ = std::io::Read::read_to_string(&mut entry, &mut text);
+                    if suspicious(&inner, &text) {
+                        found.push(inner);
+                    }
+                }
+            } else if suspicious(&name, &String::from_utf8_lossy(&bytes)) {
+                found.push(name);
+            }
+        }
+    }
+    found
+}
+
 mod end_to_end {
     //! RealTarget through install, observe, a sandbox, a gateway stop and teardown, with the
     //! emulated API server for Kubernetes and recorded outputs for helm and the openshell CLI.
@@ -1119,7 +1177,7 @@ mod end_to_end {
             &ResourceRef::new("", "v1", "secrets"),
             Some(NS),
             json!({"metadata": {"name": "openshell-client-tls"},
-                   "data": {"ca.crt": "Q0E=", "tls.crt": "Q1JU", "tls.key": "S0VZ"}}),
+                   "data": {"ca.crt": "Q0E=", "tls.crt": "Q1JU", "tls.key": "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCk1DNENBUUF3QlFZREsyVndCQ0lFSUE9PQotLS0tLUVORCBQUklWQVRFIEtFWS0tLS0tCg=="}}),
         )
         .unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -1159,7 +1217,11 @@ mod end_to_end {
         let mtls = private
             .path()
             .join("cli-combined/config/openshell/gateways/conformance-combined/mtls");
-        assert_eq!(std::fs::read(mtls.join("tls.key")).unwrap(), b"KEY");
+        assert!(
+            std::fs::read_to_string(mtls.join("tls.key"))
+                .unwrap()
+                .contains("PRIVATE KEY")
+        );
         // The client key is the owner's only, and nothing of it is under the artifacts.
         #[cfg(unix)]
         {
@@ -1223,7 +1285,34 @@ mod end_to_end {
         assert!(tl.entries.iter().any(|e| matches!(&e.event, Event::Object(s) if s.kind == "OpenShellSandbox" && s.phase.as_deref() == Some("Ready"))));
         assert!(tl.entries.iter().any(|e| matches!(&e.event, Event::Object(s) if s.kind == "Pod" && s.name == "openshell-0" && s.deleted)));
 
+        // A diagnostics bundle, as a failed case writes one, and a kubeconfig where kind writes
+        // it: neither a key nor a kubeconfig may end up in the artifacts.
+        std::fs::write(
+            private.path().join("kubeconfig"),
+            "apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    client-key-data: S0VZ\n",
+        )
+        .unwrap();
+        t.diagnostics(&dir.path().join("bundles/combined-1"), None)
+            .await
+            .unwrap();
+        // The gateway's database volume, which helm uninstall keeps (StatefulSet claim).
+        c.create(
+            &ResourceRef::new("", "v1", "persistentvolumeclaims"),
+            Some(NS),
+            json!({"metadata": {"name": "openshell-data-openshell-0"},
+                   "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+        )
+        .unwrap();
         t.teardown().await.unwrap();
+        assert!(
+            exists(
+                &c,
+                &ResourceRef::new("", "v1", "persistentvolumeclaims"),
+                "openshell-data-openshell-0"
+            )
+            .is_none(),
+            "the gateway's database outlived the case"
+        );
         let lines = runner.lines();
         assert!(
             lines
@@ -1241,6 +1330,34 @@ mod end_to_end {
         assert!(
             !dir.path().join("diagnostics").exists(),
             "no bundle for a case that did not fail"
+        );
+
+        // The next case of the topology reuses the registration and its port.
+        let mut t2 = RealTarget::new(
+            args.resolve(Provider::Kind, "r1", "/repo").unwrap(),
+            Arc::new(runner.clone()),
+            c.client(),
+            TargetInfo {
+                kind: "kind".into(),
+                ..TargetInfo::default()
+            },
+            rec.clone(),
+        );
+        t2.share_access_of(&t);
+        t2.install(&topo).await.unwrap();
+        assert_eq!(t2.gateway_port().await, Some(port));
+        let adds = runner
+            .lines()
+            .iter()
+            .filter(|l| l.contains("openshell gateway add"))
+            .count();
+        assert_eq!(adds, 1, "{:#?}", runner.lines());
+        t2.teardown().await.unwrap();
+        let leaks = secrets_in(dir.path());
+        assert!(leaks.is_empty(), "credentials in the artifacts: {leaks:#?}");
+        assert!(
+            !secrets_in(private.path()).is_empty(),
+            "the scan finds what it looks for"
         );
         ctl.abort();
     }

@@ -12,15 +12,39 @@ pub(crate) const K3S_IMAGE: &str = "rancher/k3s:v1.33.1-k3s1";
 /// The cluster name kind and k3d create or reuse (`kind-<name>` / `k3d-<name>` contexts).
 pub(crate) const CLUSTER_NAME: &str = "openshell-conformance";
 
-/// Agent Sandbox release installed before OpenShell: upstream's CI default (docs/upstream-facts.md
-/// F8.1), serving `v1beta1` Sandboxes (F4.1).
+/// Agent Sandbox release installed before OpenShell 0.0.x: upstream's CI default
+/// (docs/upstream-facts.md F8.1), serving `v1beta1` Sandboxes (F4.1).
 pub(crate) const AGENT_SANDBOX_VERSION: &str = "v0.5.0";
 
-/// The release manifest of an Agent Sandbox version (docs/upstream-facts.md F8.1).
+/// Agent Sandbox release installed before OpenShell 0.1.x: the newer of the two releases the
+/// 0.1.6 field report ran (docs/upstream-facts.md F8.6).
+pub(crate) const AGENT_SANDBOX_VERSION_FOR_0_1: &str = "v1.0.9";
+
+/// The Agent Sandbox release to install with an OpenShell release (`None`: unknown, e.g. an
+/// unreleased chart), when the user names none.
+pub(crate) fn agent_sandbox_for(openshell: Option<&semver::Version>) -> &'static str {
+    match openshell {
+        Some(v) if *v >= semver::Version::new(0, 1, 0) => AGENT_SANDBOX_VERSION_FOR_0_1,
+        _ => AGENT_SANDBOX_VERSION,
+    }
+}
+
+/// The core release asset of an Agent Sandbox version: `manifest.yaml` up to v0.5.1,
+/// `sandbox.yaml` from v0.5.2 on (docs/upstream-facts.md F8.6). None for a version that is not
+/// `vX.Y.Z`.
+pub(crate) fn agent_sandbox_asset(version: &str) -> Option<&'static str> {
+    let v = semver::Version::parse(version.strip_prefix('v').unwrap_or(version)).ok()?;
+    Some(if v <= semver::Version::new(0, 5, 1) {
+        "manifest.yaml"
+    } else {
+        "sandbox.yaml"
+    })
+}
+
+/// The release manifest of an Agent Sandbox version (docs/upstream-facts.md F8.1, F8.6).
 pub(crate) fn agent_sandbox_manifest_url(version: &str) -> String {
-    format!(
-        "https://github.com/kubernetes-sigs/agent-sandbox/releases/download/{version}/manifest.yaml"
-    )
+    let asset = agent_sandbox_asset(version).unwrap_or("sandbox.yaml");
+    format!("https://github.com/kubernetes-sigs/agent-sandbox/releases/download/{version}/{asset}")
 }
 
 /// The OpenShell chart: OCI reference and default version (the release the upstream facts
@@ -57,6 +81,24 @@ mod tests {
             .join("../..")
             .join(name);
         std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    #[test]
+    fn the_agent_sandbox_asset_is_manifest_yaml_up_to_0_5_1_and_sandbox_yaml_after() {
+        assert_eq!(agent_sandbox_asset("v0.5.0"), Some("manifest.yaml"));
+        assert_eq!(agent_sandbox_asset("v0.5.1"), Some("manifest.yaml"));
+        assert_eq!(agent_sandbox_asset("v0.5.2"), Some("sandbox.yaml"));
+        assert_eq!(agent_sandbox_asset("v1.0.9"), Some("sandbox.yaml"));
+        assert_eq!(agent_sandbox_asset("latest"), None);
+        assert!(agent_sandbox_manifest_url("v0.5.4").ends_with("/v0.5.4/sandbox.yaml"));
+    }
+
+    #[test]
+    fn each_openshell_release_gets_its_agent_sandbox() {
+        let v = |s: &str| semver::Version::parse(s).unwrap();
+        assert_eq!(agent_sandbox_for(Some(&v("0.0.111"))), "v0.5.0");
+        assert_eq!(agent_sandbox_for(Some(&v("0.1.6"))), "v1.0.9");
+        assert_eq!(agent_sandbox_for(None), "v0.5.0");
     }
 
     #[test]

@@ -657,3 +657,54 @@ async fn the_cli_is_registered_once_from_its_private_home_and_nothing_of_the_use
     }
     server.abort();
 }
+
+// ---------------------------------------------------------------------------------------------
+// Agent Sandbox release assets
+
+/// The release assets the harness installs are named as `pins` says per version, and carry the
+/// CRD and the controller Deployment the install waits for; a local file is applied as given.
+#[test]
+fn the_agent_sandbox_release_assets_have_the_names_and_objects_the_install_waits_for() {
+    let test = "the_agent_sandbox_release_assets_have_the_names_and_objects_the_install_waits_for";
+    for (version, file) in [("v0.5.0", "manifest.yaml"), ("v0.5.4", "sandbox.yaml")] {
+        assert_eq!(pins::agent_sandbox_asset(version), Some(file));
+        let path = workspace_root()
+            .join("../shared/upstream")
+            .join(format!("agent-sandbox-{version}"))
+            .join(file);
+        if !path.is_file() {
+            let why = format!(
+                "the Agent Sandbox {version} asset is not at {}",
+                path.display()
+            );
+            assert!(!in_ci(), "{test}: {why}; CI must run this test");
+            eprintln!("SKIPPED {test}: {why}");
+            return;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
+        assert!(
+            docs.iter().any(|d| d["kind"] == "CustomResourceDefinition"
+                && d["metadata"]["name"] == pins::SANDBOX_CRD),
+            "{version}: no CRD {}",
+            pins::SANDBOX_CRD
+        );
+        assert!(
+            docs.iter().any(|d| d["kind"] == "Deployment"
+                && d["metadata"]["name"] == pins::AGENT_SANDBOX_CONTROLLER
+                && d["metadata"]["namespace"] == pins::AGENT_SANDBOX_NAMESPACE),
+            "{version}: no Deployment {}/{}",
+            pins::AGENT_SANDBOX_NAMESPACE,
+            pins::AGENT_SANDBOX_CONTROLLER
+        );
+        let run = tempfile::tempdir().unwrap();
+        let private = tempfile::tempdir().unwrap();
+        let o = opts(
+            &["--agent-sandbox-manifest", path.to_str().unwrap()],
+            run.path(),
+            private.path(),
+        );
+        let apply = crate::install::agent_sandbox_cmds(&o).remove(0);
+        assert_eq!(apply.args.last().map(String::as_str), path.to_str());
+    }
+}

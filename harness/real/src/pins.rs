@@ -2,8 +2,10 @@
 //! the repository root carry the same node images; a test keeps them in step.
 
 /// The kind node image: Kubernetes 1.33 matches k8s-openapi's `v1_33` API level, the oldest
-/// kube 5 supports (docs/dependencies.md D1).
-pub(crate) const KIND_NODE_IMAGE: &str = "kindest/node:v1.33.1";
+/// kube 5 supports (docs/dependencies.md D1). Pinned by the digest kind v0.29.0's release notes
+/// list for it, as kind asks (a tag alone can be re-pushed; docs/upstream-facts.md F10.6).
+pub(crate) const KIND_NODE_IMAGE: &str =
+    "kindest/node:v1.33.1@sha256:050072256b9a903bd914c0b2866828150cb229cea0efe5892e2b644d5dd3b34f";
 
 /// The k3s image k3d-config.yaml pins, the same Kubernetes minor as the kind node.
 #[cfg(test)]

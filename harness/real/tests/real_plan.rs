@@ -84,13 +84,13 @@ fn the_dry_run_plan_matches_its_golden_file(
 }
 
 #[test]
-fn the_kind_plan_creates_from_the_repository_config_with_the_pinned_image_and_installs_the_pinned_releases()
+fn the_kind_plan_creates_from_the_built_in_config_with_the_pinned_image_and_installs_the_pinned_releases()
  {
     let opts = args(&[]).resolve(Provider::Kind, "r", "/repo").unwrap();
     let t = Topologies::builtin();
     let plan = dry_run(&opts, &[t.get("combined").unwrap()]).unwrap();
     let lines: Vec<String> = plan.commands().iter().map(|c| c.line()).collect();
-    assert!(lines.iter().any(|l| l.starts_with("kind create cluster --name openshell-conformance --config /repo/kind-config.yaml --image kindest/node:v1.33.1")), "{lines:#?}");
+    assert!(lines.iter().any(|l| l.starts_with("kind create cluster --name openshell-conformance --config /run-dir/kind-config.yaml --image kindest/node:v1.33.1@sha256:")), "{lines:#?}");
     assert!(lines.iter().any(|l| l.contains("https://github.com/kubernetes-sigs/agent-sandbox/releases/download/v0.5.0/manifest.yaml")), "{lines:#?}");
     assert!(lines.iter().any(|l| l.starts_with("helm upgrade --install openshell oci://ghcr.io/nvidia/openshell/helm-chart --version 0.0.111 --namespace openshell")), "{lines:#?}");
     assert!(
@@ -221,7 +221,9 @@ fn the_plan_writes_the_topology_values_file_it_passes_to_helm() {
         .iter()
         .flat_map(|s| &s.steps)
         .find_map(|s| match s {
-            Step::Write { path, contents } => Some((path.clone(), contents.clone())),
+            Step::Write { path, contents } if path.ends_with("values-sidecar.yaml") => {
+                Some((path.clone(), contents.clone()))
+            }
             _ => None,
         })
         .expect("a values file");

@@ -360,3 +360,54 @@ fn a_bundle_is_collected_on_failure_only_unless_asked_for_always() {
         ));
     });
 }
+
+#[test]
+fn outside_the_repository_the_built_in_kind_config_is_written_to_the_run_directory_and_used() {
+    let elsewhere = opts(Provider::Kind, &[], "/run");
+    let plan = provider(&elsewhere).up_plan();
+    let crate::plan::Step::Write { path, contents } = &plan[0] else {
+        panic!("{plan:?}")
+    };
+    assert_eq!(path, &std::path::PathBuf::from("/run/kind-config.yaml"));
+    assert!(contents.contains(&format!("image: {}", crate::pins::KIND_NODE_IMAGE)));
+    let create = plan
+        .iter()
+        .find_map(|s| match s {
+            crate::plan::Step::Run { cmd, .. }
+                if cmd.args.get(1).map(String::as_str) == Some("cluster") =>
+            {
+                Some(cmd.line())
+            }
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        create.contains("--config /run/kind-config.yaml"),
+        "{create}"
+    );
+    // kind reads --wait as a Go duration.
+    let wait = create.split("--wait ").nth(1).unwrap();
+    assert!(
+        wait.strip_suffix('s')
+            .is_some_and(|n| n.parse::<u64>().is_ok()),
+        "{wait}"
+    );
+
+    // Inside the repository its own file is used, and nothing is written.
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let inside = Cli::try_parse_from(["x", "--run-dir", "/run", "--private-dir", "/private"])
+        .unwrap()
+        .real
+        .resolve(Provider::K3d, "r1", &repo)
+        .unwrap();
+    let plan = provider(&inside).up_plan();
+    assert!(
+        !plan
+            .iter()
+            .any(|s| matches!(s, crate::plan::Step::Write { .. }))
+    );
+    assert!(
+        plan.iter().any(|s| matches!(s, crate::plan::Step::Run { cmd, .. } if cmd.line().contains(&format!("--config {}", repo.join("k3d-config.yaml").display())))),
+        "{plan:?}"
+    );
+}

@@ -342,8 +342,8 @@ impl FaultInjector {
     ///
     /// Without a shared process namespace the supervisor is PID 1 of its container, and the
     /// kernel drops a SIGKILL sent to a namespace's init from inside that namespace: an exec of
-    /// `kill -KILL 1` does nothing. It is killed from the node instead, by its host PID
-    /// (`crictl inspect`), which needs node access (kind, k3d).
+    /// `kill -KILL 1` does nothing (docs/upstream-facts.md F10.5). It is killed from the node
+    /// instead, by its host PID (`crictl inspect`), which needs node access (kind, k3d).
     async fn kill_in_container(
         &self,
         fault: &str,

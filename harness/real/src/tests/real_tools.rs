@@ -203,6 +203,12 @@ fn every_topology_the_chart_supports_renders_with_real_helm_as_the_fixture_inten
             certgen.to_string().contains("openshell-client-tls"),
             "the certgen job makes the Secret the harness reads"
         );
+        // The CLI connects to https://127.0.0.1:<forwarded port>; the server certificate must
+        // name that address.
+        assert!(
+            certgen.to_string().contains("--server-san=127.0.0.1"),
+            "{certgen:#}"
+        );
         object(&docs, "Service", &o.release);
         rendered.push(t.name.clone());
     }

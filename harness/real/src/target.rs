@@ -804,6 +804,8 @@ pub(crate) async fn phase_poller(
     });
     let mut known: BTreeSet<String> = BTreeSet::new();
     let mut phases: BTreeMap<String, conformance_core::phase::Phase> = BTreeMap::new();
+    // What `get` said on entry into the current phase, kept while the phase holds.
+    let mut exit_codes: BTreeMap<String, i32> = BTreeMap::new();
     let mut last_refusal: Option<String> = None;
     loop {
         match cli.list(Some(&selector)).await {
@@ -816,11 +818,16 @@ pub(crate) async fn phase_poller(
                     // them at all it is in `get` (docs/upstream-facts.md F6.4, F9.1). Asked once
                     // per entry into a phase a process exit leads to; absent stays unknown.
                     let entered = phases.get(&s.name) != Some(&s.phase);
+                    if entered {
+                        exit_codes.remove(&s.name);
+                    }
                     if entered
                         && ended_phase(&s.phase)
                         && let Ok(Some(detail)) = cli.get_json(&s.name).await
                     {
-                        view.exit_code = detail.exit_code().or(view.exit_code);
+                        if let Some(code) = detail.exit_code() {
+                            exit_codes.insert(s.name.clone(), code);
+                        }
                         if let Some(n) = detail.restart_count() {
                             rec.record(Event::Observation {
                                 key: "restart_count".to_string(),
@@ -829,6 +836,7 @@ pub(crate) async fn phase_poller(
                             });
                         }
                     }
+                    view.exit_code = view.exit_code.or(exit_codes.get(&s.name).copied());
                     phases.insert(s.name.clone(), s.phase.clone());
                     rec.observe(view.to_state());
                 }
@@ -844,6 +852,7 @@ pub(crate) async fn phase_poller(
                     st.deleted = true;
                     rec.observe(st);
                     phases.remove(gone);
+                    exit_codes.remove(gone);
                 }
                 known = now;
             }

@@ -369,3 +369,75 @@ async fn the_phase_poller_declares_its_interval_and_records_unknown_while_the_ga
     assert!(o.passed, "{}", o.diagnosis());
     assert!(o.message.contains("sampled every 2s"), "{}", o.message);
 }
+
+/// `list` prints neither an exit code nor a restart count; on entering a phase a process exit
+/// leads to, the poller asks `get` and records what it prints, and nothing when it prints none.
+#[tokio::test(start_paused = true)]
+async fn the_poller_reads_exit_code_and_restart_count_from_get_and_never_invents_them() {
+    use conformance_core::timeline::{Event, GATEWAY_SANDBOX_KIND, Recorder};
+    let r = ScriptedRunner::new(Unscripted::Fail);
+    r.respond(
+        "openshell sandbox list -o json",
+        CmdOutput::ok(
+            r#"[{"name":"a","phase":"Error"},{"name":"b","phase":"Error"},{"name":"c","phase":"Ready"}]"#,
+        ),
+    );
+    r.respond(
+        "openshell sandbox get a -o json",
+        CmdOutput::ok(r#"{"name":"a","phase":"Error","status":{"exit_code":3,"restart_count":2}}"#),
+    );
+    r.respond(
+        "openshell sandbox get b -o json",
+        CmdOutput::ok(r#"{"name":"b","phase":"Error"}"#),
+    );
+    let rec = Recorder::new();
+    let poller = tokio::spawn(crate::target::phase_poller(
+        cli(&r),
+        "openshell-conformance.io/run=r1".into(),
+        rec.clone(),
+        std::time::Duration::from_secs(2),
+    ));
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    poller.abort();
+    let t = rec.snapshot();
+    let exit = |name: &str| {
+        t.entries
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::Object(s) if s.kind == GATEWAY_SANDBOX_KIND && s.name == name => {
+                    Some(s.containers.iter().find_map(|c| c.exit_code))
+                }
+                _ => None,
+            })
+            .next_back()
+            .flatten()
+    };
+    assert_eq!(exit("a"), Some(3));
+    assert_eq!(exit("b"), None, "no exit code printed: unknown, not 0");
+    let restarts: Vec<_> = t
+        .entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Observation {
+                key,
+                subject,
+                value,
+            } if key == "restart_count" => Some((subject.clone(), value.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        restarts,
+        vec![(
+            Some(format!("{GATEWAY_SANDBOX_KIND}/a")),
+            serde_json::json!(2)
+        )]
+    );
+    // `get` is asked once per entry into the phase, not on every poll, and never for Ready.
+    let gets: Vec<String> = r
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains("sandbox get"))
+        .collect();
+    assert_eq!(gets.len(), 2, "{gets:#?}");
+}

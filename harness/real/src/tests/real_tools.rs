@@ -163,6 +163,12 @@ fn every_topology_the_chart_supports_renders_with_real_helm_as_the_fixture_inten
             toml_section(toml, "openshell.gateway.tls").contains_key("client_ca_path"),
             "{toml}"
         );
+        // The gateway's sandboxes live in the namespace the harness watches.
+        assert_eq!(
+            gw.get("sandbox_namespace").map(String::as_str),
+            Some(format!("\"{}\"", o.namespace).as_str()),
+            "{toml}"
+        );
         // Auth that lets the harness in.
         assert_eq!(
             toml_section(toml, "openshell.gateway.auth")
@@ -713,4 +719,41 @@ fn the_agent_sandbox_release_assets_have_the_names_and_objects_the_install_waits
         let apply = crate::install::agent_sandbox_cmds(&o).remove(0);
         assert_eq!(apply.args.last().map(String::as_str), path.to_str());
     }
+}
+
+/// The check right after install: a gateway that refuses the harness stops the case with an
+/// infrastructure error quoting what the real CLI reported.
+#[tokio::test]
+async fn a_gateway_that_refuses_the_harness_stops_the_install_quoting_its_answer() {
+    let test = "a_gateway_that_refuses_the_harness_stops_the_install_quoting_its_answer";
+    let Some(bin) = require(Tool::OpenshellCli, test) else {
+        return;
+    };
+    let (addr, server) = serve_status(16, "missing authorization header").await;
+    let home = tempfile::tempdir().unwrap();
+    let cli = real_cli(&bin, Arc::new(SystemRunner), home.path(), "proof");
+    cli.prepare_home().unwrap();
+    assert!(
+        SystemRunner
+            .run(&cli.gateway_add_cmd(addr.port(), false))
+            .await
+            .unwrap()
+            .success()
+    );
+    let err = cli
+        .check_access("openshell-conformance.io/run=proof")
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, conformance_core::target::TargetError::Infra { .. }),
+        "{err:?}"
+    );
+    assert!(
+        text.contains("did not let the harness in")
+            && text.contains("missing authorization header")
+            && text.contains("allowUnauthenticatedUsers"),
+        "{text}"
+    );
+    server.abort();
 }

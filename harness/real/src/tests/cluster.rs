@@ -411,3 +411,45 @@ fn outside_the_repository_the_built_in_kind_config_is_written_to_the_run_directo
         "{plan:?}"
     );
 }
+
+/// Before anything is installed the real target says which OpenShell the chart installs, so the
+/// engine skips (with the reason, in the summary and JUnit) the cases of topologies it cannot
+/// run instead of the run failing at their install.
+#[test]
+fn the_real_target_reports_the_charts_release_so_unsupported_topologies_are_skipped() {
+    use conformance_core::target::TargetFactory;
+    use conformance_core::topology::Topologies;
+    let o = opts(Provider::Kind, &[], "/run");
+    let f = RealFactory::new(o, Arc::new(ScriptedRunner::new(Unscripted::Fail))).unwrap();
+    let info = f.info();
+    assert_eq!(
+        info.openshell.as_ref().map(|v| v.to_string()).as_deref(),
+        Some("0.0.111")
+    );
+    let t = Topologies::builtin();
+    assert_eq!(info.skip_reason(t.get("combined").unwrap(), &[]), None);
+    assert_eq!(info.skip_reason(t.get("sidecar").unwrap(), &[]), None);
+    for name in ["gateway", "supervisor-pod"] {
+        let why = info.skip_reason(t.get(name).unwrap(), &[]).unwrap();
+        assert!(why.contains("needs OpenShell 0.1.5 or newer"), "{why}");
+    }
+    // An unreleased chart (0.0.0) names no release: nothing is skipped by version.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("Chart.yaml"),
+        "apiVersion: v2\nname: helm-chart\nversion: 0.0.0\nappVersion: \"0.0.0\"\n",
+    )
+    .unwrap();
+    let o = opts(
+        Provider::Kind,
+        &["--chart-path", dir.path().to_str().unwrap()],
+        "/run",
+    );
+    let why = o
+        .topology_skip_reason(t.get("gateway").unwrap())
+        .unwrap()
+        .unwrap();
+    assert!(why.contains("has no helm values for chart 0.0.0"), "{why}");
+    let f = RealFactory::new(o, Arc::new(ScriptedRunner::new(Unscripted::Fail))).unwrap();
+    assert_eq!(f.info().openshell, None);
+}

@@ -3,6 +3,9 @@
 #   make e2e                      the catalog on a kind cluster (needs Docker, kind, helm, openshell)
 #   make e2e CLUSTER=k3d          ... on k3d; CLUSTER=existing uses CONTEXT; CLUSTER=emulated needs nothing
 #   make e2e TOPOLOGY=sidecar SCENARIO='gateway-*' OUTAGE=2m SEED=7 CHART_VERSION=0.1.6 IMAGE_TAG=dev
+#   make e2e CHART_PATH=../OpenShell/deploy/helm/openshell IMAGE_REPOSITORY=openshell/gateway \
+#            SUPERVISOR_IMAGE_REPOSITORY=openshell/supervisor IMAGE_TAG=dev \
+#            LOAD_IMAGES="openshell/gateway:dev openshell/supervisor:dev"   a local OpenShell build
 #   make e2e-emulated             the whole catalog on the embedded emulated target, in seconds
 
 CARGO ?= cargo
@@ -12,7 +15,11 @@ SCENARIO ?=
 OUTAGE ?=
 SEED ?=
 CHART_VERSION ?=
+CHART_PATH ?=
+IMAGE_REPOSITORY ?=
+SUPERVISOR_IMAGE_REPOSITORY ?=
 IMAGE_TAG ?=
+LOAD_IMAGES ?=
 CONTEXT ?=
 MODEL ?=
 ARTIFACTS ?= artifacts
@@ -24,7 +31,11 @@ RUN_FLAGS = --artifacts $(ARTIFACTS) \
 	$(if $(OUTAGE),--outage $(OUTAGE)) \
 	$(if $(SEED),--seed $(SEED))
 REAL_FLAGS = $(if $(CHART_VERSION),--chart-version $(CHART_VERSION)) \
+	$(if $(CHART_PATH),--chart-path $(CHART_PATH)) \
+	$(if $(IMAGE_REPOSITORY),--image-repository $(IMAGE_REPOSITORY)) \
+	$(if $(SUPERVISOR_IMAGE_REPOSITORY),--supervisor-image-repository $(SUPERVISOR_IMAGE_REPOSITORY)) \
 	$(if $(IMAGE_TAG),--image-tag $(IMAGE_TAG) --supervisor-image-tag $(IMAGE_TAG)) \
+	$(foreach i,$(LOAD_IMAGES),--load-image $(i)) \
 	$(if $(CONTEXT),--context $(CONTEXT))
 
 .PHONY: e2e e2e-emulated tools test lint fmt doctor clusters-down ci

@@ -307,6 +307,36 @@ fn a_kind_dry_run_prints_the_command_plan_without_touching_anything() {
     assert!(out.contains("helm upgrade --install"), "{out}");
 }
 
+/// `make e2e`'s command with no flags, started outside the repository: every topology the
+/// default chart runs is planned, the others are named as skipped with the reason, the kind
+/// config is one that exists, and no credential is planned under the artifacts.
+#[test]
+fn a_kind_dry_run_without_flags_plans_what_the_default_chart_runs_from_any_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(&["run", "--target", "kind", "--dry-run"], dir.path());
+    let out = text(&o);
+    assert_eq!(code(&o), 0, "{out}");
+    for t in ["combined", "sidecar"] {
+        assert!(out.contains(&format!("== openshell [{t}] ==")), "{out}");
+    }
+    for t in ["gateway", "supervisor-pod"] {
+        assert!(
+            out.contains(&format!(
+                "# skipped: topology {t} needs OpenShell 0.1.5 or newer; the chart installs 0.0.111"
+            )),
+            "{out}"
+        );
+        assert!(!out.contains(&format!("== openshell [{t}] ==")), "{out}");
+    }
+    assert!(
+        out.contains("write artifacts/kind-config.yaml:")
+            && out.contains("--config artifacts/kind-config.yaml"),
+        "{out}"
+    );
+    assert!(!out.contains("--kubeconfig artifacts/"), "{out}");
+    assert!(!out.contains("HOME=artifacts/"), "{out}");
+}
+
 #[test]
 fn json_logs_are_available_for_ci() {
     let dir = tempfile::tempdir().unwrap();

@@ -32,22 +32,45 @@ pub(crate) struct SandboxJson {
     pub phase: Phase,
     #[serde(default)]
     pub created_at: Option<serde_json::Value>,
-    /// 0.1.x builds with a restart policy add these (docs/upstream-facts.md F9.1); absent at
-    /// 0.0.111.
+    /// Neither v0.0.111 `list` nor `get` prints these (F6.4); builds with a restart policy are
+    /// reported to print them in `get` (F9.1), at the top level or under `status`. Absent means
+    /// unknown, never 0.
     #[serde(default)]
-    pub restart_count: Option<u32>,
+    restart_count: Option<u32>,
     #[serde(default)]
-    pub exit_code: Option<i32>,
+    exit_code: Option<i32>,
+    #[serde(default)]
+    status: Option<SandboxStatusJson>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+struct SandboxStatusJson {
+    #[serde(default)]
+    restart_count: Option<u32>,
+    #[serde(default)]
+    exit_code: Option<i32>,
 }
 
 impl SandboxJson {
+    /// The main process's exit code, if this CLI printed one.
+    pub(crate) fn exit_code(&self) -> Option<i32> {
+        self.exit_code
+            .or_else(|| self.status.as_ref().and_then(|s| s.exit_code))
+    }
+
+    /// How often the sandbox was restarted, if this CLI printed it.
+    pub(crate) fn restart_count(&self) -> Option<u32> {
+        self.restart_count
+            .or_else(|| self.status.as_ref().and_then(|s| s.restart_count))
+    }
+
     pub(crate) fn view(&self) -> SandboxView {
         SandboxView {
             name: self.name.clone(),
             phase: self.phase.clone(),
             reason: None,
             message: None,
-            exit_code: self.exit_code,
+            exit_code: self.exit_code(),
         }
     }
 }
@@ -67,36 +90,99 @@ pub(crate) fn parse_list(stdout: &str) -> TargetResult<Vec<SandboxJson>> {
     serde_json::from_str(t).map_err(|e| TargetError::infra_from("`sandbox list -o json`", e))
 }
 
-/// A gRPC status the CLI printed on failure, as tonic formats it
-/// (`status: FailedPrecondition, message: "…"`), or a known refusal text.
-pub(crate) fn parse_refusal(stderr: &str) -> Option<(String, String)> {
-    if let Some(i) = stderr.find("status: ") {
-        let rest = &stderr[i + "status: ".len()..];
-        let code: String = rest
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric())
-            .collect();
-        let message = rest
-            .find("message: \"")
-            .map(|j| {
-                let m = &rest[j + "message: \"".len()..];
-                m[..m.find('"').unwrap_or(m.len())].to_string()
-            })
-            .unwrap_or_default();
-        if !code.is_empty() {
-            return Some((code, message));
+/// The names of the gRPC codes by the text tonic 0.14 prints for them (`Code::description`), as
+/// the CLI shows a status: `code: '<description>', message: "…"` (docs/upstream-facts.md F6.9).
+const TONIC_CODES: &[(&str, &str)] = &[
+    ("The operation was cancelled", "Cancelled"),
+    ("Unknown error", "Unknown"),
+    ("Client specified an invalid argument", "InvalidArgument"),
+    (
+        "Deadline expired before operation could complete",
+        "DeadlineExceeded",
+    ),
+    ("Some requested entity was not found", "NotFound"),
+    (
+        "Some entity that we attempted to create already exists",
+        "AlreadyExists",
+    ),
+    (
+        "The caller does not have permission to execute the specified operation",
+        "PermissionDenied",
+    ),
+    ("Some resource has been exhausted", "ResourceExhausted"),
+    (
+        "The system is not in a state required for the operation's execution",
+        "FailedPrecondition",
+    ),
+    ("The operation was aborted", "Aborted"),
+    ("Operation was attempted past the valid range", "OutOfRange"),
+    (
+        "Operation is not implemented or not supported",
+        "Unimplemented",
+    ),
+    ("Internal error", "Internal"),
+    ("The service is currently unavailable", "Unavailable"),
+    ("Unrecoverable data loss or corruption", "DataLoss"),
+    (
+        "The request does not have valid authentication credentials",
+        "Unauthenticated",
+    ),
+];
+
+/// The CLI's error report as one line: miette draws `Error:   × first line` and wraps long
+/// messages over lines prefixed with `│` (docs/upstream-facts.md F6.9); the causes (`├─▶`,
+/// `╰─▶`) and the hint after an empty `│` line are left out.
+pub(crate) fn error_text(stderr: &str) -> Option<String> {
+    let mut lines = stderr
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("Error:"));
+    let first = lines.next()?;
+    let first = first.trim_start().trim_start_matches("Error:").trim_start();
+    let first = first.trim_start_matches('×').trim();
+    let mut parts = vec![first.to_string()];
+    for l in lines {
+        let t = l.trim_start();
+        let Some(rest) = t.strip_prefix('│') else {
+            break;
+        };
+        let rest = rest.trim();
+        if rest.is_empty() {
+            break;
         }
+        parts.push(rest.to_string());
     }
-    // Messages of the stop/start/exec rules (docs/upstream-facts.md F1.9, F1.10, F1.12) without a
-    // status prefix.
-    for needle in [
-        "sandbox must be Ready to stop",
-        "sandbox must be Stopped to start",
-        "sandbox is not ready",
-    ] {
-        if let Some(line) = stderr.lines().find(|l| l.contains(needle)) {
-            return Some(("FailedPrecondition".into(), line.trim().to_string()));
-        }
+    Some(parts.join(" "))
+}
+
+/// A refusal the CLI printed on failure: the gRPC code and the gateway's message, or the CLI's
+/// own wording of one (docs/upstream-facts.md F6.9). None for anything else, such as a transport
+/// error while the gateway is unreachable.
+pub(crate) fn parse_refusal(stderr: &str) -> Option<(String, String)> {
+    let text = error_text(stderr)?;
+    if let Some(i) = text.find("code: '") {
+        let rest = &text[i + "code: '".len()..];
+        let end = rest.find("', message: ")?;
+        let description = &rest[..end];
+        let code = TONIC_CODES
+            .iter()
+            .find(|(d, _)| *d == description)
+            .map(|(_, c)| (*c).to_string())
+            // A description this table does not know is kept as printed, not dropped.
+            .unwrap_or_else(|| description.to_string());
+        let after = &rest[end + "', message: ".len()..];
+        let message = after
+            .strip_prefix('"')
+            .map(|m| m.rfind('"').map_or(m, |j| &m[..j]))
+            .unwrap_or(after);
+        return Some((code, message.to_string()));
+    }
+    // `sandbox create` prints an AlreadyExists status as its message and a hint to delete the
+    // sandbox first; exec checks readiness itself and prints its own words (F6.9).
+    if stderr.contains("hint: delete it first with: openshell sandbox delete") {
+        return Some(("AlreadyExists".into(), text));
+    }
+    if text.starts_with("sandbox '") && text.contains("' is not ready") {
+        return Some(("FailedPrecondition".into(), text));
     }
     None
 }
@@ -130,13 +216,25 @@ pub(crate) fn capabilities_from_help(create_help: &str) -> BTreeSet<Capability> 
     caps
 }
 
-/// Drives one `openshell` binary against one gateway, with a private configuration directory.
+/// Variables the CLI reads that would point it at another gateway or identity than the one
+/// the harness registered (docs/upstream-facts.md F6.1, F6.10): removed from every call.
+const FOREIGN_VARS: &[&str] = &[
+    "OPENSHELL_GATEWAY_ENDPOINT",
+    "OPENSHELL_GATEWAY_INSECURE",
+    "OPENSHELL_WORKSPACE",
+    "OPENSHELL_OIDC_CLIENT_SECRET",
+];
+
+/// Drives one `openshell` binary against one gateway, from a private home directory: HOME, the
+/// XDG directories, the local-TLS import directory and the system gateway registry of every
+/// call point inside it, so nothing of the user's OpenShell is read or written
+/// (docs/upstream-facts.md F6.10).
 #[derive(Clone)]
 pub(crate) struct OpenShellCli {
     runner: Arc<dyn CommandRunner>,
     pub program: String,
-    /// `XDG_CONFIG_HOME` for every call: the run's own, never the user's.
-    pub config_home: PathBuf,
+    /// The private home of every call (mode 0700, outside the uploaded artifacts).
+    pub home: PathBuf,
     /// The registered gateway name (`OPENSHELL_GATEWAY`).
     pub gateway: String,
     pub call_timeout: Duration,
@@ -147,17 +245,22 @@ impl OpenShellCli {
     pub(crate) fn new(
         runner: Arc<dyn CommandRunner>,
         program: &str,
-        config_home: PathBuf,
+        home: PathBuf,
         gateway: &str,
     ) -> Self {
         Self {
             runner,
             program: program.to_string(),
-            config_home,
+            home,
             gateway: gateway.to_string(),
             call_timeout: Duration::from_secs(60),
             lifecycle_timeout: Duration::from_secs(330),
         }
+    }
+
+    /// `XDG_CONFIG_HOME` of every call.
+    pub(crate) fn config_home(&self) -> PathBuf {
+        self.home.join("config")
     }
 
     /// A CLI call with the isolated configuration.
@@ -166,11 +269,24 @@ impl OpenShellCli {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        Cmd::new(&self.program)
+        let h = |sub: &str| self.home.join(sub).display().to_string();
+        let mut c = Cmd::new(&self.program)
             .args(args)
-            .env("XDG_CONFIG_HOME", self.config_home.display().to_string())
+            .env("HOME", self.home.display().to_string())
+            .env("XDG_CONFIG_HOME", h("config"))
+            .env("XDG_STATE_HOME", h("state"))
+            .env("XDG_DATA_HOME", h("data"))
+            .env("XDG_CACHE_HOME", h("cache"))
+            // `gateway add --local` imports a local OpenShell's client certificate from here
+            // (else XDG_STATE_HOME, ~/.local/state, Homebrew) over the harness's; it stays empty.
+            .env("OPENSHELL_LOCAL_TLS_DIR", h("no-local-tls"))
+            .env("OPENSHELL_SYSTEM_GATEWAY_DIR", h("no-system-gateways"))
             .env("OPENSHELL_GATEWAY", &self.gateway)
-            .timeout(self.call_timeout)
+            .timeout(self.call_timeout);
+        for v in FOREIGN_VARS {
+            c = c.env_remove(*v);
+        }
+        c
     }
 
     /// Registers the port-forwarded gateway (docs/upstream-facts.md F6.2):
@@ -190,12 +306,45 @@ impl OpenShellCli {
         c
     }
 
-    /// Where the CLI looks for the client certificate of a gateway (docs/upstream-facts.md F6.2).
-    pub(crate) fn mtls_dir(&self) -> PathBuf {
-        self.config_home
+    /// The CLI's directory for the registered gateway (metadata, mTLS files).
+    pub(crate) fn gateway_dir(&self) -> PathBuf {
+        self.config_home()
             .join("openshell/gateways")
             .join(&self.gateway)
-            .join("mtls")
+    }
+
+    /// Where the CLI looks for the client certificate of a gateway (docs/upstream-facts.md F6.2).
+    pub(crate) fn mtls_dir(&self) -> PathBuf {
+        self.gateway_dir().join("mtls")
+    }
+
+    /// Creates the private home (mode 0700) and removes a registration an earlier run left in
+    /// it, so `gateway add` does not refuse with "already exists" (docs/upstream-facts.md F6.2).
+    pub(crate) fn prepare_home(&self) -> std::io::Result<()> {
+        crate::private::create_private_dir(&self.home)?;
+        match std::fs::remove_dir_all(self.gateway_dir()) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// One call that needs the harness to be let in (`sandbox list`), right after registration:
+    /// a refusal here is a setup problem and is quoted as the gateway said it.
+    pub(crate) async fn check_access(&self, selector: &str) -> TargetResult<()> {
+        let out = self
+            .call(self.cmd(["sandbox", "list", "-o", "json", "--selector", selector]))
+            .await?;
+        if out.success() {
+            return parse_list(&out.stdout).map(|_| ());
+        }
+        let said =
+            error_text(&out.stderr).unwrap_or_else(|| crate::command::last_lines(&out.stderr, 5));
+        Err(TargetError::infra(format!(
+            "install: the gateway did not let the harness in (`openshell sandbox list` exited with code {}): {said}; \
+             the harness installs with server.auth.allowUnauthenticatedUsers=true (see README, \"Authentication\"): \
+             check that no values file or --set turns it off",
+            out.code
+        )))
     }
 
     pub(crate) fn create_cmd(

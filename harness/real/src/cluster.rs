@@ -49,11 +49,64 @@ pub fn provider(opts: &RealOptions) -> Box<dyn ClusterProvider> {
 }
 
 /// The kubeconfig a kind or k3d run writes its context into: the user's choice, else a private
-/// file in the run directory (so the user's own kubeconfig is never edited).
+/// file in the private directory (so the user's own kubeconfig is never edited and no
+/// credential lands in the artifacts).
 pub(crate) fn private_kubeconfig(opts: &RealOptions) -> PathBuf {
     opts.kubeconfig
         .clone()
-        .unwrap_or_else(|| opts.run_dir.join("kubeconfig"))
+        .unwrap_or_else(|| opts.private_dir.join("kubeconfig"))
+}
+
+/// The cluster configuration files, built in so a run works from any directory.
+const KIND_CONFIG: &str = include_str!("../../../kind-config.yaml");
+const K3D_CONFIG: &str = include_str!("../../../k3d-config.yaml");
+
+/// Where a kind or k3d config file is: `<repo>/<file>` when the run starts inside the
+/// repository (so an edited file is used), else the built-in copy, written to the run directory
+/// first (the second value). Looking it up in the working directory alone named a file that
+/// did not exist when run from elsewhere.
+pub(crate) fn cluster_config(opts: &RealOptions, file: &str) -> (PathBuf, Option<&'static str>) {
+    let in_repo = opts.repo_root.join(file);
+    if in_repo.is_file() {
+        return (in_repo, None);
+    }
+    let builtin = if file == "k3d-config.yaml" {
+        K3D_CONFIG
+    } else {
+        KIND_CONFIG
+    };
+    (opts.run_dir.join(file), Some(builtin))
+}
+
+/// Writes a built-in cluster config where [`cluster_config`] said.
+pub(crate) fn write_cluster_config(path: &Path, contents: Option<&str>) -> Result<()> {
+    let Some(text) = contents else {
+        return Ok(());
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::infra_from(format!("cluster up: create {}", dir.display()), e))?;
+    }
+    std::fs::write(path, text)
+        .map_err(|e| Error::infra_from(format!("cluster up: write {}", path.display()), e))
+}
+
+/// The plan step that writes a built-in cluster config, if one is used.
+pub(crate) fn config_plan(path: &Path, contents: Option<&str>) -> Option<Step> {
+    contents.map(|c| Step::Write {
+        path: path.to_path_buf(),
+        contents: c.to_string(),
+    })
+}
+
+/// Creates the run's private directory (mode 0700) before anything writes a credential to it.
+pub fn create_private_dir(opts: &RealOptions) -> Result<()> {
+    crate::private::create_private_dir(&opts.private_dir).map_err(|e| {
+        Error::infra_from(
+            format!("private directory {}", opts.private_dir.display()),
+            e,
+        )
+    })
 }
 
 /// Maps a tool failure during a cluster stage to an infrastructure error naming the stage.

@@ -2,7 +2,7 @@
 //! openshell). Every call is a [`Cmd`] value with its own timeout, so plans can be printed,
 //! recorded and compared, and tests can feed recorded outputs back without any tool installed.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,6 +23,9 @@ pub struct Cmd {
     /// Variables set on top of the inherited environment.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// Inherited variables removed before the call (`env -u NAME` in the printed line).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub env_remove: BTreeSet<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -56,6 +59,7 @@ impl Cmd {
             program: program.into(),
             args: Vec::new(),
             env: BTreeMap::new(),
+            env_remove: BTreeSet::new(),
             stdin: None,
             cwd: None,
             timeout: DEFAULT_TIMEOUT,
@@ -89,6 +93,12 @@ impl Cmd {
         self
     }
 
+    /// Removes an inherited variable for this call.
+    pub fn env_remove(mut self, k: impl Into<String>) -> Self {
+        self.env_remove.insert(k.into());
+        self
+    }
+
     pub fn stdin(mut self, text: impl Into<String>) -> Self {
         self.stdin = Some(text.into());
         self
@@ -102,11 +112,14 @@ impl Cmd {
     /// The command line as a shell would need it, environment first; used in plans, logs and
     /// error messages, and as the key recorded outputs are matched on.
     pub fn line(&self) -> String {
-        let mut parts: Vec<String> = self
-            .env
-            .iter()
-            .map(|(k, v)| format!("{k}={}", quote(v)))
-            .collect();
+        let mut parts: Vec<String> = Vec::new();
+        if !self.env_remove.is_empty() {
+            parts.push("env".into());
+            for k in &self.env_remove {
+                parts.push(format!("-u {k}"));
+            }
+        }
+        parts.extend(self.env.iter().map(|(k, v)| format!("{k}={}", quote(v))));
         parts.push(quote(&self.program));
         parts.extend(self.args.iter().map(|a| quote(a)));
         parts.join(" ")
@@ -258,6 +271,9 @@ impl CommandRunner for SystemRunner {
         if let Some(dir) = &cmd.cwd {
             c.current_dir(dir);
         }
+        for k in &cmd.env_remove {
+            c.env_remove(k);
+        }
         let mut child = c.spawn().map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 CmdError::NotFound {
@@ -379,6 +395,7 @@ impl CommandRunner for ScriptedRunner {
         // Environment is not part of the match: prefixes name the program and its arguments.
         let bare = Cmd {
             env: BTreeMap::new(),
+            env_remove: BTreeSet::new(),
             ..cmd.clone()
         }
         .line();

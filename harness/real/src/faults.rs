@@ -73,6 +73,53 @@ pub struct FaultInjector {
     pub deadlines: FaultDeadlines,
     rec: std::sync::Mutex<Option<Recorder>>,
     active: tokio::sync::Mutex<BTreeMap<String, Active>>,
+    /// Runs commands on the cluster's nodes (`docker exec <node>`: kind and k3d nodes are
+    /// containers named like the node). None on an existing cluster.
+    node_runner: Option<Arc<dyn crate::command::CommandRunner>>,
+}
+
+/// A container's identity and restart count, to recognise that it really stopped or restarted.
+#[derive(Clone, Debug, PartialEq)]
+struct ContainerRun {
+    id: Option<String>,
+    restarts: i32,
+    running: bool,
+    state: String,
+}
+
+fn container_run(pod: &Pod, container: &str) -> Option<ContainerRun> {
+    let st = pod
+        .status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == container)?;
+    let state = st.state.as_ref();
+    let (running, text) = match state {
+        Some(s) if s.running.is_some() => (true, "running".to_string()),
+        Some(s) if s.terminated.is_some() => {
+            let t = s.terminated.as_ref().expect("checked");
+            (false, format!("terminated (exit code {})", t.exit_code))
+        }
+        Some(s) if s.waiting.is_some() => (
+            false,
+            format!(
+                "waiting ({})",
+                s.waiting
+                    .as_ref()
+                    .and_then(|w| w.reason.clone())
+                    .unwrap_or_default()
+            ),
+        ),
+        _ => (false, "no state".to_string()),
+    };
+    Some(ContainerRun {
+        id: st.container_id.clone(),
+        restarts: st.restart_count,
+        running,
+        state: text,
+    })
 }
 
 fn key(f: &Fault) -> String {
@@ -112,7 +159,46 @@ impl FaultInjector {
             deadlines: FaultDeadlines::default(),
             rec: std::sync::Mutex::new(None),
             active: Default::default(),
+            node_runner: None,
         }
+    }
+
+    /// Lets faults run commands on the nodes (kind and k3d, through `docker exec`).
+    pub fn set_node_runner(&mut self, runner: Arc<dyn crate::command::CommandRunner>) {
+        self.node_runner = Some(runner);
+    }
+
+    /// Waits until none of `pods` is there with its old uid any more (deleted, or replaced),
+    /// so a fault that deletes pods reports an error instead of success when nothing happened.
+    async fn wait_deleted(
+        &self,
+        fault: &str,
+        ns: &str,
+        pods: &[(String, String)],
+    ) -> TargetResult<()> {
+        let api = self.pods(ns);
+        for (name, old_uid) in pods {
+            gateway::wait_until(
+                &format!("fault {fault}: pod {name} deleted"),
+                self.deadlines.pods_gone,
+                gateway::POLL,
+                || async {
+                    let p = api.get_opt(name).await.map_err(|e| kerr("get pod", e))?;
+                    let uid = p.as_ref().and_then(|p| p.uid());
+                    let seen = match &uid {
+                        Some(u) if u == old_uid => format!("pod {name} still there (uid {u})"),
+                        Some(u) => format!("pod {name} replaced (uid {u})"),
+                        None => format!("pod {name} absent"),
+                    };
+                    Ok((
+                        (uid.as_deref() != Some(old_uid.as_str())).then_some(()),
+                        seen,
+                    ))
+                },
+            )
+            .await?;
+        }
+        Ok(())
     }
 
     /// Fault measurements (the actual window) go to this recorder.
@@ -205,6 +291,8 @@ impl FaultInjector {
                 let gone = self
                     .delete_pods(&self.gateway.namespace, &pods, "delete the gateway pod")
                     .await?;
+                self.wait_deleted(fault.kind(), &self.gateway.namespace, &gone)
+                    .await?;
                 Active::GatewayRestart {
                     old_uids: gone.into_iter().map(|(_, u)| u).collect(),
                 }
@@ -218,13 +306,18 @@ impl FaultInjector {
                 let gone = self
                     .delete_pods(&self.sandbox_namespace, &[pod], "delete the sandbox pod")
                     .await?;
+                self.wait_deleted(fault.kind(), &self.sandbox_namespace, &gone)
+                    .await?;
                 Active::PodReplace { pods: gone }
             }
             FaultEffect::ProcessKilled {
                 pod,
                 container,
                 process: Process::Supervisor,
-            } => self.kill_in_container(&pod, &container).await?,
+            } => {
+                self.kill_in_container(fault.kind(), &pod, &container)
+                    .await?
+            }
             FaultEffect::PodsDeleted { labels, what } => {
                 self.kill_pods(&label_selector(&labels), what).await?
             }
@@ -243,31 +336,105 @@ impl FaultInjector {
         Ok(())
     }
 
-    /// Kills the supervisor in a container of the sandbox pod `cr`.
-    async fn kill_in_container(&self, cr: &str, container: &str) -> TargetResult<Active> {
+    /// Kills the supervisor in a container of the sandbox pod `cr`, then waits until the
+    /// container really stopped or restarted (a new container ID, a higher restart count, or a
+    /// terminated state) or the pod was replaced.
+    ///
+    /// Without a shared process namespace the supervisor is PID 1 of its container, and the
+    /// kernel drops a SIGKILL sent to a namespace's init from inside that namespace: an exec of
+    /// `kill -KILL 1` does nothing (docs/upstream-facts.md F10.5). It is killed from the node
+    /// instead, by its host PID (`crictl inspect`), which needs node access (kind, k3d).
+    async fn kill_in_container(
+        &self,
+        fault: &str,
+        cr: &str,
+        container: &str,
+    ) -> TargetResult<Active> {
         let api = self.pods(&self.sandbox_namespace);
         let pod = api
             .get(cr)
             .await
             .map_err(|e| kerr(&format!("find sandbox pod {cr}"), e))?;
+        let before = container_run(&pod, container).ok_or_else(|| {
+            TargetError::infra(format!(
+                "fault {fault}: pod {cr} has no status for container {container}"
+            ))
+        })?;
+        if !before.running {
+            return Err(TargetError::infra(format!(
+                "fault {fault}: container {container} of pod {cr} is not running ({})",
+                before.state
+            )));
+        }
         let shared = pod
             .spec
             .as_ref()
             .and_then(|s| s.share_process_namespace)
             .unwrap_or(false);
-        let argv = supervisor_kill_argv(container, &self.workload_container, shared);
-        let ap = AttachParams::default()
-            .container(container)
-            .stdout(true)
-            .stderr(true);
-        let mut proc = api
-            .exec(cr, argv, &ap)
-            .await
-            .map_err(|e| kerr(&format!("exec kill in {cr}/{container}"), e))?;
-        // The container may die under the exec; its status is not needed.
-        if let Some(st) = proc.take_status() {
-            let _ = tokio::time::timeout(Duration::from_secs(30), st).await;
+        if shared {
+            let argv = supervisor_kill_argv(container, &self.workload_container, shared);
+            let ap = AttachParams::default()
+                .container(container)
+                .stdout(true)
+                .stderr(true);
+            let mut proc = api
+                .exec(cr, argv, &ap)
+                .await
+                .map_err(|e| kerr(&format!("exec kill in {cr}/{container}"), e))?;
+            // The container may die under the exec; its status is not needed.
+            if let Some(st) = proc.take_status() {
+                let _ = tokio::time::timeout(Duration::from_secs(30), st).await;
+            }
+        } else {
+            let Some(runner) = &self.node_runner else {
+                return Err(TargetError::Unsupported(format!(
+                    "the supervisor is PID 1 of container {container}, which ignores a SIGKILL sent from inside its PID namespace; killing it needs node access (--target kind or k3d)"
+                )));
+            };
+            let node = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .ok_or_else(|| {
+                    TargetError::infra(format!("fault {fault}: pod {cr} is not on a node"))
+                })?;
+            let id = before.id.as_deref().ok_or_else(|| {
+                TargetError::infra(format!(
+                    "fault {fault}: container {container} of pod {cr} has no container ID"
+                ))
+            })?;
+            let cmd = node_kill_cmd(&node, id);
+            crate::command::run_ok(&**runner, &cmd).await.map_err(|e| {
+                TargetError::infra_from(format!("fault {fault}: kill on node {node}"), e)
+            })?;
         }
+        gateway::wait_until(
+            &format!("fault {fault}: container {container} of pod {cr} stopped or restarted"),
+            self.deadlines.replacement,
+            gateway::POLL,
+            || async {
+                let Some(p) = api.get_opt(cr).await.map_err(|e| kerr("get pod", e))? else {
+                    return Ok((Some(()), format!("pod {cr} absent")));
+                };
+                if p.uid() != pod.uid() {
+                    return Ok((Some(()), format!("pod {cr} replaced")));
+                }
+                let now = container_run(&p, container);
+                let seen = now.as_ref().map_or("no status".to_string(), |n| {
+                    format!(
+                        "{}, restarts {}, id {}",
+                        n.state,
+                        n.restarts,
+                        n.id.as_deref().unwrap_or("none")
+                    )
+                });
+                let changed = now.is_some_and(|n| {
+                    !n.running || n.restarts > before.restarts || n.id != before.id
+                });
+                Ok((changed.then_some(()), seen))
+            },
+        )
+        .await?;
         Ok(Active::Nothing)
     }
 
@@ -287,6 +454,8 @@ impl FaultInjector {
         }
         let gone = self
             .delete_pods(&self.sandbox_namespace, &pods, "delete supervisor pods")
+            .await?;
+        self.wait_deleted("supervisor-kill", &self.sandbox_namespace, &gone)
             .await?;
         Ok(Active::PodReplace { pods: gone })
     }
@@ -478,6 +647,21 @@ pub(crate) fn supervisor_kill_argv(
          case \"$c\" in *openshell-sandbox*) printf %s \"$c\" | {filter} && kill -KILL ${{d#/proc/}};; esac; done"
     );
     vec!["sh".into(), "-c".into(), script]
+}
+
+/// SIGKILL to a container's main process from the node (kind and k3d nodes are containers
+/// named like the node, with crictl): the host PID comes from `crictl inspect`, and a signal
+/// from the node's PID namespace reaches a container's init, unlike one from inside.
+pub(crate) fn node_kill_cmd(node: &str, container_id: &str) -> crate::command::Cmd {
+    let id = container_id
+        .split_once("://")
+        .map_or(container_id, |(_, id)| id);
+    crate::command::Cmd::new("docker")
+        .args(["exec", node, "sh", "-c"])
+        .arg(format!(
+            "pid=$(crictl inspect --output go-template --template '{{{{.info.pid}}}}' {id}) && [ -n \"$pid\" ] && kill -KILL \"$pid\""
+        ))
+        .timeout(Duration::from_secs(60))
 }
 
 /// Restores on drop (including unwinding from a panic): the last line of defence after the

@@ -94,8 +94,13 @@ impl Install {
             ))
         })?;
         // fullnameOverride pins the workload name to `openshell` whatever the release is
-        // called, as upstream CI does (docs/upstream-facts.md F5.6).
-        let mut values = serde_json::json!({"fullnameOverride": opts.release});
+        // called, as upstream CI does (docs/upstream-facts.md F5.6). The chart always requires
+        // callers to authenticate; upstream's own e2e lets unauthenticated users in on its
+        // disposable clusters, and so does the harness (F5.11, README "Authentication").
+        let mut values = serde_json::json!({
+            "fullnameOverride": opts.release,
+            "server": {"auth": {"allowUnauthenticatedUsers": true}},
+        });
         deep_merge(&mut values, &topo_values);
         let mut effective = values.clone();
         for f in &opts.values_files {
@@ -204,6 +209,10 @@ impl Install {
                     self.opts.run_id
                 )),
                 Step::run(self.uninstall_cmd()),
+                Step::kube(format!(
+                    "delete the PVCs {}* (the gateway's database, which helm uninstall keeps) and wait up to 2m until they are gone",
+                    crate::leftovers::data_pvc_prefix(&self.opts)
+                )),
             ]
         }
     }

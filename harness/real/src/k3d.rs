@@ -14,6 +14,8 @@ pub(crate) struct K3d {
     name: String,
     context: String,
     config: std::path::PathBuf,
+    /// The built-in config to write to `config` first, when the repository's is not at hand.
+    builtin_config: Option<&'static str>,
     kubeconfig: std::path::PathBuf,
     create_timeout: std::time::Duration,
 }
@@ -23,7 +25,8 @@ impl K3d {
         Self {
             name: opts.cluster_name.clone(),
             context: opts.context.clone(),
-            config: opts.repo_root.join("k3d-config.yaml"),
+            config: crate::cluster::cluster_config(opts, "k3d-config.yaml").0,
+            builtin_config: crate::cluster::cluster_config(opts, "k3d-config.yaml").1,
             kubeconfig: private_kubeconfig(opts),
             create_timeout: opts.timeouts.cluster_create,
         }
@@ -95,17 +98,22 @@ impl ClusterProvider for K3d {
     }
 
     fn up_plan(&self) -> Vec<Step> {
-        vec![
-            Step::run(self.list_cmd()),
-            Step::run_when(
-                self.create_cmd(),
-                &format!("if `{}` is not listed; else it is reused", self.name),
-            ),
-            Step::run(self.write_kubeconfig_cmd()),
-        ]
+        let config = crate::cluster::config_plan(&self.config, self.builtin_config);
+        config
+            .into_iter()
+            .chain([
+                Step::run(self.list_cmd()),
+                Step::run_when(
+                    self.create_cmd(),
+                    &format!("if `{}` is not listed; else it is reused", self.name),
+                ),
+                Step::run(self.write_kubeconfig_cmd()),
+            ])
+            .collect()
     }
 
     async fn up(&self, runner: &dyn CommandRunner) -> Result<ClusterUp> {
+        crate::cluster::write_cluster_config(&self.config, self.builtin_config)?;
         create_or_reuse(
             runner,
             &self.list_cmd(),

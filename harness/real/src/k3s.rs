@@ -22,7 +22,8 @@ pub struct K3sCluster {
 
 impl K3sCluster {
     /// Starts k3s (privileged, host user namespace, as the module requires) and writes a
-    /// kubeconfig for it under `run_dir/k3s/`.
+    /// kubeconfig for it under `run_dir/k3s/`. The kubeconfig is a credential: pass the run's
+    /// private directory ([`crate::options::RealOptions::private_dir`]), not the artifacts.
     pub async fn start(run_dir: &Path) -> Result<Self> {
         let conf = run_dir.join("k3s");
         std::fs::create_dir_all(&conf)

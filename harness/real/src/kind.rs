@@ -15,6 +15,8 @@ pub(crate) struct Kind {
     name: String,
     context: String,
     config: std::path::PathBuf,
+    /// The built-in config to write to `config` first, when the repository's is not at hand.
+    builtin_config: Option<&'static str>,
     kubeconfig: std::path::PathBuf,
     create_timeout: std::time::Duration,
 }
@@ -24,7 +26,8 @@ impl Kind {
         Self {
             name: opts.cluster_name.clone(),
             context: opts.context.clone(),
-            config: opts.repo_root.join("kind-config.yaml"),
+            config: crate::cluster::cluster_config(opts, "kind-config.yaml").0,
+            builtin_config: crate::cluster::cluster_config(opts, "kind-config.yaml").1,
             kubeconfig: private_kubeconfig(opts),
             create_timeout: opts.timeouts.cluster_create,
         }
@@ -35,7 +38,8 @@ impl Kind {
     }
 
     pub(crate) fn create_cmd(&self) -> Cmd {
-        let wait = humantime::format_duration(self.create_timeout).to_string();
+        // kind parses a Go duration: whole seconds, never humantime's "1m 30s".
+        let wait = format!("{}s", self.create_timeout.as_secs());
         Cmd::new("kind")
             .args(["create", "cluster", "--name", &self.name, "--config"])
             .arg(self.config.display().to_string())
@@ -79,17 +83,22 @@ impl ClusterProvider for Kind {
     }
 
     fn up_plan(&self) -> Vec<Step> {
-        vec![
-            Step::run(self.list_cmd()),
-            Step::run_when(
-                self.create_cmd(),
-                &format!("if `{}` is not listed; else it is reused", self.name),
-            ),
-            Step::run(self.export_kubeconfig_cmd()),
-        ]
+        let config = crate::cluster::config_plan(&self.config, self.builtin_config);
+        config
+            .into_iter()
+            .chain([
+                Step::run(self.list_cmd()),
+                Step::run_when(
+                    self.create_cmd(),
+                    &format!("if `{}` is not listed; else it is reused", self.name),
+                ),
+                Step::run(self.export_kubeconfig_cmd()),
+            ])
+            .collect()
     }
 
     async fn up(&self, runner: &dyn CommandRunner) -> Result<ClusterUp> {
+        crate::cluster::write_cluster_config(&self.config, self.builtin_config)?;
         let name = self.name.clone();
         create_or_reuse(
             runner,

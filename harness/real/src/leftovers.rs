@@ -2,7 +2,7 @@
 //! releases in the harness's namespace, and Sandbox resources there. They are reported, then
 //! swept or the run stops, per `--sweep-leftovers`.
 
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use kube::{Client, ResourceExt};
 
@@ -22,11 +22,16 @@ pub(crate) struct Leftovers {
     pub sandboxes: Vec<String>,
     /// The Sandbox API version they were listed with.
     pub sandbox_version: Option<String>,
+    /// The gateway's data PVCs (its SQLite database), which `helm uninstall` keeps.
+    pub data_pvcs: Vec<String>,
 }
 
 impl Leftovers {
     pub(crate) fn is_empty(&self) -> bool {
-        self.namespaces.is_empty() && self.releases.is_empty() && self.sandboxes.is_empty()
+        self.namespaces.is_empty()
+            && self.releases.is_empty()
+            && self.sandboxes.is_empty()
+            && self.data_pvcs.is_empty()
     }
 }
 
@@ -41,10 +46,11 @@ impl std::fmt::Display for Leftovers {
         };
         write!(
             f,
-            "namespaces: {}; helm releases: {}; sandboxes: {}",
+            "namespaces: {}; helm releases: {}; sandboxes: {}; gateway data volumes: {}",
             list(&self.namespaces),
             list(&self.releases),
-            list(&self.sandboxes)
+            list(&self.sandboxes),
+            list(&self.data_pvcs)
         )
     }
 }
@@ -58,16 +64,17 @@ pub(crate) fn helm_list_cmd(opts: &RealOptions) -> Cmd {
 pub(crate) fn plan(opts: &RealOptions) -> Vec<Step> {
     let mut v = vec![
         Step::kube(format!(
-            "list namespaces labelled {} (not {}), and Sandbox resources in {}",
+            "list namespaces labelled {} (not {}), and Sandbox resources and PVCs {}* in {}",
             pins::RUN_LABEL,
             opts.run_id,
+            data_pvc_prefix(opts),
             opts.namespace
         )),
         Step::run(helm_list_cmd(opts)),
     ];
     v.push(Step::kube(match opts.leftovers {
         LeftoverPolicy::Stop => "if any: report them and stop before changing anything (pass --sweep-leftovers to delete them)".to_string(),
-        LeftoverPolicy::Sweep => "if any: report them, delete the Sandbox resources, uninstall the releases, delete the namespaces".to_string(),
+        LeftoverPolicy::Sweep => "if any: report them, delete the Sandbox resources, uninstall the releases, delete the gateway data PVCs and the namespaces".to_string(),
     }));
     v
 }
@@ -85,6 +92,69 @@ pub(crate) fn parse_helm_list(json: &str) -> Result<Vec<String>> {
         .flatten()
         .filter_map(|r| r.get("name").and_then(|n| n.as_str()).map(str::to_string))
         .collect())
+}
+
+/// The names of the gateway StatefulSet's data PVCs start with this: claim template
+/// `openshell-data`, then `<statefulset>-<ordinal>` (docs/upstream-facts.md F5.3, F5.10).
+pub(crate) fn data_pvc_prefix(opts: &RealOptions) -> String {
+    format!("{}-{}-", pins::GATEWAY_DATA_CLAIM, opts.release)
+}
+
+/// The gateway's data PVCs in the harness namespace.
+pub(crate) async fn data_pvcs(client: &Client, opts: &RealOptions) -> kube::Result<Vec<String>> {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &opts.namespace);
+    let prefix = data_pvc_prefix(opts);
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|p| p.name_any())
+        .filter(|n| n.starts_with(&prefix))
+        .collect())
+}
+
+/// Deletes the gateway's data PVCs, so the next install starts with an empty database as
+/// upstream's e2e teardown does (docs/upstream-facts.md F5.10), and waits until they are gone.
+pub(crate) async fn delete_data_pvcs(
+    client: &Client,
+    opts: &RealOptions,
+    deadline: std::time::Duration,
+) -> conformance_core::target::TargetResult<()> {
+    use conformance_core::target::TargetError;
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &opts.namespace);
+    let names = data_pvcs(client, opts)
+        .await
+        .map_err(|e| TargetError::infra_from("teardown: list the gateway data PVCs", e))?;
+    for n in &names {
+        match api.delete(n, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => {
+                return Err(TargetError::infra_from(
+                    format!("teardown: delete PVC {n}"),
+                    e,
+                ));
+            }
+        }
+    }
+    crate::gateway::wait_until(
+        "teardown: wait for the gateway data PVCs to be deleted",
+        deadline,
+        std::time::Duration::from_secs(1),
+        || async {
+            let left = data_pvcs(client, opts)
+                .await
+                .map_err(|e| TargetError::infra_from("teardown: list the gateway data PVCs", e))?;
+            let seen = if left.is_empty() {
+                "none left".to_string()
+            } else {
+                format!("still there: {}", left.join(", "))
+            };
+            Ok((left.is_empty().then_some(()), seen))
+        },
+    )
+    .await
 }
 
 fn kerr(doing: &str, e: kube::Error) -> Error {
@@ -136,11 +206,15 @@ pub(crate) async fn find(
             Err(e) => return Err(kerr(&format!("list {version} sandboxes"), e)),
         }
     }
+    let data_pvcs = data_pvcs(client, opts)
+        .await
+        .map_err(|e| kerr("list the gateway data PVCs", e))?;
     Ok(Leftovers {
         namespaces,
         releases,
         sandboxes,
         sandbox_version,
+        data_pvcs,
     })
 }
 
@@ -196,6 +270,14 @@ async fn sweep(
         )
         .await
         .map_err(|e| Error::infra_from(format!("leftovers: uninstall release {r}"), e))?;
+    }
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &opts.namespace);
+    for n in &found.data_pvcs {
+        match pvcs.delete(n, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(kerr(&format!("delete PVC {n}"), e)),
+        }
     }
     let ns: Api<Namespace> = Api::all(client.clone());
     for n in &found.namespaces {

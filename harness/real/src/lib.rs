@@ -34,6 +34,7 @@ pub mod options;
 mod pins;
 pub mod plan;
 mod portforward;
+mod private;
 pub mod target;
 mod workspace;
 

@@ -116,10 +116,16 @@ pub struct RealArgs {
     /// Local images to load into the kind or k3d cluster before installing.
     #[arg(long = "load-image", value_name = "IMAGE")]
     pub load_images: Vec<String>,
-    /// Agent Sandbox release to install.
-    #[arg(long, env = "OPENSHELL_CONFORMANCE_AGENT_SANDBOX_VERSION", default_value = pins::AGENT_SANDBOX_VERSION)]
+    /// Agent Sandbox release to install (`auto`: the one for the chart's OpenShell release,
+    /// v0.5.0 for 0.0.x, v1.0.9 for 0.1.x).
+    #[arg(
+        long,
+        env = "OPENSHELL_CONFORMANCE_AGENT_SANDBOX_VERSION",
+        default_value = "auto"
+    )]
     pub agent_sandbox_version: String,
-    /// A local Agent Sandbox manifest instead of the release URL.
+    /// A local Agent Sandbox manifest (a release's `manifest.yaml` or `sandbox.yaml`) instead
+    /// of the release download.
     #[arg(long, env = "OPENSHELL_CONFORMANCE_AGENT_SANDBOX_MANIFEST")]
     pub agent_sandbox_manifest: Option<PathBuf>,
     /// Keep the release (and the kind/k3d cluster) after the run.
@@ -138,9 +144,15 @@ pub struct RealArgs {
     /// When to collect a diagnostics bundle per case (into <run-dir>/diagnostics/).
     #[arg(long, env = "OPENSHELL_CONFORMANCE_DIAGNOSTICS", value_enum, default_value_t = DiagnosticsPolicy::OnFailure)]
     pub diagnostics: DiagnosticsPolicy,
-    /// Where the run keeps its kubeconfig, CLI configuration, journal and diagnostics.
+    /// Where the run keeps its helm values, restore journal and diagnostics (`run`: the
+    /// artifacts directory).
     #[arg(long, env = "OPENSHELL_CONFORMANCE_RUN_DIR")]
     pub run_dir: Option<PathBuf>,
+    /// Where the run keeps credentials (the kind/k3d kubeconfig, the gateway's client
+    /// certificate, the CLI's configuration), mode 0700; never inside the artifacts. Default: a
+    /// directory per run under the system's temporary directory.
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_PRIVATE_DIR")]
+    pub private_dir: Option<PathBuf>,
 }
 
 /// Resolved options: defaults filled in, the provider chosen, paths fixed.
@@ -165,6 +177,8 @@ pub struct RealOptions {
     pub diagnostics: DiagnosticsPolicy,
     pub openshell_bin: String,
     pub run_dir: PathBuf,
+    /// Credentials only (see [`RealArgs::private_dir`]).
+    pub private_dir: PathBuf,
     /// The run id, the value of [`pins::RUN_LABEL`] on what this run creates.
     pub run_id: String,
     pub namespace: String,
@@ -319,22 +333,51 @@ impl RealArgs {
             },
         };
         let agent_sandbox = match &self.agent_sandbox_manifest {
+            Some(path) if !path.is_file() => {
+                return Err(Error::usage(format!(
+                    "--agent-sandbox-manifest {}: no such file",
+                    path.display()
+                )));
+            }
             Some(path) => AgentSandboxSource::File { path: path.clone() },
-            None => AgentSandboxSource::Release {
-                version: self.agent_sandbox_version.clone(),
-            },
+            None if matches!(self.agent_sandbox_version.as_str(), "" | "auto") => {
+                let openshell = openshell_release(&chart).ok().flatten();
+                AgentSandboxSource::Release {
+                    version: pins::agent_sandbox_for(openshell.as_ref()).to_string(),
+                }
+            }
+            None => {
+                let version = self.agent_sandbox_version.clone();
+                if pins::agent_sandbox_asset(&version).is_none() {
+                    return Err(Error::usage(format!(
+                        "--agent-sandbox-version {version}: not a release such as {}",
+                        pins::AGENT_SANDBOX_VERSION
+                    )));
+                }
+                AgentSandboxSource::Release { version }
+            }
         };
         let run_dir = self.run_dir.clone().unwrap_or_else(|| {
             std::env::temp_dir().join(format!("openshell-conformance-{run_id}"))
         });
-        // kind and k3d write their context to a private kubeconfig in the run directory, so
-        // the user's own is never edited.
+        let private_dir = self.private_dir.clone().unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("openshell-conformance-{run_id}-private"))
+        });
+        if private_dir.starts_with(&run_dir) {
+            return Err(Error::usage(format!(
+                "--private-dir {} is inside {}: credentials must stay out of the artifacts",
+                private_dir.display(),
+                run_dir.display()
+            )));
+        }
+        // kind and k3d write their context to a private kubeconfig, so the user's own is never
+        // edited and no credential lands in the artifacts.
         let kubeconfig = match provider {
             Provider::Existing => self.kubeconfig.clone(),
             _ => Some(
                 self.kubeconfig
                     .clone()
-                    .unwrap_or_else(|| run_dir.join("kubeconfig")),
+                    .unwrap_or_else(|| private_dir.join("kubeconfig")),
             ),
         };
         Ok(RealOptions {
@@ -361,6 +404,7 @@ impl RealArgs {
             diagnostics: self.diagnostics,
             openshell_bin: self.openshell_bin.clone(),
             run_dir,
+            private_dir,
             run_id: run_id.to_string(),
             namespace: pins::NAMESPACE.to_string(),
             release: pins::RELEASE.to_string(),
@@ -368,6 +412,34 @@ impl RealArgs {
             timeouts: Timeouts::default(),
         })
     }
+}
+
+/// See [`RealOptions::openshell_version`].
+fn openshell_release(chart: &ChartSource) -> Result<Option<semver::Version>> {
+    let v = match chart {
+        ChartSource::Oci { version, .. } => semver::Version::parse(version)
+            .map_err(|e| Error::usage_from(format!("chart version {version}"), e))?,
+        ChartSource::Local { path } => {
+            let file = path.join("Chart.yaml");
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| Error::usage_from(format!("cannot read {}", file.display()), e))?;
+            let doc: serde_json::Value = serde_saphyr::from_str(&text)
+                .map_err(|e| Error::config(&file, "(document)", e.to_string()))?;
+            let field = if doc.get("appVersion").is_some() {
+                "appVersion"
+            } else {
+                "version"
+            };
+            let text = match doc.get(field) {
+                Some(serde_json::Value::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+                None => return Err(Error::config(&file, "version", "missing")),
+            };
+            semver::Version::parse(text.trim_start_matches('v'))
+                .map_err(|e| Error::config(&file, field, e.to_string()))?
+        }
+    };
+    Ok((v != semver::Version::new(0, 0, 0)).then_some(v))
 }
 
 impl RealOptions {
@@ -391,6 +463,38 @@ impl RealOptions {
                     .map_err(|e| Error::config(&file, "version", e.to_string()))
             }
         }
+    }
+
+    /// The OpenShell release the chart installs, which decides the topologies a run can cover:
+    /// a published chart's version and appVersion are both the release (upstream's release job
+    /// patches them together, docs/upstream-facts.md F5.9). A local chart is read by its
+    /// `appVersion`; an unpatched source tree (`0.0.0`) says nothing, so None.
+    pub fn openshell_version(&self) -> Result<Option<semver::Version>> {
+        openshell_release(&self.chart)
+    }
+
+    /// Why a topology cannot run with this chart, or None if it can: the release is older than
+    /// the topology's `min_openshell`, or the fixture has no helm values for the chart version.
+    pub fn topology_skip_reason(
+        &self,
+        topology: &conformance_core::topology::Topology,
+    ) -> Result<Option<String>> {
+        let chart = self.chart_version()?;
+        if let Some(v) = self.openshell_version()?
+            && !topology.supports(&v)
+        {
+            return Ok(Some(format!(
+                "topology {} needs OpenShell {} or newer; the chart installs {v}",
+                topology.name, topology.min_openshell
+            )));
+        }
+        if topology.values_for(&chart).is_none() {
+            return Ok(Some(format!(
+                "topology {} has no helm values for chart {chart} (it needs OpenShell {} or newer)",
+                topology.name, topology.min_openshell
+            )));
+        }
+        Ok(None)
     }
 
     /// kubectl and helm flags that select the cluster.
@@ -504,6 +608,37 @@ mod tests {
             .resolve(Provider::Kind, "r1", ".")
             .unwrap();
         assert_eq!(o.chart_version().unwrap().to_string(), "0.1.6-dev.3");
+    }
+
+    #[test]
+    fn agent_sandbox_follows_the_chart_unless_named_and_a_missing_manifest_file_is_a_usage_error() {
+        let o = args(&[]).resolve(Provider::Kind, "r1", ".").unwrap();
+        assert_eq!(o.agent_sandbox.version(), "v0.5.0");
+        let o = args(&["--chart-version", "0.1.6"])
+            .resolve(Provider::Kind, "r1", ".")
+            .unwrap();
+        assert_eq!(o.agent_sandbox.version(), "v1.0.9");
+        assert!(o.agent_sandbox.manifest().ends_with("/v1.0.9/sandbox.yaml"));
+        let o = args(&["--agent-sandbox-version", "v0.5.1"])
+            .resolve(Provider::Kind, "r1", ".")
+            .unwrap();
+        assert!(
+            o.agent_sandbox
+                .manifest()
+                .ends_with("/v0.5.1/manifest.yaml")
+        );
+        let err = args(&["--agent-sandbox-version", "main"])
+            .resolve(Provider::Kind, "r1", ".")
+            .unwrap_err();
+        assert!(err.to_string().contains("not a release"), "{err}");
+        let err = args(&["--agent-sandbox-manifest", "/nonexistent/sandbox.yaml"])
+            .resolve(Provider::Kind, "r1", ".")
+            .unwrap_err();
+        assert_eq!(
+            err.exit_status(),
+            conformance_core::error::ExitStatus::Usage
+        );
+        assert!(err.to_string().contains("no such file"), "{err}");
     }
 
     #[test]

@@ -2,8 +2,10 @@
 //! the repository root carry the same node images; a test keeps them in step.
 
 /// The kind node image: Kubernetes 1.33 matches k8s-openapi's `v1_33` API level, the oldest
-/// kube 5 supports (docs/dependencies.md D1).
-pub(crate) const KIND_NODE_IMAGE: &str = "kindest/node:v1.33.1";
+/// kube 5 supports (docs/dependencies.md D1). Pinned by the digest kind v0.29.0's release notes
+/// list for it, as kind asks (a tag alone can be re-pushed; docs/upstream-facts.md F10.6).
+pub(crate) const KIND_NODE_IMAGE: &str =
+    "kindest/node:v1.33.1@sha256:050072256b9a903bd914c0b2866828150cb229cea0efe5892e2b644d5dd3b34f";
 
 /// The k3s image k3d-config.yaml pins, the same Kubernetes minor as the kind node.
 #[cfg(test)]
@@ -12,15 +14,39 @@ pub(crate) const K3S_IMAGE: &str = "rancher/k3s:v1.33.1-k3s1";
 /// The cluster name kind and k3d create or reuse (`kind-<name>` / `k3d-<name>` contexts).
 pub(crate) const CLUSTER_NAME: &str = "openshell-conformance";
 
-/// Agent Sandbox release installed before OpenShell: upstream's CI default (docs/upstream-facts.md
-/// F8.1), serving `v1beta1` Sandboxes (F4.1).
+/// Agent Sandbox release installed before OpenShell 0.0.x: upstream's CI default
+/// (docs/upstream-facts.md F8.1), serving `v1beta1` Sandboxes (F4.1).
 pub(crate) const AGENT_SANDBOX_VERSION: &str = "v0.5.0";
 
-/// The release manifest of an Agent Sandbox version (docs/upstream-facts.md F8.1).
+/// Agent Sandbox release installed before OpenShell 0.1.x: the newer of the two releases the
+/// 0.1.6 field report ran (docs/upstream-facts.md F8.6).
+pub(crate) const AGENT_SANDBOX_VERSION_FOR_0_1: &str = "v1.0.9";
+
+/// The Agent Sandbox release to install with an OpenShell release (`None`: unknown, e.g. an
+/// unreleased chart), when the user names none.
+pub(crate) fn agent_sandbox_for(openshell: Option<&semver::Version>) -> &'static str {
+    match openshell {
+        Some(v) if *v >= semver::Version::new(0, 1, 0) => AGENT_SANDBOX_VERSION_FOR_0_1,
+        _ => AGENT_SANDBOX_VERSION,
+    }
+}
+
+/// The core release asset of an Agent Sandbox version: `manifest.yaml` up to v0.5.1,
+/// `sandbox.yaml` from v0.5.2 on (docs/upstream-facts.md F8.6). None for a version that is not
+/// `vX.Y.Z`.
+pub(crate) fn agent_sandbox_asset(version: &str) -> Option<&'static str> {
+    let v = semver::Version::parse(version.strip_prefix('v').unwrap_or(version)).ok()?;
+    Some(if v <= semver::Version::new(0, 5, 1) {
+        "manifest.yaml"
+    } else {
+        "sandbox.yaml"
+    })
+}
+
+/// The release manifest of an Agent Sandbox version (docs/upstream-facts.md F8.1, F8.6).
 pub(crate) fn agent_sandbox_manifest_url(version: &str) -> String {
-    format!(
-        "https://github.com/kubernetes-sigs/agent-sandbox/releases/download/{version}/manifest.yaml"
-    )
+    let asset = agent_sandbox_asset(version).unwrap_or("sandbox.yaml");
+    format!("https://github.com/kubernetes-sigs/agent-sandbox/releases/download/{version}/{asset}")
 }
 
 /// The OpenShell chart: OCI reference and default version (the release the upstream facts
@@ -41,6 +67,9 @@ pub(crate) const SANDBOX_CRD: &str = "sandboxes.agents.x-k8s.io";
 /// The gateway's gRPC/HTTP port (docs/upstream-facts.md F5.2; health is on 8081).
 pub(crate) const GATEWAY_GRPC_PORT: u16 = 8080;
 
+/// The claim template of the gateway StatefulSet's SQLite volume (docs/upstream-facts.md F5.10).
+pub(crate) const GATEWAY_DATA_CLAIM: &str = "openshell-data";
+
 /// The label every object the harness creates carries, with the run id as value, so leftovers
 /// of earlier runs can be found and swept.
 pub(crate) const RUN_LABEL: &str = "openshell-conformance.io/run";
@@ -54,6 +83,24 @@ mod tests {
             .join("../..")
             .join(name);
         std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    #[test]
+    fn the_agent_sandbox_asset_is_manifest_yaml_up_to_0_5_1_and_sandbox_yaml_after() {
+        assert_eq!(agent_sandbox_asset("v0.5.0"), Some("manifest.yaml"));
+        assert_eq!(agent_sandbox_asset("v0.5.1"), Some("manifest.yaml"));
+        assert_eq!(agent_sandbox_asset("v0.5.2"), Some("sandbox.yaml"));
+        assert_eq!(agent_sandbox_asset("v1.0.9"), Some("sandbox.yaml"));
+        assert_eq!(agent_sandbox_asset("latest"), None);
+        assert!(agent_sandbox_manifest_url("v0.5.4").ends_with("/v0.5.4/sandbox.yaml"));
+    }
+
+    #[test]
+    fn each_openshell_release_gets_its_agent_sandbox() {
+        let v = |s: &str| semver::Version::parse(s).unwrap();
+        assert_eq!(agent_sandbox_for(Some(&v("0.0.111"))), "v0.5.0");
+        assert_eq!(agent_sandbox_for(Some(&v("0.1.6"))), "v1.0.9");
+        assert_eq!(agent_sandbox_for(None), "v0.5.0");
     }
 
     #[test]

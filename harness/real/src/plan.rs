@@ -131,6 +131,11 @@ pub fn dry_run(opts: &RealOptions, topologies: &[&Topology]) -> Result<Plan> {
     plan.stage("leftovers", leftovers::plan(opts));
     plan.stage("agent-sandbox", install::agent_sandbox_plan(opts));
     for t in topologies {
+        // A topology the chart cannot run is skipped, as the run skips its cases, with the reason.
+        if let Some(why) = opts.topology_skip_reason(t)? {
+            plan.header.push(format!("skipped: {why}"));
+            continue;
+        }
         let inst = install::Install::new(opts, t)?;
         plan.stage(format!("openshell [{}]", t.name), inst.plan());
         plan.stage(

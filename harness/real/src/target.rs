@@ -113,20 +113,31 @@ fn base_capabilities() -> BTreeSet<Capability> {
 /// Steps that make the gateway reachable for the CLI (for plans).
 pub(crate) fn access_plan(opts: &RealOptions, tls: bool, topology: &str) -> Vec<Step> {
     let cli = cli_for(opts, Arc::new(crate::command::SystemRunner), topology);
-    let mut v = vec![Step::kube(format!(
-        "port-forward 127.0.0.1:$PORT -> a ready pod of {}/{} port {} (re-resolved per connection)",
-        opts.namespace,
-        opts.release,
-        pins::GATEWAY_GRPC_PORT
-    ))];
+    let once = "once per topology per run; later cases reuse the port and the registration";
+    let mut v = vec![
+        Step::kube(format!(
+            "port-forward 127.0.0.1:$PORT -> a ready pod of {}/{} port {} (re-resolved per connection; {once})",
+            opts.namespace,
+            opts.release,
+            pins::GATEWAY_GRPC_PORT
+        )),
+        Step::kube(format!(
+            "create the CLI's private home {} (mode 0700) and remove a registration an earlier run left there ({once})",
+            cli.home.display()
+        )),
+    ];
     if tls {
         v.push(Step::kube(format!(
-            "read Secret {}/openshell-client-tls (ca.crt, tls.crt, tls.key) into {}",
+            "read Secret {}/openshell-client-tls (ca.crt, tls.crt, tls.key) into {} (every case: each install issues new certificates)",
             opts.namespace,
             cli.mtls_dir().display()
         )));
     }
-    v.push(Step::run(cli.gateway_add_cmd("$PORT", tls)));
+    v.push(Step::run_when(cli.gateway_add_cmd("$PORT", tls), once));
+    v.push(Step::run_when(
+        access_check_cmd(&cli, opts),
+        "must succeed, else the case stops with the gateway's answer",
+    ));
     v.push(Step::run(cli.cmd(["--version"])));
     v.push(Step::run(cli.cmd(["sandbox", "create", "--help"])));
     v.push(Step::run(leftovers::helm_list_cmd(opts)));
@@ -155,11 +166,22 @@ pub(crate) fn observe_plan(opts: &RealOptions, topology: &str) -> Vec<Step> {
     ]
 }
 
+fn access_check_cmd(cli: &OpenShellCli, opts: &RealOptions) -> crate::command::Cmd {
+    cli.cmd([
+        "sandbox".to_string(),
+        "list".to_string(),
+        "-o".to_string(),
+        "json".to_string(),
+        "--selector".to_string(),
+        format!("{}={}", pins::RUN_LABEL, opts.run_id),
+    ])
+}
+
 fn cli_for(opts: &RealOptions, runner: Arc<dyn CommandRunner>, topology: &str) -> OpenShellCli {
     let mut cli = OpenShellCli::new(
         runner,
         &opts.openshell_bin,
-        opts.run_dir.join(format!("xdg-{topology}")),
+        opts.private_dir.join(format!("cli-{topology}")),
         &format!("conformance-{topology}"),
     );
     cli.call_timeout = opts.timeouts.cli_call;
@@ -180,7 +202,21 @@ pub struct RealFactory {
     cluster: tokio::sync::Mutex<Option<Arc<Cluster>>>,
     /// Fault injectors of the targets provisioned so far, for the signal handler.
     injectors: Injectors,
+    /// The gateway access of each topology, shared by its cases.
+    access: AccessMap,
 }
+
+/// How the CLI reaches the gateway of one topology for the whole run: one port-forward (which
+/// picks a ready gateway pod per connection, so it outlives reinstalls) and one `gateway add`
+/// for its stable port. A second `gateway add` of the same name is refused by the CLI
+/// (docs/upstream-facts.md F6.2), and a new port per case would leave the registration stale.
+pub(crate) struct Access {
+    forward: GatewayForward,
+    cli: OpenShellCli,
+}
+
+/// Accesses by topology name.
+type AccessMap = Arc<tokio::sync::Mutex<BTreeMap<String, Arc<Access>>>>;
 
 /// Injectors of live targets; dead ones are skipped.
 type Injectors = Arc<Mutex<Vec<std::sync::Weak<FaultInjector>>>>;
@@ -195,6 +231,7 @@ impl RealFactory {
             allowed,
             cluster: Default::default(),
             injectors: Default::default(),
+            access: Default::default(),
         })
     }
 
@@ -238,6 +275,7 @@ impl RealFactory {
         tokio::fs::create_dir_all(&o.run_dir)
             .await
             .map_err(|e| Error::infra_from(format!("run directory {}", o.run_dir.display()), e))?;
+        cluster::create_private_dir(o)?;
         let provider = cluster::provider(o);
         let up = provider.up(&*self.runner).await?;
         let client = client_for(up.kubeconfig.as_deref(), &up.context).await?;
@@ -275,6 +313,9 @@ impl TargetFactory for RealFactory {
                 ),
                 ("chart".to_string(), install::chart_label(&self.opts)),
             ]),
+            // The release the chart installs, so cases of a topology it cannot run are skipped
+            // with the reason before anything is installed; install() refines it from helm.
+            openshell: self.opts.openshell_version().ok().flatten(),
             ..TargetInfo::default()
         }
     }
@@ -293,6 +334,7 @@ impl TargetFactory for RealFactory {
             rec.clone(),
         );
         t.injectors = Some(self.injectors.clone());
+        t.access = self.access.clone();
         Ok(Arc::new(t))
     }
 }
@@ -301,7 +343,7 @@ impl TargetFactory for RealFactory {
 struct Installed {
     install: Install,
     cli: OpenShellCli,
-    forward: GatewayForward,
+    access: Arc<Access>,
     injector: Arc<FaultInjector>,
     _guard: RestoreGuard,
     sandbox_version: &'static str,
@@ -317,6 +359,7 @@ pub struct RealTarget {
     installed: tokio::sync::Mutex<Option<Arc<Installed>>>,
     created: Mutex<BTreeSet<String>>,
     injectors: Option<Injectors>,
+    access: AccessMap,
 }
 
 impl RealTarget {
@@ -336,7 +379,14 @@ impl RealTarget {
             installed: Default::default(),
             created: Default::default(),
             injectors: None,
+            access: Default::default(),
         }
+    }
+
+    /// Shares the gateway registrations of `other`, as the targets one factory provisions do.
+    #[cfg(test)]
+    pub(crate) fn share_access_of(&mut self, other: &RealTarget) {
+        self.access = other.access.clone();
     }
 
     async fn installed(&self) -> TargetResult<Arc<Installed>> {
@@ -362,7 +412,7 @@ impl RealTarget {
             .lock()
             .await
             .as_ref()
-            .map(|i| i.forward.port())
+            .map(|i| i.access.forward.port())
     }
 
     async fn diagnostics_with(
@@ -410,6 +460,47 @@ impl RealTarget {
         &self.client
     }
 
+    /// The topology's gateway access: made and registered on its first case, reused after.
+    async fn access(
+        &self,
+        topology: &str,
+        workload: &gateway::Workload,
+        tls: bool,
+    ) -> TargetResult<Arc<Access>> {
+        let mut map = self.access.lock().await;
+        if let Some(a) = map.get(topology) {
+            // Each install issues new certificates (the chart's certgen hook).
+            if tls {
+                self.write_mtls(&a.cli.mtls_dir()).await?;
+            }
+            return Ok(a.clone());
+        }
+        let forward = GatewayForward::start(
+            self.client.clone(),
+            workload.clone(),
+            pins::GATEWAY_GRPC_PORT,
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            Duration::from_secs(5),
+        )
+        .await?;
+        let cli = cli_for(&self.opts, self.runner.clone(), topology);
+        cli.prepare_home().map_err(|e| {
+            TargetError::infra_from(
+                format!("install: prepare the CLI's home {}", cli.home.display()),
+                e,
+            )
+        })?;
+        if tls {
+            self.write_mtls(&cli.mtls_dir()).await?;
+        }
+        run_ok(&*self.runner, &cli.gateway_add_cmd(forward.port(), tls))
+            .await
+            .map_err(|e| TargetError::infra_from("install: register the gateway", e))?;
+        let a = Arc::new(Access { forward, cli });
+        map.insert(topology.to_string(), a.clone());
+        Ok(a)
+    }
+
     /// Writes the client certificate of a TLS gateway where the CLI looks for it.
     async fn write_mtls(&self, dir: &Path) -> TargetResult<()> {
         let secret = Api::<Secret>::namespaced(self.client.clone(), &self.opts.namespace)
@@ -424,7 +515,7 @@ impl RealTarget {
             let v = data.get(key).ok_or_else(|| {
                 TargetError::infra(format!("Secret openshell-client-tls has no `{key}`"))
             })?;
-            tokio::fs::write(dir.join(key), &v.0).await.map_err(|e| {
+            crate::private::write_secret_file(&dir.join(key), &v.0).map_err(|e| {
                 TargetError::infra_from(
                     format!("client certificate: write {}", dir.join(key).display()),
                     e,
@@ -447,6 +538,9 @@ impl Target for RealTarget {
 
     async fn install(&self, topology: &Topology) -> TargetResult<()> {
         let o = &self.opts;
+        if let Some(why) = o.topology_skip_reason(topology).map_err(infra)? {
+            return Err(TargetError::Unsupported(why));
+        }
         let inst = Install::new(o, topology).map_err(infra)?;
         inst.run(&*self.runner).await.map_err(infra)?;
         let label =
@@ -465,24 +559,11 @@ impl Target for RealTarget {
             o.timeouts.gateway_ready,
         )
         .await?;
-        let forward = GatewayForward::start(
-            self.client.clone(),
-            workload.clone(),
-            pins::GATEWAY_GRPC_PORT,
-            SocketAddr::from(([127, 0, 0, 1], 0)),
-            Duration::from_secs(5),
-        )
-        .await?;
-        let cli = cli_for(o, self.runner.clone(), &topology.name);
-        if inst.tls {
-            self.write_mtls(&cli.mtls_dir()).await?;
-        }
-        run_ok(
-            &*self.runner,
-            &cli.gateway_add_cmd(forward.port(), inst.tls),
-        )
-        .await
-        .map_err(|e| TargetError::infra_from("install: register the gateway", e))?;
+        let access = self.access(&topology.name, &workload, inst.tls).await?;
+        let cli = access.cli.clone();
+        // One call that needs the harness to be let in, before any case step relies on it.
+        cli.check_access(&format!("{}={}", pins::RUN_LABEL, o.run_id))
+            .await?;
         let detected = cli.detect().await?;
         let helm = run_ok(&*self.runner, &leftovers::helm_list_cmd(o))
             .await
@@ -494,14 +575,20 @@ impl Target for RealTarget {
             &o.context,
             o.kubeconfig.clone(),
         );
-        let injector = Arc::new(FaultInjector::new(
+        let mut injector = FaultInjector::new(
             self.client.clone(),
             journal,
             workload,
             &o.namespace,
             topology.supervisor.clone(),
             &topology.workload.container,
-        ));
+        );
+        // kind and k3d nodes are containers the harness can exec into (a PID-1 supervisor is
+        // killed from there); an existing cluster's nodes are out of reach.
+        if o.provider != crate::options::Provider::Existing {
+            injector.set_node_runner(self.runner.clone());
+        }
+        let injector = Arc::new(injector);
         injector.set_recorder(self.rec.clone());
         if let Some(reg) = &self.injectors {
             let mut reg = reg.lock().expect("injectors lock");
@@ -525,7 +612,7 @@ impl Target for RealTarget {
         *self.installed.lock().await = Some(Arc::new(Installed {
             install: inst,
             cli,
-            forward,
+            access,
             _guard: RestoreGuard::new(injector.clone()),
             injector,
             sandbox_version,
@@ -675,6 +762,11 @@ impl Target for RealTarget {
             }
             if let Err(e) = i.install.uninstall(&*self.runner).await {
                 errors.push(one_line(&e));
+            } else if let Err(e) =
+                leftovers::delete_data_pvcs(&self.client, &self.opts, Duration::from_secs(120))
+                    .await
+            {
+                errors.push(one_line(&e));
             }
         }
         drop(i);
@@ -711,12 +803,42 @@ pub(crate) async fn phase_poller(
         ),
     });
     let mut known: BTreeSet<String> = BTreeSet::new();
+    let mut phases: BTreeMap<String, conformance_core::phase::Phase> = BTreeMap::new();
+    // What `get` said on entry into the current phase, kept while the phase holds.
+    let mut exit_codes: BTreeMap<String, i32> = BTreeMap::new();
+    let mut last_refusal: Option<String> = None;
     loop {
         match cli.list(Some(&selector)).await {
             Ok(list) => {
+                last_refusal = None;
                 let now: BTreeSet<String> = list.iter().map(|s| s.name.clone()).collect();
                 for s in &list {
-                    rec.observe(s.view().to_state());
+                    let mut view = s.view();
+                    // `list` never prints an exit code or a restart count; where a CLI prints
+                    // them at all it is in `get` (docs/upstream-facts.md F6.4, F9.1). Asked once
+                    // per entry into a phase a process exit leads to; absent stays unknown.
+                    let entered = phases.get(&s.name) != Some(&s.phase);
+                    if entered {
+                        exit_codes.remove(&s.name);
+                    }
+                    if entered
+                        && ended_phase(&s.phase)
+                        && let Ok(Some(detail)) = cli.get_json(&s.name).await
+                    {
+                        if let Some(code) = detail.exit_code() {
+                            exit_codes.insert(s.name.clone(), code);
+                        }
+                        if let Some(n) = detail.restart_count() {
+                            rec.record(Event::Observation {
+                                key: "restart_count".to_string(),
+                                subject: Some(format!("{GATEWAY_SANDBOX_KIND}/{}", s.name)),
+                                value: serde_json::Value::from(n),
+                            });
+                        }
+                    }
+                    view.exit_code = view.exit_code.or(exit_codes.get(&s.name).copied());
+                    phases.insert(s.name.clone(), s.phase.clone());
+                    rec.observe(view.to_state());
                 }
                 for gone in known.difference(&now) {
                     let mut st = SandboxView {
@@ -729,14 +851,28 @@ pub(crate) async fn phase_poller(
                     }
                     st.deleted = true;
                     rec.observe(st);
+                    phases.remove(gone);
+                    exit_codes.remove(gone);
                 }
                 known = now;
             }
             // The gateway may be down on purpose; the watchers keep observing meanwhile, and
             // what the gateway would say is unknown until it answers again.
             Err(e) => {
-                tracing::debug!(error = %e, "phase poll failed");
                 let detail = e.to_string();
+                // A refusal is not an outage: the gateway answered and said no (for example
+                // Unauthenticated). Say so once per distinct answer, where the user looks.
+                if matches!(e, TargetError::Refused { .. }) {
+                    if last_refusal.as_deref() != Some(detail.as_str()) {
+                        tracing::warn!(error = %e, "the gateway refused the phase poll");
+                        rec.note(format!(
+                            "the gateway refused `openshell sandbox list`: {detail}"
+                        ));
+                        last_refusal = Some(detail.clone());
+                    }
+                } else {
+                    tracing::debug!(error = %e, "phase poll failed");
+                }
                 for name in &known {
                     rec.observe(SandboxView::unreachable_state(name, &detail));
                 }
@@ -744,6 +880,12 @@ pub(crate) async fn phase_poller(
         }
         tokio::time::sleep(every).await;
     }
+}
+
+/// Phases a sandbox reaches when its process ended, where an exit code may be known.
+fn ended_phase(p: &conformance_core::phase::Phase) -> bool {
+    use conformance_core::phase::Phase;
+    matches!(p, Phase::Error | Phase::Completed | Phase::Restarting)
 }
 
 /// Whether a case's timeline calls for a bundle: a failed check, or a stage that failed or

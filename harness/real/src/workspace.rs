@@ -12,9 +12,10 @@ use kube::api::{Api, DeleteParams, PostParams};
 use super::{gateway, kexec, pins};
 use conformance_core::target::{TargetError, TargetResult};
 
-/// The image of the reader pod: the sandbox base image, already on the nodes that run sandboxes
-/// (`default_image` in the rendered gateway config, docs/upstream-facts.md F5.8), so reading needs
-/// no pull.
+/// The image of the reader pod when the sandbox pod is gone: the chart's default sandbox image
+/// (`default_image` in the rendered gateway config, docs/upstream-facts.md F5.8). Normally the
+/// reader takes the image of the sandbox pod itself, which is on that node; either way it is
+/// pulled only if not present, so a read needs no registry.
 pub(crate) const READER_IMAGE: &str = "ghcr.io/nvidia/openshell-community/sandboxes/base:latest";
 
 /// The exit code the reader uses for "no such file".
@@ -46,10 +47,14 @@ pub(crate) async fn read(
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     // The node that holds the claim: the sandbox pod's, else the scheduler's choice recorded
     // on the claim; a RWO volume can be shared only by pods on that node.
-    let node = match pods.get_opt(cr).await {
-        Ok(Some(p)) => p.spec.and_then(|s| s.node_name),
-        _ => None,
-    };
+    let sandbox_pod = pods.get_opt(cr).await.ok().flatten();
+    let image = sandbox_pod
+        .as_ref()
+        .and_then(|p| p.spec.as_ref())
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.image.clone())
+        .unwrap_or_else(|| READER_IMAGE.to_string());
+    let node = sandbox_pod.and_then(|p| p.spec.and_then(|s| s.node_name));
     let node = match node {
         Some(n) => Some(n),
         None => Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace)
@@ -68,7 +73,8 @@ pub(crate) async fn read(
             "automountServiceAccountToken": false,
             "terminationGracePeriodSeconds": 0,
             "nodeName": node,
-            "containers": [{"name": "reader", "image": READER_IMAGE, "command": ["sleep", "600"],
+            "containers": [{"name": "reader", "image": image, "imagePullPolicy": "IfNotPresent",
+                            "command": ["sleep", "600"],
                             "volumeMounts": [{"name": "workspace", "mountPath": "/workspace", "readOnly": true}]}],
             "volumes": [{"name": "workspace", "persistentVolumeClaim": {"claimName": claim, "readOnly": true}}]
         }

@@ -18,7 +18,13 @@ struct Cli {
 }
 
 fn args(extra: &[&str]) -> RealArgs {
+    let private: &[&str] = if extra.contains(&"--private-dir") {
+        &[]
+    } else {
+        &["--private-dir", "/private"]
+    };
     let base = ["x", "--run-dir", "/run-dir"];
+    let base: Vec<&str> = base.iter().chain(private).copied().collect();
     Cli::try_parse_from(base.iter().chain(extra.iter()).copied())
         .unwrap()
         .real
@@ -61,24 +67,30 @@ fn the_dry_run_plan_matches_its_golden_file(
 ) {
     let opts = args(extra).resolve(provider, "golden", "/repo").unwrap();
     let topologies = Topologies::builtin();
-    let names: &[&str] = if provider == Provider::Existing {
-        &["combined", "gateway"]
-    } else {
-        &["combined", "sidecar"]
+    // kind: what `run --target kind --dry-run` plans without flags, every topology.
+    let topos: Vec<_> = match provider {
+        Provider::Kind => topologies.all().collect(),
+        Provider::Existing => vec![
+            topologies.get("combined").unwrap(),
+            topologies.get("gateway").unwrap(),
+        ],
+        _ => vec![
+            topologies.get("combined").unwrap(),
+            topologies.get("sidecar").unwrap(),
+        ],
     };
-    let topos: Vec<_> = names.iter().map(|n| topologies.get(n).unwrap()).collect();
     let plan = dry_run(&opts, &topos).unwrap();
     check_golden(file, &plan.to_string());
 }
 
 #[test]
-fn the_kind_plan_creates_from_the_repository_config_with_the_pinned_image_and_installs_the_pinned_releases()
+fn the_kind_plan_creates_from_the_built_in_config_with_the_pinned_image_and_installs_the_pinned_releases()
  {
     let opts = args(&[]).resolve(Provider::Kind, "r", "/repo").unwrap();
     let t = Topologies::builtin();
     let plan = dry_run(&opts, &[t.get("combined").unwrap()]).unwrap();
     let lines: Vec<String> = plan.commands().iter().map(|c| c.line()).collect();
-    assert!(lines.iter().any(|l| l.starts_with("kind create cluster --name openshell-conformance --config /repo/kind-config.yaml --image kindest/node:v1.33.1")), "{lines:#?}");
+    assert!(lines.iter().any(|l| l.starts_with("kind create cluster --name openshell-conformance --config /run-dir/kind-config.yaml --image kindest/node:v1.33.1@sha256:")), "{lines:#?}");
     assert!(lines.iter().any(|l| l.contains("https://github.com/kubernetes-sigs/agent-sandbox/releases/download/v0.5.0/manifest.yaml")), "{lines:#?}");
     assert!(lines.iter().any(|l| l.starts_with("helm upgrade --install openshell oci://ghcr.io/nvidia/openshell/helm-chart --version 0.0.111 --namespace openshell")), "{lines:#?}");
     assert!(
@@ -87,7 +99,8 @@ fn the_kind_plan_creates_from_the_repository_config_with_the_pinned_image_and_in
             .any(|l| l.starts_with("helm uninstall openshell")),
         "{lines:#?}"
     );
-    // Every CLI call uses the run's own configuration directory, never the user's.
+    // Every CLI call runs from the run's private home, never the user's, and outside the
+    // artifacts.
     let cli_calls: Vec<_> = plan
         .commands()
         .into_iter()
@@ -95,15 +108,63 @@ fn the_kind_plan_creates_from_the_repository_config_with_the_pinned_image_and_in
         .collect();
     assert!(!cli_calls.is_empty());
     for c in cli_calls {
-        assert_eq!(c.env["XDG_CONFIG_HOME"], "/run-dir/xdg-combined", "{c}");
+        assert_eq!(c.env["HOME"], "/private/cli-combined", "{c}");
+        for var in [
+            "XDG_CONFIG_HOME",
+            "XDG_STATE_HOME",
+            "XDG_DATA_HOME",
+            "XDG_CACHE_HOME",
+            "OPENSHELL_LOCAL_TLS_DIR",
+            "OPENSHELL_SYSTEM_GATEWAY_DIR",
+        ] {
+            assert!(
+                c.env[var].starts_with("/private/cli-combined/"),
+                "{var} in {c}"
+            );
+        }
+        assert!(c.env_remove.contains("OPENSHELL_GATEWAY_ENDPOINT"), "{c}");
     }
-    // kubectl and helm use the run's private kubeconfig.
+    // kubectl and helm use the run's private kubeconfig, which is not in the artifacts.
     for c in plan
         .commands()
         .into_iter()
         .filter(|c| c.program == "kubectl" || c.program == "helm")
     {
-        assert!(c.line().contains("--kubeconfig /run-dir/kubeconfig"), "{c}");
+        assert!(c.line().contains("--kubeconfig /private/kubeconfig"), "{c}");
+    }
+}
+
+#[test]
+fn a_private_directory_inside_the_artifacts_is_a_usage_error() {
+    let err = args(&["--private-dir", "/run-dir/secrets"])
+        .resolve(Provider::Kind, "r", "/repo")
+        .unwrap_err();
+    assert_eq!(err.exit_status(), ExitStatus::Usage);
+    assert!(err.to_string().contains("out of the artifacts"), "{err}");
+}
+
+#[test]
+fn topologies_the_default_chart_cannot_run_are_named_as_skipped_with_the_reason() {
+    let opts = args(&[]).resolve(Provider::Kind, "r", "/repo").unwrap();
+    let t = Topologies::builtin();
+    let plan = dry_run(&opts, &t.all().collect::<Vec<_>>()).unwrap();
+    let stages: Vec<&str> = plan.stages.iter().map(|s| s.name.as_str()).collect();
+    assert!(
+        stages.contains(&"openshell [combined]") && stages.contains(&"openshell [sidecar]"),
+        "{stages:?}"
+    );
+    assert!(
+        !stages
+            .iter()
+            .any(|s| s.contains("gateway]") || s.contains("supervisor-pod]")),
+        "{stages:?}"
+    );
+    for name in ["gateway", "supervisor-pod"] {
+        assert!(
+            plan.header.iter().any(|h| h == &format!("skipped: topology {name} needs OpenShell 0.1.5 or newer; the chart installs 0.0.111")),
+            "{:#?}",
+            plan.header
+        );
     }
 }
 
@@ -160,7 +221,9 @@ fn the_plan_writes_the_topology_values_file_it_passes_to_helm() {
         .iter()
         .flat_map(|s| &s.steps)
         .find_map(|s| match s {
-            Step::Write { path, contents } => Some((path.clone(), contents.clone())),
+            Step::Write { path, contents } if path.ends_with("values-sidecar.yaml") => {
+                Some((path.clone(), contents.clone()))
+            }
             _ => None,
         })
         .expect("a values file");

@@ -241,6 +241,11 @@ fn emulated_factory(args: &RunArgs) -> Result<Arc<dyn TargetFactory>, Error> {
 
 fn topologies_for(args: &RunArgs, info: &TargetInfo) -> Result<Vec<Topology>, Error> {
     let all = Topologies::builtin();
+    // On a real cluster every topology is planned, so the ones the chart cannot run show up as
+    // skipped cases with the reason (summary and JUnit) instead of silently missing.
+    if args.topologies.is_empty() && args.provider().is_some() {
+        return Ok(all.all().cloned().collect());
+    }
     if args.topologies.is_empty() {
         return Ok(all
             .all()
@@ -635,6 +640,7 @@ pub(super) async fn cluster(args: super::ProviderArgs, up: bool) -> Result<ExitS
     let p = conformance_real::cluster::provider(&opts);
     let runner = conformance_real::command::SystemRunner;
     if up {
+        conformance_real::cluster::create_private_dir(&opts)?;
         let c = p.up(&runner).await?;
         println!(
             "cluster ready: context {}{}{}",

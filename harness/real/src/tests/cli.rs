@@ -38,7 +38,8 @@ async fn create_without_a_command_waits_with_json_and_parses_the_sandbox() {
     let v = cli(&r).create(&spec, &BTreeSet::new()).await.unwrap();
     assert_eq!((v.name.as_str(), v.phase), ("demo", Phase::Ready));
     let call = &r.calls()[0];
-    assert_eq!(call.env["XDG_CONFIG_HOME"], "/run/xdg");
+    assert_eq!(call.env["XDG_CONFIG_HOME"], "/run/xdg/config");
+    assert_eq!(call.env["HOME"], "/run/xdg");
     assert_eq!(call.env["OPENSHELL_GATEWAY"], "gw");
 }
 
@@ -122,7 +123,10 @@ async fn exec_on_a_sandbox_that_is_not_ready_is_a_refusal_with_the_grpc_code() {
     let err = cli(&r).exec("stuck", &["true".into()]).await.unwrap_err();
     assert_eq!(
         err,
-        TargetError::refused("FailedPrecondition", "sandbox is not ready")
+        TargetError::refused(
+            "FailedPrecondition",
+            "sandbox 'stuck' is not ready (phase: Provisioning); wait for it to reach Ready state"
+        )
     );
 }
 
@@ -144,7 +148,7 @@ async fn a_cli_failure_without_a_status_is_an_infrastructure_error() {
     let r = recorded();
     let err = cli(&r).start("broken").await.unwrap_err();
     assert!(
-        matches!(&err, TargetError::Infra { message, .. } if message.contains("connection refused")),
+        matches!(&err, TargetError::Infra { message, .. } if message.contains("Connection refused")),
         "{err:?}"
     );
 }
@@ -208,18 +212,37 @@ fn versions_are_read_from_cli_and_helm_outputs() {
 }
 
 #[test]
-fn refusals_are_read_from_tonic_status_lines_and_known_messages() {
+fn refusals_are_read_from_miette_wrapped_tonic_statuses_and_the_clis_own_wording() {
     assert_eq!(
-        parse_refusal("status: AlreadyExists, message: \"sandbox demo already exists\""),
-        Some(("AlreadyExists".into(), "sandbox demo already exists".into()))
+        parse_refusal(
+            "Error:   × code: 'The system is not in a state required for the operation's\n  │ execution', message: \"sandbox must be Stopped to start (current phase:\n  │ Provisioning)\"\n"
+        ),
+        Some((
+            "FailedPrecondition".into(),
+            "sandbox must be Stopped to start (current phase: Provisioning)".into()
+        ))
     );
     assert_eq!(
-        parse_refusal("Error: sandbox must be Stopped to start (current phase: Ready)")
-            .unwrap()
-            .0,
-        "FailedPrecondition"
+        parse_refusal(
+            "Error:   × sandbox 's1' already exists\n  │\n  │ hint: delete it first with: openshell sandbox delete <name>\n"
+        ),
+        Some(("AlreadyExists".into(), "sandbox 's1' already exists".into()))
     );
-    assert_eq!(parse_refusal("Error: connection refused"), None);
+    // A description tonic may add later is kept as printed rather than lost.
+    assert_eq!(
+        parse_refusal("Error:   × code: 'Something new', message: \"m\"").unwrap(),
+        ("Something new".into(), "m".into())
+    );
+    assert_eq!(
+        parse_refusal(
+            "Error:   × transport error\n  ├─▶ tcp connect error\n  ╰─▶ Connection refused (os error 111)\n"
+        ),
+        None
+    );
+    assert_eq!(
+        parse_refusal("status: Internal, message: \"not the CLI's error\""),
+        None
+    );
 }
 
 #[test]
@@ -296,7 +319,7 @@ async fn the_phase_poller_declares_its_interval_and_records_unknown_while_the_ga
         CmdOutput {
             code: 1,
             stdout: String::new(),
-            stderr: "Error:   × status: Unavailable, message: \"error trying to connect: tcp connect error: Connection refused (os error 111)\", details: []\n".into(),
+            stderr: "Error:   × transport error\n  ├─▶ tcp connect error\n  ╰─▶ Connection refused (os error 111)\n".into(),
         },
     );
     let rec = Recorder::new();
@@ -345,4 +368,76 @@ async fn the_phase_poller_declares_its_interval_and_records_unknown_while_the_ga
     let o = &conformance_core::engine::recheck(&rec.snapshot()).outcomes[0];
     assert!(o.passed, "{}", o.diagnosis());
     assert!(o.message.contains("sampled every 2s"), "{}", o.message);
+}
+
+/// `list` prints neither an exit code nor a restart count; on entering a phase a process exit
+/// leads to, the poller asks `get` and records what it prints, and nothing when it prints none.
+#[tokio::test(start_paused = true)]
+async fn the_poller_reads_exit_code_and_restart_count_from_get_and_never_invents_them() {
+    use conformance_core::timeline::{Event, GATEWAY_SANDBOX_KIND, Recorder};
+    let r = ScriptedRunner::new(Unscripted::Fail);
+    r.respond(
+        "openshell sandbox list -o json",
+        CmdOutput::ok(
+            r#"[{"name":"a","phase":"Error"},{"name":"b","phase":"Error"},{"name":"c","phase":"Ready"}]"#,
+        ),
+    );
+    r.respond(
+        "openshell sandbox get a -o json",
+        CmdOutput::ok(r#"{"name":"a","phase":"Error","status":{"exit_code":3,"restart_count":2}}"#),
+    );
+    r.respond(
+        "openshell sandbox get b -o json",
+        CmdOutput::ok(r#"{"name":"b","phase":"Error"}"#),
+    );
+    let rec = Recorder::new();
+    let poller = tokio::spawn(crate::target::phase_poller(
+        cli(&r),
+        "openshell-conformance.io/run=r1".into(),
+        rec.clone(),
+        std::time::Duration::from_secs(2),
+    ));
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    poller.abort();
+    let t = rec.snapshot();
+    let exit = |name: &str| {
+        t.entries
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::Object(s) if s.kind == GATEWAY_SANDBOX_KIND && s.name == name => {
+                    Some(s.containers.iter().find_map(|c| c.exit_code))
+                }
+                _ => None,
+            })
+            .next_back()
+            .flatten()
+    };
+    assert_eq!(exit("a"), Some(3));
+    assert_eq!(exit("b"), None, "no exit code printed: unknown, not 0");
+    let restarts: Vec<_> = t
+        .entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Observation {
+                key,
+                subject,
+                value,
+            } if key == "restart_count" => Some((subject.clone(), value.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        restarts,
+        vec![(
+            Some(format!("{GATEWAY_SANDBOX_KIND}/a")),
+            serde_json::json!(2)
+        )]
+    );
+    // `get` is asked once per entry into the phase, not on every poll, and never for Ready.
+    let gets: Vec<String> = r
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains("sandbox get"))
+        .collect();
+    assert_eq!(gets.len(), 2, "{gets:#?}");
 }

@@ -23,7 +23,7 @@ struct Cli {
 }
 
 fn opts(provider: Provider, extra: &[&str], run_dir: &str) -> RealOptions {
-    let base = ["x", "--run-dir", run_dir];
+    let base = ["x", "--run-dir", run_dir, "--private-dir", "/private"];
     Cli::try_parse_from(base.iter().chain(extra.iter()).copied())
         .unwrap()
         .real
@@ -119,7 +119,7 @@ async fn an_existing_cluster_is_never_deleted() {
 async fn a_crd_that_never_becomes_established_fails_the_install_naming_the_wait() {
     let r = ScriptedRunner::new(Unscripted::Succeed);
     r.respond(
-        "kubectl --kubeconfig /run/kubeconfig --context kind-openshell-conformance wait",
+        "kubectl --kubeconfig /private/kubeconfig --context kind-openshell-conformance wait",
         CmdOutput::failed(1, "error: timed out waiting for the condition on customresourcedefinitions/sandboxes.agents.x-k8s.io"),
     );
     let err = install_agent_sandbox(&r, &opts(Provider::Kind, &[], "/run"))
@@ -359,4 +359,97 @@ fn a_bundle_is_collected_on_failure_only_unless_asked_for_always() {
             &rec.snapshot()
         ));
     });
+}
+
+#[test]
+fn outside_the_repository_the_built_in_kind_config_is_written_to_the_run_directory_and_used() {
+    let elsewhere = opts(Provider::Kind, &[], "/run");
+    let plan = provider(&elsewhere).up_plan();
+    let crate::plan::Step::Write { path, contents } = &plan[0] else {
+        panic!("{plan:?}")
+    };
+    assert_eq!(path, &std::path::PathBuf::from("/run/kind-config.yaml"));
+    assert!(contents.contains(&format!("image: {}", crate::pins::KIND_NODE_IMAGE)));
+    let create = plan
+        .iter()
+        .find_map(|s| match s {
+            crate::plan::Step::Run { cmd, .. }
+                if cmd.args.get(1).map(String::as_str) == Some("cluster") =>
+            {
+                Some(cmd.line())
+            }
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        create.contains("--config /run/kind-config.yaml"),
+        "{create}"
+    );
+    // kind reads --wait as a Go duration.
+    let wait = create.split("--wait ").nth(1).unwrap();
+    assert!(
+        wait.strip_suffix('s')
+            .is_some_and(|n| n.parse::<u64>().is_ok()),
+        "{wait}"
+    );
+
+    // Inside the repository its own file is used, and nothing is written.
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let inside = Cli::try_parse_from(["x", "--run-dir", "/run", "--private-dir", "/private"])
+        .unwrap()
+        .real
+        .resolve(Provider::K3d, "r1", &repo)
+        .unwrap();
+    let plan = provider(&inside).up_plan();
+    assert!(
+        !plan
+            .iter()
+            .any(|s| matches!(s, crate::plan::Step::Write { .. }))
+    );
+    assert!(
+        plan.iter().any(|s| matches!(s, crate::plan::Step::Run { cmd, .. } if cmd.line().contains(&format!("--config {}", repo.join("k3d-config.yaml").display())))),
+        "{plan:?}"
+    );
+}
+
+/// Before anything is installed the real target says which OpenShell the chart installs, so the
+/// engine skips (with the reason, in the summary and JUnit) the cases of topologies it cannot
+/// run instead of the run failing at their install.
+#[test]
+fn the_real_target_reports_the_charts_release_so_unsupported_topologies_are_skipped() {
+    use conformance_core::target::TargetFactory;
+    use conformance_core::topology::Topologies;
+    let o = opts(Provider::Kind, &[], "/run");
+    let f = RealFactory::new(o, Arc::new(ScriptedRunner::new(Unscripted::Fail))).unwrap();
+    let info = f.info();
+    assert_eq!(
+        info.openshell.as_ref().map(|v| v.to_string()).as_deref(),
+        Some("0.0.111")
+    );
+    let t = Topologies::builtin();
+    assert_eq!(info.skip_reason(t.get("combined").unwrap(), &[]), None);
+    assert_eq!(info.skip_reason(t.get("sidecar").unwrap(), &[]), None);
+    for name in ["gateway", "supervisor-pod"] {
+        let why = info.skip_reason(t.get(name).unwrap(), &[]).unwrap();
+        assert!(why.contains("needs OpenShell 0.1.5 or newer"), "{why}");
+    }
+    // An unreleased chart (0.0.0) names no release: nothing is skipped by version.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("Chart.yaml"),
+        "apiVersion: v2\nname: helm-chart\nversion: 0.0.0\nappVersion: \"0.0.0\"\n",
+    )
+    .unwrap();
+    let o = opts(
+        Provider::Kind,
+        &["--chart-path", dir.path().to_str().unwrap()],
+        "/run",
+    );
+    let why = o
+        .topology_skip_reason(t.get("gateway").unwrap())
+        .unwrap()
+        .unwrap();
+    assert!(why.contains("has no helm values for chart 0.0.0"), "{why}");
+    let f = RealFactory::new(o, Arc::new(ScriptedRunner::new(Unscripted::Fail))).unwrap();
+    assert_eq!(f.info().openshell, None);
 }

@@ -89,6 +89,17 @@ fn running_pod(
     owner: Option<(&str, &str, &str)>,
     containers: &[&str],
 ) -> String {
+    running_pod_with(c, name, labels, owner, containers, false)
+}
+
+fn running_pod_with(
+    c: &Cluster,
+    name: &str,
+    labels: Value,
+    owner: Option<(&str, &str, &str)>,
+    containers: &[&str],
+    share_process_namespace: bool,
+) -> String {
     let mut meta = json!({"name": name, "labels": labels});
     if let Some((kind, oname, uid)) = owner {
         meta["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": kind, "name": oname, "uid": uid, "controller": true}]);
@@ -103,7 +114,8 @@ fn running_pod(
             Some(NS),
             // The gateway's grace period is 5 s (docs/upstream-facts.md F5.2); the same for every
             // test pod.
-            json!({"metadata": meta, "spec": {"containers": cs, "terminationGracePeriodSeconds": 5}}),
+            json!({"metadata": meta, "spec": {"containers": cs, "terminationGracePeriodSeconds": 5,
+                                              "shareProcessNamespace": share_process_namespace}}),
         )
         .unwrap();
     c.bind_pod(NS, name, "node-1").unwrap();
@@ -518,18 +530,65 @@ async fn a_sandbox_pod_replace_without_a_controller_fails_naming_the_pod_and_wha
     );
 }
 
+/// Marks container `container` of pod `name` terminated with exit code 137, as the kubelet
+/// reports a SIGKILLed main process under `restartPolicy: Never`.
+fn terminate_container(c: &Cluster, name: &str, container: &str) {
+    let pod = exists(c, &ResourceRef::pods(), name).unwrap();
+    let mut statuses = pod["status"]["containerStatuses"].clone();
+    for st in statuses.as_array_mut().unwrap() {
+        if st["name"] == container {
+            st["state"] = json!({"terminated": {"exitCode": 137, "reason": "Error"}});
+            st["ready"] = json!(false);
+        }
+    }
+    c.patch_status(
+        &ResourceRef::pods(),
+        Some(NS),
+        name,
+        PatchKind::Merge,
+        &json!({"status": {"containerStatuses": statuses}}),
+    )
+    .unwrap();
+}
+
+/// Gives every container of pod `name` a container ID.
+fn with_container_ids(c: &Cluster, name: &str) {
+    let pod = exists(c, &ResourceRef::pods(), name).unwrap();
+    let mut statuses = pod["status"]["containerStatuses"].clone();
+    for st in statuses.as_array_mut().unwrap() {
+        st["containerID"] = json!(format!("containerd://id-{}", st["name"].as_str().unwrap()));
+    }
+    c.patch_status(
+        &ResourceRef::pods(),
+        Some(NS),
+        name,
+        PatchKind::Merge,
+        &json!({"status": {"containerStatuses": statuses}}),
+    )
+    .unwrap();
+}
+
+fn sidecar() -> SupervisorPlacement {
+    SupervisorPlacement::SidecarContainer {
+        container: "openshell-supervisor-network".into(),
+    }
+}
+
 #[tokio::test(start_paused = true)]
-async fn supervisor_kill_in_a_container_execs_the_kill_in_that_container() {
+async fn supervisor_kill_with_a_shared_process_namespace_execs_the_kill_and_sees_the_container_end()
+{
     let c = cluster();
-    running_pod(
+    running_pod_with(
         &c,
         &cr("demo"),
         json!({}),
         None,
         &["agent", "openshell-supervisor-network"],
+        true,
     );
     let seen: Arc<std::sync::Mutex<Vec<ExecSeen>>> = Default::default();
     let s = seen.clone();
+    let cc = c.clone();
     c.register_exec(
         NS,
         &cr("demo"),
@@ -538,6 +597,7 @@ async fn supervisor_kill_in_a_container_execs_the_kill_in_that_container() {
             s.lock()
                 .unwrap()
                 .push((req.container.clone(), req.argv.clone()));
+            terminate_container(&cc, &cr("demo"), "openshell-supervisor-network");
             Box::pin(async {
                 ExecOutput {
                     stdout: vec![],
@@ -548,25 +608,129 @@ async fn supervisor_kill_in_a_container_execs_the_kill_in_that_container() {
         },
     );
     let dir = tempfile::tempdir().unwrap();
-    let inj = injector(
-        &c,
-        dir.path(),
-        SupervisorPlacement::SidecarContainer {
-            container: "openshell-supervisor-network".into(),
-        },
-    );
+    let inj = injector(&c, dir.path(), sidecar());
     let f = Fault::SupervisorKill {
         sandbox: "demo".into(),
     };
     inj.inject(&f).await.unwrap();
     inj.restore(&f).await.unwrap();
     let seen = seen.lock().unwrap().clone();
-    assert_eq!(
-        seen,
-        vec![(
-            "openshell-supervisor-network".to_string(),
-            vec!["kill".to_string(), "-KILL".into(), "1".into()]
-        )]
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].0, "openshell-supervisor-network");
+    assert_eq!(seen[0].1[..2], ["sh".to_string(), "-c".into()]);
+}
+
+/// Runs a node command by marking the container terminated, as the kubelet would report it.
+struct KillsOnNode {
+    c: Cluster,
+    pod: String,
+    container: String,
+    lines: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl crate::command::CommandRunner for KillsOnNode {
+    async fn run(&self, cmd: &crate::command::Cmd) -> Result<CmdOutput, crate::command::CmdError> {
+        self.lines.lock().unwrap().push(cmd.line());
+        terminate_container(&self.c, &self.pod, &self.container);
+        Ok(CmdOutput::ok(""))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_supervisor_that_is_pid_1_is_killed_from_the_node_by_its_container_id() {
+    let c = cluster();
+    running_pod(&c, &cr("demo"), json!({}), None, &["agent"]);
+    with_container_ids(&c, &cr("demo"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut inj = injector(&c, dir.path(), in_the_workload_container());
+    let node = Arc::new(KillsOnNode {
+        c: c.clone(),
+        pod: cr("demo"),
+        container: "agent".into(),
+        lines: Default::default(),
+    });
+    inj.set_node_runner(node.clone());
+    let f = Fault::SupervisorKill {
+        sandbox: "demo".into(),
+    };
+    inj.inject(&f).await.unwrap();
+    let lines = node.lines.lock().unwrap().clone();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].starts_with("docker exec node-1 sh -c")
+            && lines[0].contains("crictl inspect")
+            && lines[0].contains(" id-agent)")
+            && lines[0].contains("kill -KILL"),
+        "{}",
+        lines[0]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pid_1_supervisor_without_node_access_is_unsupported_not_a_silent_success() {
+    let c = cluster();
+    running_pod(&c, &cr("demo"), json!({}), None, &["agent"]);
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(&c, dir.path(), in_the_workload_container());
+    let err = inj
+        .inject(&Fault::SupervisorKill {
+            sandbox: "demo".into(),
+        })
+        .await
+        .unwrap_err();
+    let TargetError::Unsupported(why) = &err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        why.contains("PID 1") && why.contains("node access"),
+        "{why}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_kill_whose_effect_is_never_seen_is_an_infrastructure_error_naming_the_fault() {
+    let c = cluster();
+    running_pod_with(
+        &c,
+        &cr("demo"),
+        json!({}),
+        None,
+        &["agent", "openshell-supervisor-network"],
+        true,
+    );
+    // The kill runs and nothing ends (the old `kill -KILL 1` in a PID namespace of its own).
+    c.register_exec(
+        NS,
+        &cr("demo"),
+        "openshell-supervisor-network",
+        move |_req: ExecRequest| {
+            Box::pin(async {
+                ExecOutput {
+                    stdout: vec![],
+                    stderr: vec![],
+                    exit_code: 0,
+                }
+            }) as futures::future::BoxFuture<'static, ExecOutput>
+        },
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut inj = injector(&c, dir.path(), sidecar());
+    inj.deadlines.replacement = Duration::from_secs(20);
+    let err = inj
+        .inject(&Fault::SupervisorKill {
+            sandbox: "demo".into(),
+        })
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, TargetError::Infra { .. }), "{err:?}");
+    assert!(
+        text.contains(&format!(
+            "fault supervisor-kill: container openshell-supervisor-network of pod {} stopped or restarted: gave up after 20s; last seen: running",
+            cr("demo")
+        )),
+        "{text}"
     );
 }
 
@@ -734,6 +898,14 @@ async fn leftovers_of_another_run_are_found_and_stop_the_run_or_are_swept() {
         "metadata": {"name": cr("stale")}, "spec": {"podTemplate": {"spec": {"containers": []}}}}),
     )
     .unwrap();
+    let pvcs = ResourceRef::new("", "v1", "persistentvolumeclaims");
+    c.create(
+        &pvcs,
+        Some(NS),
+        json!({"metadata": {"name": "openshell-data-openshell-0"},
+               "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+    .unwrap();
     let runner = ScriptedRunner::new(Unscripted::Succeed);
     runner.respond(
         "helm list",
@@ -753,6 +925,15 @@ async fn leftovers_of_another_run_are_found_and_stop_the_run_or_are_swept() {
     assert_eq!(found.namespaces, vec!["old-run-ns".to_string()]);
     assert_eq!(found.releases, vec!["openshell".to_string()]);
     assert_eq!(found.sandboxes, vec![format!("openshell/{}", cr("stale"))]);
+    assert_eq!(
+        found.data_pvcs,
+        vec!["openshell-data-openshell-0".to_string()]
+    );
+    assert!(
+        found
+            .to_string()
+            .contains("gateway data volumes: openshell-data-openshell-0")
+    );
     let err = leftovers::handle(&c.client(), &runner, &opts, &found)
         .await
         .unwrap_err();
@@ -786,6 +967,7 @@ async fn leftovers_of_another_run_are_found_and_stop_the_run_or_are_swept() {
             .iter()
             .any(|l| l.starts_with("helm uninstall openshell --namespace openshell"))
     );
+    assert!(exists(&c, &pvcs, "openshell-data-openshell-0").is_none());
     tokio::time::sleep(Duration::from_secs(5)).await;
     let gone = c.get(&ns, None, "old-run-ns");
     assert!(gone.is_err() || !gone.unwrap()["metadata"]["deletionTimestamp"].is_null());
@@ -911,6 +1093,46 @@ async fn the_gateway_is_found_as_a_deployment_when_there_is_no_statefulset() {
     assert_eq!(gateway::replicas(&c.client(), &w).await.unwrap().0, 0);
 }
 
+/// Files under `dir` (and inside its `.tar.gz` bundles) that hold key material or a
+/// kubeconfig: what must never be uploaded with the artifacts.
+fn secrets_in(dir: &std::path::Path) -> Vec<String> {
+    fn suspicious(name: &str, text: &str) -> bool {
+        (text.contains("-----BEGIN") && text.contains("PRIVATE KEY"))
+            || text.contains("client-key-data")
+            || (text.contains("kind: Config") && text.contains("users:"))
+            || name.ends_with("kubeconfig")
+            || name.ends_with("tls.key")
+    }
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let name = p.display().to_string();
+            let bytes = std::fs::read(&p).unwrap();
+            if name.ends_with(".tar.gz") {
+                let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(&bytes[..]));
+                for entry in ar.entries().unwrap() {
+                    let mut entry = entry.unwrap();
+                    let inner = format!("{name}:{}", entry.path().unwrap().display());
+                    let mut text = String::new();
+                    let _ = std::io::Read::read_to_string(&mut entry, &mut text);
+                    if suspicious(&inner, &text) {
+                        found.push(inner);
+                    }
+                }
+            } else if suspicious(&name, &String::from_utf8_lossy(&bytes)) {
+                found.push(name);
+            }
+        }
+    }
+    found
+}
+
 mod end_to_end {
     //! RealTarget through install, observe, a sandbox, a gateway stop and teardown, with the
     //! emulated API server for Kubernetes and recorded outputs for helm and the openshell CLI.
@@ -955,10 +1177,11 @@ mod end_to_end {
             &ResourceRef::new("", "v1", "secrets"),
             Some(NS),
             json!({"metadata": {"name": "openshell-client-tls"},
-                   "data": {"ca.crt": "Q0E=", "tls.crt": "Q1JU", "tls.key": "S0VZ"}}),
+                   "data": {"ca.crt": "Q0E=", "tls.crt": "Q1JU", "tls.key": "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCk1DNENBUUF3QlFZREsyVndCQ0lFSUE9PQotLS0tLUVORCBQUklWQVRFIEtFWS0tLS0tCg=="}}),
         )
         .unwrap();
         let dir = tempfile::tempdir().unwrap();
+        let private = tempfile::tempdir().unwrap();
         let args = RealArgs {
             cluster_name: "openshell-conformance".into(),
             chart: "oci://ghcr.io/nvidia/openshell/helm-chart".into(),
@@ -966,6 +1189,7 @@ mod end_to_end {
             agent_sandbox_version: "v0.5.0".into(),
             openshell_bin: "openshell".into(),
             run_dir: Some(dir.path().to_path_buf()),
+            private_dir: Some(private.path().to_path_buf()),
             ..RealArgs::default()
         };
         let opts = args.resolve(Provider::Kind, "r1", "/repo").unwrap();
@@ -990,10 +1214,25 @@ mod end_to_end {
         assert_eq!(info.versions["sandbox-api"], "v1beta1");
         assert!(info.capabilities.contains(&Capability::MainCommand));
         assert!(!info.capabilities.contains(&Capability::RestartPolicy));
-        let mtls = dir
+        let mtls = private
             .path()
-            .join("xdg-combined/openshell/gateways/conformance-combined/mtls");
-        assert_eq!(std::fs::read(mtls.join("tls.key")).unwrap(), b"KEY");
+            .join("cli-combined/config/openshell/gateways/conformance-combined/mtls");
+        assert!(
+            std::fs::read_to_string(mtls.join("tls.key"))
+                .unwrap()
+                .contains("PRIVATE KEY")
+        );
+        // The client key is the owner's only, and nothing of it is under the artifacts.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(mtls.join("tls.key"))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o077, 0, "{mode:o}");
+        }
+        assert!(!dir.path().join("cli-combined").exists());
         let port = t.gateway_port().await.unwrap();
         assert!(
             runner.lines().iter().any(|l| l.ends_with(&format!(
@@ -1046,7 +1285,34 @@ mod end_to_end {
         assert!(tl.entries.iter().any(|e| matches!(&e.event, Event::Object(s) if s.kind == "OpenShellSandbox" && s.phase.as_deref() == Some("Ready"))));
         assert!(tl.entries.iter().any(|e| matches!(&e.event, Event::Object(s) if s.kind == "Pod" && s.name == "openshell-0" && s.deleted)));
 
+        // A diagnostics bundle, as a failed case writes one, and a kubeconfig where kind writes
+        // it: neither a key nor a kubeconfig may end up in the artifacts.
+        std::fs::write(
+            private.path().join("kubeconfig"),
+            "apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    client-key-data: S0VZ\n",
+        )
+        .unwrap();
+        t.diagnostics(&dir.path().join("bundles/combined-1"), None)
+            .await
+            .unwrap();
+        // The gateway's database volume, which helm uninstall keeps (StatefulSet claim).
+        c.create(
+            &ResourceRef::new("", "v1", "persistentvolumeclaims"),
+            Some(NS),
+            json!({"metadata": {"name": "openshell-data-openshell-0"},
+                   "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+        )
+        .unwrap();
         t.teardown().await.unwrap();
+        assert!(
+            exists(
+                &c,
+                &ResourceRef::new("", "v1", "persistentvolumeclaims"),
+                "openshell-data-openshell-0"
+            )
+            .is_none(),
+            "the gateway's database outlived the case"
+        );
         let lines = runner.lines();
         assert!(
             lines
@@ -1064,6 +1330,34 @@ mod end_to_end {
         assert!(
             !dir.path().join("diagnostics").exists(),
             "no bundle for a case that did not fail"
+        );
+
+        // The next case of the topology reuses the registration and its port.
+        let mut t2 = RealTarget::new(
+            args.resolve(Provider::Kind, "r1", "/repo").unwrap(),
+            Arc::new(runner.clone()),
+            c.client(),
+            TargetInfo {
+                kind: "kind".into(),
+                ..TargetInfo::default()
+            },
+            rec.clone(),
+        );
+        t2.share_access_of(&t);
+        t2.install(&topo).await.unwrap();
+        assert_eq!(t2.gateway_port().await, Some(port));
+        let adds = runner
+            .lines()
+            .iter()
+            .filter(|l| l.contains("openshell gateway add"))
+            .count();
+        assert_eq!(adds, 1, "{:#?}", runner.lines());
+        t2.teardown().await.unwrap();
+        let leaks = secrets_in(dir.path());
+        assert!(leaks.is_empty(), "credentials in the artifacts: {leaks:#?}");
+        assert!(
+            !secrets_in(private.path()).is_empty(),
+            "the scan finds what it looks for"
         );
         ctl.abort();
     }

@@ -1,7 +1,8 @@
 //! Tests of the real path's parts that need more than one module: the CLI driver against
 //! recorded outputs, the cluster lifecycle with a scripted runner, and the kube-rs parts
-//! against the kube emulator.
+//! against the kube emulator, and the proofs against the real chart and CLI (`real_tools`).
 
 mod cli;
 mod cluster;
 mod emulated;
+mod real_tools;

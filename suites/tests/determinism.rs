@@ -127,3 +127,58 @@ fn one_case_run_twenty_times_gives_twenty_byte_identical_timelines() {
         assert_same_timelines(&format!("run {}", i + 2), &first, std::slice::from_ref(r));
     }
 }
+
+/// Where `select!` may pick among ready branches at random, two runs can take different paths.
+/// Every `select!` of the crates a run on the emulated target goes through must say `biased;`
+/// first, so the first ready branch in source order wins. The real-cluster path (`harness/real`)
+/// is left out: real clusters are not deterministic, and nothing of it runs on the emulated
+/// target. kube's own exec client (`kube-client`'s `remote_command`) has an unbiased `select!`
+/// too; the emulated target does not exec through it (README, "Determinism").
+#[test]
+fn every_select_on_the_emulated_path_is_biased() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut unbiased = Vec::new();
+    let mut seen = 0;
+    for dir in [
+        "harness/core/src",
+        "harness/kube-emulator/src",
+        "harness/models/src",
+        "harness/observe/src",
+        "harness/cli/src",
+        "suites/src",
+    ] {
+        let mut stack = vec![root.join(dir)];
+        while let Some(p) = stack.pop() {
+            if p.is_dir() {
+                let mut entries: Vec<_> = std::fs::read_dir(&p)
+                    .unwrap()
+                    .map(|e| e.unwrap().path())
+                    .collect();
+                entries.sort();
+                stack.extend(entries);
+                continue;
+            }
+            if p.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).unwrap();
+            for (i, _) in text.match_indices("select! {") {
+                seen += 1;
+                let body = text[i + "select! {".len()..].trim_start();
+                if !body.starts_with("biased;") {
+                    let line = text[..i].lines().count();
+                    let file = p.strip_prefix(&root).unwrap_or(&p).display().to_string();
+                    unbiased.push(format!("{file}:{line}"));
+                }
+            }
+        }
+    }
+    assert!(
+        seen > 10,
+        "the scan found only {seen} select! uses: is it looking in the right place?"
+    );
+    assert!(
+        unbiased.is_empty(),
+        "select! without `biased;`: {unbiased:#?}"
+    );
+}

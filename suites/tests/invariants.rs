@@ -19,13 +19,22 @@ use conformance_core::target::{
     ExecResult, Fault, Observers, SandboxSpec, SandboxView, Target, TargetFactory, TargetInfo,
     TargetResult,
 };
-use conformance_core::timeline::{Entry, Event, FaultPhase, ObjectState, Recorder, Timeline};
+use conformance_core::timeline::{
+    Entry, Event, FaultPhase, MAIN_PROCESS_STARTS_KEY, ObjectState, Recorder, Timeline,
+};
 use conformance_core::topology::{Topologies, Topology};
 use conformance_models::spec::Selection;
 use conformance_models::target::EmulatedFactory;
 
 /// Runs the one case `pattern` selects on the contract model's combined topology; it passes.
 fn run_one(pattern: &str, seed: Option<u64>) -> CaseReport {
+    let report = run_on(Selection::contract(), pattern, seed);
+    assert_eq!(report.outcome, Outcome::Passed, "{:?}", report.outcome);
+    report
+}
+
+/// Runs the one case `pattern` selects on the combined topology of `selection`.
+fn run_on(selection: Selection, pattern: &str, seed: Option<u64>) -> CaseReport {
     let pick = Pick {
         patterns: vec![pattern.into()],
         seed,
@@ -34,10 +43,24 @@ fn run_one(pattern: &str, seed: Option<u64>) -> CaseReport {
     let topology = Topologies::builtin().get("combined").unwrap().clone();
     let cases = catalog::cases(&[topology], &pick);
     assert_eq!(cases.len(), 1, "{pattern} selects one case");
-    let factory: Arc<dyn TargetFactory> = Arc::new(EmulatedFactory::new(Selection::contract()));
-    let report = pool::run_paused(factory, EngineOptions::default(), cases, 1, &()).remove(0);
-    assert_eq!(report.outcome, Outcome::Passed, "{:?}", report.outcome);
-    report
+    let factory: Arc<dyn TargetFactory> = Arc::new(EmulatedFactory::new(selection));
+    pool::run_paused(factory, EngineOptions::default(), cases, 1, &()).remove(0)
+}
+
+/// The starts of `sandbox`'s main process the target reported, as (index, count) in order.
+fn reported_starts(t: &Timeline, sandbox: &str) -> Vec<(usize, u64)> {
+    t.entries
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match &e.event {
+            Event::Observation {
+                key,
+                subject: Some(s),
+                value,
+            } if key == MAIN_PROCESS_STARTS_KEY && s == sandbox => Some((i, value.as_u64()?)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Seed 1's schedule: while-ready, while-starting, while-ready, while-starting, during-bootstrap.
@@ -56,6 +79,41 @@ fn sandbox(t: &Timeline, role: &str) -> String {
             _ => None,
         })
         .unwrap()
+}
+
+/// The target reports one more start of `name`'s workload right after its first, which the
+/// workload also marked in its workspace: only the count of starts is wrong.
+fn started_again(t: &mut Timeline, name: &str) {
+    let starts = reported_starts(t, name);
+    for (i, n) in &starts {
+        if let Event::Observation { value, .. } = &mut t.entries[*i].event {
+            *value = serde_json::json!(n + 1);
+        }
+    }
+    let first = t.entries[starts[0].0].event.clone();
+    let again = Event::Observation {
+        key: MAIN_PROCESS_STARTS_KEY.into(),
+        subject: Some(name.to_string()),
+        value: serde_json::json!(1),
+    };
+    // Before the first, now counting 2, so the counts stay in order.
+    let i = t.entries.iter().position(|e| e.event == first).unwrap();
+    let at_ms = t.entries[i].at_ms;
+    t.entries.insert(
+        i,
+        Entry {
+            seq: t.entries[i].seq,
+            at_ms,
+            event: again,
+        },
+    );
+    for e in &mut t.entries {
+        if let Event::Observation { key, value, .. } = &mut e.event
+            && *key == format!("start-marks:{name}")
+        {
+            *value = serde_json::json!(value.as_u64().unwrap() + 1);
+        }
+    }
 }
 
 /// Inserts `event` right after the first entry `after` matches, stamped like it.
@@ -91,14 +149,7 @@ fn the_sweep_passes_its_invariants_on_the_contract_model_as_recorded() {
 fn a_sweep_whose_workload_started_again_fails_naming_r7() {
     let mut t = sweep().timeline;
     let name = sandbox(&t, "sweep-1");
-    let key = format!("starts:{name}");
-    for e in &mut t.entries {
-        if let Event::Observation { key: k, value, .. } = &mut e.event
-            && *k == key
-        {
-            *value = serde_json::json!(2);
-        }
-    }
+    started_again(&mut t, &name);
     let failed = failures(&t);
     assert_eq!(
         failed,
@@ -267,16 +318,59 @@ fn the_restart_policy_case_ends_the_main_process_three_times_the_last_during_an_
 #[test]
 fn a_restart_policy_case_whose_second_end_is_not_followed_by_a_restart_fails_naming_r10() {
     let mut t = restart_across_outage();
-    for e in &mut t.entries {
-        if let Event::Observation { key, value, .. } = &mut e.event
-            && key.starts_with("starts-after-end-2:")
-        {
-            *value = serde_json::json!(2);
-        }
-    }
+    // The restart after the second end (the third start) comes only after the scenario
+    // stopped waiting for it, just before the restart after the third end.
+    let name = sandbox(&t, "main");
+    let (third, _) = reported_starts(&t, &name)[2];
+    let start = t.entries.remove(third);
+    let (fourth, _) = reported_starts(&t, &name)[2];
+    let late = Entry {
+        at_ms: t.entries[fourth].at_ms,
+        ..start
+    };
+    t.entries.insert(fourth, late);
     assert_eq!(
         failures(&t),
         vec!["end 2 of 3 is followed by a restart within 3m [R10]"]
+    );
+}
+
+#[test]
+fn a_workspace_replaced_under_the_workload_fails_naming_r6_and_not_the_start_counts() {
+    // The replacement pod gets a fresh, empty workspace: its sentinel and the workload's start
+    // marks are gone, but the workload started exactly as often as it should (R1, R3).
+    let selection = Selection::parse(
+        "contract",
+        &["workspace-pvc-replaced-on-pod-replacement".into()],
+        None,
+    )
+    .unwrap();
+    let report = run_on(selection, "bootstrap-outage[*outage=30s]", None);
+    let failed = failures(&report.timeline);
+    assert_eq!(
+        failed,
+        vec![
+            "workspace sentinels are read back intact [R6]",
+            "the workspace keeps the mark of every main-process start [R6]",
+        ],
+    );
+}
+
+#[test]
+fn a_workload_started_by_the_returning_gateway_fails_naming_r7_and_not_the_workspace() {
+    // The stopped sandbox is started behind the user's back; whatever the workload marked in
+    // its workspace then is there, so the workspace is intact.
+    let selection = Selection::parse(
+        "contract",
+        &["gateway-restart-starts-stopped-sandboxes".into()],
+        None,
+    )
+    .unwrap();
+    let report = run_on(selection, "stopped-through-outage[*outage=30s]", None);
+    let failed = failures(&report.timeline);
+    assert!(
+        !failed.is_empty() && failed.iter().all(|f| f.ends_with("[R7]")),
+        "R7 is broken, and only R7: {failed:?}"
     );
 }
 
@@ -470,14 +564,8 @@ fn an_error_recovery_whose_workload_runs_while_the_sandbox_is_stopped_fails_nami
 #[test]
 fn an_error_recovery_whose_workload_started_again_fails_naming_r3_and_r7() {
     let mut t = run_one("error-recovery[combined]", None).timeline;
-    let key = format!("starts:{}", sandbox(&t, "main"));
-    for e in &mut t.entries {
-        if let Event::Observation { key: k, value, .. } = &mut e.event
-            && *k == key
-        {
-            *value = serde_json::json!(3);
-        }
-    }
+    let name = sandbox(&t, "main");
+    started_again(&mut t, &name);
     assert_eq!(
         failures(&t),
         vec!["the workload started only at creation and at the user's start [R3, R7]"],

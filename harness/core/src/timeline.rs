@@ -121,6 +121,62 @@ pub const API_SERVER_UNREACHABLE_REASON: &str = "ApiServerUnreachable";
 /// it watches. Between the two, the states of that kind are a gap.
 pub const API_SERVER_REACHABLE_KEY: &str = "api_server_reachable";
 
+/// Key of the [`Event::Observation`] a target records each time it learns that a sandbox's main
+/// process started: the subject is the sandbox (the gateway's name for it), the value how many
+/// times its main process has started so far, over all its pods, or `null` once the target can
+/// no longer tell. Checks count starts from these ([`crate::checks::Counted::MainProcessStarts`]),
+/// never from files in the workspace under test, so a damaged workspace is judged as such and
+/// not as a workload started too often or too rarely.
+pub const MAIN_PROCESS_STARTS_KEY: &str = "main_process_starts";
+
+/// Key of the [`Event::Observation`] a target records when it starts observing, if it reports
+/// main-process starts ([`MAIN_PROCESS_STARTS_KEY`]); the value says where they come from. On
+/// a timeline without it, start counts are unknown, never 0.
+pub const MAIN_PROCESS_STARTS_SOURCE_KEY: &str = "main_process_starts_source";
+
+/// A sandbox's main-process starts as its target reported them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StartCount {
+    Known(u64),
+    /// Why the count is not known.
+    Unknown(String),
+}
+
+/// The starts of `sandbox` reported by the events given (a prefix of the timeline), in
+/// timeline order; `timeline` is all of it, which says whether the target reports starts.
+fn main_process_starts<'a>(
+    mut timeline: impl Iterator<Item = &'a Event>,
+    events: impl DoubleEndedIterator<Item = &'a Event>,
+    sandbox: &str,
+) -> StartCount {
+    let reported = timeline.any(
+        |e| matches!(e, Event::Observation { key, .. } if key == MAIN_PROCESS_STARTS_SOURCE_KEY),
+    );
+    if !reported {
+        return StartCount::Unknown(
+            "the target does not report main-process starts (no main_process_starts_source on the timeline)"
+                .into(),
+        );
+    }
+    let last = events.rev().find_map(|e| match e {
+        Event::Observation {
+            key,
+            subject: Some(s),
+            value,
+        } if key == MAIN_PROCESS_STARTS_KEY && s == sandbox => Some(value),
+        _ => None,
+    });
+    match last {
+        None => StartCount::Known(0),
+        Some(v) => match v.as_u64() {
+            Some(n) => StartCount::Known(n),
+            None => StartCount::Unknown(format!(
+                "the target could no longer tell the main-process starts of {sandbox} (it reported {v})"
+            )),
+        },
+    }
+}
+
 /// Key of the [`Event::Observation`] an observer records when it samples objects of the kind
 /// named by its subject instead of streaming their changes; the value is the interval in
 /// milliseconds. A state held for less than that may be missing from the timeline.
@@ -409,6 +465,25 @@ impl Timeline {
         })
     }
 
+    /// The main-process starts of `sandbox` that the target had reported by the end of the
+    /// millisecond of entry `upto` (so a start stamped in the same millisecond as a marker
+    /// counts, whichever way the two were ordered).
+    pub fn main_process_starts(&self, sandbox: &str, upto: usize) -> StartCount {
+        let at = self.entries.get(upto).map_or(0, |e| e.at_ms);
+        let end = self.entries.partition_point(|e| e.at_ms <= at);
+        let events = |n: usize| self.entries[..n].iter().map(|e| &e.event);
+        main_process_starts(events(self.entries.len()), events(end), sandbox)
+    }
+
+    /// The main-process starts of `sandbox` that the target had reported before the
+    /// millisecond of entry `from` began.
+    pub fn main_process_starts_before(&self, sandbox: &str, from: usize) -> StartCount {
+        let at = self.entries.get(from).map_or(0, |e| e.at_ms);
+        let end = self.entries.partition_point(|e| e.at_ms < at);
+        let events = |n: usize| self.entries[..n].iter().map(|e| &e.event);
+        main_process_starts(events(self.entries.len()), events(end), sandbox)
+    }
+
     pub fn run_info(&self) -> Option<&RunInfo> {
         self.entries.iter().find_map(|e| match &e.event {
             Event::RunStarted(info) => Some(info),
@@ -628,6 +703,13 @@ impl Recorder {
         inner.last_state.insert(key, state.clone());
         Self::push(&mut inner, Event::Object(state), watched);
         true
+    }
+
+    /// The main-process starts of `sandbox` the target has reported so far.
+    pub fn main_process_starts(&self, sandbox: &str) -> StartCount {
+        let inner = self.lock();
+        let events = || inner.entries.iter().map(|e| &e.event);
+        main_process_starts(events(), events(), sandbox)
     }
 
     /// The last recorded state of every object, for failure messages.

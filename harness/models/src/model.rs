@@ -31,6 +31,11 @@ pub(crate) fn cr_name(name: &str) -> String {
     sandbox_resource_name(WORKSPACE, name)
 }
 
+/// The sandbox name of a CR the harness created ([`cr_name`] backwards).
+pub(crate) fn sandbox_name(cr: &str) -> Option<&str> {
+    cr.strip_prefix(WORKSPACE)?.strip_prefix("--")
+}
+
 /// The workspace PVC of a sandbox the harness creates (F3.2).
 pub(crate) fn pvc_name(name: &str) -> String {
     workspace_pvc_name(&cr_name(name))
@@ -101,7 +106,13 @@ struct Tables {
     mains: BTreeMap<String, Kill>,
     /// Kill switches of supervisor processes, by CR name.
     supervisors: BTreeMap<String, Kill>,
+    /// Main-process starts so far, by CR name, over all the sandbox's pods.
+    starts: BTreeMap<String, u64>,
 }
+
+/// Told the sandbox's name and its main-process starts so far each time a supervisor starts a
+/// main process (see [`OpenShellModel::on_main_start`]).
+pub(crate) type StartHook = Arc<dyn Fn(&str, u64) + Send + Sync>;
 
 /// Shared by every part of one model instance.
 pub struct OpenShellModel {
@@ -115,6 +126,7 @@ pub struct OpenShellModel {
     pub version: String,
     /// Told of every write of any gateway's store (see [`crate::gateway::store::ViewHook`]).
     pub(crate) views: crate::gateway::store::ViewSink,
+    starts: Mutex<Option<StartHook>>,
     tables: Mutex<Tables>,
 }
 
@@ -132,6 +144,7 @@ impl OpenShellModel {
             topology,
             version,
             views: Default::default(),
+            starts: Mutex::default(),
             tables: Mutex::default(),
         })
     }
@@ -140,6 +153,31 @@ impl OpenShellModel {
     /// store, replacing any earlier hook.
     pub(crate) fn on_gateway_views(&self, hook: crate::gateway::store::ViewHook) {
         *self.views.lock().unwrap_or_else(|p| p.into_inner()) = Some(hook);
+    }
+
+    /// Calls `hook` each time a supervisor starts a sandbox's main process, replacing any
+    /// earlier hook: the supervisor knows when it launches the main process, so the target
+    /// reports starts without reading anything the workload wrote.
+    pub(crate) fn on_main_start(&self, hook: StartHook) {
+        *self.starts.lock().unwrap_or_else(|p| p.into_inner()) = Some(hook);
+    }
+
+    /// A supervisor starts the main process of the sandbox with CR `cr`.
+    pub(crate) fn main_started(&self, cr: &str) {
+        let n = {
+            let mut t = self.tables();
+            let n = t.starts.entry(cr.to_string()).or_default();
+            *n += 1;
+            *n
+        };
+        let hook = self
+            .starts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let (Some(hook), Some(name)) = (hook, sandbox_name(cr)) {
+            hook(name, n);
+        }
     }
 
     fn tables(&self) -> MutexGuard<'_, Tables> {

@@ -859,7 +859,7 @@ async fn process_side(
             if link.main.borrow().status == MainStatus::Running {
                 // Already running (a relaunch request for a live process is a no-op).
             } else {
-                let code = run_main(ctx, &link, &log, spec.clone(), &mut kill_rx).await;
+                let code = run_main(model, ctx, &link, &log, spec.clone(), &mut kill_rx).await;
                 if link.main.borrow().terminal && !b.supervisor_restarts_in_place {
                     return code;
                 }
@@ -902,6 +902,7 @@ fn post_failure_event(ctx: &ContainerCtx, cr: &str, message: &str) {
 
 /// One generation of the main process, until it exits or is killed.
 async fn run_main(
+    model: &OpenShellModel,
     ctx: &ContainerCtx,
     link: &Link,
     log: &Log,
@@ -923,6 +924,7 @@ async fn run_main(
     log.line(&format!(
         "OCSF PROC:LAUNCH [INFO] main process started (instance={instance}) {shown}"
     ));
+    model.main_started(&ctx.pod);
     let hooks = DefaultHooks::new(ctx.cluster.now_unix());
     let env = ctx.env.clone();
     let run = async {

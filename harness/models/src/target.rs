@@ -26,7 +26,9 @@ use conformance_core::target::{
     Capability, ExecResult, Fault, Observers, SandboxSpec, SandboxView, Target, TargetError,
     TargetFactory, TargetInfo, TargetResult,
 };
-use conformance_core::timeline::{ObjectState, Recorder};
+use conformance_core::timeline::{
+    Event, MAIN_PROCESS_STARTS_KEY, MAIN_PROCESS_STARTS_SOURCE_KEY, ObjectState, Recorder,
+};
 use conformance_core::topology::Topology;
 use conformance_observe::{self as observe, ObserveSpec, sandbox_resource};
 use kube_emulator::{Cluster, ClusterConfig, ResourceRef};
@@ -374,6 +376,24 @@ impl Target for EmulatedTarget {
 
     async fn observe(&self, rec: Recorder) -> TargetResult<Observers> {
         let mut obs = observe::spawn(self.cluster.client(), &self.spec())(rec.clone());
+        // The supervisors say when they start a main process; nothing the workload wrote in
+        // its workspace is read for it.
+        rec.record_watched(Event::Observation {
+            key: MAIN_PROCESS_STARTS_SOURCE_KEY.into(),
+            subject: None,
+            value: json!("the supervisor model launching the main process"),
+        });
+        {
+            let rec = rec.clone();
+            self.model
+                .on_main_start(Arc::new(move |sandbox: &str, n: u64| {
+                    rec.record_watched(Event::Observation {
+                        key: MAIN_PROCESS_STARTS_KEY.into(),
+                        subject: Some(sandbox.to_string()),
+                        value: json!(n),
+                    });
+                }));
+        }
         let views = GatewayViews::new(rec);
         // Every write of the gateway's store is recorded as it happens, so a phase held for no
         // time at all (Ready -> Error -> Ready in one reconcile) is still on the timeline.

@@ -6,13 +6,14 @@
 use std::collections::BTreeSet;
 use std::fmt::Debug;
 
+use std::time::Duration;
+
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event as WatchEvent};
-use kube::{Client, Resource};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, WatchEvent, WatchParams};
+use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use conformance_core::target::Observers;
@@ -164,117 +165,259 @@ pub fn sandbox_state(o: &DynamicObject) -> ObjectState {
 
 /// How long a watcher that lost the API server waits before it lists again; doubled after
 /// every failed attempt up to [`RECONNECT_MAX`]. The end of a gap is seen at most this late.
-const RECONNECT_FIRST: std::time::Duration = std::time::Duration::from_millis(500);
-const RECONNECT_MAX: std::time::Duration = std::time::Duration::from_secs(4);
+const RECONNECT_FIRST: Duration = Duration::from_millis(500);
+const RECONNECT_MAX: Duration = Duration::from_secs(4);
 
-/// Whether a watch error means the API server could not be reached (the connection failed or
+/// How long a watch asks the API server to keep it open (`timeoutSeconds`). The server ends it
+/// then (with a bookmark, since the watch asks for them) and the watcher resumes from the last
+/// resourceVersion, so a healthy watch delivers something at least this often even when nothing
+/// changes.
+const WATCH_TIMEOUT_SECS: u32 = 30;
+
+/// A list or watch that delivers nothing (no object, no bookmark, not even its end) for this
+/// long is hung: the connection is open but nothing answers on it. The watcher then records the
+/// gap, as for a broken connection, and lists afresh. Without it a hung connection would go
+/// unnoticed until the client's own idle timeout (kube's watcher: 290 s plus 5 s, after which
+/// it resumes silently, with no gap on the timeline).
+pub const STALL_DEADLINE: Duration = Duration::from_secs(WATCH_TIMEOUT_SECS as u64 + 5);
+
+/// Whether a request error means the API server could not be reached (the connection failed or
 /// broke, or a proxy in front of it answered that it is unavailable), as opposed to the server
 /// answering something the watcher handles itself (a 410 Gone it relists after, a 404 of a
 /// resource not installed yet).
-fn api_unreachable(e: &watcher::Error) -> bool {
-    let client = match e {
-        watcher::Error::InitialListFailed(c)
-        | watcher::Error::WatchStartFailed(c)
-        | watcher::Error::WatchFailed(c) => c,
-        watcher::Error::WatchError(_) | watcher::Error::NoResourceVersion => return false,
-    };
-    match client {
+fn api_unreachable(e: &kube::Error) -> bool {
+    match e {
         kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
         kube::Error::Api(s) => matches!(s.code, 502..=504),
         _ => false,
     }
 }
 
-/// Feeds one watcher on objects of `kind` into the recorder. A watcher that reconnects relists
-/// without telling what vanished meanwhile, so the objects missing from a relist are recorded
-/// as deleted.
+/// What a [`Follow`] saw next.
+enum Seen<K> {
+    /// A complete listing: every object that exists now. `after_gap`: the first one since the
+    /// API server was lost, which ends the gap.
+    Listed {
+        items: Vec<K>,
+        after_gap: bool,
+    },
+    Apply(K),
+    Delete(K),
+    /// The API server was lost (reported once per gap): the connection failed or broke, or a
+    /// request delivered nothing within [`STALL_DEADLINE`].
+    Lost(String),
+}
+
+/// A list-then-watch of one kind of object that notices a hung connection. Unlike kube's
+/// watcher, it reports losing the API server (once per gap, [`Seen::Lost`]) and every relist
+/// ([`Seen::Listed`]), so the caller can record the gap and end it. Every request has a
+/// deadline: a watch asks for bookmarks and a short server-side timeout, and one that
+/// delivers nothing within [`STALL_DEADLINE`] is dropped and the kind listed afresh.
+struct Follow<K> {
+    api: Api<K>,
+    /// Where the watch resumes; None: list first.
+    rv: Option<String>,
+    stream: Option<BoxStream<'static, kube::Result<WatchEvent<K>>>>,
+    lost: bool,
+    /// Wait `retry` before the next request (after a failure).
+    wait: bool,
+    retry: Duration,
+}
+
+impl<K> Follow<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    fn new(api: Api<K>) -> Self {
+        Self {
+            api,
+            rv: None,
+            stream: None,
+            lost: false,
+            wait: false,
+            retry: RECONNECT_FIRST,
+        }
+    }
+
+    /// Starts over with a fresh list, as after losing the API server (a request the caller made
+    /// on the side failed that way); reports the loss like [`Follow::next`] would.
+    fn lose(&mut self, why: String) -> Option<Seen<K>> {
+        self.failed(true, why)
+    }
+
+    /// After a failed request: forget the position, so the next attempt lists, and back off;
+    /// the loss, if it is one and the first of its gap.
+    fn failed(&mut self, unreachable: bool, why: String) -> Option<Seen<K>> {
+        self.stream = None;
+        self.rv = None;
+        self.wait = true;
+        if unreachable && !self.lost {
+            self.lost = true;
+            return Some(Seen::Lost(why));
+        }
+        tracing::debug!(error = %why, "list or watch failed; trying again");
+        None
+    }
+
+    async fn next(&mut self) -> Seen<K> {
+        loop {
+            if std::mem::take(&mut self.wait) {
+                tokio::time::sleep(self.retry).await;
+                self.retry = (self.retry * 2).min(RECONNECT_MAX);
+            }
+            let Some(rv) = self.rv.clone() else {
+                let listed = tokio::time::timeout(
+                    STALL_DEADLINE,
+                    self.api.list(&kube::api::ListParams::default()),
+                )
+                .await;
+                match listed {
+                    Ok(Ok(list)) => {
+                        match list.metadata.resource_version.filter(|v| !v.is_empty()) {
+                            Some(rv) => {
+                                self.rv = Some(rv);
+                                self.retry = RECONNECT_FIRST;
+                                let after_gap = std::mem::take(&mut self.lost);
+                                return Seen::Listed {
+                                    items: list.items,
+                                    after_gap,
+                                };
+                            }
+                            None => {
+                                self.failed(false, "a list without a resourceVersion".into());
+                            }
+                        }
+                    }
+                    Ok(Err(e)) => {
+                        if let Some(lost) = self.failed(api_unreachable(&e), e.to_string()) {
+                            return lost;
+                        }
+                    }
+                    Err(_) => {
+                        let why = format!("a list got no answer within {STALL_DEADLINE:?}");
+                        if let Some(lost) = self.failed(true, why) {
+                            return lost;
+                        }
+                    }
+                }
+                continue;
+            };
+            let Some(stream) = self.stream.as_mut() else {
+                let params = WatchParams::default().timeout(WATCH_TIMEOUT_SECS);
+                match tokio::time::timeout(STALL_DEADLINE, self.api.watch(&params, &rv)).await {
+                    Ok(Ok(s)) => self.stream = Some(s.boxed()),
+                    Ok(Err(e)) => {
+                        if let Some(lost) = self.failed(api_unreachable(&e), e.to_string()) {
+                            return lost;
+                        }
+                    }
+                    Err(_) => {
+                        let why = format!("a watch got no answer within {STALL_DEADLINE:?}");
+                        if let Some(lost) = self.failed(true, why) {
+                            return lost;
+                        }
+                    }
+                }
+                continue;
+            };
+            match tokio::time::timeout(STALL_DEADLINE, stream.next()).await {
+                Ok(Some(Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)))) => {
+                    self.rv = o.resource_version().or(self.rv.take());
+                    return Seen::Apply(o);
+                }
+                Ok(Some(Ok(WatchEvent::Deleted(o)))) => {
+                    self.rv = o.resource_version().or(self.rv.take());
+                    return Seen::Delete(o);
+                }
+                Ok(Some(Ok(WatchEvent::Bookmark(b)))) => {
+                    self.rv = Some(b.metadata.resource_version);
+                }
+                // 410 Gone: the position is too old; list afresh. The server answered, so
+                // this is no gap.
+                Ok(Some(Ok(WatchEvent::Error(e)))) => {
+                    self.failed(false, e.to_string());
+                    if e.code == 410 {
+                        self.wait = false;
+                    }
+                }
+                Ok(Some(Err(e))) => {
+                    if let Some(lost) = self.failed(api_unreachable(&e), e.to_string()) {
+                        return lost;
+                    }
+                }
+                // The server ended the watch at its timeout: resume where it stopped.
+                Ok(None) => self.stream = None,
+                Err(_) => {
+                    let why = format!("the watch delivered nothing for {STALL_DEADLINE:?}");
+                    if let Some(lost) = self.failed(true, why) {
+                        return lost;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Feeds one watch on objects of `kind` into the recorder. A relist does not tell what
+/// vanished meanwhile, so the objects missing from it are recorded as deleted.
 ///
-/// When the API server cannot be reached, nothing more is known of these objects: the watcher
-/// records that (observation [`API_SERVER_REACHABLE_KEY`] `false`) and an unknown state of every
-/// object it knew ([`ObjectState::api_unreachable`]), so no check goes on judging the last
-/// states seen. It then lists afresh until the server answers, and once the relist is complete
-/// records `true`: the relisted states end the gap. (kube's own retry resumes a broken watch
-/// from its last resourceVersion and reports nothing when nothing changed, which would leave
-/// the end of the gap unseen.)
+/// When the API server cannot be reached (a broken connection, or one that delivers nothing
+/// within [`STALL_DEADLINE`]), nothing more is known of these objects: the watcher records that
+/// (observation [`API_SERVER_REACHABLE_KEY`] `false`) and an unknown state of every object it
+/// knew ([`ObjectState::api_unreachable`]), so no check goes on judging the last states seen.
+/// It then lists afresh until the server answers, and once the relist is complete records
+/// `true`: the relisted states end the gap.
 async fn pump<K>(kind: &str, api: Api<K>, rec: Recorder, to_state: impl Fn(&K) -> ObjectState)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     let mut known: BTreeSet<ObjectRef> = BTreeSet::new();
-    let mut lost = false;
-    let mut retry = RECONNECT_FIRST;
+    let mut follow = Follow::new(api);
     loop {
-        let mut relisted: Option<BTreeSet<ObjectRef>> = None;
-        let mut stream = watcher::watcher(api.clone(), watcher::Config::default())
-            .default_backoff()
-            .boxed();
-        while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(WatchEvent::Init) => relisted = Some(BTreeSet::new()),
-                Ok(WatchEvent::InitApply(o)) => {
-                    let s = to_state(&o);
-                    if let Some(r) = relisted.as_mut() {
-                        r.insert(s.object_ref());
-                    }
-                    known.insert(s.object_ref());
+        match follow.next().await {
+            Seen::Listed { items, after_gap } => {
+                let mut relisted = BTreeSet::new();
+                for o in &items {
+                    let s = to_state(o);
+                    relisted.insert(s.object_ref());
                     rec.observe(s);
                 }
-                Ok(WatchEvent::InitDone) => {
-                    if let Some(r) = relisted.take() {
-                        for gone in known.difference(&r) {
-                            if let Some(mut last) = rec.last_state(gone) {
-                                last.deleted = true;
-                                rec.observe(last);
-                            }
-                        }
-                        known = r;
-                    }
-                    if lost {
-                        lost = false;
-                        retry = RECONNECT_FIRST;
-                        reachable(&rec, kind, true);
+                for gone in known.difference(&relisted) {
+                    if let Some(mut last) = rec.last_state(gone) {
+                        last.deleted = true;
+                        rec.observe(last);
                     }
                 }
-                Ok(WatchEvent::Apply(o)) => {
-                    let s = to_state(&o);
-                    known.insert(s.object_ref());
-                    rec.observe(s);
+                known = relisted;
+                if after_gap {
+                    reachable(&rec, kind, true);
                 }
-                Ok(WatchEvent::Delete(o)) => {
-                    let mut s = to_state(&o);
-                    known.remove(&s.object_ref());
-                    s.deleted = true;
-                    rec.observe(s);
-                }
-                Err(e) if api_unreachable(&e) => {
-                    tracing::debug!(kind, error = %e, "the API server cannot be reached; listing again once it answers");
-                    if !lost {
-                        lost = true;
-                        reachable(&rec, kind, false);
-                        // An Event is a record of something that happened, not a state that
-                        // can go stale; the relist brings the ones missed.
-                        for r in known.iter().filter(|_| kind != EVENT_KIND) {
-                            if let Some(last) = rec.last_state(r)
-                                && !last.deleted
-                            {
-                                rec.observe(last.api_unreachable());
-                            }
-                        }
+            }
+            Seen::Apply(o) => {
+                let s = to_state(&o);
+                known.insert(s.object_ref());
+                rec.observe(s);
+            }
+            Seen::Delete(o) => {
+                let mut s = to_state(&o);
+                known.remove(&s.object_ref());
+                s.deleted = true;
+                rec.observe(s);
+            }
+            Seen::Lost(why) => {
+                tracing::debug!(kind, error = %why, "the API server cannot be reached; listing again once it answers");
+                reachable(&rec, kind, false);
+                // An Event is a record of something that happened, not a state that can go
+                // stale; the relist brings the ones missed.
+                for r in known.iter().filter(|_| kind != EVENT_KIND) {
+                    if let Some(last) = rec.last_state(r)
+                        && !last.deleted
+                    {
+                        rec.observe(last.api_unreachable());
                     }
-                    break;
-                }
-                Err(e) => {
-                    tracing::debug!(kind, error = %e, "watch error; the watcher retries with backoff")
                 }
             }
         }
-        if !lost {
-            // The stream only ends when the watcher is dropped; nothing left to do.
-            return;
-        }
-        drop(stream);
-        tokio::time::sleep(retry).await;
-        retry = (retry * 2).min(RECONNECT_MAX);
     }
 }
 
@@ -334,50 +477,89 @@ pub fn spawn(client: Client, spec: &ObserveSpec) -> impl FnOnce(Recorder) -> Obs
 /// Lines kept from a container's log when it terminates.
 const CAPTURED_LOG_LINES: i64 = 200;
 
+/// The subject of the [`API_SERVER_REACHABLE_KEY`] observations of the container-log watcher.
+pub const LOGS_SUBJECT: &str = "Pod/log";
+
 /// Records a container's log on the timeline when the container terminates: that is when its
 /// last words (a bootstrap giving up, a supervisor exiting) matter, and a pod deleted later
-/// takes its logs with it.
+/// takes its logs with it. It loses and regains the API server like [`pump`] and records its
+/// gaps the same way (subject [`LOGS_SUBJECT`]); a log it could not read in a gap is read once
+/// the API server answers again, if the pod is still there.
 async fn capture_logs(api: Api<Pod>, rec: Recorder) {
     let mut seen: BTreeSet<(String, String, i32, u32)> = BTreeSet::new();
-    let mut stream = watcher::watcher(api.clone(), watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    while let Some(ev) = stream.next().await {
-        let pod = match ev {
-            Ok(WatchEvent::Apply(p) | WatchEvent::InitApply(p)) => p,
-            _ => continue,
-        };
-        let (Some(name), Some(uid)) = (pod.metadata.name.clone(), pod.metadata.uid.clone()) else {
-            continue;
-        };
-        let statuses = pod
-            .status
-            .iter()
-            .flat_map(|s| s.container_statuses.iter().flatten());
-        for c in statuses {
-            let Some(t) = c.state.as_ref().and_then(|s| s.terminated.as_ref()) else {
-                continue;
-            };
-            let restarts = u32::try_from(c.restart_count).unwrap_or(0);
-            if !seen.insert((uid.clone(), c.name.clone(), t.exit_code, restarts)) {
+    let mut follow = Follow::new(api.clone());
+    loop {
+        let pods = match follow.next().await {
+            Seen::Listed { items, after_gap } => {
+                if after_gap {
+                    reachable(&rec, LOGS_SUBJECT, true);
+                }
+                items
+            }
+            Seen::Apply(p) => vec![p],
+            Seen::Delete(_) => continue,
+            Seen::Lost(why) => {
+                tracing::debug!(error = %why, "the API server cannot be reached; container logs wait");
+                reachable(&rec, LOGS_SUBJECT, false);
                 continue;
             }
-            let params = kube::api::LogParams {
-                container: Some(c.name.clone()),
-                tail_lines: Some(CAPTURED_LOG_LINES),
-                ..Default::default()
+        };
+        'pods: for pod in pods {
+            let (Some(name), Some(uid)) = (pod.metadata.name.clone(), pod.metadata.uid.clone())
+            else {
+                continue;
             };
-            if let Ok(text) = api.logs(&name, &params).await
-                && !text.trim().is_empty()
-            {
-                rec.record_watched(conformance_core::timeline::Event::Logs(
-                    conformance_core::timeline::LogExcerpt {
-                        pod: name.clone(),
-                        container: c.name.clone(),
-                        previous: false,
-                        lines: text.lines().map(str::to_string).collect(),
-                    },
-                ));
+            let statuses = pod
+                .status
+                .iter()
+                .flat_map(|s| s.container_statuses.iter().flatten());
+            for c in statuses {
+                let Some(t) = c.state.as_ref().and_then(|s| s.terminated.as_ref()) else {
+                    continue;
+                };
+                let restarts = u32::try_from(c.restart_count).unwrap_or(0);
+                let key = (uid.clone(), c.name.clone(), t.exit_code, restarts);
+                if seen.contains(&key) {
+                    continue;
+                }
+                let params = kube::api::LogParams {
+                    container: Some(c.name.clone()),
+                    tail_lines: Some(CAPTURED_LOG_LINES),
+                    ..Default::default()
+                };
+                let text = match tokio::time::timeout(STALL_DEADLINE, api.logs(&name, &params))
+                    .await
+                {
+                    Ok(Ok(text)) => text,
+                    Ok(Err(e)) if !api_unreachable(&e) => {
+                        tracing::debug!(pod = %name, error = %e, "cannot read a container log");
+                        seen.insert(key);
+                        continue;
+                    }
+                    // Not read: the relist after the gap brings the pod back here.
+                    failed => {
+                        let why = match failed {
+                            Ok(Err(e)) => e.to_string(),
+                            _ => format!("a log got no answer within {STALL_DEADLINE:?}"),
+                        };
+                        if let Some(Seen::Lost(why)) = follow.lose(why) {
+                            tracing::debug!(error = %why, "the API server cannot be reached; container logs wait");
+                            reachable(&rec, LOGS_SUBJECT, false);
+                        }
+                        break 'pods;
+                    }
+                };
+                seen.insert(key);
+                if !text.trim().is_empty() {
+                    rec.record_watched(conformance_core::timeline::Event::Logs(
+                        conformance_core::timeline::LogExcerpt {
+                            pod: name.clone(),
+                            container: c.name.clone(),
+                            previous: false,
+                            lines: text.lines().map(str::to_string).collect(),
+                        },
+                    ));
+                }
             }
         }
     }

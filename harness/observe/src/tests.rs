@@ -18,12 +18,16 @@ const NS: &str = "openshell";
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Reaches the emulator while up; while down, refuses new requests and breaks the responses
-/// being streamed (a watch), as a real API server going away does.
+/// being streamed (a watch), as a real API server going away does. It can also hang the
+/// responses being streamed: the connection stays open and nothing more arrives on it.
 #[derive(Clone)]
 struct Flaky {
     inner: kube::Client,
     /// Cancelled when the server goes down; replaced by a fresh one when it comes back.
     up: Arc<Mutex<Option<CancellationToken>>>,
+    /// Cancelled to hang the responses streaming now; replaced by a fresh one at once, so
+    /// later requests are answered.
+    live: Arc<Mutex<CancellationToken>>,
 }
 
 impl Flaky {
@@ -31,7 +35,14 @@ impl Flaky {
         Self {
             inner: cluster.client(),
             up: Arc::new(Mutex::new(Some(CancellationToken::new()))),
+            live: Arc::new(Mutex::new(CancellationToken::new())),
         }
+    }
+
+    /// Every response being streamed now (a watch) stops delivering, without an error or an
+    /// end: a hung connection.
+    fn hang(&self) {
+        std::mem::take(&mut *self.live.lock().unwrap()).cancel();
     }
 
     fn down(&self) {
@@ -45,10 +56,11 @@ impl Flaky {
     }
 }
 
-/// A response body that fails once the server goes down.
+/// A response body that fails once the server goes down, and delivers nothing more once hung.
 struct Breakable {
     inner: kube::client::Body,
     gone: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+    hung: CancellationToken,
 }
 
 impl http_body::Body for Breakable {
@@ -61,6 +73,10 @@ impl http_body::Body for Breakable {
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         if self.gone.as_mut().poll(cx).is_ready() {
             return Poll::Ready(Some(Err("connection reset by peer".into())));
+        }
+        if self.hung.is_cancelled() {
+            // Nothing wakes it: a connection nobody answers on.
+            return Poll::Pending;
         }
         Pin::new(&mut self.inner)
             .poll_frame(cx)
@@ -81,6 +97,7 @@ impl tower::Service<http::Request<kube::client::Body>> for Flaky {
     fn call(&mut self, req: http::Request<kube::client::Body>) -> Self::Future {
         let inner = self.inner.clone();
         let up = self.up.lock().unwrap().clone();
+        let hung = self.live.lock().unwrap().clone();
         Box::pin(async move {
             let Some(up) = up else {
                 return Err("connection refused".into());
@@ -89,6 +106,7 @@ impl tower::Service<http::Request<kube::client::Body>> for Flaky {
             Ok(res.map(|body| Breakable {
                 inner: body,
                 gone: Box::pin(up.cancelled_owned()),
+                hung,
             }))
         })
     }
@@ -131,12 +149,17 @@ fn pod_ref() -> ObjectRef {
 
 /// The `api_server_reachable` observations recorded so far, in order.
 fn reachability(rec: &Recorder) -> Vec<bool> {
+    reachability_at(rec).into_iter().map(|(_, r)| r).collect()
+}
+
+/// The `api_server_reachable` observations recorded so far, with when, in order.
+fn reachability_at(rec: &Recorder) -> Vec<(Duration, bool)> {
     rec.snapshot()
         .entries
         .iter()
         .filter_map(|e| match &e.event {
             Event::Observation { key, value, .. } if key == API_SERVER_REACHABLE_KEY => {
-                value.as_bool()
+                value.as_bool().map(|r| (Duration::from_millis(e.at_ms), r))
             }
             _ => None,
         })
@@ -265,5 +288,104 @@ async fn an_event_watcher_that_loses_the_api_server_records_the_gap_but_keeps_th
     flaky.restore();
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(reachability(&rec), [false, true]);
+    task.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watcher_whose_watch_hangs_records_a_gap_within_the_stall_deadline_and_relists() {
+    let cluster = cluster();
+    let flaky = Flaky::new(&cluster);
+    let rec = Recorder::new();
+    let task = tokio::spawn(pump(
+        "Pod",
+        Api::<Pod>::namespaced(kube::Client::new(flaky.clone(), NS), NS),
+        rec.clone(),
+        pod_state,
+    ));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(rec.last_state(&pod_ref()).is_some(), "the pod was seen");
+    // The watch's connection stays open but nothing more comes: not even the server's end of
+    // the watch. What changes meanwhile is not seen.
+    flaky.hang();
+    let hung_at = rec.elapsed();
+    set_phase(&cluster, "Failed");
+    tokio::time::sleep(STALL_DEADLINE + Duration::from_secs(5)).await;
+    let seen = reachability_at(&rec);
+    assert_eq!(
+        seen.iter().map(|(_, r)| *r).collect::<Vec<_>>(),
+        [false, true],
+        "the hang is a gap, ended by a relist"
+    );
+    assert!(
+        seen[0].0 <= hung_at + STALL_DEADLINE,
+        "noticed at {:?}, hung at {hung_at:?}: later than the stall deadline",
+        seen[0].0
+    );
+    let states: Vec<String> = rec
+        .snapshot()
+        .entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Object(o) => o.phase.clone(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        states,
+        ["Running", "Unknown", "Failed"],
+        "the last state seen is not assumed while the watch hangs"
+    );
+    task.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_log_watcher_records_a_hang_as_a_gap_and_reads_the_log_it_missed_afterwards() {
+    let cluster = cluster();
+    let flaky = Flaky::new(&cluster);
+    let rec = Recorder::new();
+    let task = tokio::spawn(capture_logs(
+        Api::<Pod>::namespaced(kube::Client::new(flaky.clone(), NS), NS),
+        rec.clone(),
+    ));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    flaky.hang();
+    cluster.append_log(NS, "p", "agent", "Error: sandbox bootstrap failed");
+    cluster
+        .patch_status(
+            &ResourceRef::pods(),
+            Some(NS),
+            "p",
+            PatchKind::Merge,
+            &json!({"status": {"phase": "Failed", "containerStatuses": [{"name": "agent",
+                "ready": false, "restartCount": 0, "image": "i", "imageID": "",
+                "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}}),
+        )
+        .unwrap();
+    tokio::time::sleep(STALL_DEADLINE + Duration::from_secs(5)).await;
+    let gaps: Vec<(Option<String>, bool)> = rec
+        .snapshot()
+        .entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Observation {
+                key,
+                subject,
+                value,
+            } if key == API_SERVER_REACHABLE_KEY => Some((subject.clone(), value.as_bool()?)),
+            _ => None,
+        })
+        .collect();
+    let subject = Some(LOGS_SUBJECT.to_string());
+    assert_eq!(gaps, [(subject.clone(), false), (subject, true)]);
+    let logs: Vec<String> = rec
+        .snapshot()
+        .entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Logs(l) => Some(l.lines.join("\n")),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(logs, ["Error: sandbox bootstrap failed"]);
     task.abort();
 }

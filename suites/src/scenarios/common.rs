@@ -1,6 +1,7 @@
-//! What every scenario does the same way: a workload that records its own starts, sentinels,
-//! a real command through the sandbox shell, deletion with a leak check, and the checks that go
-//! with them.
+//! What every scenario does the same way: a workload that marks its own starts in its
+//! workspace (a sentinel of its own; the starts themselves are counted from what the target
+//! reports), sentinels, a real command through the sandbox shell, deletion with a leak check,
+//! and the checks that go with them.
 
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use conformance_core::scenario::{CaseInfo, Ctx, StepError, StepResult};
 use conformance_core::target::{
     Fault, RestartPolicy, SandboxSpec, TargetError, workspace_pvc_name,
 };
-use conformance_core::timeline::{Event, GATEWAY_SANDBOX_KIND, World};
+use conformance_core::timeline::{Event, GATEWAY_SANDBOX_KIND, StartCount, World};
 use conformance_core::topology::SupervisorPlacement;
 
 /// The role of the one sandbox most scenarios work with.
@@ -122,41 +123,49 @@ pub(crate) async fn create_ready(
     Ok(spec.name)
 }
 
-/// Counts the workload's starts from the marker on the workspace volume and records the count
-/// under `key`. None when it cannot be read (the check then says it was never observed).
-pub(crate) async fn observe_starts(ctx: &Ctx, sandbox: &str, key: &str) -> Option<u64> {
+/// Marks the moment the scenario counts the workload's starts at, under `key` (per sandbox,
+/// see [`starts_key`]): the checks of [`starts_eq`] and [`starts_at_most`] count the starts the
+/// target reported up to this marker, never the workspace's own marks.
+pub(crate) fn observe_starts(ctx: &Ctx, key: &str) {
+    ctx.mark(&Marker::owned(key.to_string()));
+}
+
+/// Counts the start marks the workload left in its workspace (one line per start) and records
+/// the count as [`marks_key`]: the marker file is a workspace sentinel of its own, judged
+/// against the target's count of starts under R6 ([`start_marks_kept`]). Nothing is recorded
+/// when it cannot be read (the check then says so).
+pub(crate) async fn observe_start_marks(ctx: &Ctx, sandbox: &str) {
     match ctx.read_workspace(sandbox, STARTS_FILE).await {
         Ok(content) => {
             let n = content.map_or(0, |c| {
                 c.lines().filter(|l| l.trim() == "start").count() as u64
             });
-            ctx.observe_value(key, Some(sandbox), serde_json::json!(n));
-            Some(n)
+            ctx.observe_value(&marks_key(sandbox), Some(sandbox), serde_json::json!(n));
         }
         Err(e) => {
             ctx.rec.note(format!(
-                "could not read the start marker of {sandbox}: {}",
+                "could not read the start marks of {sandbox}: {}",
                 conformance_core::error::one_line(&e)
             ));
-            None
         }
     }
 }
 
-/// Waits (softly) until the workload has started at least `n` times, reading the start marker
-/// without recording each poll; a restart takes a moment to show after the phase does. Whether
-/// it was reached in time.
+/// The observation key of the start marks counted in a sandbox's workspace.
+pub(crate) fn marks_key(sandbox: &str) -> String {
+    format!("start-marks:{sandbox}")
+}
+
+/// Waits (softly) until the target has reported at least `n` starts of the workload; a restart
+/// takes a moment to show after the phase does. Whether it was reached in time.
 pub(crate) async fn wait_starts(ctx: &Ctx, sandbox: &str, n: u64, deadline: Duration) -> bool {
     let what = format!("the workload of {sandbox} to have started {n} times");
     let r = ctx
         .wait_for(&what, deadline, || async {
-            let count = match ctx.target.read_workspace(sandbox, STARTS_FILE).await {
-                Ok(c) => c.map_or(0, |c| {
-                    c.lines().filter(|l| l.trim() == "start").count() as u64
-                }),
-                Err(_) => 0,
-            };
-            Ok((count >= n).then_some(()))
+            Ok(match ctx.rec.main_process_starts(sandbox) {
+                StartCount::Known(count) => (count >= n).then_some(()),
+                StartCount::Unknown(_) => None,
+            })
         })
         .await;
     match r {
@@ -336,6 +345,17 @@ pub(crate) fn sentinels() -> Check {
     Check::sentinels("workspace sentinels are read back intact", &["R6"])
 }
 
+/// The starts of the workload the target reported up to the moment the scenario counted them
+/// under `key` ([`observe_starts`]), and the window that selects them.
+pub(crate) fn starts_upto(case: &CaseInfo, role: &str, key: &str) -> (Counted, Window) {
+    let sandbox = case.sandbox_name(role);
+    let marker = Marker::owned(starts_key(&sandbox, key));
+    (
+        Counted::MainProcessStarts { sandbox },
+        Window::new(Anchor::RunStart, Anchor::marker(&marker)),
+    )
+}
+
 pub(crate) fn starts_eq(
     name: &str,
     reqs: &[&str],
@@ -344,36 +364,38 @@ pub(crate) fn starts_eq(
     key: &str,
     n: u64,
 ) -> Check {
-    Check::count(
-        name,
-        reqs,
-        Counted::Observed {
-            key: starts_key(&case.sandbox_name(role), key),
-        },
-        None,
-        Cmp::Eq,
-        n,
-    )
+    let (counted, upto) = starts_upto(case, role, key);
+    Check::count(name, reqs, counted, Some(upto), Cmp::Eq, n)
 }
 
 /// The workload started at most `n` times: no start the scenario did not cause (R7). Too few
 /// starts are for the scenario's own checks (Ready, shell) to judge, under their requirement.
 pub(crate) fn starts_at_most(name: &str, case: &CaseInfo, role: &str, key: &str, n: u64) -> Check {
-    Check::count(
-        name,
-        &["R7"],
-        Counted::Observed {
-            key: starts_key(&case.sandbox_name(role), key),
-        },
-        None,
-        Cmp::AtMost,
-        n,
-    )
+    let (counted, upto) = starts_upto(case, role, key);
+    Check::count(name, &["R7"], counted, Some(upto), Cmp::AtMost, n)
 }
 
-/// Observation keys are per sandbox so that multi-sandbox scenarios do not mix counts.
+/// Marker labels of start counts are per sandbox so that multi-sandbox scenarios do not mix
+/// them.
 pub(crate) fn starts_key(sandbox: &str, key: &str) -> String {
     format!("{key}:{sandbox}")
+}
+
+/// Every start of the workload the target reported left its mark in the workspace (R6): a
+/// workspace that lost what the workload wrote fails here, not in the counts of starts.
+pub(crate) fn start_marks_kept(case: &CaseInfo, role: &str) -> Check {
+    let sandbox = case.sandbox_name(role);
+    Check::count(
+        "the workspace keeps the mark of every main-process start",
+        &["R6"],
+        Counted::UnmarkedStarts {
+            marks: marks_key(&sandbox),
+            sandbox,
+        },
+        None,
+        Cmp::Eq,
+        0,
+    )
 }
 
 pub(crate) fn shell_usable(case: &CaseInfo, role: &str, reqs: &[&str]) -> Check {

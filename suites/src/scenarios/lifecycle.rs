@@ -178,7 +178,8 @@ fn start_and_verify(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         wait_starts(ctx, &name, 2, RECOVERY).await;
         check_shell(ctx, &name).await;
         ctx.read_sentinel(&name, "before-fault").await;
-        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+        observe_starts(ctx, &starts_key(&name, "starts"));
+        observe_start_marks(ctx, &name).await;
         Ok(())
     })
 }
@@ -215,6 +216,7 @@ fn stopped_checks(case: &CaseInfo) -> Vec<Check> {
                 "starts",
                 2,
             ),
+            start_marks_kept(case, MAIN),
             nothing_runs_while_stopped(
                 "no workload runs while the sandbox is Stopped",
                 case,
@@ -302,7 +304,7 @@ fn count_completed(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
         ctx.get_sandbox(&name).await.ok();
-        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+        observe_starts(ctx, &starts_key(&name, "starts"));
         Ok(())
     })
 }
@@ -427,7 +429,8 @@ fn recover(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         }
         check_shell(ctx, &name).await;
         ctx.read_sentinel(&name, "before-fault").await;
-        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+        observe_starts(ctx, &starts_key(&name, "starts"));
+        observe_start_marks(ctx, &name).await;
         ctx.mark(&RECOVERED);
         Ok(())
     })
@@ -470,16 +473,18 @@ fn recovery_checks(case: &CaseInfo) -> Vec<Check> {
             sentinels(),
             // Once at creation and once after the user's start: a bootstrap that cannot
             // authenticate starts nothing (R3), and nothing else may start it (R7).
-            Check::count(
-                "the workload started only at creation and at the user's start",
-                &["R3", "R7"],
-                Counted::Observed {
-                    key: starts_key(&case.sandbox_name(MAIN), "starts"),
-                },
-                None,
-                Cmp::AtMost,
-                2,
-            ),
+            {
+                let (counted, upto) = starts_upto(case, MAIN, "starts");
+                Check::count(
+                    "the workload started only at creation and at the user's start",
+                    &["R3", "R7"],
+                    counted,
+                    Some(upto),
+                    Cmp::AtMost,
+                    2,
+                )
+            },
+            start_marks_kept(case, MAIN),
             nothing_runs_while_stopped(
                 "no workload runs while the sandbox is Stopped",
                 case,
@@ -599,7 +604,7 @@ fn end_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
                     serde_json::json!(latency.as_millis() as u64),
                 );
             }
-            observe_starts(ctx, &name, &starts_key(&name, &starts_after_end(k))).await;
+            observe_starts(ctx, &starts_key(&name, &starts_after_end(k)));
         }
         Ok(())
     })
@@ -610,7 +615,7 @@ fn verify_restarted(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         let name = ctx.sandbox_name(MAIN);
         ctx.settle_phase(&name, &[Phase::Ready], RESTARTED).await;
         check_shell(ctx, &name).await;
-        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+        observe_starts(ctx, &starts_key(&name, "starts"));
         ctx.mark(&VERIFIED);
         Ok(())
     })
@@ -654,16 +659,15 @@ fn restart_checks(case: &CaseInfo) -> Vec<Check> {
         ]
         .into_iter()
         .chain((1..=ENDS).map(|k| {
+            let (counted, upto) = starts_upto(case, MAIN, &starts_after_end(k));
             Check::count(
                 &format!(
                     "end {k} of {ENDS} is followed by a restart within {}",
                     humantime::format_duration(RESTARTED)
                 ),
                 &["R10"],
-                Counted::Observed {
-                    key: starts_key(&case.sandbox_name(MAIN), &starts_after_end(k)),
-                },
-                None,
+                counted,
+                Some(upto),
                 Cmp::AtLeast,
                 k + 1,
             )
@@ -721,7 +725,7 @@ fn wait_failure(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         let name = ctx.sandbox_name(MAIN);
         ctx.settle_phase(&name, &[Phase::Error], PROVISION_TIMEOUT)
             .await;
-        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+        observe_starts(ctx, &starts_key(&name, "starts"));
         Ok(())
     })
 }
@@ -826,7 +830,8 @@ fn use_sandbox(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         if ctx.write_sentinel(&name, "fresh").await.is_ok() {
             ctx.read_sentinel(&name, "fresh").await;
         }
-        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+        observe_starts(ctx, &starts_key(&name, "starts"));
+        observe_start_marks(ctx, &name).await;
         Ok(())
     })
 }
@@ -850,6 +855,7 @@ fn provisioning_checks(case: &CaseInfo) -> Vec<Check> {
                 "starts",
                 1,
             ),
+            start_marks_kept(case, MAIN),
             pod_incarnations(
                 "the sandbox pod is not replaced while it provisions",
                 &["R11"],
@@ -908,7 +914,8 @@ fn verify_reattached(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         ctx.get_sandbox(&name).await.ok();
         check_shell(ctx, &name).await;
         ctx.read_sentinel(&name, "before-fault").await;
-        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+        observe_starts(ctx, &starts_key(&name, "starts"));
+        observe_start_marks(ctx, &name).await;
         ctx.mark(&VERIFIED);
         Ok(())
     })
@@ -943,6 +950,7 @@ fn supervisor_checks(case: &CaseInfo) -> Vec<Check> {
                 "starts",
                 1,
             ),
+            start_marks_kept(case, MAIN),
             pod_incarnations(
                 "the sandbox pod is not replaced: the workload re-attaches in place",
                 &["R12"],

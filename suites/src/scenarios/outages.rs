@@ -60,12 +60,7 @@ fn bootstrap_outage_fault(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         ctx.restore(&POD_REPLACE).await?;
         ctx.sleep(outage).await;
         // Before the gateway returns: has the workload started again without bootstrap (R3)?
-        observe_starts(
-            ctx,
-            &name,
-            &starts_key(&name, "starts-before-gateway-returned"),
-        )
-        .await;
+        observe_starts(ctx, &starts_key(&name, "starts-before-gateway-returned"));
         ctx.restore(&GATEWAY_OUTAGE).await?;
         Ok(())
     })
@@ -79,7 +74,8 @@ fn verify_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         record_recovery(ctx, &Anchor::fault_end(&GATEWAY_OUTAGE), &name);
         check_shell(ctx, &name).await;
         ctx.read_sentinel(&name, "before-fault").await;
-        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+        observe_starts(ctx, &starts_key(&name, "starts"));
+        observe_start_marks(ctx, &name).await;
         ctx.mark(&VERIFIED);
         Ok(())
     })
@@ -150,6 +146,7 @@ fn bootstrap_outage_checks(case: &CaseInfo) -> Vec<Check> {
         ),
         shell_usable(case, MAIN, &["R1"]),
         sentinels(),
+        start_marks_kept(case, MAIN),
         // The scenario's own replacement (where the supervisor lives in the sandbox pod, see
         // `rebootstrap`) is the only one: recovery happens without a new pod (R1).
         pod_incarnations(
@@ -242,7 +239,8 @@ fn verify_ready(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         }
         check_shell(ctx, &name).await;
         ctx.read_sentinel(&name, "before-fault").await;
-        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+        observe_starts(ctx, &starts_key(&name, "starts"));
+        observe_start_marks(ctx, &name).await;
         ctx.mark(&VERIFIED);
         Ok(())
     })
@@ -309,6 +307,7 @@ fn ready_sandbox_checks(case: &CaseInfo, fault: &FaultKey) -> Vec<Check> {
         ),
         shell_usable(case, MAIN, &["R9"]),
         sentinels(),
+        start_marks_kept(case, MAIN),
     ];
     checks.extend(no_leaks(case, MAIN));
     checks

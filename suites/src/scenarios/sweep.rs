@@ -159,7 +159,8 @@ async fn run_one(ctx: &mut Ctx, role: &str, planned: &PlannedFault) -> StepResul
     }
     check_shell(ctx, &name).await;
     ctx.read_sentinel(&name, role).await;
-    observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+    observe_starts(ctx, &starts_key(&name, "starts"));
+    observe_start_marks(ctx, &name).await;
     ctx.mark(&verified_marker(&name));
     delete(ctx, &name).await
 }
@@ -218,6 +219,9 @@ fn sweep_checks(case: &CaseInfo) -> Vec<Check> {
             "starts",
             asked,
         ));
+        let mut marks = start_marks_kept(case, &role);
+        marks.name = format!("{role} ({label}): {}", marks.name);
+        checks.push(marks);
         checks.push(pod_incarnations(
             &format!("{role} ({label}): its pod is replaced only by the scenario's stop"),
             &["R9"],

@@ -458,7 +458,10 @@ impl Signals {
     async fn next(&mut self) -> &'static str {
         #[cfg(unix)]
         {
+            // Biased: when both are pending, SIGINT wins, so the exit code does not depend
+            // on which branch tokio happens to poll first.
             tokio::select! {
+                biased;
                 _ = self.int.recv() => "SIGINT",
                 _ = self.term.recv() => "SIGTERM",
             }

@@ -15,7 +15,9 @@ pub(crate) use ledger::{Ledger, SentinelClass};
 pub use predicate::{Predicate, Selector};
 
 use crate::keys::{FaultKey, Marker};
-use crate::timeline::{ActionStatus, Entry, Event, FaultPhase, ObjectState, Timeline, World};
+use crate::timeline::{
+    ActionStatus, Entry, Event, FaultPhase, ObjectState, StartCount, Timeline, World,
+};
 
 /// A point in a timeline that checks measure from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -206,8 +208,19 @@ pub enum Counted {
     },
     /// Distinct incarnations (uids) of matching objects: a replaced pod counts twice.
     Incarnations { object: Selector },
-    /// The latest value of a numeric observation, such as main-process starts.
+    /// The latest value of a numeric observation, such as a measured latency.
     Observed { key: String },
+    /// Starts of the sandbox's main process, as its target reported them
+    /// ([`crate::timeline::MAIN_PROCESS_STARTS_KEY`]): over the whole run, or those in the
+    /// window (whole milliseconds at both ends). Unknown when the target does not report them,
+    /// never 0.
+    MainProcessStarts { sandbox: String },
+    /// Main-process starts the target reported that left no mark in the workspace: the
+    /// workload appends a line to a marker file of its workspace each time it starts, and the
+    /// latest `marks` observation counts those lines. The reported starts by then, minus the
+    /// marks: more than 0 means the workspace lost what the workload wrote (R6), whatever the
+    /// number of starts was.
+    UnmarkedStarts { sandbox: String, marks: String },
 }
 
 impl std::fmt::Display for Counted {
@@ -220,6 +233,13 @@ impl std::fmt::Display for Counted {
             } => write!(f, "{name} actions with outcome {s:?}"),
             Self::Incarnations { object } => write!(f, "incarnations of {object}"),
             Self::Observed { key } => write!(f, "observed {key}"),
+            Self::MainProcessStarts { sandbox } => {
+                write!(f, "main-process starts of {sandbox} reported by the target")
+            }
+            Self::UnmarkedStarts { sandbox, .. } => write!(
+                f,
+                "main-process starts of {sandbox} without a mark in its workspace"
+            ),
         }
     }
 }
@@ -901,6 +921,62 @@ fn eval_count(
             }
             uids.len() as u64
         }
+        Counted::MainProcessStarts { sandbox } => {
+            match starts_in(t, sandbox, during.is_some(), from, to) {
+                Ok(n) => n,
+                Err(why) => {
+                    return Verdict {
+                        passed: false,
+                        window,
+                        message: format!("not known: {why}"),
+                        last_seen,
+                    };
+                }
+            }
+        }
+        Counted::UnmarkedStarts { sandbox, marks } => {
+            let read = slice
+                .iter()
+                .enumerate()
+                .rev()
+                .find_map(|(i, e)| match &e.event {
+                    Event::Observation { key, value, .. } if key == marks => {
+                        Some((from + i, value))
+                    }
+                    _ => None,
+                });
+            let Some((at, value)) = read else {
+                return Verdict::fail(format!(
+                    "{marks} was never observed: the workspace's start marks were not read"
+                ));
+            };
+            let Some(marked) = value.as_u64() else {
+                return Verdict::fail(format!(
+                    "the last {marks} observation is not a count: {value}"
+                ));
+            };
+            match starts_in(t, sandbox, false, from, at) {
+                Ok(started) => {
+                    let unmarked = started.saturating_sub(marked);
+                    return Verdict {
+                        passed: cmp.test(unmarked, n),
+                        window,
+                        message: format!(
+                            "counted {unmarked}: the target reported {started} starts by then, the workspace held {marked} marks"
+                        ),
+                        last_seen,
+                    };
+                }
+                Err(why) => {
+                    return Verdict {
+                        passed: false,
+                        window,
+                        message: format!("not known: {why}"),
+                        last_seen,
+                    };
+                }
+            }
+        }
         Counted::Observed { key } => {
             let value = slice.iter().rev().find_map(|e| match &e.event {
                 Event::Observation { key: k, value, .. } if k == key => Some(value.clone()),
@@ -927,6 +1003,28 @@ fn eval_count(
         window,
         message: format!("counted {actual}"),
         last_seen,
+    }
+}
+
+/// The main-process starts of `sandbox` in the entries `from..=to`; the whole run without a
+/// window. Err: why the count is not known.
+fn starts_in(
+    t: &Timeline,
+    sandbox: &str,
+    windowed: bool,
+    from: usize,
+    to: usize,
+) -> Result<u64, String> {
+    let end = match t.main_process_starts(sandbox, to) {
+        StartCount::Known(n) => n,
+        StartCount::Unknown(why) => return Err(why),
+    };
+    if !windowed {
+        return Ok(end);
+    }
+    match t.main_process_starts_before(sandbox, from) {
+        StartCount::Known(n) => Ok(end.saturating_sub(n)),
+        StartCount::Unknown(why) => Err(why),
     }
 }
 

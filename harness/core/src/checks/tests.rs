@@ -116,6 +116,30 @@ impl Tb {
         )
     }
 
+    /// The target reports main-process starts (it declares where they come from).
+    fn reports_starts(self) -> Self {
+        self.push(
+            0.0,
+            Event::Observation {
+                key: crate::timeline::MAIN_PROCESS_STARTS_SOURCE_KEY.into(),
+                subject: None,
+                value: serde_json::json!("test"),
+            },
+        )
+    }
+
+    /// The target reports that `sandbox`'s main process has started `n` times so far.
+    fn started(self, at_s: f64, sandbox: &str, n: serde_json::Value) -> Self {
+        self.push(
+            at_s,
+            Event::Observation {
+                key: crate::timeline::MAIN_PROCESS_STARTS_KEY.into(),
+                subject: Some(sandbox.into()),
+                value: n,
+            },
+        )
+    }
+
     fn mark(self, at_s: f64, label: &str) -> Self {
         self.push(
             at_s,
@@ -942,4 +966,110 @@ fn a_phase_sequence_treats_a_lost_api_server_as_a_gap_not_a_phase() {
     let o = c.evaluate(&t);
     assert!(o.passed, "{}", o.diagnosis());
     assert_eq!(o.message, "observed Pending@0s -> Running@30s");
+}
+
+fn starts_of(sandbox: &str, during: Option<Window>, cmp: Cmp, n: u64) -> Check {
+    Check::count(
+        "starts",
+        &["R7"],
+        Counted::MainProcessStarts {
+            sandbox: sandbox.into(),
+        },
+        during,
+        cmp,
+        n,
+    )
+}
+
+#[test]
+fn main_process_starts_are_counted_from_what_the_target_reported_in_the_window() {
+    let t = Tb::default()
+        .reports_starts()
+        .started(1.0, "a", serde_json::json!(1))
+        .started(1.0, "b", serde_json::json!(1))
+        .mark(10.0, "before")
+        .started(20.0, "a", serde_json::json!(2))
+        .started(30.0, "a", serde_json::json!(3))
+        .mark(30.0, "after")
+        .build();
+    let upto = |m: &str| Window::new(Anchor::RunStart, Anchor::marker(&Marker::owned(m.into())));
+    assert!(starts_of("a", None, Cmp::Eq, 3).evaluate(&t).passed);
+    assert!(starts_of("b", None, Cmp::Eq, 1).evaluate(&t).passed);
+    assert!(
+        starts_of("a", Some(upto("before")), Cmp::Eq, 1)
+            .evaluate(&t)
+            .passed
+    );
+    // A start stamped in the marker's millisecond counts, whichever was recorded first.
+    assert!(
+        starts_of("a", Some(upto("after")), Cmp::Eq, 3)
+            .evaluate(&t)
+            .passed
+    );
+    let between = Window::new(
+        Anchor::marker(&Marker::owned("before".into())),
+        Anchor::marker(&Marker::owned("after".into())),
+    );
+    let o = starts_of("a", Some(between), Cmp::Eq, 2).evaluate(&t);
+    assert!(o.passed, "{}", o.diagnosis());
+    // A sandbox whose main process never started: none reported, and the target reports.
+    let o = starts_of("c", None, Cmp::Eq, 0).evaluate(&t);
+    assert!(o.passed, "{}", o.diagnosis());
+}
+
+#[test]
+fn main_process_starts_a_target_does_not_report_are_unknown_never_zero() {
+    let silent = Tb::default().mark(0.0, "x").build();
+    let o = starts_of("a", None, Cmp::Eq, 0).evaluate(&silent);
+    assert!(!o.passed, "an unreported count passed as 0");
+    assert!(
+        o.message
+            .starts_with("not known: the target does not report"),
+        "{}",
+        o.message
+    );
+    let lost = Tb::default()
+        .reports_starts()
+        .started(1.0, "a", serde_json::json!(1))
+        .started(2.0, "a", serde_json::Value::Null)
+        .build();
+    let o = starts_of("a", None, Cmp::AtMost, 1).evaluate(&lost);
+    assert!(!o.passed);
+    assert!(o.message.contains("could no longer tell"), "{}", o.message);
+}
+
+#[test]
+fn starts_without_a_mark_in_the_workspace_fail_the_workspace_check_not_the_count() {
+    let marks_kept = |marked: u64| {
+        Tb::default()
+            .reports_starts()
+            .started(1.0, "a", serde_json::json!(1))
+            .started(50.0, "a", serde_json::json!(2))
+            .observed(60.0, "start-marks:a", serde_json::json!(marked))
+            .build()
+    };
+    let c = Check::count(
+        "marks",
+        &["R6"],
+        Counted::UnmarkedStarts {
+            sandbox: "a".into(),
+            marks: "start-marks:a".into(),
+        },
+        None,
+        Cmp::Eq,
+        0,
+    );
+    let o = c.evaluate(&marks_kept(2));
+    assert!(o.passed, "{}", o.diagnosis());
+    // A workspace that lost the first start's mark: the count of starts is still right.
+    let damaged = marks_kept(1);
+    let o = c.evaluate(&damaged);
+    assert!(!o.passed);
+    assert_eq!(
+        o.message,
+        "counted 1: the target reported 2 starts by then, the workspace held 1 marks"
+    );
+    assert!(starts_of("a", None, Cmp::Eq, 2).evaluate(&damaged).passed);
+    let o = c.evaluate(&Tb::default().reports_starts().build());
+    assert!(!o.passed, "marks never read is not a pass");
 }

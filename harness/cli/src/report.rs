@@ -99,7 +99,7 @@ fn label(o: &ObjectState) -> String {
     {
         s.push_str(&format!(" ({c})"));
     }
-    let restarts: u32 = o.containers.iter().map(|c| c.restart_count).sum();
+    let restarts: u32 = o.containers.iter().filter_map(|c| c.restart_count).sum();
     if restarts > 0 {
         s.push_str(&format!(" restarts={restarts}"));
     }

@@ -206,7 +206,9 @@ impl SandboxView {
                 state: "terminated".into(),
                 reason: None,
                 exit_code: Some(code),
-                restart_count: 0,
+                // The gateway's view says nothing of restarts here (the poller records
+                // `restart_count` where the CLI prints it).
+                restart_count: None,
             });
         }
         s
@@ -401,6 +403,15 @@ pub trait Target: Send + Sync {
     /// starts even while the sandbox is stopped, failed or completed. `path` is relative to the
     /// workspace root (`/sandbox` inside the sandbox). None when the file does not exist.
     async fn read_workspace(&self, sandbox: &str, path: &str) -> TargetResult<Option<String>>;
+    /// Reports the main-process starts of `sandbox` now ([`crate::timeline::MAIN_PROCESS_STARTS_KEY`]),
+    /// for targets that learn them only when asked; the scenario calls it before it counts
+    /// starts. `marks` is the workspace file where the workload marks each start, the only view
+    /// of starts some targets have. Targets that report starts as they happen (the emulated
+    /// one) do nothing.
+    async fn sample_main_process_starts(&self, sandbox: &str, marks: &str) -> TargetResult<()> {
+        let _ = (sandbox, marks);
+        Ok(())
+    }
     async fn stop_sandbox(&self, name: &str) -> TargetResult<()>;
     async fn start_sandbox(&self, name: &str) -> TargetResult<()>;
     async fn delete_sandbox(&self, name: &str) -> TargetResult<()>;

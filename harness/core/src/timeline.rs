@@ -284,8 +284,8 @@ impl ObjectState {
             if let Some(code) = c.exit_code {
                 s.push_str(&format!("({code})"));
             }
-            if c.restart_count > 0 {
-                s.push_str(&format!(" restarts={}", c.restart_count));
+            if let Some(n) = c.restart_count.filter(|n| *n > 0) {
+                s.push_str(&format!(" restarts={n}"));
             }
         }
         if let Some(r) = &self.replicas {
@@ -319,8 +319,10 @@ pub struct ContainerState {
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
-    #[serde(default)]
-    pub restart_count: u32,
+    /// None where the source gives no count (the gateway's view of a sandbox's main process):
+    /// not known, never 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_count: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -847,7 +849,7 @@ mod tests {
             state: "terminated".into(),
             reason: Some("Error".into()),
             exit_code: Some(-1),
-            restart_count: 3,
+            restart_count: Some(3),
         });
         pod.replicas = Some(Replicas {
             desired: 1,

@@ -74,7 +74,7 @@ fn container(c: &ContainerStatus) -> ContainerState {
         state: state.to_string(),
         reason,
         exit_code,
-        restart_count: u32::try_from(c.restart_count).unwrap_or(0),
+        restart_count: u32::try_from(c.restart_count).ok(),
     }
 }
 

@@ -37,7 +37,8 @@ use conformance_core::target::{
     TargetFactory, TargetInfo, TargetResult,
 };
 use conformance_core::timeline::{
-    Event, GATEWAY_SANDBOX_KIND, ObjectState, Recorder, SAMPLING_INTERVAL_KEY,
+    Event, GATEWAY_SANDBOX_KIND, MAIN_PROCESS_STARTS_SOURCE_KEY, ObjectState, Recorder,
+    SAMPLING_INTERVAL_KEY,
 };
 use conformance_core::topology::Topology;
 use conformance_observe::{self as observe, ObserveSpec};
@@ -627,6 +628,18 @@ impl Target for RealTarget {
             sandbox_resource: observe::sandbox_resource(i.sandbox_version),
         };
         let mut obs = observe::spawn(self.client.clone(), &spec)(rec.clone());
+        // A real cluster keeps no count of main-process starts: the pod runs with
+        // restartPolicy Never, so its restartCount stays 0 (docs/upstream-facts.md F1.14,
+        // F4.13), and the 0.0.x CLI prints no restart count (F9.1 adds one later). The workload's own start marks are the
+        // only view, read when the scenario counts; a damaged workspace therefore also shows
+        // in the start counts here, unlike on the emulated target.
+        rec.record(Event::Observation {
+            key: MAIN_PROCESS_STARTS_SOURCE_KEY.into(),
+            subject: None,
+            value: serde_json::json!(
+                "the workload's start marks in its workspace, read through the reader pod when the scenario counts starts"
+            ),
+        });
         obs.push(observe::spawn_events(
             self.client.clone(),
             &self.opts.namespace,
@@ -697,6 +710,12 @@ impl Target for RealTarget {
             Duration::from_secs(120),
         )
         .await
+    }
+
+    async fn sample_main_process_starts(&self, sandbox: &str, marks: &str) -> TargetResult<()> {
+        let read = self.read_workspace(sandbox, marks).await;
+        crate::workspace::record_start_marks(&self.rec, sandbox, read);
+        Ok(())
     }
 
     async fn stop_sandbox(&self, name: &str) -> TargetResult<()> {

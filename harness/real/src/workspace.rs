@@ -11,6 +11,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 
 use super::{gateway, kexec, pins};
 use conformance_core::target::{TargetError, TargetResult};
+use conformance_core::timeline::{Event, MAIN_PROCESS_STARTS_KEY, Recorder};
 
 /// The image of the reader pod when the sandbox pod is gone: the chart's default sandbox image
 /// (`default_image` in the rendered gateway config, docs/upstream-facts.md F5.8). Normally the
@@ -122,4 +123,34 @@ pub(crate) async fn read(
         .delete(&name, &DeleteParams::default().grace_period(0))
         .await;
     result
+}
+
+/// Records the main-process starts of `sandbox` from a read of the workload's start marks (one
+/// `start` line per start; no file yet is 0 starts): the real target's only view of starts
+/// (see `RealTarget::observe`). A read that failed records the count as not known (`null`),
+/// never as 0, with the reason as a note.
+pub(crate) fn record_start_marks(
+    rec: &Recorder,
+    sandbox: &str,
+    read: TargetResult<Option<String>>,
+) {
+    let value = match read {
+        Ok(content) => serde_json::json!(
+            content.map_or(0, |c| c.lines().filter(|l| l.trim() == "start").count())
+        ),
+        Err(e) => {
+            rec.record(Event::Note {
+                message: format!(
+                    "main-process starts of {sandbox} not known: {}",
+                    conformance_core::error::one_line(&e)
+                ),
+            });
+            serde_json::Value::Null
+        }
+    };
+    rec.record(Event::Observation {
+        key: MAIN_PROCESS_STARTS_KEY.into(),
+        subject: Some(sandbox.to_string()),
+        value,
+    });
 }

@@ -126,8 +126,24 @@ pub(crate) async fn create_ready(
 /// Marks the moment the scenario counts the workload's starts at, under `key` (per sandbox,
 /// see [`starts_key`]): the checks of [`starts_eq`] and [`starts_at_most`] count the starts the
 /// target reported up to this marker, never the workspace's own marks.
-pub(crate) fn observe_starts(ctx: &Ctx, key: &str) {
+pub(crate) async fn observe_starts(ctx: &Ctx, sandbox: &str, key: &str) {
+    sample_starts(ctx, sandbox).await;
     ctx.mark(&Marker::owned(key.to_string()));
+}
+
+/// Asks the target to report the workload's starts now (real clusters see them only when
+/// asked; see [`conformance_core::target::Target::sample_main_process_starts`]).
+async fn sample_starts(ctx: &Ctx, sandbox: &str) {
+    if let Err(e) = ctx
+        .target
+        .sample_main_process_starts(sandbox, STARTS_FILE)
+        .await
+    {
+        ctx.rec.note(format!(
+            "could not sample the main-process starts of {sandbox}: {}",
+            conformance_core::error::one_line(&e)
+        ));
+    }
 }
 
 /// Counts the start marks the workload left in its workspace (one line per start) and records
@@ -162,6 +178,7 @@ pub(crate) async fn wait_starts(ctx: &Ctx, sandbox: &str, n: u64, deadline: Dura
     let what = format!("the workload of {sandbox} to have started {n} times");
     let r = ctx
         .wait_for(&what, deadline, || async {
+            sample_starts(ctx, sandbox).await;
             Ok(match ctx.rec.main_process_starts(sandbox) {
                 StartCount::Known(count) => (count >= n).then_some(()),
                 StartCount::Unknown(_) => None,

@@ -178,7 +178,7 @@ fn start_and_verify(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         wait_starts(ctx, &name, 2, RECOVERY).await;
         check_shell(ctx, &name).await;
         ctx.read_sentinel(&name, "before-fault").await;
-        observe_starts(ctx, &starts_key(&name, "starts"));
+        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         observe_start_marks(ctx, &name).await;
         Ok(())
     })
@@ -304,7 +304,7 @@ fn count_completed(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
         ctx.get_sandbox(&name).await.ok();
-        observe_starts(ctx, &starts_key(&name, "starts"));
+        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         Ok(())
     })
 }
@@ -429,7 +429,7 @@ fn recover(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         }
         check_shell(ctx, &name).await;
         ctx.read_sentinel(&name, "before-fault").await;
-        observe_starts(ctx, &starts_key(&name, "starts"));
+        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         observe_start_marks(ctx, &name).await;
         ctx.mark(&RECOVERED);
         Ok(())
@@ -604,7 +604,7 @@ fn end_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
                     serde_json::json!(latency.as_millis() as u64),
                 );
             }
-            observe_starts(ctx, &starts_key(&name, &starts_after_end(k)));
+            observe_starts(ctx, &name, &starts_key(&name, &starts_after_end(k))).await;
         }
         Ok(())
     })
@@ -615,7 +615,7 @@ fn verify_restarted(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         let name = ctx.sandbox_name(MAIN);
         ctx.settle_phase(&name, &[Phase::Ready], RESTARTED).await;
         check_shell(ctx, &name).await;
-        observe_starts(ctx, &starts_key(&name, "starts"));
+        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         ctx.mark(&VERIFIED);
         Ok(())
     })
@@ -725,7 +725,7 @@ fn wait_failure(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         let name = ctx.sandbox_name(MAIN);
         ctx.settle_phase(&name, &[Phase::Error], PROVISION_TIMEOUT)
             .await;
-        observe_starts(ctx, &starts_key(&name, "starts"));
+        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         Ok(())
     })
 }
@@ -830,7 +830,7 @@ fn use_sandbox(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         if ctx.write_sentinel(&name, "fresh").await.is_ok() {
             ctx.read_sentinel(&name, "fresh").await;
         }
-        observe_starts(ctx, &starts_key(&name, "starts"));
+        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         observe_start_marks(ctx, &name).await;
         Ok(())
     })
@@ -914,7 +914,7 @@ fn verify_reattached(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         ctx.get_sandbox(&name).await.ok();
         check_shell(ctx, &name).await;
         ctx.read_sentinel(&name, "before-fault").await;
-        observe_starts(ctx, &starts_key(&name, "starts"));
+        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         observe_start_marks(ctx, &name).await;
         ctx.mark(&VERIFIED);
         Ok(())

@@ -60,7 +60,12 @@ fn bootstrap_outage_fault(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         ctx.restore(&POD_REPLACE).await?;
         ctx.sleep(outage).await;
         // Before the gateway returns: has the workload started again without bootstrap (R3)?
-        observe_starts(ctx, &starts_key(&name, "starts-before-gateway-returned"));
+        observe_starts(
+            ctx,
+            &name,
+            &starts_key(&name, "starts-before-gateway-returned"),
+        )
+        .await;
         ctx.restore(&GATEWAY_OUTAGE).await?;
         Ok(())
     })
@@ -74,7 +79,7 @@ fn verify_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         record_recovery(ctx, &Anchor::fault_end(&GATEWAY_OUTAGE), &name);
         check_shell(ctx, &name).await;
         ctx.read_sentinel(&name, "before-fault").await;
-        observe_starts(ctx, &starts_key(&name, "starts"));
+        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         observe_start_marks(ctx, &name).await;
         ctx.mark(&VERIFIED);
         Ok(())
@@ -239,7 +244,7 @@ fn verify_ready(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         }
         check_shell(ctx, &name).await;
         ctx.read_sentinel(&name, "before-fault").await;
-        observe_starts(ctx, &starts_key(&name, "starts"));
+        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         observe_start_marks(ctx, &name).await;
         ctx.mark(&VERIFIED);
         Ok(())

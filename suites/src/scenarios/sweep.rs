@@ -159,7 +159,7 @@ async fn run_one(ctx: &mut Ctx, role: &str, planned: &PlannedFault) -> StepResul
     }
     check_shell(ctx, &name).await;
     ctx.read_sentinel(&name, role).await;
-    observe_starts(ctx, &starts_key(&name, "starts"));
+    observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
     observe_start_marks(ctx, &name).await;
     ctx.mark(&verified_marker(&name));
     delete(ctx, &name).await

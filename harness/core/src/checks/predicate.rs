@@ -204,10 +204,11 @@ impl Predicate {
                         && exit_code.is_none_or(|code| c.exit_code == Some(code))
                 })
             }),
-            Self::RestartsAbove { object, max } => object
-                .live(world)
-                .iter()
-                .any(|o| o.containers.iter().any(|c| c.restart_count > *max)),
+            Self::RestartsAbove { object, max } => object.live(world).iter().any(|o| {
+                o.containers
+                    .iter()
+                    .any(|c| c.restart_count.is_some_and(|n| n > *max))
+            }),
             Self::Exists { object } => !object.live(world).is_empty(),
             Self::Absent { object } => object.live(world).is_empty(),
             Self::Not { predicate } => !predicate.holds(world),

@@ -44,7 +44,7 @@ impl Tb {
             .into(),
             reason: None,
             exit_code: (phase == "Failed").then_some(1),
-            restart_count: restarts,
+            restart_count: Some(restarts),
         });
         o.conditions.push(ConditionState {
             type_: "Ready".into(),

@@ -17,7 +17,7 @@ use crate::journal::{self, Journal};
 use crate::portforward::{ForwardStats, forward_connection};
 use conformance_core::scenario::DEFAULT_WORKSPACE;
 use conformance_core::target::{Fault, TargetError, sandbox_resource_name, workspace_pvc_name};
-use conformance_core::timeline::{Event, Recorder};
+use conformance_core::timeline::{Event, Recorder, StartCount};
 use conformance_core::topology::SupervisorPlacement;
 use kube_emulator::{Cluster, ClusterConfig, ExecOutput, ExecRequest, PatchKind, ResourceRef};
 use serde_json::{Value, json};
@@ -1005,9 +1005,9 @@ fn run_reader_kubelet(c: Cluster) -> tokio::task::JoinHandle<()> {
     })
 }
 
-#[tokio::test(start_paused = true)]
-async fn the_workspace_is_read_through_a_reader_pod_mounting_the_claim() {
-    let c = cluster();
+/// A sandbox pod `demo` running with its workspace claim mounted at /sandbox, where `script`
+/// has written through the emulator's shell.
+async fn sandbox_with_workspace(c: &Cluster, script: &str) {
     c.create(
         &ResourceRef::new("", "v1", "persistentvolumeclaims"),
         Some(NS),
@@ -1025,21 +1025,23 @@ async fn the_workspace_is_read_through_a_reader_pod_mounting_the_claim() {
     )
     .unwrap();
     c.bind_pod(NS, &cr("demo"), "node-1").unwrap();
-    mark_running(&c, &cr("demo"), "agent");
+    mark_running(c, &cr("demo"), "agent");
     let w = crate::kexec::exec(
         &c.client(),
         NS,
         &cr("demo"),
         "agent",
-        &[
-            "sh".into(),
-            "-c".into(),
-            "printf %s 3 > /sandbox/.starts".into(),
-        ],
+        &["sh".into(), "-c".into(), script.into()],
     )
     .await
     .unwrap();
     assert_eq!(w.exit_code, 0, "{w:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_workspace_is_read_through_a_reader_pod_mounting_the_claim() {
+    let c = cluster();
+    sandbox_with_workspace(&c, "printf %s 3 > /sandbox/.starts").await;
     let kubelet = run_reader_kubelet(c.clone());
     let read = |p: &'static str| {
         let client = c.client();
@@ -1514,4 +1516,39 @@ async fn a_diagnostics_bundle_holds_logs_objects_helm_and_cli_output_with_secret
     assert!(read("timeline.jsonl").contains("a note"));
     assert!(b.archive.exists());
     assert_eq!(b.archive, dir.path().join("bundle.tar.gz"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_real_target_counts_starts_from_the_workloads_marks_and_an_unreadable_count_as_unknown()
+{
+    let c = cluster();
+    sandbox_with_workspace(&c, "printf 'start\\nstart\\n' > /sandbox/.starts").await;
+    let kubelet = run_reader_kubelet(c.clone());
+    let rec = Recorder::new();
+    rec.record(Event::Observation {
+        key: conformance_core::timeline::MAIN_PROCESS_STARTS_SOURCE_KEY.into(),
+        subject: None,
+        value: json!("marks"),
+    });
+    let read = |p: &'static str| {
+        let client = c.client();
+        async move {
+            crate::workspace::read(&client, NS, &cr("demo"), p, "r1", Duration::from_secs(30)).await
+        }
+    };
+    crate::workspace::record_start_marks(&rec, "demo", read(".starts").await);
+    assert_eq!(rec.main_process_starts("demo"), StartCount::Known(2));
+    // A failed read is not 0 starts: the count is unknown from then on, with the reason noted.
+    crate::workspace::record_start_marks(&rec, "demo", read("../escape").await);
+    assert!(
+        matches!(rec.main_process_starts("demo"), StartCount::Unknown(_)),
+        "{:?}",
+        rec.main_process_starts("demo")
+    );
+    assert!(rec.snapshot().entries.iter().any(|e| matches!(&e.event,
+        Event::Note { message } if message.starts_with("main-process starts of demo not known"))));
+    // No marks file yet: the workload has not started.
+    crate::workspace::record_start_marks(&rec, "other", Ok(None));
+    assert_eq!(rec.main_process_starts("other"), StartCount::Known(0));
+    kubelet.abort();
 }

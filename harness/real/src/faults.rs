@@ -552,7 +552,46 @@ impl FaultInjector {
                     )))
                 }
             }
-            _ => Ok(()),
+            FaultEffect::SandboxPodDeleted { pod } => {
+                let p = self
+                    .pods(&self.sandbox_namespace)
+                    .get_opt(&pod)
+                    .await
+                    .map_err(|e| kerr("get pod", e))?;
+                match p {
+                    Some(p) if p.metadata.deletion_timestamp.is_none() => Ok(()),
+                    Some(_) => Err(TargetError::infra(format!(
+                        "the replacement of pod {pod} is being deleted"
+                    ))),
+                    None => Err(TargetError::infra(format!("pod {pod} has no replacement"))),
+                }
+            }
+            FaultEffect::PodsDeleted { labels, what } => {
+                let selector = labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                let pods = self
+                    .pods(&self.sandbox_namespace)
+                    .list(&kube::api::ListParams::default().labels(&selector))
+                    .await
+                    .map_err(|e| kerr("list pods", e))?;
+                if pods
+                    .items
+                    .iter()
+                    .any(|p| p.metadata.deletion_timestamp.is_none())
+                {
+                    Ok(())
+                } else {
+                    Err(TargetError::infra(format!(
+                        "no replacement of the {what} ({selector}) exists"
+                    )))
+                }
+            }
+            // A killed process is not put back (restartPolicy Never), and the other effects are
+            // not done on real clusters.
+            FaultEffect::ProcessKilled { .. } | FaultEffect::BootstrapBroken { .. } => Ok(()),
         }
     }
 

@@ -505,6 +505,33 @@ async fn sandbox_pod_replace_is_restored_once_a_replacement_with_a_new_uid_exist
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_restored_pod_replacement_is_verified_by_the_replacement_being_there() {
+    let c = cluster();
+    running_pod(&c, &cr("demo"), json!({}), None, &["agent"]);
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(&c, dir.path(), in_the_workload_container());
+    let f = Fault::SandboxPodReplace {
+        sandbox: "demo".into(),
+    };
+    inj.verify_restored(&f).await.unwrap();
+    c.delete(
+        &ResourceRef::pods(),
+        Some(NS),
+        &cr("demo"),
+        &Default::default(),
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let err = inj.verify_restored(&f).await.unwrap_err();
+    assert!(matches!(err, TargetError::Infra { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains(&format!("pod {} has no replacement", cr("demo"))),
+        "{err}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_sandbox_pod_replace_without_a_controller_fails_naming_the_pod_and_what_was_seen() {
     let c = cluster();
     running_pod(&c, &cr("demo"), json!({}), None, &["agent"]);

@@ -15,6 +15,7 @@ mod cluster;
 mod discovery;
 mod error;
 mod exec;
+mod kinds;
 mod logs;
 mod patch;
 mod portforward;

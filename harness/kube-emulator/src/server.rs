@@ -413,6 +413,10 @@ impl Ctx {
                 "the server does not allow this method on the requested resource",
             ));
         }
+        if crate::kinds::is_review(&self.def) {
+            let review = crate::kinds::review(&self.def, &self.version, body);
+            return Ok(json_response(StatusCode::CREATED, &review));
+        }
         let obj = parse_body(body)?;
         let out = self.write(|s| s.create(&self.def, &self.version, self.ns(), obj))?;
         Ok(self.render_one(StatusCode::CREATED, &out))

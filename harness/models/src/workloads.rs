@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 use crate::network::is_ready;
 use kube_emulator::{Cluster, DeleteOptions, ListOptions, ResourceRef};
 
-fn s<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
+pub(crate) fn s<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
     v.pointer(ptr).and_then(Value::as_str)
 }
 
@@ -66,16 +66,16 @@ fn template_hash(template: &Value) -> String {
     safe_encode(fnv1a32(template.to_string().as_bytes()))
 }
 
-fn is_deleting(v: &Value) -> bool {
+pub(crate) fn is_deleting(v: &Value) -> bool {
     v.pointer("/metadata/deletionTimestamp").is_some()
 }
 
-fn is_terminal(p: &Value) -> bool {
+pub(crate) fn is_terminal(p: &Value) -> bool {
     matches!(s(p, "/status/phase"), Some("Succeeded" | "Failed"))
 }
 
 /// The uid of the object's controller ownerRef.
-fn controller_uid(v: &Value) -> Option<&str> {
+pub(crate) fn controller_uid(v: &Value) -> Option<&str> {
     v.pointer("/metadata/ownerReferences")?
         .as_array()?
         .iter()
@@ -84,7 +84,7 @@ fn controller_uid(v: &Value) -> Option<&str> {
         .and_then(Value::as_str)
 }
 
-fn owner_ref(api_version: &str, kind: &str, owner: &Value) -> Value {
+pub(crate) fn owner_ref(api_version: &str, kind: &str, owner: &Value) -> Value {
     json!([{
         "apiVersion": api_version, "kind": kind,
         "name": s(owner, "/metadata/name").unwrap_or_default(),
@@ -93,7 +93,7 @@ fn owner_ref(api_version: &str, kind: &str, owner: &Value) -> Value {
     }])
 }
 
-fn list(cluster: &Cluster, r: &ResourceRef) -> Vec<Value> {
+pub(crate) fn list(cluster: &Cluster, r: &ResourceRef) -> Vec<Value> {
     cluster
         .list(r, None, &ListOptions::default())
         .map(|(items, _)| items)
@@ -101,7 +101,7 @@ fn list(cluster: &Cluster, r: &ResourceRef) -> Vec<Value> {
 }
 
 /// Writes `.status` when it differs from the stored one.
-fn write_status(cluster: &Cluster, r: &ResourceRef, obj: &Value, status: Value) {
+pub(crate) fn write_status(cluster: &Cluster, r: &ResourceRef, obj: &Value, status: Value) {
     if obj.get("status") == Some(&status) {
         return;
     }
@@ -113,7 +113,7 @@ fn write_status(cluster: &Cluster, r: &ResourceRef, obj: &Value, status: Value) 
 
 /// Sets a condition like `meta.SetStatusCondition` / the apps controllers do: the transition
 /// time changes only when the status flips; the update time when anything changes.
-fn set_condition(conds: &mut Vec<Value>, mut new: Value, now: &str) {
+pub(crate) fn set_condition(conds: &mut Vec<Value>, mut new: Value, now: &str) {
     let t = new["type"].clone();
     match conds.iter_mut().find(|c| c["type"] == t) {
         Some(cur) => {

@@ -24,6 +24,7 @@ mod selectors;
 pub mod serve;
 mod server;
 pub mod shell;
+mod spdy;
 mod store;
 pub mod sync;
 mod tables;

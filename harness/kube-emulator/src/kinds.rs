@@ -228,6 +228,80 @@ pub(crate) fn workload_defaults(def: &ResourceDef, obj: &mut Value) {
     }
 }
 
+/// `kubectl get nodes`' STATUS: Ready, NotReady or Unknown, plus SchedulingDisabled.
+pub(crate) fn node_status(o: &Value) -> String {
+    let ready = o
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .map(|c| c["status"].as_str().unwrap_or(""));
+    let mut s = match ready {
+        Some("True") => "Ready",
+        Some("False") => "NotReady",
+        _ => "Unknown",
+    }
+    .to_string();
+    if o.pointer("/spec/unschedulable") == Some(&json!(true)) {
+        s.push_str(",SchedulingDisabled");
+    }
+    s
+}
+
+/// The `node-role.kubernetes.io/<role>` labels, or `<none>`.
+pub(crate) fn node_roles(o: &Value) -> String {
+    let roles: Vec<&str> = o
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, _)| k.strip_prefix("node-role.kubernetes.io/"))
+        .collect();
+    if roles.is_empty() {
+        "<none>".into()
+    } else {
+        roles.join(",")
+    }
+}
+
+/// `kubectl get jobs`' STATUS, COMPLETIONS and DURATION.
+pub(crate) fn job_cells(o: &Value, now: i64) -> (String, String, String) {
+    let cond = |t: &str| {
+        o.pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == t && c["status"] == "True"))
+    };
+    let status = if cond("Complete") {
+        "Complete"
+    } else if cond("Failed") {
+        "Failed"
+    } else if cond("FailureTarget") {
+        "FailureTarget"
+    } else if o.pointer("/spec/suspend") == Some(&json!(true)) {
+        "Suspended"
+    } else if o.pointer("/status/conditions").is_some() || o.pointer("/status/active").is_some() {
+        "Running"
+    } else {
+        "Pending"
+    };
+    let i = |p: &str| o.pointer(p).and_then(Value::as_i64).unwrap_or(0);
+    let completions = format!(
+        "{}/{}",
+        i("/status/succeeded"),
+        i("/spec/completions").max(1)
+    );
+    let t = |p: &str| {
+        o.pointer(p)
+            .and_then(Value::as_str)
+            .and_then(crate::clock::parse_unix)
+    };
+    let duration = match (t("/status/startTime"), t("/status/completionTime")) {
+        (Some(s), Some(e)) => crate::clock::human_age(e - s),
+        (Some(s), None) => crate::clock::human_age(now - s),
+        _ => String::new(),
+    };
+    (status.into(), completions, duration)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

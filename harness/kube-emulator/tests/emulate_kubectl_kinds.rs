@@ -356,3 +356,90 @@ async fn server_side_apply_of_the_agent_sandbox_manifest_establishes_its_crd() {
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("No resources found"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_gets_nodes_and_jobs_with_the_columns_it_shows_on_a_real_cluster() {
+    let Some(env) =
+        start("kubectl_gets_nodes_and_jobs_with_the_columns_it_shows_on_a_real_cluster").await
+    else {
+        return;
+    };
+    let nodes = ResourceRef::new("", "v1", "nodes");
+    env.cluster
+        .create(&nodes, None, json!({"metadata": {"name": "node-1"}}))
+        .unwrap();
+    env.cluster
+        .patch_status(
+            &nodes,
+            None,
+            "node-1",
+            PatchKind::Merge,
+            &json!({"status": {"conditions": [{"type": "Ready", "status": "True"}],
+                "nodeInfo": {"kubeletVersion": "v1.33.0"}}}),
+        )
+        .unwrap();
+    let got = env.ok(&["get", "nodes"]).await;
+    let mut lines = got.lines();
+    assert!(
+        lines
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .eq(["NAME", "STATUS", "ROLES", "AGE", "VERSION"]),
+        "{got}"
+    );
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        (row[0], row[1], row[2], row[4]),
+        ("node-1", "Ready", "<none>", "v1.33.0"),
+        "{got}"
+    );
+    env.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "node/node-1",
+        "--timeout=10s",
+    ])
+    .await;
+    let jobs = ResourceRef::new("batch", "v1", "jobs");
+    env.cluster
+        .create(
+            &jobs,
+            Some("default"),
+            json!({"metadata": {"name": "once"}, "spec": {"template": {"spec": {
+                "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}),
+        )
+        .unwrap();
+    env.cluster
+        .patch_status(
+            &jobs,
+            Some("default"),
+            "once",
+            PatchKind::Merge,
+            &json!({"status": {"succeeded": 1, "startTime": "2026-01-01T00:00:00Z",
+                "completionTime": "2026-01-01T00:00:07Z",
+                "conditions": [{"type": "Complete", "status": "True"}]}}),
+        )
+        .unwrap();
+    let got = env.ok(&["get", "jobs"]).await;
+    let mut lines = got.lines();
+    assert!(
+        lines.next().unwrap().split_whitespace().eq([
+            "NAME",
+            "STATUS",
+            "COMPLETIONS",
+            "DURATION",
+            "AGE"
+        ]),
+        "{got}"
+    );
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(&row[..4], ["once", "Complete", "1/1", "7s"], "{got}");
+    env.ok(&[
+        "wait",
+        "--for=condition=Complete",
+        "job/once",
+        "--timeout=10s",
+    ])
+    .await;
+}

@@ -19,7 +19,8 @@ pub struct ServeArgs {
     pub kubeconfig_out: Option<PathBuf>,
     /// Install an OpenShell model into the served cluster (contract, openshell-0.0.111,
     /// openshell-0.1.6-reported) and run it until the server stops. Without it the cluster runs
-    /// the Kubernetes models only (kubelet, workload and Job controllers), with no OpenShell.
+    /// the Kubernetes models only (kubelet, workload, Job and Agent Sandbox controllers), with
+    /// no OpenShell.
     #[arg(long)]
     pub model: Option<String>,
     /// Defect switches on the contract model (repeatable or comma-separated).
@@ -90,7 +91,8 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
         }
     };
     // Without --model the cluster still runs the Kubernetes models (a kubelet for its one node,
-    // the workload and Job controllers), so pods run and Jobs complete. Held to the end.
+    // the workload, Job and Agent Sandbox controllers), so pods run and Jobs complete. Held to
+    // the end.
     let (cluster, _kubernetes) = match &target {
         Some(t) => (t.cluster.clone(), None),
         None => {

@@ -143,8 +143,20 @@ async fn ready_gateway_uid(s: &Served, kubectl: &Path) -> String {
 /// Deletes the gateway pod and waits for a new one (another uid) to be Ready.
 async fn gateway_comes_back(s: &Served, kubectl: &Path) {
     let before = ready_gateway_uid(s, kubectl).await;
-    s.ok(kubectl, &["delete", "-n", "openshell", "pod/openshell-0"])
-        .await;
+    // Without waiting: kubectl's wait for deletion GETs the pod, then lists and watches it; the
+    // model replaces it within those milliseconds, so kubectl would list the new pod and wait
+    // for it to go (a race a real kubelet's slower stop hides).
+    s.ok(
+        kubectl,
+        &[
+            "delete",
+            "-n",
+            "openshell",
+            "pod/openshell-0",
+            "--wait=false",
+        ],
+    )
+    .await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let (_, uid, _) = s

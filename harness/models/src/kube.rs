@@ -1,6 +1,6 @@
 //! The Kubernetes models in one call: [`KubeModels::start`] runs the kubelet, the workload
-//! controllers (StatefulSet, Deployment → ReplicaSet) and the Agent Sandbox controller on a
-//! [`Cluster`], and [`KubeConfig`] holds every timing constant and version switch they use as
+//! controllers (StatefulSet, Deployment → ReplicaSet), the Job controller and the Agent Sandbox
+//! controller on a [`Cluster`], and [`KubeConfig`] holds every timing constant and version switch they use as
 //! named data (sources: docs/upstream-facts.md sections 3-5 and 10).
 
 use std::time::Duration;
@@ -122,7 +122,7 @@ pub(crate) struct KubeModels {
 }
 
 impl KubeModels {
-    /// Starts the kubelet, the workload controllers and the Agent Sandbox controller. Call it
+    /// Starts the kubelet, the workload and Job controllers and the Agent Sandbox controller. Call it
     /// inside a tokio runtime (paused time works: everything waits on tokio time or on changes).
     pub(crate) fn start(
         cluster: &Cluster,

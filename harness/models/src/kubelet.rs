@@ -8,8 +8,9 @@
 //! concurrently, readiness from the program (`ContainerCtx::set_ready`; no probes), restart
 //! policies with CrashLoopBackOff, graceful deletion (Term, grace period, Kill, final grace-0
 //! delete), pod IPs, literal/fieldRef/secretKeyRef/configMapKeyRef env.
-//! What it does not: probes, resources, image pulls, eviction, node status, sidecar (restartable
-//! init) containers, ephemeral containers.
+//! It registers its node once, Ready (docs/upstream-facts.md F12.1).
+//! What it does not: probes, resources, image pulls, eviction, node heartbeats and leases,
+//! sidecar (restartable init) containers, ephemeral containers.
 //!
 //! **Pid scheme** for `kill` inside `kubectl exec` (the pod's [`ShellHooks`]): pid N is the
 //! program of the Nth entry of `spec.containers` (pid 1 = the first container). `kill -9`/`KILL`

@@ -6,3 +6,4 @@ mod kube;
 mod observe;
 mod openshell;
 mod regressions;
+mod rollout;

@@ -111,6 +111,11 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
             t.model.selection, t.model.topology.name
         );
     }
+    if target.is_none() {
+        println!(
+            "no OpenShell model: the Kubernetes models run (one node, workload, Job and Agent Sandbox controllers)"
+        );
+    }
     println!("emulated Kubernetes API listening on http://{addr}");
     if let Some(path) = &args.kubeconfig_out {
         // Like every file the harness writes, the kubeconfig gets its directory made.

@@ -280,9 +280,9 @@ impl WorkloadControllers {
                 break;
             }
         }
-        self.rolling_update(sts, &ordinal, &revision);
-        // Status.
+        // Status (and the rolling update, from the same listing; what it deletes shows next pass).
         let pods = self.pods_in(ns);
+        self.rolling_update(sts, &pods, &ordinal, &revision);
         let live: Vec<&Value> = pods
             .values()
             .filter(|p| owned(p) && !is_deleting(p))
@@ -329,7 +329,13 @@ impl WorkloadControllers {
     /// terminating and all are ready, the highest ordinal at or above the partition that runs
     /// an older revision is deleted (and recreated at the update revision by the next pass),
     /// one pod at a time. `OnDelete` leaves pods alone.
-    fn rolling_update(&self, sts: &Value, ordinal: &dyn Fn(&str) -> Option<i64>, revision: &str) {
+    fn rolling_update(
+        &self,
+        sts: &Value,
+        pods: &BTreeMap<String, Value>,
+        ordinal: &dyn Fn(&str) -> Option<i64>,
+        revision: &str,
+    ) {
         if s(sts, "/spec/updateStrategy/type").unwrap_or("RollingUpdate") != "RollingUpdate" {
             return;
         }
@@ -344,7 +350,6 @@ impl WorkloadControllers {
             .pointer("/spec/updateStrategy/rollingUpdate/partition")
             .and_then(Value::as_i64)
             .unwrap_or(0);
-        let pods = self.pods_in(ns);
         let mut mine: Vec<(i64, &Value)> = pods
             .iter()
             .filter(|(_, p)| controller_uid(p) == Some(uid))

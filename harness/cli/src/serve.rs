@@ -18,7 +18,9 @@ pub struct ServeArgs {
     #[arg(long)]
     pub kubeconfig_out: Option<PathBuf>,
     /// Install an OpenShell model into the served cluster (contract, openshell-0.0.111,
-    /// openshell-0.1.6-reported); nothing else is created.
+    /// openshell-0.1.6-reported) and run it until the server stops. Without it the cluster runs
+    /// the Kubernetes models only (kubelet, workload, Job and Agent Sandbox controllers), with
+    /// no OpenShell.
     #[arg(long)]
     pub model: Option<String>,
     /// Defect switches on the contract model (repeatable or comma-separated).
@@ -88,9 +90,16 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
             Some(std::sync::Arc::new(t))
         }
     };
-    let cluster = match &target {
-        Some(t) => t.cluster.clone(),
-        None => Cluster::new(config),
+    // Without --model the cluster still runs the Kubernetes models (a kubelet for its one node,
+    // the workload, Job and Agent Sandbox controllers), so pods run and Jobs complete. Held to
+    // the end.
+    let (cluster, _kubernetes) = match &target {
+        Some(t) => (t.cluster.clone(), None),
+        None => {
+            let c = Cluster::new(config);
+            let models = conformance_models::KubernetesModels::start(&c);
+            (c, Some(models))
+        }
     };
     let case = match (&target, &args.scenario) {
         (Some(t), Some(pattern)) => Some(live_case(pattern, &t.model.topology)?),
@@ -100,6 +109,11 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
         println!(
             "OpenShell model {} installed (topology {}) in namespace openshell",
             t.model.selection, t.model.topology.name
+        );
+    }
+    if target.is_none() {
+        println!(
+            "no OpenShell model: the Kubernetes models run (one node, workload, Job and Agent Sandbox controllers)"
         );
     }
     println!("emulated Kubernetes API listening on http://{addr}");
@@ -115,10 +129,14 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
     } else {
         println!("try: kubectl --server http://{addr} get pods -A");
     }
-    if let (Some(t), Some(case)) = (target, case) {
+    // The target (and with it the models) lives until the server ends: dropping it would stop
+    // every controller and the kubelet.
+    if let (Some(t), Some(case)) = (&target, case) {
         let server = tokio::spawn(serve_on(listener, cluster));
         println!("running {} in real time; watch it with kubectl", case.id());
-        let factory = std::sync::Arc::new(LiveTarget(t));
+        // The case's teardown must not stop the models: the cluster goes on reconciling.
+        t.keep_models_after_teardown();
+        let factory = std::sync::Arc::new(LiveTarget(t.clone()));
         let report = conformance_core::engine::Engine::new(
             factory,
             conformance_core::engine::EngineOptions::default(),
@@ -139,7 +157,9 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
             })
             .map_err(ServeError::from);
     }
-    Ok(serve_on(listener, cluster).await?)
+    let served = serve_on(listener, cluster).await;
+    drop(target);
+    Ok(served?)
 }
 
 /// The one catalog case `pattern` selects on `topology` (the one the served model runs).

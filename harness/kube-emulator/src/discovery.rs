@@ -5,17 +5,6 @@
 use crate::resources::{ResourceDef, Resources};
 use serde_json::{Value, json};
 
-const VERBS: [&str; 8] = [
-    "create",
-    "delete",
-    "deletecollection",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
-];
-
 pub(crate) fn version() -> Value {
     json!({
         "major": "1", "minor": "33", "gitVersion": "v1.33.0-emulated",
@@ -86,7 +75,7 @@ pub(crate) fn resource_list(r: &Resources, group: &str, version: &str) -> Option
         };
         let mut main = json!({
             "name": d.plural, "singularName": d.singular, "namespaced": d.namespaced,
-            "kind": d.kind, "verbs": VERBS,
+            "kind": d.kind, "verbs": crate::kinds::verbs(d),
         });
         if !d.short_names.is_empty() {
             main["shortNames"] = json!(d.short_names);

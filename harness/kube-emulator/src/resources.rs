@@ -86,7 +86,7 @@ impl ResourceDef {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn builtin(
+pub(crate) fn builtin(
     group: &str,
     version: &str,
     plural: &str,
@@ -114,7 +114,7 @@ fn builtin(
         short_names: short.iter().map(|s| s.to_string()).collect(),
         categories: if matches!(
             plural,
-            "pods" | "services" | "deployments" | "statefulsets" | "replicasets"
+            "pods" | "services" | "deployments" | "statefulsets" | "replicasets" | "jobs"
         ) {
             vec!["all".into()]
         } else {
@@ -240,6 +240,9 @@ impl Resources {
                 false,
             ),
         ] {
+            r.defs.insert(d.gr(), d);
+        }
+        for d in crate::kinds::more_builtins() {
             r.defs.insert(d.gr(), d);
         }
         // Endpoints' kind is plural in the real API ("Endpoints", list "EndpointsList").

@@ -186,10 +186,29 @@ async fn dispatch(cluster: Cluster, req: Request) -> ApiResult<Response> {
         shape: shape(&parts.headers),
     };
     let method = parts.method.clone();
+    if crate::kinds::is_review(&ctx.def) && (name.is_some() || method != Method::POST) {
+        return Err(ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource ({method})"
+        )));
+    }
     let is_upgrade = matches!(sub.as_deref(), Some("exec" | "portforward" | "attach"));
     if is_upgrade {
+        // kubectl's fallback from WebSocket is a plain SPDY upgrade (F12.5).
+        let spdy = parts
+            .headers
+            .get(header::UPGRADE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|u| u.eq_ignore_ascii_case("SPDY/3.1"))
+            .then(|| parts.extensions.remove::<hyper::upgrade::OnUpgrade>())
+            .flatten();
         let ws = WebSocketUpgrade::from_request_parts(&mut parts, &()).await;
-        return upgrade(ctx, name.unwrap_or_default(), sub.unwrap_or_default(), ws);
+        return upgrade(
+            ctx,
+            name.unwrap_or_default(),
+            sub.unwrap_or_default(),
+            ws,
+            spdy,
+        );
     }
     let content_type = parts
         .headers
@@ -413,6 +432,10 @@ impl Ctx {
                 "the server does not allow this method on the requested resource",
             ));
         }
+        if crate::kinds::is_review(&self.def) {
+            let review = crate::kinds::review(&self.def, &self.version, body);
+            return Ok(json_response(StatusCode::CREATED, &review));
+        }
         let obj = parse_body(body)?;
         let out = self.write(|s| s.create(&self.def, &self.version, self.ns(), obj))?;
         Ok(self.render_one(StatusCode::CREATED, &out))
@@ -630,6 +653,7 @@ fn upgrade(
     name: String,
     sub: String,
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+    spdy: Option<hyper::upgrade::OnUpgrade>,
 ) -> ApiResult<Response> {
     if !ctx.is_pods() || name.is_empty() {
         return Err(not_found_path());
@@ -678,6 +702,46 @@ fn upgrade(
                     "unable to upgrade connection: pod {name} is not running"
                 )));
             }
+            let uid = pod
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            // kubectl's forms: SPDY tunnelled in WebSocket, or plain SPDY; the ports travel in
+            // the stream headers, not in the URL.
+            if let Some(on_upgrade) = spdy {
+                tokio::spawn(async move {
+                    if let Ok(io) = on_upgrade.await {
+                        let io = hyper_util::rt::TokioIo::new(io);
+                        crate::spdy::serve_upgraded(io, cluster, ns, name, uid).await;
+                    }
+                });
+                return Ok(Response::builder()
+                    .status(StatusCode::SWITCHING_PROTOCOLS)
+                    .header(header::CONNECTION, "Upgrade")
+                    .header(header::UPGRADE, "SPDY/3.1")
+                    .header(
+                        "X-Stream-Protocol-Version",
+                        crate::spdy::PORTFORWARD_PROTOCOL,
+                    )
+                    .body(Body::empty())
+                    .unwrap_or_default());
+            }
+            let ws = ws
+                .map_err(|e| ApiError::bad_request(format!("Upgrade request required: {e}")))?
+                .protocols([
+                    crate::spdy::TUNNEL_PROTOCOL,
+                    CHANNEL_PROTOCOLS[0],
+                    CHANNEL_PROTOCOLS[1],
+                ]);
+            let tunnel = ws
+                .selected_protocol()
+                .is_some_and(|p| p == crate::spdy::TUNNEL_PROTOCOL);
+            if tunnel {
+                return Ok(ws.on_upgrade(move |socket| {
+                    crate::spdy::serve_ws(socket, cluster, ns, name, uid)
+                }));
+            }
             let mut ports = vec![];
             for p in ctx
                 .query
@@ -694,14 +758,7 @@ fn upgrade(
             if ports.is_empty() {
                 return Err(ApiError::bad_request("at least one port must be specified"));
             }
-            let uid = pod
-                .pointer("/metadata/uid")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string();
-            let ws = ws
-                .map_err(|e| ApiError::bad_request(format!("Upgrade request required: {e}")))?
-                .protocols(CHANNEL_PROTOCOLS);
+
             Ok(ws.on_upgrade(move |socket| {
                 crate::portforward::serve_ws(socket, cluster, ns, name, uid, ports)
             }))

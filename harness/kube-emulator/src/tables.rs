@@ -253,6 +253,35 @@ fn columns(def: &ResourceDef, version: &str) -> Vec<Value> {
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
             vec![name, col("Created At", "date", 0, "")]
         }
+        ("", "nodes") => vec![
+            name,
+            col("Status", "string", 0, "The status of the node"),
+            col("Roles", "string", 0, "The roles of the node"),
+            age,
+            col(
+                "Version",
+                "string",
+                0,
+                "Kubelet Version reported by the node.",
+            ),
+        ],
+        ("batch", "jobs") => vec![
+            name,
+            col("Status", "string", 0, "Status of the job."),
+            col(
+                "Completions",
+                "string",
+                0,
+                "The completion status of the job.",
+            ),
+            col(
+                "Duration",
+                "string",
+                0,
+                "Time required to complete the job.",
+            ),
+            age,
+        ],
         _ => {
             let custom = def
                 .version(version)
@@ -423,6 +452,17 @@ fn cells(def: &ResourceDef, version: &str, o: &Value, now: i64) -> Vec<Value> {
         ],
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
             vec![name, json!(s(o, "/metadata/creationTimestamp"))]
+        }
+        ("", "nodes") => vec![
+            name,
+            json!(crate::kinds::node_status(o)),
+            json!(crate::kinds::node_roles(o)),
+            a,
+            json!(s(o, "/status/nodeInfo/kubeletVersion")),
+        ],
+        ("batch", "jobs") => {
+            let (status, completions, duration) = crate::kinds::job_cells(o, now);
+            vec![name, json!(status), json!(completions), json!(duration), a]
         }
         _ => {
             let custom = def

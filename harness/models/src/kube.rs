@@ -1,6 +1,6 @@
 //! The Kubernetes models in one call: [`KubeModels::start`] runs the kubelet, the workload
-//! controllers (StatefulSet, Deployment → ReplicaSet) and the Agent Sandbox controller on a
-//! [`Cluster`], and [`KubeConfig`] holds every timing constant and version switch they use as
+//! controllers (StatefulSet, Deployment → ReplicaSet), the Job controller and the Agent Sandbox
+//! controller on a [`Cluster`], and [`KubeConfig`] holds every timing constant and version switch they use as
 //! named data (sources: docs/upstream-facts.md sections 3-5 and 10).
 
 use std::time::Duration;
@@ -92,6 +92,28 @@ impl KubeConfig {
     }
 }
 
+/// The Kubernetes models alone (kubelet, workload, Job and Agent Sandbox controllers), with no
+/// OpenShell program registered: every image runs as the kubelet's default program does (the
+/// emulated shell, or a process that does nothing for an executable it does not know). What
+/// `emulate serve` runs without `--model`. Dropping it stops them.
+pub struct KubernetesModels {
+    _models: KubeModels,
+}
+
+impl KubernetesModels {
+    /// Starts them on `cluster`; call inside a tokio runtime.
+    pub fn start(cluster: &Cluster) -> Self {
+        Self {
+            _models: KubeModels::start(
+                cluster,
+                &Network::new(),
+                Programs::new(),
+                KubeConfig::default(),
+            ),
+        }
+    }
+}
+
 /// The running Kubernetes models. Dropping it stops them (their tasks are aborted); programs
 /// already running in containers are stopped with them.
 pub(crate) struct KubeModels {
@@ -100,7 +122,7 @@ pub(crate) struct KubeModels {
 }
 
 impl KubeModels {
-    /// Starts the kubelet, the workload controllers and the Agent Sandbox controller. Call it
+    /// Starts the kubelet, the workload and Job controllers and the Agent Sandbox controller. Call it
     /// inside a tokio runtime (paused time works: everything waits on tokio time or on changes).
     pub(crate) fn start(
         cluster: &Cluster,
@@ -112,6 +134,7 @@ impl KubeModels {
         let tasks = vec![
             kubelet.spawn(),
             WorkloadControllers::new(cluster.clone()).spawn(),
+            crate::jobs::JobController::new(cluster.clone()).spawn(),
             AgentSandboxController::new(cluster.clone(), config.agent_sandbox_version).spawn(),
         ];
         Self { kubelet, tasks }

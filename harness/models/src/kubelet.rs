@@ -8,8 +8,9 @@
 //! concurrently, readiness from the program (`ContainerCtx::set_ready`; no probes), restart
 //! policies with CrashLoopBackOff, graceful deletion (Term, grace period, Kill, final grace-0
 //! delete), pod IPs, literal/fieldRef/secretKeyRef/configMapKeyRef env.
-//! What it does not: probes, resources, image pulls, eviction, node status, sidecar (restartable
-//! init) containers, ephemeral containers.
+//! It registers its node once, Ready (docs/upstream-facts.md F12.1).
+//! What it does not: probes, resources, image pulls, eviction, node heartbeats and leases,
+//! sidecar (restartable init) containers, ephemeral containers.
 //!
 //! **Pid scheme** for `kill` inside `kubectl exec` (the pod's [`ShellHooks`]): pid N is the
 //! program of the Nth entry of `spec.containers` (pid 1 = the first container). `kill -9`/`KILL`
@@ -177,19 +178,11 @@ impl Kubelet {
         }
     }
 
-    /// Registers the node object (best effort) and runs the kubelet until the task is aborted.
+    /// Registers the node object, Ready (best effort), and runs the kubelet until the task is
+    /// aborted.
     pub(crate) fn spawn(&self) -> JoinHandle<()> {
         let k = self.inner.clone();
-        let nodes = ResourceRef::new("", "v1", "nodes");
-        let _ = k.cluster.create(
-            &nodes,
-            None,
-            json!({
-                "metadata": {"name": k.config.node_name, "labels": {
-                    "kubernetes.io/hostname": k.config.node_name, "kubernetes.io/os": "linux"}},
-                "spec": {"podCIDR": format!("{}0/24", k.config.pod_ip_prefix)},
-            }),
-        );
+        k.register_node();
         let mut changes = k.cluster.subscribe();
         tokio::spawn(async move {
             loop {
@@ -240,6 +233,53 @@ impl Kubelet {
 }
 
 impl Inner {
+    /// The node this kubelet plays, with the status a healthy kubelet posts (F12.1): Ready, no
+    /// pressure, its address, capacity and versions.
+    fn register_node(&self) {
+        let nodes = ResourceRef::new("", "v1", "nodes");
+        let name = &self.config.node_name;
+        let pod_cidr = format!("{}0/24", self.config.pod_ip_prefix);
+        let created = self.cluster.create(
+            &nodes,
+            None,
+            json!({
+                "metadata": {"name": name, "labels": {
+                    "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+                    "beta.kubernetes.io/arch": "amd64"}},
+                "spec": {"podCIDR": pod_cidr, "podCIDRs": [pod_cidr]},
+            }),
+        );
+        let Ok(node) = created else {
+            return;
+        };
+        let now = self.cluster.now_rfc3339();
+        let cond = |type_: &str, status: &str, reason: &str, message: &str| {
+            json!({"type": type_, "status": status, "reason": reason, "message": message,
+                   "lastHeartbeatTime": now, "lastTransitionTime": now})
+        };
+        let resources = json!({"cpu": "8", "memory": "16Gi", "pods": "110",
+                               "ephemeral-storage": "100Gi", "hugepages-2Mi": "0"});
+        let mut status = node;
+        status["status"] = json!({
+            "conditions": [
+                cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+            ],
+            "addresses": [{"type": "InternalIP", "address": self.config.host_ip},
+                          {"type": "Hostname", "address": name}],
+            "capacity": resources, "allocatable": resources,
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {"machineID": "", "systemUUID": "", "bootID": "",
+                "kernelVersion": "6.8.0", "osImage": "emulated", "containerRuntimeVersion": "containerd://2.0.0",
+                "kubeletVersion": "v1.33.0", "kubeProxyVersion": "v1.33.0",
+                "operatingSystem": "linux", "architecture": "amd64"},
+        });
+        let _ = self.cluster.update_status(&nodes, None, name, status);
+    }
+
     /// One pass over all pods: forget removed pods, schedule, start workers, report deletions.
     fn sync(self: &Arc<Self>) {
         let Ok((pods, _)) = self
@@ -806,6 +846,7 @@ impl Worker {
         let ready_changed = self.ready_changed.clone();
         let exits = self.shared.exits.clone();
         let now = k.cluster.now_rfc3339();
+        let restart_policy = self.restart_policy.clone();
         let c = self.ctr_mut(i);
         c.restart_at = None;
         if c.run > 0 {
@@ -855,6 +896,7 @@ impl Worker {
             mounts,
         );
         ctx.restart_count = c.restarts;
+        ctx.restart_policy = restart_policy;
         ctx.ready_changed = ready_changed;
         c.ready = ready;
         let program = c.program.clone();

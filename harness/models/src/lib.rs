@@ -13,6 +13,7 @@ mod agent_sandbox;
 mod client;
 mod gateway;
 pub mod install;
+mod jobs;
 mod kube;
 mod kubelet;
 mod model;
@@ -24,6 +25,7 @@ mod supervisor;
 pub mod target;
 mod workloads;
 
+pub use kube::KubernetesModels;
 pub use spec::{DEFECTS, Defect, MODELS, Model, Selection};
 
 #[cfg(test)]

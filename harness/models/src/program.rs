@@ -49,6 +49,8 @@ pub(crate) struct ContainerCtx {
     pub mounts: Mounts,
     /// How many times the kubelet restarted this container before this run.
     pub restart_count: u32,
+    /// The pod's `restartPolicy` (`Always`, `OnFailure` or `Never`).
+    pub restart_policy: String,
     pub(crate) signals: watch::Receiver<Option<Signal>>,
     pub(crate) ready: Arc<AtomicBool>,
     /// Woken when `ready` flips, so the kubelet updates the pod status without polling.
@@ -84,6 +86,7 @@ impl ContainerCtx {
                 env,
                 mounts,
                 restart_count: 0,
+                restart_policy: "Always".into(),
                 signals: rx,
                 ready: ready.clone(),
                 ready_changed: Arc::new(tokio::sync::Notify::new()),
@@ -137,12 +140,23 @@ pub(crate) trait ContainerProgram: Send + Sync + 'static {
 
 /// The default program: runs the container's argv with the emulated shell (so `sleep 3600` or
 /// `sh -c '...'` behave like a real image), ready while it runs, ended by signals like a
-/// process without handlers.
+/// process without handlers. An image's own executable, which the shell cannot run and the
+/// cluster has no model of, is a process that does nothing: in a pod that runs to completion
+/// (`restartPolicy` OnFailure or Never, a Job's pod) it exits 0 at once; in a pod meant to keep
+/// running it idles, ready, until stopped.
 pub(crate) struct ShellProgram;
 
 #[async_trait]
 impl ContainerProgram for ShellProgram {
     async fn run(&self, mut ctx: ContainerCtx) -> i32 {
+        let runs_to_completion = ctx.restart_policy != "Always";
+        if !ctx.argv.is_empty() && !kube_emulator::shell::can_run(&ctx.argv, &ctx.mounts) {
+            if runs_to_completion {
+                return 0;
+            }
+            ctx.set_ready(true);
+            return ctx.signalled().await.exit_code();
+        }
         if ctx.argv.is_empty() {
             // An image with no command: idle like a pause container until stopped.
             ctx.set_ready(true);

@@ -132,6 +132,9 @@ pub struct EmulatedTarget {
     kube: Mutex<Option<crate::kube::KubeModels>>,
     /// StatefulSet replicas before a GatewayStop.
     saved_replicas: Mutex<Option<i32>>,
+    /// Whether `teardown` leaves the Kubernetes models running (a served cluster goes on
+    /// reconciling after its case).
+    keep_models: std::sync::atomic::AtomicBool,
 }
 
 impl EmulatedTarget {
@@ -258,7 +261,15 @@ impl EmulatedTarget {
             timings: TargetTimings::default(),
             kube: Mutex::new(Some(kube)),
             saved_replicas: Mutex::new(None),
+            keep_models: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Makes `teardown` leave the Kubernetes models (kubelet, controllers) running, so the
+    /// cluster keeps reconciling after a case; they stop when the target is dropped.
+    pub fn keep_models_after_teardown(&self) {
+        self.keep_models
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     fn spec(&self) -> ObserveSpec {
@@ -605,7 +616,9 @@ impl Target for EmulatedTarget {
                 let _ = self.client.delete(&v.name);
             }
         }
-        drop(self.kube.lock().unwrap_or_else(|p| p.into_inner()).take());
+        if !self.keep_models.load(std::sync::atomic::Ordering::SeqCst) {
+            drop(self.kube.lock().unwrap_or_else(|p| p.into_inner()).take());
+        }
         Ok(())
     }
 }

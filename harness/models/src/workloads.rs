@@ -14,7 +14,9 @@
 //! template; a template change scales old ReplicaSets to 0 at once (no surge accounting);
 //! ReplicaSets create pods with `generateName: <rs>-` (the store's deterministic 5-character
 //! suffixes) and delete surplus ones not-ready first.
-//! Not modelled: update strategies/partitions, rollbacks, `minReadySeconds`, the PVC retention
+//! StatefulSet RollingUpdate (with partition) replaces outdated pods one at a time, highest
+//! ordinal first, each once all replicas are ready; `OnDelete` leaves them.
+//! Not modelled: Deployment surge accounting, rollbacks, `minReadySeconds`, the PVC retention
 //! policy `Delete`, ControllerRevision objects, Deployment progress deadlines.
 
 use std::collections::BTreeMap;
@@ -25,7 +27,7 @@ use tokio::task::JoinHandle;
 use crate::network::is_ready;
 use kube_emulator::{Cluster, DeleteOptions, ListOptions, ResourceRef};
 
-fn s<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
+pub(crate) fn s<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
     v.pointer(ptr).and_then(Value::as_str)
 }
 
@@ -66,16 +68,16 @@ fn template_hash(template: &Value) -> String {
     safe_encode(fnv1a32(template.to_string().as_bytes()))
 }
 
-fn is_deleting(v: &Value) -> bool {
+pub(crate) fn is_deleting(v: &Value) -> bool {
     v.pointer("/metadata/deletionTimestamp").is_some()
 }
 
-fn is_terminal(p: &Value) -> bool {
+pub(crate) fn is_terminal(p: &Value) -> bool {
     matches!(s(p, "/status/phase"), Some("Succeeded" | "Failed"))
 }
 
 /// The uid of the object's controller ownerRef.
-fn controller_uid(v: &Value) -> Option<&str> {
+pub(crate) fn controller_uid(v: &Value) -> Option<&str> {
     v.pointer("/metadata/ownerReferences")?
         .as_array()?
         .iter()
@@ -84,7 +86,7 @@ fn controller_uid(v: &Value) -> Option<&str> {
         .and_then(Value::as_str)
 }
 
-fn owner_ref(api_version: &str, kind: &str, owner: &Value) -> Value {
+pub(crate) fn owner_ref(api_version: &str, kind: &str, owner: &Value) -> Value {
     json!([{
         "apiVersion": api_version, "kind": kind,
         "name": s(owner, "/metadata/name").unwrap_or_default(),
@@ -93,7 +95,7 @@ fn owner_ref(api_version: &str, kind: &str, owner: &Value) -> Value {
     }])
 }
 
-fn list(cluster: &Cluster, r: &ResourceRef) -> Vec<Value> {
+pub(crate) fn list(cluster: &Cluster, r: &ResourceRef) -> Vec<Value> {
     cluster
         .list(r, None, &ListOptions::default())
         .map(|(items, _)| items)
@@ -101,7 +103,7 @@ fn list(cluster: &Cluster, r: &ResourceRef) -> Vec<Value> {
 }
 
 /// Writes `.status` when it differs from the stored one.
-fn write_status(cluster: &Cluster, r: &ResourceRef, obj: &Value, status: Value) {
+pub(crate) fn write_status(cluster: &Cluster, r: &ResourceRef, obj: &Value, status: Value) {
     if obj.get("status") == Some(&status) {
         return;
     }
@@ -113,7 +115,7 @@ fn write_status(cluster: &Cluster, r: &ResourceRef, obj: &Value, status: Value) 
 
 /// Sets a condition like `meta.SetStatusCondition` / the apps controllers do: the transition
 /// time changes only when the status flips; the update time when anything changes.
-fn set_condition(conds: &mut Vec<Value>, mut new: Value, now: &str) {
+pub(crate) fn set_condition(conds: &mut Vec<Value>, mut new: Value, now: &str) {
     let t = new["type"].clone();
     match conds.iter_mut().find(|c| c["type"] == t) {
         Some(cur) => {
@@ -278,13 +280,27 @@ impl WorkloadControllers {
                 break;
             }
         }
-        // Status.
+        // Status (and the rolling update, from the same listing; what it deletes shows next pass).
         let pods = self.pods_in(ns);
+        self.rolling_update(sts, &pods, &ordinal, &revision);
         let live: Vec<&Value> = pods
             .values()
             .filter(|p| owned(p) && !is_deleting(p))
             .collect();
         let ready = live.iter().filter(|p| is_ready(p)).count() as i64;
+        let rev_of = |p: &Value| {
+            s(p, "/metadata/labels/controller-revision-hash")
+                .unwrap_or_default()
+                .to_string()
+        };
+        let updated = live.iter().filter(|p| rev_of(p) == revision).count() as i64;
+        // The current revision is the one the pods ran before an update; it becomes the update
+        // revision once every replica runs it.
+        let current = match s(sts, "/status/currentRevision") {
+            Some(c) if updated < replicas || live.len() as i64 != replicas => c.to_string(),
+            _ => revision.clone(),
+        };
+        let current_n = live.iter().filter(|p| rev_of(p) == current).count() as i64;
         let mut st = obj_map(sts.get("status"));
         st.insert(
             "observedGeneration".into(),
@@ -294,8 +310,8 @@ impl WorkloadControllers {
         st.insert("availableReplicas".into(), json!(ready));
         for (k, v) in [
             ("readyReplicas", ready),
-            ("currentReplicas", live.len() as i64),
-            ("updatedReplicas", live.len() as i64),
+            ("currentReplicas", current_n),
+            ("updatedReplicas", updated),
         ] {
             if v > 0 {
                 st.insert(k.into(), json!(v));
@@ -303,10 +319,59 @@ impl WorkloadControllers {
                 st.remove(k);
             }
         }
-        st.insert("currentRevision".into(), json!(revision));
+        st.insert("currentRevision".into(), json!(current));
         st.insert("updateRevision".into(), json!(revision));
         st.insert("collisionCount".into(), json!(0));
         write_status(&self.cluster, &statefulsets(), sts, Value::Object(st));
+    }
+
+    /// The RollingUpdate strategy (the default, F12.3): once every replica exists, none is
+    /// terminating and all are ready, the highest ordinal at or above the partition that runs
+    /// an older revision is deleted (and recreated at the update revision by the next pass),
+    /// one pod at a time. `OnDelete` leaves pods alone.
+    fn rolling_update(
+        &self,
+        sts: &Value,
+        pods: &BTreeMap<String, Value>,
+        ordinal: &dyn Fn(&str) -> Option<i64>,
+        revision: &str,
+    ) {
+        if s(sts, "/spec/updateStrategy/type").unwrap_or("RollingUpdate") != "RollingUpdate" {
+            return;
+        }
+        let ns = s(sts, "/metadata/namespace").unwrap_or_default();
+        let uid = s(sts, "/metadata/uid").unwrap_or_default();
+        let replicas = sts
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(1)
+            .max(0);
+        let partition = sts
+            .pointer("/spec/updateStrategy/rollingUpdate/partition")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        let mut mine: Vec<(i64, &Value)> = pods
+            .iter()
+            .filter(|(_, p)| controller_uid(p) == Some(uid))
+            .filter_map(|(n, p)| ordinal(n).map(|o| (o, p)))
+            .filter(|(o, _)| *o < replicas)
+            .collect();
+        let settled = mine.len() as i64 == replicas
+            && mine.iter().all(|(_, p)| !is_deleting(p) && is_ready(p));
+        if !settled {
+            return;
+        }
+        mine.sort_by_key(|(o, _)| std::cmp::Reverse(*o));
+        if let Some((_, p)) = mine.iter().find(|(o, p)| {
+            *o >= partition && s(p, "/metadata/labels/controller-revision-hash") != Some(revision)
+        }) {
+            let _ = self.cluster.delete(
+                &ResourceRef::pods(),
+                Some(ns),
+                s(p, "/metadata/name").unwrap_or_default(),
+                &DeleteOptions::default(),
+            );
+        }
     }
 
     fn create_sts_pod(&self, sts: &Value, ord: i64, pod_name: &str, revision: &str) {

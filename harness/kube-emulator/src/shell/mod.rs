@@ -133,6 +133,30 @@ pub async fn run(
     }
 }
 
+/// The commands the shell runs itself (argv[0] taken by its base name).
+const COMMANDS: &[&str] = &[
+    ":", "true", "false", "echo", "printf", "cat", "test", "[", "mkdir", "rm", "ls", "touch",
+    "sleep", "kill", "date", "wc", "head", "tail", "cd", "pwd", "export", "unset", "env",
+    "printenv", "read", "set", "shift", "exit", "break", "continue", "eval", "sh", "dash",
+];
+
+/// Whether [`run`] can run this exec argv: argv[0] is one of the shell's commands or a script
+/// file in the mounts. Anything else is an executable of the image the shell knows nothing of
+/// (running it would say `not found`).
+pub fn can_run(argv: &[String], mounts: &Mounts) -> bool {
+    let Some(name) = argv.first() else {
+        return false;
+    };
+    if COMMANDS.contains(&base_name(name)) {
+        return true;
+    }
+    name.starts_with('/')
+        && matches!(
+            mounts.stat(&fs::components(name)),
+            Ok(fs::Kind::File { .. })
+        )
+}
+
 fn is_shell(name: &str) -> bool {
     matches!(base_name(name), "sh" | "dash")
 }

@@ -1497,3 +1497,32 @@ fn glob_patterns_match_like_fnmatch() {
     assert!(matches(r"\*", "*"));
     assert!(!matches(r"\*", "x"));
 }
+
+#[tokio::test]
+async fn every_command_the_shell_says_it_can_run_is_found() {
+    let mounts = Mounts::default();
+    for name in super::COMMANDS {
+        let argv = vec![name.to_string()];
+        assert!(super::can_run(&argv, &mounts), "{name}");
+        let out = run(
+            &argv,
+            &[],
+            &Default::default(),
+            "/",
+            &mounts,
+            &DefaultHooks::new(0),
+        )
+        .await;
+        assert_ne!(
+            out.exit_code,
+            127,
+            "{name}: {:?}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(!super::can_run(
+        &["/usr/local/bin/openshell-gateway".into()],
+        &mounts
+    ));
+    assert!(!super::can_run(&[], &mounts));
+}

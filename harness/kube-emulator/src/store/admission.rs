@@ -95,8 +95,10 @@ impl State {
             ("", "services") => self.admit_service(def, name, obj)?,
             ("", "secrets") => admit_secret(obj),
             ("apps", "statefulsets" | "deployments" | "replicasets") => {
-                admit_workload(def, name, obj)?
+                admit_workload(def, name, obj)?;
+                crate::kinds::workload_defaults(def, obj);
             }
+            ("batch", "jobs") => crate::kinds::admit_job(def, name, obj)?,
             ("apiextensions.k8s.io", "customresourcedefinitions") => {
                 self.admit_crd(def, name, obj)?
             }

@@ -485,6 +485,7 @@ impl State {
         }
         self.admit_create(def, version, &name, &mut obj)?;
         let uid = self.stamp_new(def, version, ns.as_deref(), &name, &mut obj);
+        crate::kinds::after_stamp(def, &mut obj);
         self.objects
             .entry(gr.clone())
             .or_default()

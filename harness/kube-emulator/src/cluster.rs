@@ -267,6 +267,38 @@ impl Cluster {
         })
     }
 
+    /// Reads the objects a [`Cluster::list`] would return in place, without copying them: `f`
+    /// sees each as stored (`apiVersion` is the version it was last written in) and keeps what
+    /// it returns. In-process controllers poll the store on every change; copying whole objects
+    /// to read a few fields was most of their cost. `f` runs under the store's lock: it must not
+    /// call the cluster.
+    pub fn scan<T>(
+        &self,
+        r: &ResourceRef,
+        ns: Option<&str>,
+        opts: &ListOptions,
+        f: impl FnMut(&Value) -> Option<T>,
+    ) -> ApiResult<Vec<T>> {
+        self.read(|s| {
+            let def = s.def(&r.group, &r.version, &r.plural)?;
+            Ok(s.list_raw(&def, ns, opts).filter_map(f).collect())
+        })
+    }
+
+    /// Reads one object in place, as [`Cluster::scan`] does (404 when it does not exist).
+    pub fn inspect<T>(
+        &self,
+        r: &ResourceRef,
+        ns: Option<&str>,
+        name: &str,
+        f: impl FnOnce(&Value) -> T,
+    ) -> ApiResult<T> {
+        self.read(|s| {
+            let def = s.def(&r.group, &r.version, &r.plural)?;
+            s.get_ref(&def, ns, name).map(f)
+        })
+    }
+
     /// PUT: optimistic concurrency applies when `obj` carries `metadata.resourceVersion`.
     pub fn update(
         &self,

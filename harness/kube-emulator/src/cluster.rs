@@ -111,6 +111,22 @@ pub struct Cluster {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// A handle that does not keep the cluster alive: [`WeakCluster::is_alive`] tells whether
+/// anything still holds it (a case must free its cluster when it ends).
+#[derive(Clone)]
+pub struct WeakCluster(Weak<Inner>);
+
+impl WeakCluster {
+    pub fn is_alive(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+
+    /// The cluster, while something else still holds it.
+    pub fn upgrade(&self) -> Option<Cluster> {
+        self.0.upgrade().map(|inner| Cluster { inner })
+    }
+}
+
 /// The volume under `(a, b)`, created empty on first use.
 fn volume(map: &mut BTreeMap<(String, String), Volume>, a: &str, b: &str) -> Volume {
     map.entry((a.into(), b.into())).or_default().clone()
@@ -220,6 +236,11 @@ impl Cluster {
     /// Reads the store without publishing anything.
     pub(crate) fn read<R>(&self, f: impl FnOnce(&State) -> R) -> R {
         f(&lock(&self.inner.state))
+    }
+
+    /// A handle that does not keep the cluster alive.
+    pub fn downgrade(&self) -> WeakCluster {
+        WeakCluster(Arc::downgrade(&self.inner))
     }
 
     /// Wakes on every change to the store: controllers wait on it instead of polling.
@@ -483,7 +504,9 @@ impl Cluster {
         .await)
     }
 
-    /// Sets the hooks (clock, `kill`) the default shell uses for a pod's containers.
+    /// Sets the hooks (clock, `kill`) the default shell uses for a pod's containers. The cluster
+    /// holds them: hooks that need the cluster keep a [`WeakCluster`], or the two keep each
+    /// other alive after the last user let go.
     pub fn set_pod_hooks(&self, ns: &str, pod: &str, hooks: Arc<dyn ShellHooks>) {
         lock(&self.inner.hooks).insert((ns.into(), pod.into()), hooks);
     }

@@ -142,6 +142,13 @@ impl OpenShellModel {
         *self.views.lock().unwrap_or_else(|p| p.into_inner()) = Some(hook);
     }
 
+    /// Drops the hook and every table (links, kill switches): they hold gateways and clients
+    /// that hold this model, and the cycle would outlive the case.
+    pub(crate) fn release(&self) {
+        *self.views.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.tables() = Tables::default();
+    }
+
     fn tables(&self) -> MutexGuard<'_, Tables> {
         self.tables.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -2,6 +2,7 @@
 //! OpenShell models end to end, and regressions found by the catalog.
 
 mod kube;
+mod lifetime;
 mod observe;
 mod openshell;
 mod regressions;

@@ -72,13 +72,30 @@ fn the_whole_catalog_gives_byte_identical_timelines_with_one_job_or_several(
     assert_same_timelines(&format!("{selection:?}, --jobs 1 vs 2"), &one, &several);
 }
 
-/// Every defect switch on the contract model, and 0.0.111 on Agent Sandbox v0.5.0, take other
-/// paths through the models (give-ups, crash loops, sticky errors) than the runs above: each
-/// gives the same timelines with one job or two. One topology where the gateway runs the
-/// sandbox and one where the supervisor lives in the sandbox pod keep it cheap.
+/// The selections that take other paths through the models (give-ups, crash loops, sticky
+/// errors) than the whole-catalog runs above: every defect switch on the contract model, and
+/// 0.0.111 on Agent Sandbox v0.5.0.
+fn other_paths() -> Vec<Selection> {
+    DEFECTS
+        .iter()
+        .map(|d| Selection::contract().with_defect(d.defect))
+        .chain([Selection::parse(Model::OpenShell0_0_111.name(), &[], Some("v0.5.0")).unwrap()])
+        .collect()
+}
+
 #[test]
-fn every_defect_switch_and_agent_sandbox_v0_5_0_give_byte_identical_timelines_with_one_job_or_two()
-{
+fn the_other_paths_are_every_defect_switch_and_agent_sandbox_v0_5_0() {
+    assert_eq!(other_paths().len(), 15);
+    assert_eq!(DEFECTS.len(), 14);
+}
+
+/// Each selection of [`other_paths`] gives the same timelines with one job or two (one test
+/// per selection, so they run side by side). One topology where the gateway runs the sandbox
+/// and one where the supervisor lives in the sandbox pod keep it cheap.
+#[rstest]
+fn every_defect_switch_and_agent_sandbox_v0_5_0_give_byte_identical_timelines_with_one_job_or_two(
+    #[values(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14)] path: usize,
+) {
     let topologies: Vec<Topology> = ["gateway", "supervisor-pod"]
         .into_iter()
         .map(|n| Topologies::builtin().get(n).unwrap().clone())
@@ -88,19 +105,11 @@ fn every_defect_switch_and_agent_sandbox_v0_5_0_give_byte_identical_timelines_wi
         ..Pick::default()
     };
     let cases = || catalog::cases(&topologies, &pick);
-    let selections = DEFECTS
-        .iter()
-        .map(|d| Selection::contract().with_defect(d.defect))
-        .chain([Selection::parse(Model::OpenShell0_0_111.name(), &[], Some("v0.5.0")).unwrap()]);
-    let mut runs = 0;
-    for selection in selections {
-        let one = run(&selection, cases(), 1);
-        let two = run(&selection, cases(), 2);
-        assert!(!one.is_empty(), "{selection:?}: no cases");
-        assert_same_timelines(&format!("{selection:?}, --jobs 1 vs 2"), &one, &two);
-        runs += 1;
-    }
-    assert_eq!(runs, DEFECTS.len() + 1);
+    let selection = &other_paths()[path];
+    let one = run(selection, cases(), 1);
+    let two = run(selection, cases(), 2);
+    assert!(!one.is_empty(), "{selection:?}: no cases");
+    assert_same_timelines(&format!("{selection:?}, --jobs 1 vs 2"), &one, &two);
 }
 
 /// The case that differed most often before wake-ups were ordered: the supervisor pod is

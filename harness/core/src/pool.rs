@@ -32,8 +32,21 @@ pub fn run_paused(
     jobs: usize,
     observer: &dyn CaseObserver,
 ) -> Vec<CaseReport> {
-    let n = cases.len();
-    let queue = Mutex::new(cases.into_iter().enumerate().collect::<VecDeque<_>>());
+    let work = cases.into_iter().map(|c| (factory.clone(), c)).collect();
+    run_paused_mixed(work, opts, jobs, observer)
+}
+
+/// As [`run_paused`], each case on the target factory paired with it: one pool for several
+/// models or defect switches (the whole proof), so no thread idles while one selection's last
+/// long case runs. Reports come back in the order given.
+pub fn run_paused_mixed(
+    work: Vec<(Arc<dyn TargetFactory>, Case)>,
+    opts: EngineOptions,
+    jobs: usize,
+    observer: &dyn CaseObserver,
+) -> Vec<CaseReport> {
+    let n = work.len();
+    let queue = Mutex::new(work.into_iter().enumerate().collect::<VecDeque<_>>());
     let results = Mutex::new(Vec::with_capacity(n));
     std::thread::scope(|s| {
         for _ in 0..jobs.clamp(1, n.max(1)) {
@@ -43,15 +56,19 @@ pub fn run_paused(
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
                         .pop_front();
-                    let Some((i, case)) = next else { break };
+                    let Some((i, (factory, case))) = next else {
+                        break;
+                    };
                     observer.started(&case.id());
                     let rt = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .start_paused(true)
                         .build()
                         .expect("a current-thread runtime builds");
-                    let engine = Engine::new(factory.clone(), opts.clone());
+                    let engine = Engine::new(factory, opts.clone());
                     let report = rt.block_on(engine.run_case(&case));
+                    // The case's cluster and tasks go with its runtime, before the next starts.
+                    drop(rt);
                     observer.finished(&report);
                     results
                         .lock()
@@ -156,6 +173,35 @@ mod tests {
             );
             let got: Vec<String> = reports.iter().map(|r| r.case_id.clone()).collect();
             assert_eq!(got, ids, "jobs {jobs}");
+        }
+    }
+
+    #[test]
+    fn a_mixed_pool_runs_each_case_on_its_own_factory_and_reports_in_the_order_given() {
+        let install_fails = Factory::new(Quirk::InstallFails);
+        let fine = Factory::new(Quirk::None);
+        let work: Vec<(Arc<dyn TargetFactory>, Case)> = ["a", "b", "c", "d"]
+            .into_iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let f: Arc<dyn TargetFactory> = if i % 2 == 0 {
+                    fine.clone()
+                } else {
+                    install_fails.clone()
+                };
+                (f, quiet_case(n))
+            })
+            .collect();
+        let ids: Vec<String> = work.iter().map(|(_, c)| c.id()).collect();
+        for jobs in [1, 3] {
+            let reports = run_paused_mixed(work.clone(), EngineOptions::default(), jobs, &());
+            let got: Vec<String> = reports.iter().map(|r| r.case_id.clone()).collect();
+            assert_eq!(got, ids, "jobs {jobs}");
+            let passed: Vec<bool> = reports
+                .iter()
+                .map(|r| r.outcome == crate::engine::Outcome::Passed)
+                .collect();
+            assert_eq!(passed, [true, false, true, false], "jobs {jobs}");
         }
     }
 

@@ -111,6 +111,22 @@ pub struct Cluster {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// A handle that does not keep the cluster alive: [`WeakCluster::is_alive`] tells whether
+/// anything still holds it (a case must free its cluster when it ends).
+#[derive(Clone)]
+pub struct WeakCluster(Weak<Inner>);
+
+impl WeakCluster {
+    pub fn is_alive(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+
+    /// The cluster, while something else still holds it.
+    pub fn upgrade(&self) -> Option<Cluster> {
+        self.0.upgrade().map(|inner| Cluster { inner })
+    }
+}
+
 /// The volume under `(a, b)`, created empty on first use.
 fn volume(map: &mut BTreeMap<(String, String), Volume>, a: &str, b: &str) -> Volume {
     map.entry((a.into(), b.into())).or_default().clone()
@@ -222,6 +238,11 @@ impl Cluster {
         f(&lock(&self.inner.state))
     }
 
+    /// A handle that does not keep the cluster alive.
+    pub fn downgrade(&self) -> WeakCluster {
+        WeakCluster(Arc::downgrade(&self.inner))
+    }
+
     /// Wakes on every change to the store: controllers wait on it instead of polling.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.inner.changes.subscribe()
@@ -264,6 +285,38 @@ impl Cluster {
         self.read(|s| {
             let def = s.def(&r.group, &r.version, &r.plural)?;
             Ok((s.list(&def, &r.version, ns, opts), s.rv))
+        })
+    }
+
+    /// Reads the objects a [`Cluster::list`] would return in place, without copying them: `f`
+    /// sees each as stored (`apiVersion` is the version it was last written in) and keeps what
+    /// it returns. In-process controllers poll the store on every change; copying whole objects
+    /// to read a few fields was most of their cost. `f` runs under the store's lock: it must not
+    /// call the cluster.
+    pub fn scan<T>(
+        &self,
+        r: &ResourceRef,
+        ns: Option<&str>,
+        opts: &ListOptions,
+        f: impl FnMut(&Value) -> Option<T>,
+    ) -> ApiResult<Vec<T>> {
+        self.read(|s| {
+            let def = s.def(&r.group, &r.version, &r.plural)?;
+            Ok(s.list_raw(&def, ns, opts).filter_map(f).collect())
+        })
+    }
+
+    /// Reads one object in place, as [`Cluster::scan`] does (404 when it does not exist).
+    pub fn inspect<T>(
+        &self,
+        r: &ResourceRef,
+        ns: Option<&str>,
+        name: &str,
+        f: impl FnOnce(&Value) -> T,
+    ) -> ApiResult<T> {
+        self.read(|s| {
+            let def = s.def(&r.group, &r.version, &r.plural)?;
+            s.get_ref(&def, ns, name).map(f)
         })
     }
 
@@ -451,7 +504,9 @@ impl Cluster {
         .await)
     }
 
-    /// Sets the hooks (clock, `kill`) the default shell uses for a pod's containers.
+    /// Sets the hooks (clock, `kill`) the default shell uses for a pod's containers. The cluster
+    /// holds them: hooks that need the cluster keep a [`WeakCluster`], or the two keep each
+    /// other alive after the last user let go.
     pub fn set_pod_hooks(&self, ns: &str, pod: &str, hooks: Arc<dyn ShellHooks>) {
         lock(&self.inner.hooks).insert((ns.into(), pod.into()), hooks);
     }

@@ -32,7 +32,7 @@ mod transport;
 mod watch;
 
 pub use clock::parse_unix;
-pub use cluster::{Cluster, ClusterConfig, DEFAULT_EPOCH_UNIX, ResourceRef};
+pub use cluster::{Cluster, ClusterConfig, DEFAULT_EPOCH_UNIX, ResourceRef, WeakCluster};
 pub use error::{ApiError, ApiResult};
 pub use exec::{ExecHandler, ExecRequest, container_mounts};
 pub use patch::PatchKind;

@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Where the scale subresource finds replicas in the object (a CRD's `subresources.scale`).
 #[derive(Debug, Clone, PartialEq)]
@@ -128,7 +129,8 @@ pub(crate) fn builtin(
 /// The served resources, keyed by (group, plural).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Resources {
-    pub defs: BTreeMap<(String, String), ResourceDef>,
+    /// Shared: every request looks its resource up, and a CRD's schema is large.
+    pub defs: BTreeMap<(String, String), Arc<ResourceDef>>,
 }
 
 impl Resources {
@@ -240,34 +242,41 @@ impl Resources {
                 false,
             ),
         ] {
-            r.defs.insert(d.gr(), d);
+            r.defs.insert(d.gr(), Arc::new(d));
         }
         for d in crate::kinds::more_builtins() {
-            r.defs.insert(d.gr(), d);
+            r.defs.insert(d.gr(), Arc::new(d));
         }
         // Endpoints' kind is plural in the real API ("Endpoints", list "EndpointsList").
         if let Some(ep) = r.defs.get_mut(&(String::new(), "endpoints".into())) {
-            ep.singular = "endpoints".into();
+            Arc::make_mut(ep).singular = "endpoints".into();
         }
         r
     }
 
     /// Looks up a served (group, version, plural).
-    pub(crate) fn get(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceDef> {
+    pub(crate) fn get(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+    ) -> Option<&Arc<ResourceDef>> {
         self.defs
             .get(&(group.to_string(), plural.to_string()))
             .filter(|d| d.version(version).is_some())
     }
 
     pub(crate) fn get_gr(&self, group: &str, plural: &str) -> Option<&ResourceDef> {
-        self.defs.get(&(group.to_string(), plural.to_string()))
+        self.defs
+            .get(&(group.to_string(), plural.to_string()))
+            .map(|d| &**d)
     }
 
     /// Groups with their served versions, in a stable order (core first, then by name, but the
     /// built-in groups before custom ones, as the real discovery lists them).
     pub(crate) fn groups(&self) -> Vec<(String, Vec<String>)> {
         let mut out: Vec<(String, Vec<String>)> = vec![];
-        let mut defs: Vec<&ResourceDef> = self.defs.values().collect();
+        let mut defs: Vec<&ResourceDef> = self.defs.values().map(|d| &**d).collect();
         defs.sort_by_key(|d| (d.custom, d.group.clone()));
         for d in defs {
             let versions: Vec<String> = d.versions.iter().map(|v| v.name.clone()).collect();
@@ -292,6 +301,7 @@ impl Resources {
     pub(crate) fn in_group_version(&self, group: &str, version: &str) -> Vec<&ResourceDef> {
         self.defs
             .values()
+            .map(|d| &**d)
             .filter(|d| d.group == group && d.version(version).is_some())
             .collect()
     }
@@ -300,7 +310,7 @@ impl Resources {
     pub(crate) fn register_crd(&mut self, crd: &Value) -> Option<(String, String)> {
         let def = def_from_crd(crd)?;
         let key = def.gr();
-        self.defs.insert(key.clone(), def);
+        self.defs.insert(key.clone(), Arc::new(def));
         Some(key)
     }
 

@@ -266,7 +266,7 @@ fn parse_body(body: &[u8]) -> ApiResult<Value> {
 
 struct Ctx {
     cluster: Cluster,
-    def: ResourceDef,
+    def: std::sync::Arc<ResourceDef>,
     version: String,
     ns: Option<String>,
     query: Query,

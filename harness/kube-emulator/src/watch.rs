@@ -95,7 +95,7 @@ fn expired(requested: u64, oldest: u64) -> WatchEvent {
 /// Starts a watch; the stream ends at the timeout, on 410, or when the receiver is dropped.
 pub(crate) fn watch_stream(
     cluster: Cluster,
-    def: ResourceDef,
+    def: std::sync::Arc<ResourceDef>,
     version: String,
     ns: Option<String>,
     p: WatchParams,

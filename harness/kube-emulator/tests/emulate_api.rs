@@ -1117,3 +1117,48 @@ async fn the_same_scenario_gives_a_byte_identical_timeline_twice() {
     );
     assert_eq!(first, second);
 }
+
+#[tokio::test(start_paused = true)]
+async fn scanning_and_inspecting_read_what_list_and_get_return() {
+    let c = cluster();
+    let pods = ResourceRef::pods();
+    for (ns, name, app) in [
+        ("default", "b", "web"),
+        ("default", "a", "web"),
+        ("default", "c", "db"),
+        ("kube-system", "d", "web"),
+    ] {
+        c.create(
+            &pods,
+            Some(ns),
+            json!({"metadata": {"name": name, "labels": {"app": app}},
+                   "spec": {"containers": [{"name": "main", "image": "busybox:1"}]}}),
+        )
+        .unwrap();
+    }
+    let opts = kube_emulator::ListOptions::default();
+    let (listed, _) = c.list(&pods, Some("default"), &opts).unwrap();
+    let scanned = c
+        .scan(&pods, Some("default"), &opts, |p| Some(p.clone()))
+        .unwrap();
+    assert_eq!(scanned, listed);
+    let names = c
+        .scan(&pods, None, &opts, |p| {
+            (p.pointer("/metadata/labels/app")? == "web")
+                .then(|| p.pointer("/metadata/name")?.as_str().map(String::from))
+                .flatten()
+        })
+        .unwrap();
+    assert_eq!(names, ["a", "b", "d"]);
+    let got = c.get(&pods, Some("default"), "c").unwrap();
+    let inspected = c
+        .inspect(&pods, Some("default"), "c", |p| p.clone())
+        .unwrap();
+    assert_eq!(inspected, got);
+    assert_eq!(
+        c.inspect(&pods, Some("default"), "nope", |_| ())
+            .unwrap_err()
+            .code,
+        404
+    );
+}

@@ -168,27 +168,28 @@ impl AgentSandboxController {
 
     /// Reconciles every Sandbox whose CR or pod changed since the last pass.
     fn pass(&self, seen: &mut BTreeMap<(String, String), TriggerKey>) {
-        let Ok((items, _)) = self
+        // Read in place which Sandboxes changed; copy only those (this runs on every change).
+        let Ok(items) = self
             .cluster
-            .list(&sandboxes(), None, &ListOptions::default())
+            .scan(&sandboxes(), None, &ListOptions::default(), |sb| {
+                let field = |p| s(sb, p).unwrap_or_default().to_string();
+                Some((
+                    field("/metadata/namespace"),
+                    field("/metadata/name"),
+                    field("/metadata/resourceVersion"),
+                ))
+            })
         else {
             return;
         };
         let mut live = BTreeMap::new();
-        for sb in items {
-            let ns = s(&sb, "/metadata/namespace")
-                .unwrap_or_default()
-                .to_string();
-            let name = s(&sb, "/metadata/name").unwrap_or_default().to_string();
-            let key = (
-                s(&sb, "/metadata/resourceVersion")
-                    .unwrap_or_default()
-                    .to_string(),
-                self.watched_pod(&ns, &name)
-                    .and_then(|p| s(&p, "/metadata/resourceVersion").map(String::from)),
-            );
+        for (ns, name, rv) in items {
+            let key = (rv, self.watched_pod_version(&ns, &name));
             let k = (ns, name);
             if seen.get(&k) != Some(&key) {
+                let Ok(sb) = self.cluster.get(&sandboxes(), Some(&k.0), &k.1) else {
+                    continue;
+                };
                 self.reconcile(&sb);
                 // Record what we reconciled against; our own writes trigger one more (no-op) pass.
                 live.insert(k, key);
@@ -199,16 +200,18 @@ impl AgentSandboxController {
         *seen = live;
     }
 
-    /// The pod as the controller's pod watch sees it (only pods with the name-hash label).
-    fn watched_pod(&self, ns: &str, name: &str) -> Option<Value> {
+    /// The resourceVersion of the pod as the controller's pod watch sees it (only pods with
+    /// the name-hash label).
+    fn watched_pod_version(&self, ns: &str, name: &str) -> Option<String> {
         self.cluster
-            .get(&ResourceRef::pods(), Some(ns), name)
-            .ok()
-            .filter(|p| {
+            .inspect(&ResourceRef::pods(), Some(ns), name, |p| {
                 p.pointer("/metadata/labels")
                     .and_then(|l| l.get(NAME_HASH_LABEL))
-                    .is_some()
+                    .and(s(p, "/metadata/resourceVersion"))
+                    .map(String::from)
             })
+            .ok()
+            .flatten()
     }
 
     fn patch_annotation(&self, sb: &mut Value, value: Option<&str>) {

@@ -34,7 +34,9 @@ use crate::network::Network;
 use crate::program::{ContainerCtx, Programs, Signal};
 use kube_emulator::container_mounts;
 use kube_emulator::shell::ShellHooks;
-use kube_emulator::{Cluster, DeleteOptions, ExecRequest, ListOptions, PatchKind, ResourceRef};
+use kube_emulator::{
+    Cluster, DeleteOptions, ExecRequest, ListOptions, PatchKind, ResourceRef, WeakCluster,
+};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -132,13 +134,15 @@ impl PodShared {
 
 /// `kill` inside `kubectl exec` reaches the pod's programs (see the module docs for pids).
 struct KubeletHooks {
-    cluster: Cluster,
+    /// Weak: the cluster holds the hooks.
+    cluster: WeakCluster,
     shared: Weak<PodShared>,
 }
 
 impl ShellHooks for KubeletHooks {
     fn now_unix(&self) -> u64 {
-        self.cluster.now_unix()
+        // Only a shell in this cluster asks, so the cluster is there.
+        self.cluster.upgrade().map_or(0, |c| c.now_unix())
     }
 
     fn kill(&self, pid: &str, signal: &str) -> Result<(), String> {
@@ -486,7 +490,7 @@ impl Inner {
             &ns,
             &name,
             Arc::new(KubeletHooks {
-                cluster: self.cluster.clone(),
+                cluster: self.cluster.downgrade(),
                 shared: Arc::downgrade(&shared),
             }),
         );

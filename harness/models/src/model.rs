@@ -180,6 +180,14 @@ impl OpenShellModel {
         }
     }
 
+    /// Drops the hook and every table (links, kill switches): they hold gateways and clients
+    /// that hold this model, and the cycle would outlive the case.
+    pub(crate) fn release(&self) {
+        *self.views.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.starts.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.tables() = Tables::default();
+    }
+
     fn tables(&self) -> MutexGuard<'_, Tables> {
         self.tables.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -68,6 +68,12 @@ impl Network {
             .retain(|(n, p, _), _| !(n == ns && p == pod));
     }
 
+    /// Forgets every endpoint: the programs behind them hold the network, so a network that
+    /// is done with must let them go or the two keep each other (and their cluster) alive.
+    pub(crate) fn unbind_all(&self) {
+        lock(&self.inner).endpoints.clear();
+    }
+
     /// Black-holes connections to a Service until [`Network::unblock`].
     pub fn block(&self, ns: &str, service: &str) {
         lock(&self.inner)
@@ -102,41 +108,57 @@ impl Network {
         {
             return Err(NetError::Blackholed(addr));
         }
-        let service = cluster
-            .get(&ResourceRef::new("", "v1", "services"), Some(&ns), &svc)
+        // Read in place: connections are made on every call the models make.
+        let (selector, target) = cluster
+            .inspect(
+                &ResourceRef::new("", "v1", "services"),
+                Some(&ns),
+                &svc,
+                |service| {
+                    let selector: BTreeMap<String, String> = service
+                        .pointer("/spec/selector")
+                        .and_then(Value::as_object)
+                        .and_then(|m| {
+                            m.iter()
+                                .map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let target = service
+                        .pointer("/spec/ports")
+                        .and_then(Value::as_array)
+                        .and_then(|ps| {
+                            ps.iter().find(|p| {
+                                p.get("port").and_then(Value::as_u64) == Some(u64::from(port))
+                            })
+                        })
+                        .map(|p| p.get("targetPort").cloned().unwrap_or(Value::from(port)));
+                    (selector, target)
+                },
+            )
             .map_err(|_| NetError::NoSuchHost(host.to_string()))?;
-        let selector: BTreeMap<String, String> = service
-            .pointer("/spec/selector")
-            .and_then(|s| serde_json::from_value(s.clone()).ok())
-            .unwrap_or_default();
-        let target = service
-            .pointer("/spec/ports")
-            .and_then(Value::as_array)
-            .and_then(|ps| {
-                ps.iter()
-                    .find(|p| p.get("port").and_then(Value::as_u64) == Some(u64::from(port)))
-            })
-            .map(|p| p.get("targetPort").cloned().unwrap_or(Value::from(port)))
-            .ok_or_else(|| NetError::Refused(addr.clone()))?;
+        let target = target.ok_or_else(|| NetError::Refused(addr.clone()))?;
         if selector.is_empty() {
             return Err(NetError::Refused(addr));
         }
-        let pods = cluster
-            .list(&ResourceRef::pods(), Some(&ns), &ListOptions::default())
-            .map(|(items, _rv)| items)
+        // The ready backing pods, by name, with the port the service's target resolves to.
+        let backends = cluster
+            .scan(
+                &ResourceRef::pods(),
+                Some(&ns),
+                &ListOptions::default(),
+                |pod| {
+                    if !(selects(&selector, pod) && is_ready(pod)) {
+                        return None;
+                    }
+                    let name = pod.pointer("/metadata/name").and_then(Value::as_str)?;
+                    Some((name.to_string(), resolve_port(pod, &target)?))
+                },
+            )
             .unwrap_or_default();
         let inner = lock(&self.inner);
-        for pod in pods.iter().filter(|p| selects(&selector, p) && is_ready(p)) {
-            let name = pod
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            let Some(pod_port) = resolve_port(pod, &target) else {
-                continue;
-            };
-            if let Some(ep) = inner
-                .endpoints
-                .get(&(ns.clone(), name.to_string(), pod_port))
+        for (name, pod_port) in backends {
+            if let Some(ep) = inner.endpoints.get(&(ns.clone(), name, pod_port))
                 && let Ok(ep) = ep.clone().downcast::<T>()
             {
                 return Ok(ep);

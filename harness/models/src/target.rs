@@ -623,6 +623,17 @@ impl Target for EmulatedTarget {
     }
 }
 
+/// A case ends with its target: what its models hold of each other (gateways and programs
+/// behind network endpoints, the view hook, kill switches) is let go, so the cluster and every
+/// object in it is freed with the case rather than kept alive by a cycle.
+impl Drop for EmulatedTarget {
+    fn drop(&mut self) {
+        drop(self.kube.lock().unwrap_or_else(|p| p.into_inner()).take());
+        self.network.unbind_all();
+        self.model.release();
+    }
+}
+
 /// Records the gateway's views of sandboxes: every state it shows, the disappearance of a
 /// sandbox it no longer lists, and, while it cannot be reached, an `Unknown` phase for every
 /// sandbox it listed (not the last phase seen).

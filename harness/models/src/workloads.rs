@@ -76,6 +76,19 @@ pub(crate) fn is_terminal(p: &Value) -> bool {
     matches!(s(p, "/status/phase"), Some("Succeeded" | "Failed"))
 }
 
+/// What the workload controllers read of a pod.
+struct PodView {
+    name: String,
+    /// The uid of its controller ownerRef.
+    owner: Option<String>,
+    created: String,
+    deleting: bool,
+    terminal: bool,
+    ready: bool,
+    /// Its `controller-revision-hash` label (StatefulSet pods).
+    revision: Option<String>,
+}
+
 /// The uid of the object's controller ownerRef.
 pub(crate) fn controller_uid(v: &Value) -> Option<&str> {
     v.pointer("/metadata/ownerReferences")?
@@ -188,13 +201,32 @@ impl WorkloadControllers {
         }
     }
 
-    fn pods_in(&self, ns: &str) -> BTreeMap<String, Value> {
+    /// The pods of a namespace by name, as much of each as the controllers read. Read in place:
+    /// the controllers run on every change to the store, and sandbox pods are large.
+    fn pods_in(&self, ns: &str) -> BTreeMap<String, PodView> {
         self.cluster
-            .list(&ResourceRef::pods(), Some(ns), &ListOptions::default())
-            .map(|(items, _)| items)
+            .scan(
+                &ResourceRef::pods(),
+                Some(ns),
+                &ListOptions::default(),
+                |p| {
+                    let view = PodView {
+                        name: s(p, "/metadata/name").unwrap_or_default().to_string(),
+                        owner: controller_uid(p).map(str::to_string),
+                        created: s(p, "/metadata/creationTimestamp")
+                            .unwrap_or_default()
+                            .to_string(),
+                        deleting: is_deleting(p),
+                        terminal: is_terminal(p),
+                        ready: is_ready(p),
+                        revision: s(p, "/metadata/labels/controller-revision-hash")
+                            .map(str::to_string),
+                    };
+                    Some((view.name.clone(), view))
+                },
+            )
             .unwrap_or_default()
             .into_iter()
-            .map(|p| (s(&p, "/metadata/name").unwrap_or_default().to_string(), p))
             .collect()
     }
 
@@ -211,7 +243,7 @@ impl WorkloadControllers {
         let template = sts.pointer("/spec/template").cloned().unwrap_or(json!({}));
         let revision = format!("{name}-{}", template_hash(&template));
         let pods = self.pods_in(ns);
-        let owned = |p: &Value| controller_uid(p) == Some(uid);
+        let owned = |p: &PodView| p.owner.as_deref() == Some(uid);
         let ordinal = |pname: &str| -> Option<i64> {
             pname
                 .strip_prefix(name)?
@@ -230,12 +262,12 @@ impl WorkloadControllers {
                     }
                 }
                 Some(p) if !owned(p) => {}
-                Some(p) if is_deleting(p) => {
+                Some(p) if p.deleting => {
                     if ordered {
                         break;
                     }
                 }
-                Some(p) if is_terminal(p) => {
+                Some(p) if p.terminal => {
                     // A failed or succeeded pod is deleted and created again (same name).
                     let _ = self.cluster.delete(
                         &ResourceRef::pods(),
@@ -248,23 +280,23 @@ impl WorkloadControllers {
                     }
                 }
                 Some(p) => {
-                    if ordered && !is_ready(p) {
+                    if ordered && !p.ready {
                         break;
                     }
                 }
             }
         }
         // Scale down, highest ordinal first.
-        let mut surplus: Vec<(i64, &Value)> = pods
+        let mut surplus: Vec<(i64, &PodView)> = pods
             .iter()
             .filter(|(_, p)| owned(p))
             .filter_map(|(n, p)| ordinal(n).map(|o| (o, p)))
             .filter(|(o, _)| *o >= replicas)
             .collect();
         surplus.sort_by_key(|(o, _)| std::cmp::Reverse(*o));
-        let terminating = surplus.iter().any(|(_, p)| is_deleting(p));
+        let terminating = surplus.iter().any(|(_, p)| p.deleting);
         for (o, p) in &surplus {
-            if is_deleting(p) {
+            if p.deleting {
                 continue;
             }
             if ordered && terminating {
@@ -283,24 +315,22 @@ impl WorkloadControllers {
         // Status (and the rolling update, from the same listing; what it deletes shows next pass).
         let pods = self.pods_in(ns);
         self.rolling_update(sts, &pods, &ordinal, &revision);
-        let live: Vec<&Value> = pods
-            .values()
-            .filter(|p| owned(p) && !is_deleting(p))
-            .collect();
-        let ready = live.iter().filter(|p| is_ready(p)).count() as i64;
-        let rev_of = |p: &Value| {
-            s(p, "/metadata/labels/controller-revision-hash")
-                .unwrap_or_default()
-                .to_string()
-        };
-        let updated = live.iter().filter(|p| rev_of(p) == revision).count() as i64;
+        let live: Vec<&PodView> = pods.values().filter(|p| owned(p) && !p.deleting).collect();
+        let ready = live.iter().filter(|p| p.ready).count() as i64;
+        let updated = live
+            .iter()
+            .filter(|p| p.revision.as_deref() == Some(revision.as_str()))
+            .count() as i64;
         // The current revision is the one the pods ran before an update; it becomes the update
         // revision once every replica runs it.
         let current = match s(sts, "/status/currentRevision") {
             Some(c) if updated < replicas || live.len() as i64 != replicas => c.to_string(),
             _ => revision.clone(),
         };
-        let current_n = live.iter().filter(|p| rev_of(p) == current).count() as i64;
+        let current_n = live
+            .iter()
+            .filter(|p| p.revision.as_deref() == Some(current.as_str()))
+            .count() as i64;
         let mut st = obj_map(sts.get("status"));
         st.insert(
             "observedGeneration".into(),
@@ -332,7 +362,7 @@ impl WorkloadControllers {
     fn rolling_update(
         &self,
         sts: &Value,
-        pods: &BTreeMap<String, Value>,
+        pods: &BTreeMap<String, PodView>,
         ordinal: &dyn Fn(&str) -> Option<i64>,
         revision: &str,
     ) {
@@ -350,25 +380,26 @@ impl WorkloadControllers {
             .pointer("/spec/updateStrategy/rollingUpdate/partition")
             .and_then(Value::as_i64)
             .unwrap_or(0);
-        let mut mine: Vec<(i64, &Value)> = pods
+        let mut mine: Vec<(i64, &PodView)> = pods
             .iter()
-            .filter(|(_, p)| controller_uid(p) == Some(uid))
+            .filter(|(_, p)| p.owner.as_deref() == Some(uid))
             .filter_map(|(n, p)| ordinal(n).map(|o| (o, p)))
             .filter(|(o, _)| *o < replicas)
             .collect();
-        let settled = mine.len() as i64 == replicas
-            && mine.iter().all(|(_, p)| !is_deleting(p) && is_ready(p));
+        let settled =
+            mine.len() as i64 == replicas && mine.iter().all(|(_, p)| !p.deleting && p.ready);
         if !settled {
             return;
         }
         mine.sort_by_key(|(o, _)| std::cmp::Reverse(*o));
-        if let Some((_, p)) = mine.iter().find(|(o, p)| {
-            *o >= partition && s(p, "/metadata/labels/controller-revision-hash") != Some(revision)
-        }) {
+        if let Some((_, p)) = mine
+            .iter()
+            .find(|(o, p)| *o >= partition && p.revision.as_deref() != Some(revision))
+        {
             let _ = self.cluster.delete(
                 &ResourceRef::pods(),
                 Some(ns),
-                s(p, "/metadata/name").unwrap_or_default(),
+                &p.name,
                 &DeleteOptions::default(),
             );
         }
@@ -579,9 +610,9 @@ impl WorkloadControllers {
             .unwrap_or(1)
             .max(0);
         let pods = self.pods_in(ns);
-        let mut active: Vec<&Value> = pods
+        let mut active: Vec<&PodView> = pods
             .values()
-            .filter(|p| controller_uid(p) == Some(uid) && !is_deleting(p) && !is_terminal(p))
+            .filter(|p| p.owner.as_deref() == Some(uid) && !p.deleting && !p.terminal)
             .collect();
         let diff = replicas - active.len() as i64;
         if diff > 0 {
@@ -606,30 +637,26 @@ impl WorkloadControllers {
             // Not-ready pods go first, then the newest.
             active.sort_by_key(|p| {
                 (
-                    is_ready(p),
-                    std::cmp::Reverse(
-                        s(p, "/metadata/creationTimestamp")
-                            .unwrap_or("")
-                            .to_string(),
-                    ),
-                    std::cmp::Reverse(s(p, "/metadata/name").unwrap_or("").to_string()),
+                    p.ready,
+                    std::cmp::Reverse(p.created.clone()),
+                    std::cmp::Reverse(p.name.clone()),
                 )
             });
             for p in active.iter().take((-diff) as usize) {
                 let _ = self.cluster.delete(
                     &ResourceRef::pods(),
                     Some(ns),
-                    s(p, "/metadata/name").unwrap_or_default(),
+                    &p.name,
                     &DeleteOptions::default(),
                 );
             }
         }
         let pods = self.pods_in(ns);
-        let live: Vec<&Value> = pods
+        let live: Vec<&PodView> = pods
             .values()
-            .filter(|p| controller_uid(p) == Some(uid) && !is_deleting(p) && !is_terminal(p))
+            .filter(|p| p.owner.as_deref() == Some(uid) && !p.deleting && !p.terminal)
             .collect();
-        let ready = live.iter().filter(|p| is_ready(p)).count() as i64;
+        let ready = live.iter().filter(|p| p.ready).count() as i64;
         let mut st = obj_map(rs.get("status"));
         st.insert(
             "observedGeneration".into(),

@@ -84,9 +84,10 @@ pub struct RunArgs {
     /// Seed of the fault sweep's schedule.
     #[arg(long, env = "OPENSHELL_CONFORMANCE_SEED")]
     pub seed: Option<u64>,
-    /// Cases run at once (real targets: only cases that leave the gateway alone).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64), env = "OPENSHELL_CONFORMANCE_JOBS")]
-    pub jobs: u16,
+    /// Cases run at once (default: emulated, the machine's available parallelism, since its
+    /// cases share nothing; real targets 1, and only cases that leave the gateway alone).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64), env = "OPENSHELL_CONFORMANCE_JOBS")]
+    pub jobs: Option<u16>,
     /// JUnit report path (default: <artifacts>/junit.xml).
     #[arg(long, env = "OPENSHELL_CONFORMANCE_JUNIT")]
     pub junit: Option<PathBuf>,
@@ -115,6 +116,18 @@ pub struct RunArgs {
     pub dry_run: bool,
     #[command(flatten)]
     pub real: RealArgs,
+}
+
+impl RunArgs {
+    /// Cases run at once: `--jobs`, or by default on the emulated target the machine's
+    /// available parallelism (each case has its own cluster and runtime), on real ones 1.
+    pub fn jobs(&self) -> usize {
+        match (self.jobs, self.provider()) {
+            (Some(n), _) => usize::from(n),
+            (None, None) => std::thread::available_parallelism().map_or(1, |n| n.get().min(64)),
+            (None, Some(_)) => 1,
+        }
+    }
 }
 
 /// The shortest outage `--outage` takes; anything shorter (0 and 1ns alike) is refused with
@@ -362,7 +375,7 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
     let signals = Signals::install()?;
     let watcher = tokio::spawn(signals.interrupt(interrupt.clone(), args.artifacts.clone()));
     let wall = std::time::SystemTime::now();
-    let jobs = args.jobs as usize;
+    let jobs = args.jobs();
     let reports = if args.provider().is_none() {
         let observer = Paced {
             inner: progress.clone(),
@@ -674,4 +687,28 @@ pub(super) async fn restore(args: &super::RestoreArgs) -> Result<ExitStatus, Err
     } else {
         ExitStatus::Infrastructure
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Cli, Command};
+    use clap::Parser;
+
+    fn jobs(args: &[&str]) -> usize {
+        let cli = Cli::try_parse_from(["openshell-conformance", "run"].iter().chain(args))
+            .expect("the arguments parse");
+        match cli.command {
+            Command::Run(run) => run.jobs(),
+            other => panic!("not run: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn without_jobs_the_emulated_target_uses_the_machines_parallelism_and_real_targets_one() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get().min(64));
+        assert_eq!(jobs(&[]), cores);
+        assert_eq!(jobs(&["--target", "kind"]), 1);
+        assert_eq!(jobs(&["--jobs", "3"]), 3);
+        assert_eq!(jobs(&["--target", "k3d", "--jobs", "2"]), 2);
+    }
 }

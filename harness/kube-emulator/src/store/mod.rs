@@ -322,7 +322,12 @@ impl State {
         }
     }
 
-    pub(crate) fn def(&self, group: &str, version: &str, plural: &str) -> ApiResult<ResourceDef> {
+    pub(crate) fn def(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+    ) -> ApiResult<Arc<ResourceDef>> {
         self.resources
             .get(group, version, plural)
             .cloned()
@@ -431,6 +436,33 @@ impl State {
             .filter(|(_, o)| opts.matches(o))
             .map(|(_, o)| Self::present(def, version, o))
             .collect()
+    }
+
+    /// As [`State::list`], but the objects as stored (in the version last written), borrowed.
+    pub(crate) fn list_raw<'a>(
+        &'a self,
+        def: &'a ResourceDef,
+        ns: Option<&'a str>,
+        opts: &'a ListOptions,
+    ) -> impl Iterator<Item = &'a Value> + 'a {
+        self.objects
+            .get(&def.gr())
+            .into_iter()
+            .flat_map(|m| m.iter())
+            .filter(move |((ons, _), _)| ns.is_none_or(|n| !def.namespaced || n == ons))
+            .filter(move |(_, o)| opts.matches(o))
+            .map(|(_, o)| o)
+    }
+
+    /// As [`State::get`], but the object as stored, borrowed.
+    pub(crate) fn get_ref(
+        &self,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        name: &str,
+    ) -> ApiResult<&Value> {
+        self.get_raw(&def.gr(), &Self::key(def, ns, name))
+            .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))
     }
 
     pub(crate) fn namespace_phase(&self, ns: &str) -> Option<String> {

@@ -3,6 +3,7 @@
 
 mod jobs;
 mod kube;
+mod lifetime;
 mod observe;
 mod openshell;
 mod regressions;

@@ -16,7 +16,9 @@ mod discovery;
 mod error;
 mod exec;
 mod logs;
+mod openapi;
 mod patch;
+mod pb;
 mod portforward;
 mod resources;
 mod selectors;
@@ -27,6 +29,7 @@ mod store;
 pub mod sync;
 mod tables;
 mod transport;
+mod validation;
 mod watch;
 
 pub use clock::parse_unix;

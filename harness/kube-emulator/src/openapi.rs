@@ -101,6 +101,13 @@ pub(crate) fn builtin() -> &'static Builtin {
                 }
             }
         }
+        // apiextensions' JSON holds any value (a CRD's `default`, `example`, `enum` items);
+        // k8s-openapi types it as an object, the upstream schema does not type it.
+        if let Some(Value::Object(d)) =
+            defs.get_mut("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSON")
+        {
+            d.remove("type");
+        }
         Builtin { defs, by_gvk }
     })
 }

@@ -60,6 +60,9 @@ struct Walker<'a> {
     /// Unknown fields, in strict-decoding form (`spec.ports[0].nodeport`).
     unknown: Vec<String>,
     mismatch: Option<TypeMismatch>,
+    /// Required fields left out (checked for custom resources, whose schema is their only
+    /// validation; built-in kinds' required fields are their validation code's business).
+    missing: Vec<String>,
     /// Directive keys of strategic merge patches (`$patch`, `$setElementOrder/...`) are skipped.
     patch: bool,
     /// Custom resources: `null` is a type error unless `nullable` (built-in decoding accepts it).
@@ -207,6 +210,18 @@ impl<'a> Walker<'a> {
                     return;
                 }
                 let preserve = s.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true));
+                if self.custom && !self.patch {
+                    for r in s
+                        .get("required")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                    {
+                        if let Some(r) = r.as_str().filter(|r| !map.contains_key(*r)) {
+                            self.missing.push(join(path, r));
+                        }
+                    }
+                }
                 let mut drop = vec![];
                 for (k, x) in map.iter_mut() {
                     if self.patch && k.starts_with('$') {
@@ -259,7 +274,8 @@ pub(crate) fn admit(
         defs,
         unknown: vec![],
         mismatch: None,
-        patch: body == BodyKind::Patch,
+        missing: vec![],
+        patch: body != BodyKind::Object,
         custom: def.custom,
     };
     // Under Strict nothing is dropped: the request fails instead.
@@ -280,8 +296,10 @@ pub(crate) fn admit(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    if let Some(m) = w.mismatch {
-        return Err(type_error(def, version, &kind, &name, body, &m));
+    // Decoding comes first (built-in type errors, unknown fields), then the custom resource's
+    // schema validation (type errors, required fields), as in the real server.
+    if let Some(m) = w.mismatch.as_ref().filter(|_| !def.custom) {
+        return Err(type_error(def, version, &kind, &name, body, m));
     }
     if body == BodyKind::Apply && !w.unknown.is_empty() {
         return Err(apply_unknown_field(
@@ -292,37 +310,41 @@ pub(crate) fn admit(
             &w.unknown[0],
         ));
     }
-    match directive {
-        FieldValidation::Strict if !w.unknown.is_empty() => {
-            let list = w
-                .unknown
-                .iter()
-                .map(|p| format!("unknown field {p:?}"))
-                .collect::<Vec<_>>()
-                .join(", ");
-            let msg = format!("strict decoding error: {list}");
-            Err(ApiError::bad_request(if body == BodyKind::Object {
-                format!(
-                    "{kind} in version {version:?} cannot be handled as a {}: {msg}",
-                    def.kind
-                )
-            } else {
-                msg
-            }))
-        }
-        FieldValidation::Warn => Ok(Admitted {
-            object: obj,
-            warnings: w
-                .unknown
-                .iter()
-                .map(|p| format!("unknown field {p:?}"))
-                .collect(),
-        }),
-        _ => Ok(Admitted {
-            object: obj,
-            warnings: vec![],
-        }),
+    if directive == FieldValidation::Strict && !w.unknown.is_empty() {
+        let list = w
+            .unknown
+            .iter()
+            .map(|p| format!("unknown field {p:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let msg = format!("strict decoding error: {list}");
+        return Err(ApiError::bad_request(if body == BodyKind::Object {
+            format!(
+                "{kind} in version {version:?} cannot be handled as a {}: {msg}",
+                def.kind
+            )
+        } else {
+            msg
+        }));
     }
+    if let Some(m) = &w.mismatch {
+        return Err(type_error(def, version, &kind, &name, body, m));
+    }
+    if !w.missing.is_empty() {
+        return Err(required_error(def, &name, &w.missing));
+    }
+    let warnings = if directive == FieldValidation::Warn {
+        w.unknown
+            .iter()
+            .map(|p| format!("unknown field {p:?}"))
+            .collect()
+    } else {
+        vec![]
+    };
+    Ok(Admitted {
+        object: obj,
+        warnings,
+    })
 }
 
 /// A value of the wrong type: Go's decoding error for built-in kinds (F11.4), a schema
@@ -367,6 +389,33 @@ fn type_error(
     } else {
         go
     })
+}
+
+/// Required fields of a custom resource left out: 422, one cause per field.
+fn required_error(def: &ResourceDef, name: &str, missing: &[String]) -> ApiError {
+    let errs: Vec<String> = missing
+        .iter()
+        .map(|p| format!("{p}: Required value"))
+        .collect();
+    let list = if errs.len() == 1 {
+        errs[0].clone()
+    } else {
+        format!("[{}]", errs.join(", "))
+    };
+    let mut e = ApiError::new(
+        422,
+        "Invalid",
+        format!(
+            "{} {name:?} is invalid: {list}",
+            qualified(&def.group, &def.kind)
+        ),
+    );
+    let causes: Vec<Value> = missing
+        .iter()
+        .map(|p| json!({"reason": "FieldValueRequired", "message": "Required value", "field": p}))
+        .collect();
+    e.details = Some(json!({"name": name, "group": def.group, "kind": def.kind, "causes": causes}));
+    e
 }
 
 /// Server-side apply of a field the schema does not declare: a plain error, which the real
@@ -418,7 +467,7 @@ mod tests {
                         "apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"},
                         "spec": {"type": "object", "properties": {
                             "podTemplate": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                            "replicas": {"type": "integer"}}}}}}}]}})
+                            "replicas": {"type": "integer"}}, "required": ["podTemplate"]}}}}}]}})
     }
 
     fn def(group: &str, plural: &str) -> ResourceDef {
@@ -537,6 +586,17 @@ mod tests {
             ok,
         )
         .unwrap();
+        let missing = admit(
+            &d,
+            "v1alpha1",
+            FieldValidation::Ignore,
+            BodyKind::Object,
+            sb(json!({})),
+        );
+        assert_eq!(
+            missing.unwrap_err().message,
+            "Sandbox.agents.x-k8s.io \"s\" is invalid: spec.podTemplate: Required value"
+        );
         let e = admit(
             &d,
             "v1alpha1",

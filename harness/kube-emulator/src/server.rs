@@ -195,6 +195,9 @@ async fn dispatch(cluster: Cluster, req: Request) -> ApiResult<Response> {
         let ws = WebSocketUpgrade::from_request_parts(&mut parts, &()).await;
         return upgrade(ctx, name.unwrap_or_default(), sub.unwrap_or_default(), ws);
     }
+    if sub.as_deref() != Some("log") {
+        crate::pb::negotiate(&parts.headers)?;
+    }
     let content_type = parts
         .headers
         .get(header::CONTENT_TYPE)

@@ -58,6 +58,20 @@ pub(crate) fn json_body(content_type: &str, body: Bytes) -> ApiResult<Bytes> {
     Ok(Bytes::from(serde_json::to_vec(&v).unwrap_or_default()))
 }
 
+/// Answers are JSON: a client whose `Accept` admits JSON (as kubectl's and client-go's do,
+/// listing protobuf first and JSON or `*/*` after it) gets JSON; one that accepts only
+/// protobuf gets 406 rather than a body it cannot read (F11.1).
+pub(crate) fn negotiate(headers: &http::HeaderMap) -> ApiResult<()> {
+    if crate::openapi::accepts_json(headers) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        406,
+        "NotAcceptable",
+        "only the following media types are accepted: application/json, application/yaml",
+    ))
+}
+
 fn bad(msg: impl std::fmt::Display) -> ApiError {
     ApiError::bad_request(format!(
         "the body of the request could not be decoded as {MEDIA_TYPE}: {msg}"

@@ -205,3 +205,30 @@ fn durations_read_like_go() {
     assert_eq!(go_duration(3_600_000_000_000), "1h0m0s");
     assert_eq!(go_duration(1_500_000_000), "1.5s");
 }
+
+#[test]
+fn answers_are_json_when_the_accept_header_allows_it_and_406_otherwise() {
+    let accept = |v: Option<&str>| {
+        let mut h = http::HeaderMap::new();
+        if let Some(v) = v {
+            h.insert(http::header::ACCEPT, v.parse().unwrap());
+        }
+        negotiate(&h)
+    };
+    assert!(accept(None).is_ok());
+    assert!(accept(Some("application/vnd.kubernetes.protobuf, */*")).is_ok());
+    assert!(accept(Some("application/vnd.kubernetes.protobuf,application/json")).is_ok());
+    assert!(
+        accept(Some(
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+        ))
+        .is_ok()
+    );
+    let e = accept(Some("application/vnd.kubernetes.protobuf")).unwrap_err();
+    assert_eq!((e.code, e.reason.as_str()), (406, "NotAcceptable"));
+    let e = accept(Some(
+        "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+    ))
+    .unwrap_err();
+    assert_eq!(e.code, 406);
+}

@@ -8,8 +8,9 @@
 
 use crate::cluster::Cluster;
 use crate::error::{ApiError, ApiResult};
+use crate::pb::Writer;
 use crate::resources::{ResourceDef, Resources};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, StatusCode, header};
 use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
@@ -383,10 +384,18 @@ fn fnv(bytes: &[u8]) -> u64 {
     })
 }
 
-/// Rewrites v3 refs and `allOf` wrappers into Swagger 2.0 form.
+/// Rewrites v3 refs and their `allOf` wrappers into Swagger 2.0 form.
 fn to_v2(v: &mut Value) {
     match v {
         Value::Object(m) => {
+            // v2 documents put a ref's description beside it; v3 wraps the ref in `allOf`.
+            if let Some(Value::Array(all)) = m.get("allOf")
+                && let [one] = all.as_slice()
+                && let Some(r) = one.get("$ref").cloned()
+            {
+                m.remove("allOf");
+                m.insert("$ref".into(), r);
+            }
             if let Some(Value::String(r)) = m.get_mut("$ref")
                 && let Some(name) = r.strip_prefix(V3_PREFIX)
             {
@@ -423,6 +432,111 @@ pub(crate) fn v2(r: &Resources) -> Value {
     doc
 }
 
+/// The media type client-go asks `/openapi/v2` in (F11.2): gnostic's `openapi.v2.Document`.
+const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+
+/// An `Any` of gnostic: the value as YAML text (JSON is YAML).
+fn any(v: &Value) -> Writer {
+    Writer::default().str(2, &v.to_string())
+}
+
+/// A Swagger 2.0 schema as gnostic's `openapi.v2.Schema` (field numbers of gnostic's
+/// `OpenAPIv2.proto`): what kubectl's v2 validation and `explain` read.
+fn v2_schema(s: &Value) -> Writer {
+    let mut w = Writer::default();
+    let Some(m) = s.as_object() else {
+        return w;
+    };
+    let text = |k: &str| m.get(k).and_then(Value::as_str);
+    if let Some(r) = text("$ref") {
+        w = w.str(1, r);
+    }
+    if let Some(f) = text("format") {
+        w = w.str(2, f);
+    }
+    if let Some(t) = text("title") {
+        w = w.str(3, t);
+    }
+    if let Some(d) = text("description") {
+        w = w.str(4, d);
+    }
+    if let Some(d) = m.get("default") {
+        w = w.msg(5, any(d));
+    }
+    if let Some(x) = m.get("maximum").and_then(Value::as_f64) {
+        w = w.double(7, x);
+    }
+    if let Some(x) = m.get("minimum").and_then(Value::as_f64) {
+        w = w.double(9, x);
+    }
+    if let Some(p) = text("pattern") {
+        w = w.str(13, p);
+    }
+    for r in m
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(r) = r.as_str() {
+            w = w.str(19, r);
+        }
+    }
+    for e in m
+        .get("enum")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        w = w.msg(20, any(e));
+    }
+    match m.get("additionalProperties") {
+        Some(Value::Bool(b)) => w = w.msg(21, Writer::default().int(2, u64::from(*b))),
+        Some(a @ Value::Object(_)) => w = w.msg(21, Writer::default().msg(1, v2_schema(a))),
+        _ => {}
+    }
+    if let Some(t) = text("type") {
+        w = w.msg(22, Writer::default().str(1, t));
+    }
+    if let Some(i) = m.get("items") {
+        w = w.msg(23, Writer::default().msg(1, v2_schema(i)));
+    }
+    for a in m
+        .get("allOf")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        w = w.msg(24, v2_schema(a));
+    }
+    if let Some(Value::Object(props)) = m.get("properties") {
+        let mut p = Writer::default();
+        for (name, sub) in props {
+            p = p.msg(1, Writer::default().str(1, name).msg(2, v2_schema(sub)));
+        }
+        w = w.msg(25, p);
+    }
+    for (k, v) in m.iter().filter(|(k, _)| k.starts_with("x-")) {
+        w = w.msg(31, Writer::default().str(1, k).msg(2, any(v)));
+    }
+    w
+}
+
+/// The v2 document as gnostic's `openapi.v2.Document`: swagger = 1, info = 2 (title = 1,
+/// version = 2), paths = 8, definitions = 9 (named schemas).
+pub(crate) fn v2_protobuf(doc: &Value) -> Vec<u8> {
+    let mut defs = Writer::default();
+    for (name, s) in doc["definitions"].as_object().into_iter().flatten() {
+        defs = defs.msg(1, Writer::default().str(1, name).msg(2, v2_schema(s)));
+    }
+    Writer::default()
+        .str(1, "2.0")
+        .msg(2, Writer::default().str(1, "Kubernetes").str(2, "v1.33.0"))
+        .msg(8, Writer::default())
+        .msg(9, defs)
+        .0
+}
+
 /// Whether the client's `Accept` takes JSON (absent, `*/*`, `application/*` or a JSON type).
 pub(crate) fn accepts_json(headers: &HeaderMap) -> bool {
     let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
@@ -435,9 +549,43 @@ pub(crate) fn accepts_json(headers: &HeaderMap) -> bool {
 }
 
 /// `GET /openapi/...`: the v2 document, the v3 index, or one group-version's v3 document.
-/// Only JSON is served; a client that accepts only the protobuf form gets 406, which
-/// client-go's OpenAPI v2 getter treats as "not served here" (F11.2).
+/// v2 comes as protobuf to a client that asks for it (client-go always does, F11.2), JSON
+/// otherwise; v3 is JSON, and a client that accepts no JSON gets 406.
 pub(crate) fn serve(cluster: &Cluster, rest: &[&str], headers: &HeaderMap) -> ApiResult<Response> {
+    let wants_pb = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| {
+            a.split(',')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .starts_with(V2_PROTOBUF)
+        });
+    if rest == ["v2"] && (wants_pb || !accepts_json(headers)) {
+        if !headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|a| a.contains(V2_PROTOBUF))
+        {
+            return Err(ApiError::new(
+                406,
+                "NotAcceptable",
+                "only the following media types are accepted: application/json, application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+            ));
+        }
+        let body = cluster.read(|s| v2_protobuf(&v2(&s.resources)));
+        // The answer names the type without the `@`, which Go's media-type parser refuses.
+        return Ok((
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+            )],
+            body,
+        )
+            .into_response());
+    }
     if !accepts_json(headers) {
         return Err(ApiError::new(
             406,
@@ -548,6 +696,22 @@ mod tests {
                 .is_object()
         );
         assert!(v3_group_version(&r, "nope", "v1").is_none());
+    }
+
+    #[test]
+    fn the_v2_protobuf_document_carries_the_definitions_and_their_extensions() {
+        let doc = v2(&Resources::builtin());
+        let pb = v2_protobuf(&doc);
+        // Document.swagger = "2.0" comes first.
+        assert_eq!(&pb[..5], b"\x0a\x032.0");
+        let find = |needle: &[u8]| pb.windows(needle.len()).any(|w| w == needle);
+        assert!(find(b"io.k8s.api.apps.v1.Deployment"));
+        assert!(find(b"#/definitions/io.k8s.api.apps.v1.DeploymentSpec"));
+        assert!(find(b"x-kubernetes-group-version-kind"));
+        // A property: NamedSchema { name = 1: "replicas", value = 2: Schema }.
+        assert!(find(b"\x0a\x08replicas\x12"));
+        let int = v2_schema(&json!({"type": "integer", "format": "int32"})).0;
+        assert_eq!(int, b"\x12\x05int32\xb2\x01\x09\x0a\x07integer");
     }
 
     #[test]

@@ -330,6 +330,23 @@ async fn kubectl_explain_reads_the_served_openapi() {
     );
     let o = env.ok(&kubectl, &["explain", "pods.spec.containers"]).await;
     assert!(o.stdout.contains("image\t<string>"), "{}", o.stdout);
+    // The v2 form, which client-go fetches as gnostic protobuf.
+    let o = env
+        .ok(
+            &kubectl,
+            &[
+                "explain",
+                "deployment.spec.replicas",
+                "--output=plaintext-openapiv2",
+            ],
+        )
+        .await;
+    assert!(
+        o.stdout.contains("KIND:     Deployment")
+            && o.stdout.contains("FIELD:    replicas <integer>"),
+        "{}",
+        o.stdout
+    );
 }
 
 /// The Agent Sandbox v0.5.0 manifest, reduced to the kinds served before the RBAC kinds land

@@ -337,6 +337,46 @@ fn special(name: &str, m: Map<String, Value>) -> Value {
     }
 }
 
+/// A protobuf writer: fields appended in the order written.
+#[derive(Default, Clone)]
+pub(crate) struct Writer(pub(crate) Vec<u8>);
+
+impl Writer {
+    fn varint(mut self, mut v: u64) -> Self {
+        loop {
+            let b = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                self.0.push(b);
+                return self;
+            }
+            self.0.push(b | 0x80);
+        }
+    }
+    fn key(self, num: u64, wire: u64) -> Self {
+        self.varint((num << 3) | wire)
+    }
+    pub(crate) fn int(self, num: u64, v: u64) -> Self {
+        self.key(num, 0).varint(v)
+    }
+    pub(crate) fn bytes(self, num: u64, b: &[u8]) -> Self {
+        let mut w = self.key(num, 2).varint(b.len() as u64);
+        w.0.extend_from_slice(b);
+        w
+    }
+    pub(crate) fn str(self, num: u64, s: &str) -> Self {
+        self.bytes(num, s.as_bytes())
+    }
+    pub(crate) fn msg(self, num: u64, m: Writer) -> Self {
+        self.bytes(num, &m.0)
+    }
+    pub(crate) fn double(self, num: u64, v: f64) -> Self {
+        let mut w = self.key(num, 1);
+        w.0.extend_from_slice(&v.to_le_bytes());
+        w
+    }
+}
+
 /// Go's `time.Duration.String()` (`1h0m0s`, `1m30s`, `1.5s`).
 fn go_duration(nanos: i64) -> String {
     if nanos == 0 {

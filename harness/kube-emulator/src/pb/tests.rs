@@ -1,38 +1,8 @@
 use super::*;
 
-/// A minimal protobuf writer for building bodies the way client-go's serializer does.
-#[derive(Default, Clone)]
-struct W(Vec<u8>);
+type W = Writer;
 
-impl W {
-    fn varint(mut self, mut v: u64) -> Self {
-        loop {
-            let b = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                self.0.push(b);
-                return self;
-            }
-            self.0.push(b | 0x80);
-        }
-    }
-    fn key(self, num: u64, wire: u64) -> Self {
-        self.varint(num << 3 | wire)
-    }
-    fn int(self, num: u64, v: u64) -> Self {
-        self.key(num, 0).varint(v)
-    }
-    fn bytes(self, num: u64, b: &[u8]) -> Self {
-        let mut w = self.key(num, 2).varint(b.len() as u64);
-        w.0.extend_from_slice(b);
-        w
-    }
-    fn str(self, num: u64, s: &str) -> Self {
-        self.bytes(num, s.as_bytes())
-    }
-    fn msg(self, num: u64, m: W) -> Self {
-        self.bytes(num, &m.0)
-    }
+impl Writer {
     fn entry(self, num: u64, k: &str, v: &[u8]) -> Self {
         self.msg(num, W::default().str(1, k).bytes(2, v))
     }

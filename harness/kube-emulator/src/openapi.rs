@@ -155,19 +155,22 @@ fn custom_definition(def: &ResourceDef, version: &str) -> Value {
     schema
 }
 
-/// The schema of `def` in `version` and the definitions its refs resolve against.
-pub(crate) fn schema_of(
-    def: &ResourceDef,
+/// The schema that validates `def` in `version`, borrowed (writes are frequent and CRD
+/// schemas large), and the definitions its refs resolve against. A custom resource's schema
+/// is its CRD's as written: the validator treats its root `apiVersion`, `kind` and `metadata`
+/// as the real server does.
+pub(crate) fn schema_of<'a>(
+    def: &'a ResourceDef,
     version: &str,
-) -> Option<(Value, &'static Map<String, Value>)> {
+) -> Option<(&'a Value, &'static Map<String, Value>)> {
     let b = builtin();
     if def.custom {
-        return Some((custom_definition(def, version), &b.defs));
+        return Some((def.version(version)?.schema.as_ref()?, &b.defs));
     }
     let name = b
         .by_gvk
         .get(&(def.group.clone(), version.to_string(), def.kind.clone()))?;
-    Some((b.defs.get(name)?.clone(), &b.defs))
+    Some((b.defs.get(name)?, &b.defs))
 }
 
 /// Adds to `out` every definition `v` refers to, transitively.

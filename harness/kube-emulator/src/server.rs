@@ -455,9 +455,10 @@ impl Ctx {
             PatchKind::Apply => (BodyKind::Apply, crate::patch::parse_apply_body(body)?),
             PatchKind::Json => return Ok((None, vec![])),
         };
-        let a = self.admit(body_kind, value.clone())?;
-        let changed =
-            (a.object != value).then(|| serde_json::to_vec(&a.object).unwrap_or_default());
+        let a = self.admit(body_kind, value)?;
+        let changed = a
+            .pruned
+            .then(|| serde_json::to_vec(&a.object).unwrap_or_default());
         Ok((changed, a.warnings))
     }
 

@@ -7,7 +7,23 @@
 use crate::error::{ApiError, ApiResult, qualified};
 use crate::openapi;
 use crate::resources::ResourceDef;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// The built-in definitions by name, hashed: refs are resolved at every field of every write.
+fn definitions() -> &'static HashMap<&'static str, &'static Value> {
+    static INDEX: OnceLock<HashMap<&'static str, &'static Value>> = OnceLock::new();
+    INDEX.get_or_init(|| {
+        openapi::builtin()
+            .defs
+            .iter()
+            .map(|(k, v)| (k.as_str(), v))
+            .collect()
+    })
+}
+
+const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 
 /// The `fieldValidation` directive of a write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +72,7 @@ struct TypeMismatch {
 }
 
 struct Walker<'a> {
-    defs: &'a Map<String, Value>,
+    defs: &'a HashMap<&'a str, &'a Value>,
     /// Unknown fields, in strict-decoding form (`spec.ports[0].nodeport`).
     unknown: Vec<String>,
     mismatch: Option<TypeMismatch>,
@@ -80,11 +96,27 @@ fn json_type(v: &Value) -> &'static str {
     }
 }
 
-fn join(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_string()
-    } else {
-        format!("{path}.{key}")
+/// Where the walk is, as a chain on the stack: rendered (`spec.ports[0].name`) only when
+/// something is reported, so a valid body costs no allocation per field.
+#[derive(Clone, Copy)]
+enum Path<'p> {
+    Root,
+    Key(&'p Path<'p>, &'p str),
+    Index(&'p Path<'p>, usize),
+}
+
+impl Path<'_> {
+    fn is_root(&self) -> bool {
+        matches!(self, Path::Root)
+    }
+
+    fn render(&self) -> String {
+        match self {
+            Path::Root => String::new(),
+            Path::Key(parent, k) if parent.is_root() => (*k).to_string(),
+            Path::Key(parent, k) => format!("{}.{k}", parent.render()),
+            Path::Index(parent, i) => format!("{}[{i}]", parent.render()),
+        }
     }
 }
 
@@ -139,10 +171,10 @@ impl<'a> Walker<'a> {
         }
     }
 
-    fn mismatch(&mut self, s: &'a Value, expected: &str, path: &str, go_struct: &str, v: &Value) {
+    fn mismatch(&mut self, s: &'a Value, expected: &str, path: Path, go_struct: &str, v: &Value) {
         if self.mismatch.is_none() {
             self.mismatch = Some(TypeMismatch {
-                path: path.to_string(),
+                path: path.render(),
                 expected: expected.to_string(),
                 go_type: self.go_type(s),
                 go_struct: go_struct.to_string(),
@@ -152,7 +184,7 @@ impl<'a> Walker<'a> {
     }
 
     /// Checks `v` against `schema` at `path`; with `prune`, drops unknown fields from `v`.
-    fn walk(&mut self, schema: &'a Value, v: &mut Value, path: &str, go_struct: &str, prune: bool) {
+    fn walk(&mut self, schema: &'a Value, v: &mut Value, path: Path, go_struct: &str, prune: bool) {
         let (s, name) = self.resolve(schema);
         let go_struct = name
             .map(|n| n.rsplit('.').next().unwrap_or(n))
@@ -193,7 +225,7 @@ impl<'a> Walker<'a> {
             Value::Array(items) => {
                 if let Some(item) = s.get("items") {
                     for (i, x) in items.iter_mut().enumerate() {
-                        self.walk(item, x, &format!("{path}[{i}]"), go_struct, prune);
+                        self.walk(item, x, Path::Index(&path, i), go_struct, prune);
                     }
                 }
             }
@@ -218,7 +250,7 @@ impl<'a> Walker<'a> {
                         .flatten()
                     {
                         if let Some(r) = r.as_str().filter(|r| !map.contains_key(*r)) {
-                            self.missing.push(join(path, r));
+                            self.missing.push(Path::Key(&path, r).render());
                         }
                     }
                 }
@@ -227,12 +259,26 @@ impl<'a> Walker<'a> {
                     if self.patch && k.starts_with('$') {
                         continue;
                     }
-                    let child = join(path, k);
+                    let child = Path::Key(&path, k);
+                    // A custom resource's root: apiVersion and kind are always allowed and
+                    // metadata is ObjectMeta, whatever the CRD's schema says of them.
+                    if self.custom && path.is_root() {
+                        match k.as_str() {
+                            "apiVersion" | "kind" => continue,
+                            "metadata" => {
+                                if let Some(meta) = self.defs.get(OBJECT_META) {
+                                    self.walk(meta, x, child, go_struct, prune);
+                                }
+                                continue;
+                            }
+                            _ => {}
+                        }
+                    }
                     match props.and_then(|p| p.get(k)).or(extra) {
-                        Some(sub) => self.walk(sub, x, &child, go_struct, prune),
+                        Some(sub) => self.walk(sub, x, child, go_struct, prune),
                         None if preserve => {}
                         None => {
-                            self.unknown.push(child);
+                            self.unknown.push(child.render());
                             drop.push(k.clone());
                         }
                     }
@@ -254,6 +300,8 @@ impl<'a> Walker<'a> {
 pub(crate) struct Admitted {
     pub object: Value,
     pub warnings: Vec<String>,
+    /// Whether unknown fields were dropped from the body.
+    pub pruned: bool,
 }
 
 /// Validates a request body for `def` in `version` under `directive`.
@@ -264,14 +312,15 @@ pub(crate) fn admit(
     body: BodyKind,
     mut obj: Value,
 ) -> ApiResult<Admitted> {
-    let Some((schema, defs)) = openapi::schema_of(def, version) else {
+    let Some((schema, _)) = openapi::schema_of(def, version) else {
         return Ok(Admitted {
             object: obj,
             warnings: vec![],
+            pruned: false,
         });
     };
     let mut w = Walker {
-        defs,
+        defs: definitions(),
         unknown: vec![],
         mismatch: None,
         missing: vec![],
@@ -280,9 +329,9 @@ pub(crate) fn admit(
     };
     // Under Strict nothing is dropped: the request fails instead.
     w.walk(
-        &schema,
+        schema,
         &mut obj,
-        "",
+        Path::Root,
         &def.kind,
         directive != FieldValidation::Strict,
     );
@@ -342,6 +391,7 @@ pub(crate) fn admit(
         vec![]
     };
     Ok(Admitted {
+        pruned: !w.unknown.is_empty(),
         object: obj,
         warnings,
     })

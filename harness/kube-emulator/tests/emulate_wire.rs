@@ -349,10 +349,10 @@ async fn kubectl_explain_reads_the_served_openapi() {
     );
 }
 
-/// The Agent Sandbox v0.5.0 manifest, reduced to the kinds served before the RBAC kinds land
+/// An Agent Sandbox release manifest, reduced to the kinds served before the RBAC kinds land
 /// (Role, RoleBinding, ClusterRole, ClusterRoleBinding are left out).
-fn served_part_of_agent_sandbox_manifest() -> Option<String> {
-    let path = workspace_root().join("../shared/upstream/agent-sandbox-v0.5.0/manifest.yaml");
+fn served_part_of_agent_sandbox_manifest(file: &str) -> Option<String> {
+    let path = workspace_root().join("../shared/upstream").join(file);
     let Ok(text) = std::fs::read_to_string(&path) else {
         assert!(!in_ci(), "{} is missing; CI must have it", path.display());
         eprintln!("SKIPPED: {} not found", path.display());
@@ -385,23 +385,32 @@ async fn kubectl_server_side_applies_the_agent_sandbox_manifest_and_sandboxes_ar
     let Some(kubectl) = require(Tool::Kubectl, test) else {
         return;
     };
-    let Some(manifest) = served_part_of_agent_sandbox_manifest() else {
-        return;
-    };
     let env = start().await;
-    let m = env.file("agent-sandbox.yaml", &manifest);
-    let o = env
-        .ok(&kubectl, &["apply", "--server-side", "-f", &m])
-        .await;
-    assert!(
-        o.stdout
-            .contains("customresourcedefinition.apiextensions.k8s.io/sandboxes.agents.x-k8s.io serverside-applied"),
-        "{}",
-        o.stdout
-    );
-    // Applying again is a no-op that still validates.
-    env.ok(&kubectl, &["apply", "--server-side", "-f", &m])
-        .await;
+    // v0.5.0, then the v0.5.4 upgrade over it; each applied twice (the second a no-op that
+    // still validates).
+    for file in [
+        "agent-sandbox-v0.5.0/manifest.yaml",
+        "agent-sandbox-v0.5.4/sandbox.yaml",
+    ] {
+        let Some(manifest) = served_part_of_agent_sandbox_manifest(file) else {
+            return;
+        };
+        let m = env.file("agent-sandbox.yaml", &manifest);
+        for _ in 0..2 {
+            let o = env
+                .ok(&kubectl, &["apply", "--server-side", "-f", &m])
+                .await;
+            assert!(
+                o.stdout.contains(
+                    "customresourcedefinition.apiextensions.k8s.io/sandboxes.agents.x-k8s.io serverside-applied"
+                ) && o
+                    .stdout
+                    .contains("deployment.apps/agent-sandbox-controller serverside-applied"),
+                "{file}: {}",
+                o.stdout
+            );
+        }
+    }
     let o = env
         .ok(&kubectl, &["explain", "sandboxes.spec.podTemplate"])
         .await;

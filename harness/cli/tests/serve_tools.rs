@@ -447,8 +447,6 @@ async fn the_agent_sandbox_manifest_applied_server_side_establishes_its_crd_and_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "helm's Secret release storage sends protobuf request bodies, which the served \
-            cluster decodes only with issue 12 part A"]
 async fn helm_installs_upgrades_lists_and_uninstalls_the_real_chart() {
     let Some([kubectl, helm]) = require_all(
         [Tool::Kubectl, Tool::Helm],
@@ -471,8 +469,8 @@ async fn helm_installs_upgrades_lists_and_uninstalls_the_real_chart() {
         "--create-namespace",
         "--set",
         "fullnameOverride=openshell",
-        "--disable-openapi-validation",
     ];
+    // Default validation: helm checks every object against the served OpenAPI.
     s.ok(&helm, &install).await;
     for o in objects_of(&render) {
         if o == "job/openshell-certgen" {

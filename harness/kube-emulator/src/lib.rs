@@ -17,7 +17,9 @@ mod error;
 mod exec;
 mod kinds;
 mod logs;
+mod openapi;
 mod patch;
+mod pb;
 mod portforward;
 mod resources;
 mod selectors;
@@ -29,6 +31,7 @@ mod store;
 pub mod sync;
 mod tables;
 mod transport;
+mod validation;
 mod watch;
 
 pub use clock::parse_unix;

@@ -13,6 +13,7 @@ use crate::resources::ResourceDef;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{DeleteOptions, ListOptions, State, Subresource};
 use crate::tables::{partial_metadata, table};
+use crate::validation::{Admitted, BodyKind, FieldValidation};
 use crate::watch::{WatchParams, watch_stream};
 use axum::Router;
 use axum::body::Body;
@@ -51,7 +52,7 @@ pub(crate) fn error_response(e: &ApiError) -> Response {
     )
 }
 
-fn json_response(code: StatusCode, v: &Value) -> Response {
+pub(crate) fn json_response(code: StatusCode, v: &Value) -> Response {
     let body = serde_json::to_vec(v).unwrap_or_default();
     (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
@@ -126,6 +127,9 @@ async fn dispatch(cluster: Cluster, req: Request) -> ApiResult<Response> {
             return Ok((StatusCode::OK, "ok").into_response());
         }
         ["api"] if get => return Ok(json_response(StatusCode::OK, &discovery::core_versions())),
+        ["openapi", rest @ ..] if get => {
+            return crate::openapi::serve(&cluster, rest, &parts.headers);
+        }
         ["apis"] if get => {
             return Ok(json_response(
                 StatusCode::OK,
@@ -210,6 +214,9 @@ async fn dispatch(cluster: Cluster, req: Request) -> ApiResult<Response> {
             spdy,
         );
     }
+    if sub.as_deref() != Some("log") {
+        crate::pb::negotiate(&parts.headers)?;
+    }
     let content_type = parts
         .headers
         .get(header::CONTENT_TYPE)
@@ -219,6 +226,8 @@ async fn dispatch(cluster: Cluster, req: Request) -> ApiResult<Response> {
     let body = axum::body::to_bytes(body, 64 << 20)
         .await
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    // Protobuf bodies (kubectl's typed clients) become JSON here; everything after sees JSON.
+    let body = crate::pb::json_body(&content_type, body)?;
     match (name, sub.as_deref(), method) {
         (None, None, Method::GET) if ctx.query.flag("watch") => ctx.watch(),
         (None, None, Method::GET) => ctx.list(),
@@ -436,15 +445,44 @@ impl Ctx {
             let review = crate::kinds::review(&self.def, &self.version, body);
             return Ok(json_response(StatusCode::CREATED, &review));
         }
-        let obj = parse_body(body)?;
-        let out = self.write(|s| s.create(&self.def, &self.version, self.ns(), obj))?;
-        Ok(self.render_one(StatusCode::CREATED, &out))
+        let a = self.admit(BodyKind::Object, parse_body(body)?)?;
+        let out = self.write(|s| s.create(&self.def, &self.version, self.ns(), a.object))?;
+        Ok(warn(
+            self.render_one(StatusCode::CREATED, &out),
+            &a.warnings,
+        ))
     }
 
     fn update(&self, name: &str, body: &[u8], sub: Subresource) -> ApiResult<Response> {
-        let obj = parse_body(body)?;
-        let out = self.write(|s| s.update(&self.def, &self.version, self.ns(), name, obj, sub))?;
-        Ok(self.render_one(StatusCode::OK, &out))
+        let a = self.admit(BodyKind::Object, parse_body(body)?)?;
+        let out =
+            self.write(|s| s.update(&self.def, &self.version, self.ns(), name, a.object, sub))?;
+        Ok(warn(self.render_one(StatusCode::OK, &out), &a.warnings))
+    }
+
+    /// Field validation of a body (F11.3): see `validation.rs`.
+    fn admit(&self, body: BodyKind, obj: Value) -> ApiResult<Admitted> {
+        let directive = FieldValidation::from_query(self.query.get("fieldValidation"))?;
+        crate::validation::admit(&self.def, &self.version, directive, body, obj)
+    }
+
+    /// Validates a merge-style or apply patch; returns the body with unknown fields dropped
+    /// (when it changed) and the warnings. JSON patches are left to the store.
+    fn admit_patch(
+        &self,
+        kind: PatchKind,
+        body: &[u8],
+    ) -> ApiResult<(Option<Vec<u8>>, Vec<String>)> {
+        let (body_kind, value) = match kind {
+            PatchKind::Merge | PatchKind::Strategic => (BodyKind::Patch, parse_body(body)?),
+            PatchKind::Apply => (BodyKind::Apply, crate::patch::parse_apply_body(body)?),
+            PatchKind::Json => return Ok((None, vec![])),
+        };
+        let a = self.admit(body_kind, value)?;
+        let changed = a
+            .pruned
+            .then(|| serde_json::to_vec(&a.object).unwrap_or_default());
+        Ok((changed, a.warnings))
     }
 
     fn patch_kind(&self, content_type: &str) -> ApiResult<PatchKind> {
@@ -469,18 +507,23 @@ impl Ctx {
         sub: Subresource,
     ) -> ApiResult<Response> {
         let kind = self.patch_kind(content_type)?;
+        let (checked, warnings) = self.admit_patch(kind, body)?;
+        let body = checked.as_deref().unwrap_or(body);
         let existed = self
             .cluster
             .read(|s| s.get(&self.def, &self.version, self.ns(), name).is_ok());
         let out =
             self.write(|s| s.patch(&self.def, &self.version, self.ns(), name, kind, body, sub))?;
-        Ok(self.render_one(
-            if existed {
-                StatusCode::OK
-            } else {
-                StatusCode::CREATED
-            },
-            &out,
+        Ok(warn(
+            self.render_one(
+                if existed {
+                    StatusCode::OK
+                } else {
+                    StatusCode::CREATED
+                },
+                &out,
+            ),
+            &warnings,
         ))
     }
 
@@ -644,6 +687,16 @@ impl Ctx {
         st["code"] = json!(201);
         Ok(json_response(StatusCode::CREATED, &st))
     }
+}
+
+/// Adds a `Warning` header per warning, as the real server does for Warn field validation.
+fn warn(mut resp: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        if let Ok(v) = http::HeaderValue::from_str(&crate::validation::warning_header(w)) {
+            resp.headers_mut().append(header::WARNING, v);
+        }
+    }
+    resp
 }
 
 const CHANNEL_PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];

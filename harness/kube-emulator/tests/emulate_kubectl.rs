@@ -1,20 +1,12 @@
 //! The machine's real `kubectl` against `emulate serve` (TCP, real time): get, describe, scale,
-//! delete, wait, exec and logs. Each kubectl call has a deadline. Where kubectl is missing the
-//! tests say so on stderr and return.
+//! delete, wait, exec and logs. Each kubectl call has a deadline. kubectl is the pinned one
+//! conformance-testtools finds: missing, a test is skipped locally and fails in CI.
 
 use kube_emulator::serve::{bind, serve_on, write_kubeconfig};
 use kube_emulator::{Cluster, ClusterConfig, PatchKind, ResourceRef};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;
-
-fn kubectl_on_path() -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join("kubectl"))
-            .find(|k| k.is_file())
-    })
-}
 
 struct Env {
     cluster: Cluster,
@@ -29,11 +21,8 @@ impl Drop for Env {
     }
 }
 
-async fn start() -> Option<Env> {
-    let Some(kubectl) = kubectl_on_path() else {
-        eprintln!("SKIPPED: kubectl not found on PATH");
-        return None;
-    };
+async fn start(test: &str) -> Option<Env> {
+    let kubectl = conformance_testtools::require(conformance_testtools::Tool::Kubectl, test)?;
     let cluster = Cluster::new(ClusterConfig {
         crds: vec![
             serde_saphyr::from_str(include_str!(
@@ -135,7 +124,9 @@ impl Env {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_gets_describes_scales_and_deletes_objects() {
-    let Some(env) = start().await else { return };
+    let Some(env) = start("kubectl_gets_describes_scales_and_deletes_objects").await else {
+        return;
+    };
     env.sts("openshell");
     let got = env.ok(&["get", "statefulsets"]).await;
     assert!(
@@ -189,7 +180,9 @@ async fn kubectl_gets_describes_scales_and_deletes_objects() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_shows_pods_and_sandboxes_with_their_columns() {
-    let Some(env) = start().await else { return };
+    let Some(env) = start("kubectl_shows_pods_and_sandboxes_with_their_columns").await else {
+        return;
+    };
     env.running_pod("p");
     let pods = env.ok(&["get", "pods"]).await;
     let row: Vec<&str> = pods.lines().nth(1).unwrap().split_whitespace().collect();
@@ -242,7 +235,9 @@ async fn kubectl_shows_pods_and_sandboxes_with_their_columns() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_waits_for_a_condition_and_for_deletion() {
-    let Some(env) = start().await else { return };
+    let Some(env) = start("kubectl_waits_for_a_condition_and_for_deletion").await else {
+        return;
+    };
     let pod = json!({"metadata": {"name": "w"}, "spec": {"terminationGracePeriodSeconds": 2, "containers": [{"name": "main", "image": "busybox:1"}]}});
     env.cluster
         .create(&ResourceRef::pods(), Some("default"), pod)
@@ -280,7 +275,9 @@ async fn kubectl_waits_for_a_condition_and_for_deletion() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_execs_into_a_pod_and_reads_its_logs() {
-    let Some(env) = start().await else { return };
+    let Some(env) = start("kubectl_execs_into_a_pod_and_reads_its_logs").await else {
+        return;
+    };
     env.running_pod("p");
     let o = env
         .kubectl(&["exec", "p", "--", "sh", "-c", "echo hello from the shell"])

@@ -19,9 +19,16 @@ ALLOWED = {
     "kube-emulator": set(),
     # Finds real tools for tests; a dev-dependency only, and itself depends on nothing.
     "conformance-testtools": set(),
+    # OpenShell's gRPC schema and generated code; holds no harness logic.
+    "conformance-openshell-api": set(),
     "conformance-observe": {"conformance-core"},
-    "conformance-models": {"conformance-core", "kube-emulator", "conformance-observe"},
-    "conformance-real": {"conformance-core", "conformance-observe"},
+    "conformance-models": {
+        "conformance-core",
+        "kube-emulator",
+        "conformance-observe",
+        "conformance-openshell-api",
+    },
+    "conformance-real": {"conformance-core", "conformance-observe", "conformance-openshell-api"},
     "conformance-catalog": {"conformance-core"},
     "openshell-conformance": {
         "conformance-core",

@@ -1,6 +1,7 @@
 // @generated from the Kubernetes v1.33 `generated.proto` files (k8s.io/api, k8s.io/apimachinery,
 // k8s.io/apiextensions-apiserver): message names and field numbers, the protobuf wire contract
-// (docs/upstream-facts.md F11.1). Field names are the JSON names. Do not edit by hand.
+// (docs/upstream-facts.md F11.1). Field names are the JSON names. SelfSubjectRulesReview and its
+// parts were added later from the same file (`kubectl auth can-i --list` sends it).
 
 use super::{Field, Kind::*, Msg};
 
@@ -236,6 +237,30 @@ pub(super) static MESSAGES: &[Msg] = &[
     Msg { name: "api.authorization.v1.SelfSubjectAccessReviewSpec", fields: &[
         Field { num: 1, name: "resourceAttributes", kind: Msg("api.authorization.v1.ResourceAttributes"), repeated: false, map: false },
         Field { num: 2, name: "nonResourceAttributes", kind: Msg("api.authorization.v1.NonResourceAttributes"), repeated: false, map: false },
+    ] },
+    Msg { name: "api.authorization.v1.SelfSubjectRulesReview", fields: &[
+        Field { num: 1, name: "metadata", kind: Msg("apimachinery.pkg.apis.meta.v1.ObjectMeta"), repeated: false, map: false },
+        Field { num: 2, name: "spec", kind: Msg("api.authorization.v1.SelfSubjectRulesReviewSpec"), repeated: false, map: false },
+        Field { num: 3, name: "status", kind: Msg("api.authorization.v1.SubjectRulesReviewStatus"), repeated: false, map: false },
+    ] },
+    Msg { name: "api.authorization.v1.SelfSubjectRulesReviewSpec", fields: &[
+        Field { num: 1, name: "namespace", kind: Str, repeated: false, map: false },
+    ] },
+    Msg { name: "api.authorization.v1.SubjectRulesReviewStatus", fields: &[
+        Field { num: 1, name: "resourceRules", kind: Msg("api.authorization.v1.ResourceRule"), repeated: true, map: false },
+        Field { num: 2, name: "nonResourceRules", kind: Msg("api.authorization.v1.NonResourceRule"), repeated: true, map: false },
+        Field { num: 3, name: "incomplete", kind: Bool, repeated: false, map: false },
+        Field { num: 4, name: "evaluationError", kind: Str, repeated: false, map: false },
+    ] },
+    Msg { name: "api.authorization.v1.ResourceRule", fields: &[
+        Field { num: 1, name: "verbs", kind: Str, repeated: true, map: false },
+        Field { num: 2, name: "apiGroups", kind: Str, repeated: true, map: false },
+        Field { num: 3, name: "resources", kind: Str, repeated: true, map: false },
+        Field { num: 4, name: "resourceNames", kind: Str, repeated: true, map: false },
+    ] },
+    Msg { name: "api.authorization.v1.NonResourceRule", fields: &[
+        Field { num: 1, name: "verbs", kind: Str, repeated: true, map: false },
+        Field { num: 2, name: "nonResourceURLs", kind: Str, repeated: true, map: false },
     ] },
     Msg { name: "api.authorization.v1.SubjectAccessReview", fields: &[
         Field { num: 1, name: "metadata", kind: Msg("apimachinery.pkg.apis.meta.v1.ObjectMeta"), repeated: false, map: false },

@@ -160,6 +160,7 @@ fn every_kind_kubectl_creates_has_a_message() {
         ("batch/v1", "CronJob"),
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
         ("authorization.k8s.io/v1", "SelfSubjectAccessReview"),
+        ("authorization.k8s.io/v1", "SelfSubjectRulesReview"),
         ("meta.k8s.io/v1", "DeleteOptions"),
     ] {
         assert!(

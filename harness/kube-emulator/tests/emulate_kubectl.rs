@@ -2,28 +2,29 @@
 //! delete, wait, exec and logs. Each kubectl call has a deadline. kubectl is the pinned one
 //! conformance-testtools finds: missing, a test is skipped locally and fails in CI.
 
-use kube_emulator::serve::{bind, serve_on, write_kubeconfig};
-use kube_emulator::{Cluster, ClusterConfig, PatchKind, ResourceRef};
+use kube_emulator::{ClusterConfig, PatchKind, ResourceRef};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod common;
+use common::{Out, Served};
+
 struct Env {
-    cluster: Cluster,
-    kubeconfig: tempfile::NamedTempFile,
+    served: Served,
     kubectl: PathBuf,
-    server: tokio::task::JoinHandle<()>,
 }
 
-impl Drop for Env {
-    fn drop(&mut self) {
-        self.server.abort();
+impl std::ops::Deref for Env {
+    type Target = Served;
+    fn deref(&self) -> &Served {
+        &self.served
     }
 }
 
 async fn start(test: &str) -> Option<Env> {
     let kubectl = conformance_testtools::require(conformance_testtools::Tool::Kubectl, test)?;
-    let cluster = Cluster::new(ClusterConfig {
+    let served = common::serve(ClusterConfig {
         crds: vec![
             serde_saphyr::from_str(include_str!(
                 "../../../fixtures/crds/sandboxes.agents.x-k8s.io.yaml"
@@ -31,45 +32,14 @@ async fn start(test: &str) -> Option<Env> {
             .unwrap(),
         ],
         ..ClusterConfig::default()
-    });
-    let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let kubeconfig = tempfile::NamedTempFile::new().unwrap();
-    write_kubeconfig(kubeconfig.path(), addr).unwrap();
-    let c = cluster.clone();
-    let server = tokio::spawn(async move {
-        let _ = serve_on(listener, c).await;
-    });
-    Some(Env {
-        cluster,
-        kubeconfig,
-        kubectl,
-        server,
     })
-}
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
+    .await;
+    Some(Env { served, kubectl })
 }
 
 impl Env {
     async fn kubectl(&self, args: &[&str]) -> Out {
-        let mut cmd = tokio::process::Command::new(&self.kubectl);
-        cmd.arg("--kubeconfig")
-            .arg(self.kubeconfig.path())
-            .args(args)
-            .kill_on_drop(true);
-        let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
-            .await
-            .unwrap_or_else(|_| panic!("kubectl {args:?} did not finish within 60 s"))
-            .unwrap();
-        Out {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        self.run(&self.kubectl, args, &[]).await
     }
 
     async fn ok(&self, args: &[&str]) -> String {

@@ -4,7 +4,6 @@
 //! fallback). Every kubectl call has a deadline.
 
 use conformance_testtools::{Tool, require};
-use kube_emulator::serve::{bind, serve_on, write_kubeconfig};
 use kube_emulator::{Cluster, ClusterConfig, PatchKind, ResourceRef};
 use serde_json::json;
 use std::path::PathBuf;
@@ -12,58 +11,35 @@ use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
+mod common;
+use common::Served;
+
 struct Env {
-    cluster: Cluster,
-    kubeconfig: tempfile::NamedTempFile,
+    served: Served,
     kubectl: PathBuf,
-    server: tokio::task::JoinHandle<()>,
 }
 
-impl Drop for Env {
-    fn drop(&mut self) {
-        self.server.abort();
+impl std::ops::Deref for Env {
+    type Target = Served;
+    fn deref(&self) -> &Served {
+        &self.served
     }
 }
 
 async fn start(test: &str) -> Option<Env> {
     let kubectl = require(Tool::Kubectl, test)?;
-    let cluster = Cluster::new(ClusterConfig::default());
-    let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let kubeconfig = tempfile::NamedTempFile::new().unwrap();
-    write_kubeconfig(kubeconfig.path(), addr).unwrap();
-    let c = cluster.clone();
-    let server = tokio::spawn(async move {
-        let _ = serve_on(listener, c).await;
-    });
-    Some(Env {
-        cluster,
-        kubeconfig,
-        kubectl,
-        server,
-    })
+    let served = common::serve(ClusterConfig::default()).await;
+    Some(Env { served, kubectl })
 }
 
 impl Env {
     fn cmd(&self, args: &[&str]) -> tokio::process::Command {
-        let mut cmd = tokio::process::Command::new(&self.kubectl);
-        cmd.arg("--kubeconfig")
-            .arg(self.kubeconfig.path())
-            .args(args)
-            .kill_on_drop(true);
-        cmd
+        self.command(&self.kubectl, args)
     }
 
     async fn run(&self, args: &[&str]) -> (i32, String, String) {
-        let out = tokio::time::timeout(Duration::from_secs(60), self.cmd(args).output())
-            .await
-            .unwrap_or_else(|_| panic!("kubectl {args:?} did not finish within 60 s"))
-            .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let o = self.served.run(&self.kubectl, args, &[]).await;
+        (o.code, o.stdout, o.stderr)
     }
 
     async fn ok(&self, args: &[&str]) -> String {

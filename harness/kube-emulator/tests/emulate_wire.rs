@@ -4,77 +4,28 @@
 //! (conformance-testtools).
 
 use conformance_testtools::{Tool, in_ci, require, workspace_root};
-use kube_emulator::serve::{bind, serve_on, write_kubeconfig};
-use kube_emulator::{Cluster, ClusterConfig, ResourceRef};
+use kube_emulator::{ClusterConfig, ResourceRef};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
-struct Env {
-    cluster: Cluster,
-    dir: tempfile::TempDir,
-    kubeconfig: PathBuf,
-    server: tokio::task::JoinHandle<()>,
-}
+mod common;
+use common::{Out, Served};
 
-impl Drop for Env {
-    fn drop(&mut self) {
-        self.server.abort();
+/// The served cluster, and the helpers these tests share.
+struct Env(Served);
+
+impl std::ops::Deref for Env {
+    type Target = Served;
+    fn deref(&self) -> &Served {
+        &self.0
     }
-}
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
 }
 
 async fn start() -> Env {
-    let cluster = Cluster::new(ClusterConfig::default());
-    let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    write_kubeconfig(&kubeconfig, addr).unwrap();
-    let c = cluster.clone();
-    let server = tokio::spawn(async move {
-        let _ = serve_on(listener, c).await;
-    });
-    Env {
-        cluster,
-        dir,
-        kubeconfig,
-        server,
-    }
+    Env(common::serve(ClusterConfig::default()).await)
 }
 
 impl Env {
-    /// Runs `tool` with this cluster's kubeconfig and a private home (helm's and kubectl's
-    /// caches), within 60 s.
-    async fn run(&self, tool: &Path, args: &[&str], env: &[(&str, &str)]) -> Out {
-        let home = self.dir.path().join("home");
-        let mut cmd = tokio::process::Command::new(tool);
-        cmd.args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env("HOME", &home)
-            .env("XDG_CACHE_HOME", home.join(".cache"))
-            .env("XDG_CONFIG_HOME", home.join(".config"))
-            .env("XDG_DATA_HOME", home.join(".local/share"))
-            .kill_on_drop(true);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
-            .await
-            .unwrap_or_else(|_| panic!("{} {args:?} did not finish within 60 s", tool.display()))
-            .unwrap();
-        Out {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
-
     async fn ok(&self, tool: &Path, args: &[&str]) -> Out {
         let o = self.run(tool, args, &[]).await;
         assert_eq!(o.code, 0, "{args:?} failed: {}{}", o.stdout, o.stderr);

@@ -99,6 +99,28 @@ pub(crate) fn config_plan(path: &Path, contents: Option<&str>) -> Option<Step> {
     })
 }
 
+/// The plan of a local cluster's `up` (kind and k3d): write the built-in config if used, list
+/// the clusters, create the named one unless listed, then write its kubeconfig.
+pub(crate) fn local_up_plan(
+    config: (&Path, Option<&str>),
+    name: &str,
+    list: Cmd,
+    create: Cmd,
+    kubeconfig: Cmd,
+) -> Vec<Step> {
+    config_plan(config.0, config.1)
+        .into_iter()
+        .chain([
+            Step::run(list),
+            Step::run_when(
+                create,
+                &format!("if `{name}` is not listed; else it is reused"),
+            ),
+            Step::run(kubeconfig),
+        ])
+        .collect()
+}
+
 /// Creates the run's private directory (mode 0700) before anything writes a credential to it.
 pub fn create_private_dir(opts: &RealOptions) -> Result<()> {
     crate::private::create_private_dir(&opts.private_dir).map_err(|e| {

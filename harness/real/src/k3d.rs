@@ -98,18 +98,13 @@ impl ClusterProvider for K3d {
     }
 
     fn up_plan(&self) -> Vec<Step> {
-        let config = crate::cluster::config_plan(&self.config, self.builtin_config);
-        config
-            .into_iter()
-            .chain([
-                Step::run(self.list_cmd()),
-                Step::run_when(
-                    self.create_cmd(),
-                    &format!("if `{}` is not listed; else it is reused", self.name),
-                ),
-                Step::run(self.write_kubeconfig_cmd()),
-            ])
-            .collect()
+        crate::cluster::local_up_plan(
+            (&self.config, self.builtin_config),
+            &self.name,
+            self.list_cmd(),
+            self.create_cmd(),
+            self.write_kubeconfig_cmd(),
+        )
     }
 
     async fn up(&self, runner: &dyn CommandRunner) -> Result<ClusterUp> {

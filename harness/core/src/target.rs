@@ -440,6 +440,16 @@ pub trait Target: Send + Sync {
     async fn teardown(&self) -> TargetResult<()>;
 }
 
+/// The line a scenario's workload appends to its marks file each time it starts.
+pub const START_MARK: &str = "start";
+
+/// Starts counted in a marks file: one [`START_MARK`] line per start; no file is 0 starts.
+pub fn count_start_marks(content: Option<&str>) -> u64 {
+    content.map_or(0, |c| {
+        c.lines().filter(|l| l.trim() == START_MARK).count() as u64
+    })
+}
+
 /// Makes a provisioned target for a topology: a fresh emulated cluster per case, or a shared
 /// real cluster.
 #[async_trait]

@@ -567,11 +567,7 @@ impl FaultInjector {
                 }
             }
             FaultEffect::PodsDeleted { labels, what } => {
-                let selector = labels
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect::<Vec<_>>()
-                    .join(",");
+                let selector = label_selector(&labels);
                 let pods = self
                     .pods(&self.sandbox_namespace)
                     .list(&kube::api::ListParams::default().labels(&selector))

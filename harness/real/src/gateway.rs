@@ -33,14 +33,6 @@ pub struct Workload {
 }
 
 impl Workload {
-    pub(crate) fn selector_string(&self) -> String {
-        self.selector
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
     pub fn label(&self) -> String {
         format!("{:?}/{}/{}", self.kind, self.namespace, self.name)
     }
@@ -162,7 +154,7 @@ pub(crate) fn pod_ready(p: &Pod) -> bool {
 
 /// The workload's pods (any state), sorted by name.
 pub(crate) async fn pods(client: &Client, w: &Workload) -> TargetResult<Vec<Pod>> {
-    let lp = ListParams::default().labels(&w.selector_string());
+    let lp = ListParams::default().labels(&conformance_core::effect::label_selector(&w.selector));
     let mut v: Vec<Pod> = Api::<Pod>::namespaced(client.clone(), &w.namespace)
         .list(&lp)
         .await

@@ -10,7 +10,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};
 
 use super::{gateway, kexec, pins};
-use conformance_core::target::{TargetError, TargetResult};
+use conformance_core::target::{TargetError, TargetResult, count_start_marks};
 use conformance_core::timeline::{Event, MAIN_PROCESS_STARTS_KEY, Recorder};
 
 /// The image of the reader pod when the sandbox pod is gone: the chart's default sandbox image
@@ -135,9 +135,7 @@ pub(crate) fn record_start_marks(
     read: TargetResult<Option<String>>,
 ) {
     let value = match read {
-        Ok(content) => serde_json::json!(
-            content.map_or(0, |c| c.lines().filter(|l| l.trim() == "start").count())
-        ),
+        Ok(content) => serde_json::json!(count_start_marks(content.as_deref())),
         Err(e) => {
             rec.record(Event::Note {
                 message: format!(

@@ -12,7 +12,8 @@ use futures::future::BoxFuture;
 
 use conformance_core::scenario::{CaseInfo, Ctx, StepError, StepResult};
 use conformance_core::target::{
-    Fault, RestartPolicy, SandboxSpec, TargetError, workspace_pvc_name,
+    Fault, RestartPolicy, START_MARK, SandboxSpec, TargetError, count_start_marks,
+    workspace_pvc_name,
 };
 use conformance_core::timeline::{Event, GATEWAY_SANDBOX_KIND, StartCount, World};
 use conformance_core::topology::SupervisorPlacement;
@@ -59,14 +60,14 @@ pub(crate) const SETTLE: Duration = Duration::from_secs(90);
 /// A long-running main process that appends a line to the start marker each time it starts.
 pub(crate) fn workload_command() -> Vec<String> {
     sh(&format!(
-        "mkdir -p /sandbox/.conformance; echo start >> /sandbox/{STARTS_FILE}; sleep 1000000"
+        "mkdir -p /sandbox/.conformance; echo {START_MARK} >> /sandbox/{STARTS_FILE}; sleep 1000000"
     ))
 }
 
 /// A main process that records its start and exits with `code`.
 pub(crate) fn completing_command(code: i32) -> Vec<String> {
     sh(&format!(
-        "mkdir -p /sandbox/.conformance; echo start >> /sandbox/{STARTS_FILE}; exit {code}"
+        "mkdir -p /sandbox/.conformance; echo {START_MARK} >> /sandbox/{STARTS_FILE}; exit {code}"
     ))
 }
 
@@ -153,9 +154,7 @@ async fn sample_starts(ctx: &Ctx, sandbox: &str) {
 pub(crate) async fn observe_start_marks(ctx: &Ctx, sandbox: &str) {
     match ctx.read_workspace(sandbox, STARTS_FILE).await {
         Ok(content) => {
-            let n = content.map_or(0, |c| {
-                c.lines().filter(|l| l.trim() == "start").count() as u64
-            });
+            let n = count_start_marks(content.as_deref());
             ctx.observe_value(&marks_key(sandbox), Some(sandbox), serde_json::json!(n));
         }
         Err(e) => {

@@ -38,5 +38,6 @@ if [ ! -f .tools/python/openshell/__init__.py ]; then
   python3 -m pip install -q --disable-pip-version-check --target .tools/python 'openshell==0.1.5'
 fi
 .tools/bin/helm version --short
-.tools/bin/kubectl version --client | head -1
+# Whole output: `| head -1` would close the pipe early and, under pipefail, fail the run (SIGPIPE, 141).
+.tools/bin/kubectl version --client
 PYTHONPATH=.tools/python python3 -c "import openshell; print(\"openshell SDK importable\")"

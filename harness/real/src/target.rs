@@ -154,7 +154,7 @@ pub(crate) fn observe_plan(opts: &RealOptions, topology: &str) -> Vec<Step> {
             "watch Sandbox resources (v1beta1, else v1alpha1), Pods, PVCs, Events, StatefulSets and Deployments in {}",
             opts.namespace
         )),
-        Step::kube(
+        Step::grpc(
             "follow each sandbox of the run with the gateway's WatchSandbox stream (gRPC over the port-forward, with the CLI's client certificate), found through ListSandboxes with the run's label",
         ),
         Step::run_when(
@@ -832,7 +832,11 @@ pub(crate) fn poll_fallback(
 ) -> watch::Fallback {
     Box::new(move |why: String| {
         Box::pin(async move {
-            rec.note(watch::fallback_note(every, &why));
+            watch::record_observer(
+                &rec,
+                &watch::poll_observer(every, &why),
+                &watch::fallback_note(every, &why),
+            );
             phase_poller(cli, selector, rec, every).await
         })
     })

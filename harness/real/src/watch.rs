@@ -30,11 +30,37 @@ use tonic::{Code, Status};
 /// The timeline note when the streams observe the gateway's phases.
 pub(crate) const STREAM_NOTE: &str = "the gateway's sandbox phases are observed through the WatchSandbox stream, one per sandbox of the run, as the gateway sends them";
 
+/// Key of the timeline observation (subject [`GATEWAY_SANDBOX_KIND`]) that names the observer
+/// of the gateway's phases: [`STREAM_OBSERVER`], or the poller with its period and the reason,
+/// for reports to show beside the note.
+pub(crate) const PHASE_OBSERVER_KEY: &str = "gateway_phase_observer";
+
+/// The [`PHASE_OBSERVER_KEY`] value while the streams observe.
+pub(crate) const STREAM_OBSERVER: &str = "WatchSandbox stream";
+
+/// The observer when the `sandbox list` poller observes instead, and why.
+pub(crate) fn poll_observer(every: Duration, why: &str) -> String {
+    format!(
+        "polling `sandbox list` every {}s because {why}",
+        every.as_secs_f64()
+    )
+}
+
+/// Says on the timeline which observer runs: a note for people, an observation for reports.
+pub(crate) fn record_observer(rec: &Recorder, observer: &str, note: &str) {
+    rec.note(note);
+    rec.record(Event::Observation {
+        key: PHASE_OBSERVER_KEY.to_string(),
+        subject: Some(GATEWAY_SANDBOX_KIND.to_string()),
+        value: serde_json::Value::from(observer),
+    });
+}
+
 /// The timeline note when the `sandbox list` poller observes instead, and why.
 pub(crate) fn fallback_note(every: Duration, why: &str) -> String {
     format!(
-        "the gateway's sandbox phases: polling `sandbox list` every {}s because {why}",
-        every.as_secs_f64()
+        "the gateway's sandbox phases: {}",
+        poll_observer(every, why)
     )
 }
 
@@ -270,7 +296,7 @@ pub(crate) async fn observe_phases(
 ) {
     let refusal = match start(&endpoint, &selector, &settings).await {
         Ok(channel) => {
-            rec.note(STREAM_NOTE);
+            record_observer(&rec, STREAM_OBSERVER, STREAM_NOTE);
             match streams(channel, &selector, &rec, &settings, &expected).await {
                 Some(why) => why,
                 None => return,

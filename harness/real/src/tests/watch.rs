@@ -321,6 +321,24 @@ fn notes(rec: &Recorder) -> Vec<String> {
         .collect()
 }
 
+/// The observer the timeline names for the gateway's phases (the last one, if several).
+fn observer(rec: &Recorder) -> Option<String> {
+    rec.snapshot()
+        .entries
+        .iter()
+        .rev()
+        .find_map(|e| match &e.event {
+            Event::Observation {
+                key,
+                subject: Some(subject),
+                value,
+            } if key == crate::watch::PHASE_OBSERVER_KEY && subject == GATEWAY_SANDBOX_KIND => {
+                value.as_str().map(str::to_string)
+            }
+            _ => None,
+        })
+}
+
 /// Waits until `done` holds, failing with the stage, the deadline and the last state seen.
 async fn until<T: std::fmt::Debug>(
     stage: &str,
@@ -413,6 +431,7 @@ async fn phases_arrive_in_order_and_are_recorded_on_the_timeline() {
         !n.iter().any(|m| m.starts_with("fallback ran")),
         "notes: {n:?}"
     );
+    assert_eq!(observer(&rec).as_deref(), Some("WatchSandbox stream"));
     // Streamed, not sampled: no sampling interval for checks to qualify a pass with.
     assert_eq!(rec.snapshot().sampling_interval(GATEWAY_SANDBOX_KIND), None);
     until("the ended stream is closed", || gw.streams(), |n| *n == 0).await;
@@ -497,6 +516,12 @@ async fn an_unimplemented_watch_sandbox_falls_back_to_polling_and_the_note_says_
         n.iter().any(|m| m
             == "the gateway's sandbox phases: polling `sandbox list` every 2s because WatchSandbox of a: Unimplemented: WatchSandbox is not served here"),
         "notes: {n:?}"
+    );
+    assert_eq!(
+        observer(&rec).as_deref(),
+        Some(
+            "polling `sandbox list` every 2s because WatchSandbox of a: Unimplemented: WatchSandbox is not served here"
+        )
     );
     assert_eq!(
         rec.snapshot().sampling_interval(GATEWAY_SANDBOX_KIND),

@@ -244,8 +244,9 @@ pub(crate) fn phase_of(value: i32) -> Phase {
 }
 
 /// Records one sandbox as the gateway sent it, in the shape the `sandbox list` poller records
-/// (name, phase, exit code), so both observers give the checks the same states.
-fn record(rec: &Recorder, s: &Sandbox) {
+/// (name, phase, exit code), so both observers give the checks the same states. `restarts` is
+/// the restart count recorded last for it, so a count is recorded once per change.
+fn record(rec: &Recorder, s: &Sandbox, restarts: &mut Option<u32>) {
     let Some(name) = s.metadata.as_ref().map(|m| m.name.clone()) else {
         return;
     };
@@ -260,7 +261,8 @@ fn record(rec: &Recorder, s: &Sandbox) {
     rec.observe(view.to_state());
     // Field 14 exists from 0.1.x on; v0.0.111 sends none, which reads as 0, so only a count
     // above zero says anything (docs/upstream-facts.md F7.6).
-    if status.restart_count > 0 {
+    if status.restart_count > 0 && *restarts != Some(status.restart_count) {
+        *restarts = Some(status.restart_count);
         rec.record(Event::Observation {
             key: "restart_count".to_string(),
             subject: Some(format!("{GATEWAY_SANDBOX_KIND}/{name}")),
@@ -359,7 +361,7 @@ async fn streams(
                 }
                 // The list's state first: the stream's snapshot repeats it (and is not
                 // recorded twice), and a sandbox gone before its stream opens is still seen.
-                record(rec, &s);
+                record(rec, &s, &mut None);
                 streamed.insert(meta.name.clone(), meta.id.clone());
                 tasks.spawn(watch_one(
                     channel.clone(),
@@ -410,6 +412,7 @@ async fn watch_one(
     let mut established = false;
     let mut backoff = settings.reconnect_first;
     let mut broken: Option<String> = None;
+    let mut restarts: Option<u32> = None;
     loop {
         let req = WatchSandboxRequest {
             // The sandbox's id for the v0.0.111 gateway (docs/upstream-facts.md F7.6).
@@ -432,7 +435,7 @@ async fn watch_one(
                     match stream.message().await {
                         Ok(Some(ev)) => {
                             if let Some(Payload::Sandbox(s)) = ev.payload {
-                                record(&rec, &s);
+                                record(&rec, &s, &mut restarts);
                             }
                         }
                         // The v0.0.111 gateway ends the stream when the sandbox leaves its

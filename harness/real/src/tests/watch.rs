@@ -664,3 +664,48 @@ async fn the_observer_stops_when_the_case_ends() {
     assert_eq!(rec.snapshot().entries.len(), before);
     assert_eq!(gw.streams(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_count_the_gateway_reports_is_recorded_once_per_change() {
+    let gw = Gateway::default();
+    let addr = serve(gw.clone(), None).await;
+    gw.put(sandbox("a", &LABEL, SandboxPhase::Ready));
+    let rec = Recorder::new();
+    let _obs = spawn_observer(
+        addr.port(),
+        None,
+        &rec,
+        &Expected::default(),
+        marking_fallback(&rec),
+    );
+    until("stream of a opens", || gw.streams(), |n| *n == 1).await;
+    for (phase, restarts) in [
+        (SandboxPhase::Error, 1),
+        (SandboxPhase::Ready, 1),
+        (SandboxPhase::Error, 2),
+        (SandboxPhase::Ready, 2),
+    ] {
+        let mut s = gw.sandboxes.lock().unwrap().get("a").cloned().unwrap();
+        let st = s.status.as_mut().unwrap();
+        st.phase = phase as i32;
+        st.restart_count = restarts;
+        gw.put(s);
+    }
+    until("the last phase", || phases(&rec, "a"), |p| p.len() == 5).await;
+    let counts: Vec<u64> = rec
+        .snapshot()
+        .entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Observation {
+                key,
+                subject: Some(subject),
+                value,
+            } if key == "restart_count" && *subject == format!("{GATEWAY_SANDBOX_KIND}/a") => {
+                value.as_u64()
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(counts, [1, 2]);
+}

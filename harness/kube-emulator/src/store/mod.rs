@@ -848,3 +848,30 @@ impl State {
         Ok(log.events.range(start..).cloned().collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::same_spec;
+    use serde_json::json;
+
+    #[test]
+    fn metadata_status_api_version_and_kind_do_not_count_as_a_spec_change() {
+        let a = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"},
+                       "spec": {"x": 1}, "status": {"phase": "Pending"}});
+        let b = json!({"apiVersion": "v2", "metadata": {"name": "a", "labels": {"l": "v"}},
+                       "spec": {"x": 1}, "status": {"phase": "Running"}});
+        assert!(same_spec(&a, &b));
+    }
+
+    #[test]
+    fn a_changed_added_or_removed_top_level_field_counts_as_a_spec_change() {
+        let a = json!({"metadata": {}, "spec": {"x": 1}});
+        assert!(!same_spec(&a, &json!({"metadata": {}, "spec": {"x": 2}})));
+        assert!(!same_spec(
+            &a,
+            &json!({"metadata": {}, "spec": {"x": 1}, "data": {}})
+        ));
+        assert!(!same_spec(&a, &json!({"metadata": {}})));
+        assert!(!same_spec(&json!({"metadata": {}}), &a));
+    }
+}

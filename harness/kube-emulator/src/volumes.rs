@@ -23,6 +23,9 @@ impl std::fmt::Display for MountFailure {
     }
 }
 
+/// Files of a volume: (path inside it, contents).
+type Files = Vec<(String, Vec<u8>)>;
+
 fn s<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
     v.pointer(ptr).and_then(Value::as_str)
 }
@@ -41,7 +44,7 @@ pub fn is_api_volume(volume: &Value) -> bool {
 pub fn populate_volumes(cluster: &Cluster, pod: &Value) -> Result<(), MountFailure> {
     let ns = s(pod, "/metadata/namespace").unwrap_or("default");
     let uid = s(pod, "/metadata/uid").unwrap_or_default();
-    let mut filled: Vec<(String, Vec<(String, Vec<u8>)>)> = Vec::new();
+    let mut filled: Vec<(String, Files)> = Vec::new();
     for v in pod
         .pointer("/spec/volumes")
         .and_then(Value::as_array)
@@ -131,7 +134,7 @@ fn source_files(
     kind: Kind,
     object: &str,
     src: &Value,
-) -> Result<Vec<(String, Vec<u8>)>, MountFailure> {
+) -> Result<Files, MountFailure> {
     let optional = src
         .get("optional")
         .and_then(Value::as_bool)
@@ -145,7 +148,7 @@ fn source_files(
         Err(_) if optional => return Ok(Vec::new()),
         Err(_) => return Err(fail(format!("{} \"{object}\" not found", kind.word()))),
     };
-    let mut data: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut data: Files = Vec::new();
     let b64 = base64::engine::general_purpose::STANDARD;
     let encoded = match kind {
         Kind::Secret => vec!["data"],
@@ -204,7 +207,7 @@ fn source_files(
 
 /// `downwardAPI` items with a `fieldRef` into the pod's metadata (labels and annotations as
 /// `key="value"` lines, other fields as their value); `resourceFieldRef` is not modelled.
-fn downward_files(pod: &Value, src: &Value) -> Vec<(String, Vec<u8>)> {
+fn downward_files(pod: &Value, src: &Value) -> Files {
     let mut out = Vec::new();
     for item in src
         .get("items")

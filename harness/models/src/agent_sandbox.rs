@@ -722,38 +722,6 @@ fn set_condition(conds: &mut Vec<Value>, mut new: Value, now: &str) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_release_parses_from_its_tag_with_or_without_the_v_and_prints_as_that_tag() {
-        for v in AgentSandboxVersion::ALL {
-            assert_eq!(AgentSandboxVersion::parse(v.name()), Some(v));
-            assert_eq!(AgentSandboxVersion::parse(&v.name()[1..]), Some(v));
-            assert_eq!(v.to_string(), v.name());
-        }
-        assert_eq!(
-            AgentSandboxVersion::parse("v0.5.1"),
-            Some(AgentSandboxVersion::V0_5_1)
-        );
-        assert_eq!(AgentSandboxVersion::parse("v0.5.2"), None);
-    }
-
-    #[test]
-    fn the_old_spelling_v0_5_1_plus_still_selects_the_newest_modeled_release() {
-        assert_eq!(
-            AgentSandboxVersion::parse("v0.5.1+"),
-            Some(AgentSandboxVersion::V0_5_4)
-        );
-    }
-
-    #[test]
-    fn the_name_hash_is_fnv1a_32_in_8_hex_digits() {
-        assert_eq!(name_hash("default--demo"), "523e82a3");
-    }
-}
-
 /// The controller's image repository in the release manifest (docs/upstream-facts.md F8.8).
 pub(crate) const CONTROLLER_IMAGE_REPO: &str =
     "registry.k8s.io/agent-sandbox/agent-sandbox-controller";
@@ -794,5 +762,37 @@ impl crate::program::ContainerProgram for ControllerProgram {
         // No readiness probe in the manifest: the running container is ready.
         ctx.set_ready(true);
         ctx.signalled().await.exit_code()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_release_parses_from_its_tag_with_or_without_the_v_and_prints_as_that_tag() {
+        for v in AgentSandboxVersion::ALL {
+            assert_eq!(AgentSandboxVersion::parse(v.name()), Some(v));
+            assert_eq!(AgentSandboxVersion::parse(&v.name()[1..]), Some(v));
+            assert_eq!(v.to_string(), v.name());
+        }
+        assert_eq!(
+            AgentSandboxVersion::parse("v0.5.1"),
+            Some(AgentSandboxVersion::V0_5_1)
+        );
+        assert_eq!(AgentSandboxVersion::parse("v0.5.2"), None);
+    }
+
+    #[test]
+    fn the_old_spelling_v0_5_1_plus_still_selects_the_newest_modeled_release() {
+        assert_eq!(
+            AgentSandboxVersion::parse("v0.5.1+"),
+            Some(AgentSandboxVersion::V0_5_4)
+        );
+    }
+
+    #[test]
+    fn the_name_hash_is_fnv1a_32_in_8_hex_digits() {
+        assert_eq!(name_hash("default--demo"), "523e82a3");
     }
 }

@@ -1,6 +1,7 @@
 //! Tests of the models across modules: the Kubernetes models on the kube emulator, the
 //! OpenShell models end to end, and regressions found by the catalog.
 
+mod images;
 mod jobs;
 mod kube;
 mod lifetime;

@@ -43,6 +43,10 @@ pub(crate) struct GatewayProgram {
 #[async_trait]
 impl ContainerProgram for GatewayProgram {
     async fn run(&self, mut ctx: ContainerCtx) -> i32 {
+        // The chart's certgen hook runs the same image as `generate-certs` (F5.12).
+        if crate::certgen::is_certgen(&ctx.argv) {
+            return crate::certgen::run(ctx).await;
+        }
         // Like the real program: a config it cannot use is an error line and exit 1 (F7.7).
         let (config, tls) = match self.configure(&ctx) {
             Ok(c) => c,

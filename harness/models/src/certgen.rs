@@ -7,8 +7,10 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use base64::Engine;
+use rcgen::string::Ia5String;
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, Ia5String, IsCa, KeyPair, PKCS_ED25519, SanType,
+    BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, PKCS_ED25519,
+    PublicKeyData, SanType,
 };
 use serde_json::{Value, json};
 
@@ -181,6 +183,7 @@ pub(crate) fn generate(extra_sans: &[String]) -> Result<Pki, String> {
     let ca_cert = ca
         .self_signed(&ca_key)
         .map_err(err("self-sign CA certificate"))?;
+    let issuer = Issuer::from_params(&ca, &ca_key);
 
     let server_key = KeyPair::generate().map_err(err("generate server key"))?;
     let mut server =
@@ -196,7 +199,7 @@ pub(crate) fn generate(extra_sans: &[String]) -> Result<Pki, String> {
         .distinguished_name
         .push(DnType::CommonName, "openshell-server");
     let server_cert = server
-        .signed_by(&server_key, &ca_cert, &ca_key)
+        .signed_by(&server_key, &issuer)
         .map_err(err("sign server certificate"))?;
 
     let client_key = KeyPair::generate().map_err(err("generate client key"))?;
@@ -209,11 +212,11 @@ pub(crate) fn generate(extra_sans: &[String]) -> Result<Pki, String> {
         .distinguished_name
         .push(DnType::OrganizationalUnitName, "openshell-user");
     let client_cert = client
-        .signed_by(&client_key, &ca_cert, &ca_key)
+        .signed_by(&client_key, &issuer)
         .map_err(err("sign client certificate"))?;
 
     let jwt = KeyPair::generate_for(&PKCS_ED25519).map_err(err("generate JWT signing key"))?;
-    let digest = ring::digest::digest(&ring::digest::SHA256, &jwt.public_key_der());
+    let digest = ring::digest::digest(&ring::digest::SHA256, &jwt.subject_public_key_info());
     let jwt_kid = digest.as_ref()[..16]
         .iter()
         .map(|b| format!("{b:02x}"))

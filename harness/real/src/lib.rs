@@ -36,6 +36,7 @@ pub mod plan;
 mod portforward;
 mod private;
 pub mod target;
+mod watch;
 mod workspace;
 
 #[cfg(test)]

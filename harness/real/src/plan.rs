@@ -22,6 +22,9 @@ pub enum Step {
     Write { path: PathBuf, contents: String },
     /// Something done in-process through the Kubernetes API (kube-rs).
     Kube { action: String },
+    /// Something done in-process through the gateway's gRPC API (the harness's own client,
+    /// which only observes).
+    Grpc { action: String },
 }
 
 impl Step {
@@ -38,6 +41,12 @@ impl Step {
 
     pub fn kube(action: impl Into<String>) -> Self {
         Self::Kube {
+            action: action.into(),
+        }
+    }
+
+    pub(crate) fn grpc(action: impl Into<String>) -> Self {
+        Self::Grpc {
             action: action.into(),
         }
     }
@@ -91,6 +100,7 @@ impl fmt::Display for Plan {
                     Step::Run { cmd, when: None } => writeln!(f, "$ {}", cmd.line())?,
                     Step::Run { cmd, when: Some(w) } => writeln!(f, "$ {}    # {w}", cmd.line())?,
                     Step::Kube { action } => writeln!(f, "kube: {action}")?,
+                    Step::Grpc { action } => writeln!(f, "grpc: {action}")?,
                     Step::Write { path, contents } => {
                         writeln!(f, "write {}:", path.display())?;
                         for line in contents.lines() {

@@ -29,6 +29,7 @@ use crate::options::RealOptions;
 use crate::pins;
 use crate::plan::Step;
 use crate::portforward::GatewayForward;
+use crate::watch;
 use conformance_core::error::{Error, Result, one_line};
 use conformance_core::scenario::DEFAULT_WORKSPACE;
 use conformance_core::target::sandbox_resource_name;
@@ -153,9 +154,12 @@ pub(crate) fn observe_plan(opts: &RealOptions, topology: &str) -> Vec<Step> {
             "watch Sandbox resources (v1beta1, else v1alpha1), Pods, PVCs, Events, StatefulSets and Deployments in {}",
             opts.namespace
         )),
+        Step::grpc(
+            "follow each sandbox of the run with the gateway's WatchSandbox stream (gRPC over the port-forward, with the CLI's client certificate), found through ListSandboxes with the run's label",
+        ),
         Step::run_when(
             run_sandboxes_cmd(&cli, opts),
-            "every 2s, as the phase poller",
+            "every 2s, as the phase poller, if the gateway refuses the stream",
         ),
     ]
 }
@@ -357,6 +361,8 @@ pub struct RealTarget {
     /// nothing behind, so teardown removes it.
     helm_started: Mutex<Option<Install>>,
     created: Mutex<BTreeSet<String>>,
+    /// Sandboxes being created, for the phase stream to look for at once.
+    expected: watch::Expected,
     injectors: Option<Injectors>,
     access: AccessMap,
 }
@@ -378,6 +384,7 @@ impl RealTarget {
             installed: Default::default(),
             helm_started: Default::default(),
             created: Default::default(),
+            expected: Default::default(),
             injectors: None,
             access: Default::default(),
         }
@@ -647,11 +654,31 @@ impl Target for RealTarget {
             rec.clone(),
         ));
         let selector = format!("{}={}", pins::RUN_LABEL, self.opts.run_id);
-        obs.push(tokio::spawn(phase_poller(
-            i.cli.clone(),
+        let every = Duration::from_secs(2);
+        let fallback = poll_fallback(i.cli.clone(), selector.clone(), rec.clone(), every);
+        // The stream presents what the CLI presents: the client certificate written for it.
+        let tls = if i.install.tls {
+            match watch::ClientCert::read(&i.cli.mtls_dir()) {
+                Ok(c) => Some(c),
+                Err(why) => {
+                    obs.push(tokio::spawn(fallback(why)));
+                    return Ok(obs);
+                }
+            }
+        } else {
+            None
+        };
+        let endpoint = watch::GatewayEndpoint {
+            port: i.access.forward.port(),
+            tls,
+        };
+        obs.push(tokio::spawn(watch::observe_phases(
+            endpoint,
             selector,
             rec,
-            Duration::from_secs(2),
+            watch::WatchSettings::default(),
+            self.expected.clone(),
+            fallback,
         )));
         Ok(obs)
     }
@@ -681,6 +708,7 @@ impl Target for RealTarget {
             .lock()
             .expect("created lock")
             .insert(spec.name.clone());
+        self.expected.expect(&spec.name);
         let caps = self.info().capabilities;
         i.cli.create(&spec, &caps).await
     }
@@ -811,6 +839,26 @@ impl RealTarget {
             .await
             .map_err(|e| TargetError::infra(one_line(&e)))
     }
+}
+
+/// The observer of the gateway's phases when the WatchSandbox stream cannot be used: the
+/// `sandbox list` poller, after a timeline note that says why.
+pub(crate) fn poll_fallback(
+    cli: OpenShellCli,
+    selector: String,
+    rec: Recorder,
+    every: Duration,
+) -> watch::Fallback {
+    Box::new(move |why: String| {
+        Box::pin(async move {
+            watch::record_observer(
+                &rec,
+                &watch::poll_observer(every, &why),
+                &watch::fallback_note(every, &why),
+            );
+            phase_poller(cli, selector, rec, every).await
+        })
+    })
 }
 
 /// Polls `openshell sandbox list -o json` and records the gateway's phase of every sandbox of

@@ -6,3 +6,4 @@ mod cli;
 mod cluster;
 mod emulated;
 mod real_tools;
+mod watch;

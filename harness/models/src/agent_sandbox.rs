@@ -95,12 +95,17 @@ fn sandboxes() -> ResourceRef {
 }
 
 /// The Sandbox CRD as the v0.5.x releases install it (v1beta1 and the deprecated v1alpha1),
-/// reduced to what the API server acts on; `fixtures/crds/` holds it.
+/// reduced to what the API server acts on; `fixtures/crds/` holds it. Parsed once per process:
+/// every emulated cluster installs it.
 pub(crate) fn crd() -> Value {
-    serde_saphyr::from_str(include_str!(
-        "../../../fixtures/crds/sandboxes.agents.x-k8s.io.yaml"
-    ))
-    .expect("the Sandbox CRD fixture is valid YAML")
+    static CRD: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    CRD.get_or_init(|| {
+        serde_saphyr::from_str(include_str!(
+            "../../../fixtures/crds/sandboxes.agents.x-k8s.io.yaml"
+        ))
+        .expect("the Sandbox CRD fixture is valid YAML")
+    })
+    .clone()
 }
 
 fn pvcs() -> ResourceRef {

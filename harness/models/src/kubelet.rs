@@ -1260,28 +1260,27 @@ impl Worker {
     /// Writes the status if it differs from the stored one (same uid only).
     fn write_status(&mut self) {
         let mine = self.build_status();
-        let Ok(cur) = self
-            .k
-            .cluster
-            .get(&ResourceRef::pods(), Some(&self.ns), &self.name)
-        else {
+        // Compared in place: the worker runs on every store change and most of them leave its
+        // pod's status as it is; copying the whole pod to find that out was a top item of the
+        // proof's profile.
+        let merged =
+            self.k
+                .cluster
+                .inspect(&ResourceRef::pods(), Some(&self.ns), &self.name, |cur| {
+                    if s(cur, "/metadata/uid") != Some(self.uid.as_str()) {
+                        return None;
+                    }
+                    let stored = cur.get("status").and_then(Value::as_object);
+                    if stored.is_some_and(|st| mine.iter().all(|(k, v)| st.get(k) == Some(v))) {
+                        return None;
+                    }
+                    let mut status = stored.cloned().unwrap_or_default();
+                    status.extend(mine);
+                    Some(Value::Object(status))
+                });
+        let Ok(Some(status)) = merged else {
             return;
         };
-        if s(&cur, "/metadata/uid") != Some(self.uid.as_str()) {
-            return;
-        }
-        let mut status = cur
-            .get("status")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
-        for (k, v) in mine {
-            status.insert(k, v);
-        }
-        let status = Value::Object(status);
-        if cur.get("status") == Some(&status) {
-            return;
-        }
         let body = json!({"metadata": {"name": self.name, "namespace": self.ns}, "status": status});
         if let Ok(p) =
             self.k

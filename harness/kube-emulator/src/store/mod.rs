@@ -177,16 +177,23 @@ fn is_deleting(obj: &Value) -> bool {
         .is_some_and(|v| !v.is_null())
 }
 
-/// Strips what does not count as a spec change for `metadata.generation`.
-fn spec_part(obj: &Value) -> Value {
-    let mut o = obj.clone();
-    if let Some(m) = o.as_object_mut() {
-        m.remove("metadata");
-        m.remove("status");
-        m.remove("apiVersion");
-        m.remove("kind");
-    }
-    o
+/// Whether two objects differ in what counts as a spec change for `metadata.generation`
+/// (everything but metadata, status, apiVersion and kind). Compared in place: every update
+/// asks, and copying both objects to strip four keys was a top item of the proof's profile.
+fn same_spec(a: &Value, b: &Value) -> bool {
+    const NOT_SPEC: [&str; 4] = ["metadata", "status", "apiVersion", "kind"];
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    let spec = |m: &'_ Map<String, Value>| {
+        m.iter()
+            .filter(|(k, _)| !NOT_SPEC.contains(&k.as_str()))
+            .count()
+    };
+    spec(a) == spec(b)
+        && a.iter()
+            .filter(|(k, _)| !NOT_SPEC.contains(&k.as_str()))
+            .all(|(k, v)| b.get(k) == Some(v))
 }
 
 /// A create body must be an object of the resource's kind (or of no kind).
@@ -671,7 +678,7 @@ impl State {
             "resourceVersion".into(),
             old["metadata"]["resourceVersion"].clone(),
         );
-        if def.has_generation && spec_part(&new) != spec_part(&old) {
+        if def.has_generation && !same_spec(&new, &old) {
             let g = old
                 .pointer("/metadata/generation")
                 .and_then(Value::as_i64)
@@ -682,12 +689,14 @@ impl State {
             // A no-op write is not persisted: no new resourceVersion, no watch event.
             return Ok(Self::present(def, version, &old));
         }
-        self.write(def, &key, new.clone(), old);
-        Ok(Self::present(
-            def,
-            version,
-            self.get_raw(&gr, &key).unwrap_or(&new),
-        ))
+        // The answer is the object as stored; `write` moves `new` into the store, or removes it
+        // (its last finalizer gone) and then the answer is the update as written.
+        match self.write(def, &key, new, old) {
+            None => self
+                .get_ref(def, ns, name)
+                .map(|o| Self::present(def, version, o)),
+            Some(last) => Ok(Self::present(def, version, &last)),
+        }
     }
 
     /// An update of the main resource: the body, but for the metadata the server owns and the
@@ -741,7 +750,14 @@ impl State {
 
     /// Stores a changed object (bumping the resourceVersion); an object being deleted whose last
     /// finalizer is gone and whose grace period is over is removed instead.
-    fn write(&mut self, def: &ResourceDef, key: &NsName, mut new: Value, old: Value) {
+    /// Returns the written object when it was removed instead of stored.
+    fn write(
+        &mut self,
+        def: &ResourceDef,
+        key: &NsName,
+        mut new: Value,
+        old: Value,
+    ) -> Option<Value> {
         let gr = def.gr();
         let grace_over = new
             .pointer("/metadata/deletionGracePeriodSeconds")
@@ -754,8 +770,9 @@ impl State {
             .is_none_or(|a| a.is_empty())
             || gr.1 != "namespaces";
         if is_deleting(&new) && finalizers(&new).is_empty() && grace_over && spec_finalizers_empty {
+            let answer = new.clone();
             self.remove(&gr, key, Some(new));
-            return;
+            return Some(answer);
         }
         let rv = self.next_rv();
         meta_mut(&mut new).insert("resourceVersion".into(), json!(rv.to_string()));
@@ -772,6 +789,7 @@ impl State {
             self.resources.register_crd(&new);
         }
         self.emit(&gr, EventType::Modified, new, Some(old));
+        None
     }
 
     // ---------------------------------------------------------------------------------------
@@ -828,5 +846,32 @@ impl State {
         }
         let start = log.events.partition_point(|e| e.rv <= rv);
         Ok(log.events.range(start..).cloned().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_spec;
+    use serde_json::json;
+
+    #[test]
+    fn metadata_status_api_version_and_kind_do_not_count_as_a_spec_change() {
+        let a = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"},
+                       "spec": {"x": 1}, "status": {"phase": "Pending"}});
+        let b = json!({"apiVersion": "v2", "metadata": {"name": "a", "labels": {"l": "v"}},
+                       "spec": {"x": 1}, "status": {"phase": "Running"}});
+        assert!(same_spec(&a, &b));
+    }
+
+    #[test]
+    fn a_changed_added_or_removed_top_level_field_counts_as_a_spec_change() {
+        let a = json!({"metadata": {}, "spec": {"x": 1}});
+        assert!(!same_spec(&a, &json!({"metadata": {}, "spec": {"x": 2}})));
+        assert!(!same_spec(
+            &a,
+            &json!({"metadata": {}, "spec": {"x": 1}, "data": {}})
+        ));
+        assert!(!same_spec(&a, &json!({"metadata": {}})));
+        assert!(!same_spec(&json!({"metadata": {}}), &a));
     }
 }

@@ -37,6 +37,14 @@ pub struct ServeArgs {
     /// afterwards for inspection.
     #[arg(long, requires = "model")]
     pub scenario: Option<String>,
+    /// With --model: images mean models and nothing is pre-installed. The kubelet runs the
+    /// OpenShell gateway image as the model's gateway (or, with `generate-certs` arguments, as
+    /// the chart's certificate generator), the supervisor and sandbox images as its supervisors,
+    /// and the Agent Sandbox controller image as the controller of the release in its tag. No
+    /// OpenShell object and no Sandbox CRD is installed: apply the real Agent Sandbox manifest
+    /// and install the real chart (e.g. `run --target existing`).
+    #[arg(long, requires = "model", conflicts_with_all = ["scenario", "agent_sandbox"])]
+    pub images: bool,
 }
 
 /// Why `emulate serve` stopped or could not start.
@@ -63,6 +71,30 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
         epoch_unix,
         ..ClusterConfig::default()
     };
+    if args.images {
+        let model = args.model.as_deref().unwrap_or_default();
+        let served = start_images(
+            model,
+            &args.defects,
+            &args.topology,
+            args.listen,
+            args.kubeconfig_out.as_deref(),
+        )
+        .await?;
+        println!(
+            "images mean models ({model}, topology {}); nothing installed: apply the Agent Sandbox manifest and install the OpenShell chart",
+            args.topology
+        );
+        println!(
+            "emulated Kubernetes API listening on http://{}",
+            served.addr
+        );
+        if let Some(path) = &served.kubeconfig {
+            println!("kubeconfig written to {}", path.display());
+            println!("try: kubectl --kubeconfig {} get pods -A", path.display());
+        }
+        return served.wait().await;
+    }
     // With --model, the cluster runs the Kubernetes models and the OpenShell model, installed.
     let target = match &args.model {
         None => None,
@@ -160,6 +192,94 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
     let served = serve_on(listener, cluster).await;
     drop(target);
     Ok(served?)
+}
+
+/// A cluster served in this process by [`start_images`]; dropping it stops the server and
+/// every model.
+pub struct ServedCluster {
+    /// Where the API listens (plain HTTP, loopback).
+    pub addr: SocketAddr,
+    /// The kubeconfig written for it, if one was asked for (context `kube-emulator`).
+    pub kubeconfig: Option<PathBuf>,
+    /// The cluster itself, for in-process inspection (objects, container filesystems).
+    pub cluster: Cluster,
+    server: tokio::task::JoinHandle<Result<(), kube_emulator::serve::ServeError>>,
+    _target: std::sync::Arc<conformance_models::target::EmulatedTarget>,
+}
+
+impl ServedCluster {
+    /// Serves until the server fails.
+    pub async fn wait(mut self) -> Result<(), ServeError> {
+        (&mut self.server)
+            .await
+            .unwrap_or_else(|e| {
+                Err(kube_emulator::serve::ServeError::Serve(
+                    std::io::Error::other(e.to_string()),
+                ))
+            })
+            .map_err(ServeError::from)
+    }
+}
+
+impl Drop for ServedCluster {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+/// Starts, in this process, the served cluster of `emulate serve --model M --images`: the
+/// Kubernetes models with images meaning models and nothing pre-installed (see
+/// `EmulatedTarget::start_images`), listening on `listen` (loopback only) in real time, with a
+/// kubeconfig written to `kubeconfig_out` if given. Call inside a tokio runtime.
+pub async fn start_images(
+    model: &str,
+    defects: &[String],
+    topology: &str,
+    listen: SocketAddr,
+    kubeconfig_out: Option<&std::path::Path>,
+) -> Result<ServedCluster, ServeError> {
+    let listener = bind(listen).await?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| kube_emulator::serve::ServeError::Bind(listen, e))?;
+    let epoch_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let config = ClusterConfig {
+        epoch_unix,
+        ..ClusterConfig::default()
+    };
+    let sel = conformance_models::Selection::parse(model, defects, None)
+        .map_err(|e| ServeError::Usage(e.to_string()))?;
+    let topology = conformance_core::topology::Topologies::builtin()
+        .get(topology)
+        .map_err(|e| ServeError::Usage(e.to_string()))?
+        .clone();
+    let target = std::sync::Arc::new(conformance_models::target::EmulatedTarget::start_images(
+        sel, &topology, config,
+    ));
+    let cluster = target.cluster.clone();
+    let kubeconfig = match kubeconfig_out {
+        Some(path) => {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    kube_emulator::serve::ServeError::Kubeconfig(path.to_path_buf(), e)
+                })?;
+            }
+            write_kubeconfig(path, addr)?;
+            Some(path.to_path_buf())
+        }
+        None => None,
+    };
+    let server = tokio::spawn(serve_on(listener, cluster.clone()));
+    Ok(ServedCluster {
+        addr,
+        kubeconfig,
+        cluster,
+        server,
+        _target: target,
+    })
 }
 
 /// The one catalog case `pattern` selects on `topology` (the one the served model runs).

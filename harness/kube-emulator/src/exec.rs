@@ -150,7 +150,9 @@ pub(crate) async fn run(cluster: &Cluster, req: ExecRequest) -> ExecOutput {
 }
 
 /// The container's filesystem: an ephemeral root plus its `volumeMounts`, resolved through the
-/// pod's `volumes` (PVC: per claim, outlives the pod; anything else: per pod uid and volume).
+/// pod's `volumes` (PVC: per claim, outlives the pod; anything else: per pod uid and volume,
+/// where secret, configMap, projected and downwardAPI volumes hold the files the kubelet wrote
+/// at container start).
 pub fn container_mounts(cluster: &Cluster, req: &ExecRequest) -> Mounts {
     let mut mounts = Mounts::new();
     mounts.mount(
@@ -185,10 +187,14 @@ pub fn container_mounts(cluster: &Cluster, req: &ExecRequest) -> Mounts {
         ) else {
             continue;
         };
-        let ro = m.get("readOnly").and_then(Value::as_bool).unwrap_or(false);
         let vol = volumes
             .iter()
             .find(|v| v.get("name").and_then(Value::as_str) == Some(name));
+        // The kubelet mounts API-backed volumes (secret, configMap, projected, downwardAPI)
+        // read-only whatever the mount says; their files are filled at container start
+        // (`crate::volumes::populate_volumes`) into the per-pod directory.
+        let ro = m.get("readOnly").and_then(Value::as_bool).unwrap_or(false)
+            || vol.is_some_and(crate::volumes::is_api_volume);
         let volume = match vol
             .and_then(|v| v.pointer("/persistentVolumeClaim/claimName"))
             .and_then(Value::as_str)

@@ -32,6 +32,7 @@ pub mod sync;
 mod tables;
 mod transport;
 mod validation;
+mod volumes;
 mod watch;
 
 pub use clock::parse_unix;
@@ -42,4 +43,5 @@ pub use patch::PatchKind;
 pub use portforward::PortForwardHandler;
 pub use shell::ExecOutput;
 pub use store::{DeleteOptions, ListOptions};
+pub use volumes::{MountFailure, is_api_volume, populate_volumes};
 pub use watch::{WatchEvent, WatchParams};

@@ -727,6 +727,49 @@ fn set_condition(conds: &mut Vec<Value>, mut new: Value, now: &str) {
     }
 }
 
+/// The controller's image repository in the release manifest (docs/upstream-facts.md F8.8).
+pub(crate) const CONTROLLER_IMAGE_REPO: &str =
+    "registry.k8s.io/agent-sandbox/agent-sandbox-controller";
+
+/// The controller image: runs the controller model of the release its tag names, for as long
+/// as the container runs. A tag with no model logs one line and reconciles nothing.
+pub(crate) struct ControllerProgram;
+
+/// Stops the controller when the program ends or is dropped (a kill drops it).
+struct Running(JoinHandle<()>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::program::ContainerProgram for ControllerProgram {
+    async fn run(&self, mut ctx: crate::program::ContainerCtx) -> i32 {
+        let version = crate::program::tag(&ctx.image).and_then(AgentSandboxVersion::parse);
+        let _running = match version {
+            Some(v) => {
+                ctx.log(&format!("starting the Agent Sandbox controller model {v}"));
+                Some(Running(
+                    AgentSandboxController::new(ctx.cluster.clone(), v).spawn(),
+                ))
+            }
+            None => {
+                ctx.log(&format!(
+                    "no Agent Sandbox controller model for image {} (modelled: {}); reconciling nothing",
+                    ctx.image,
+                    AgentSandboxVersion::ALL.map(|v| v.name()).join(", ")
+                ));
+                None
+            }
+        };
+        // No readiness probe in the manifest: the running container is ready.
+        ctx.set_ready(true);
+        ctx.signalled().await.exit_code()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -54,6 +54,13 @@ pub(crate) struct KubeConfig {
     /// Which Agent Sandbox controller release to model (docs/upstream-facts.md F0.2). Default
     /// v0.5.0, the OpenShell CI default.
     pub agent_sandbox_version: AgentSandboxVersion,
+    /// Whether the Agent Sandbox controller runs in-process from the start. False where it runs
+    /// only as the program of its image's pod (the manifest's Deployment installs it).
+    pub agent_sandbox_in_process: bool,
+    /// The first retry after a failed volume set-up; doubled on each failure up to
+    /// `mount_retry_max` (the kubelet's operation back-off: 500 ms to 2 min, F10.7).
+    pub mount_retry_initial: Duration,
+    pub mount_retry_max: Duration,
 }
 
 impl Default for KubeConfig {
@@ -70,11 +77,22 @@ impl Default for KubeConfig {
             volume_binding: VolumeBinding::WaitForFirstConsumer,
             storage_class: "standard".into(),
             agent_sandbox_version: AgentSandboxVersion::V0_5_0,
+            agent_sandbox_in_process: true,
+            mount_retry_initial: Duration::from_millis(500),
+            mount_retry_max: Duration::from_secs(120),
         }
     }
 }
 
 impl KubeConfig {
+    /// The wait after failed volume set-up number `failures` (0-based).
+    pub(crate) fn mount_retry_delay(&self, failures: u32) -> Duration {
+        let factor = 1u32.checked_shl(failures.min(31)).unwrap_or(u32::MAX);
+        self.mount_retry_initial
+            .saturating_mul(factor)
+            .min(self.mount_retry_max)
+    }
+
     /// The back-off before restart number `restart` (1-based) of a container.
     pub(crate) fn restart_delay(&self, restart: u32) -> Duration {
         let steps = if self.first_restart_immediate {
@@ -131,12 +149,16 @@ impl KubeModels {
         config: KubeConfig,
     ) -> Self {
         let kubelet = Kubelet::new(cluster.clone(), network.clone(), programs, config.clone());
-        let tasks = vec![
+        let mut tasks = vec![
             kubelet.spawn(),
             WorkloadControllers::new(cluster.clone()).spawn(),
             crate::jobs::JobController::new(cluster.clone()).spawn(),
-            AgentSandboxController::new(cluster.clone(), config.agent_sandbox_version).spawn(),
         ];
+        if config.agent_sandbox_in_process {
+            tasks.push(
+                AgentSandboxController::new(cluster.clone(), config.agent_sandbox_version).spawn(),
+            );
+        }
         Self { kubelet, tasks }
     }
 

@@ -522,6 +522,7 @@ impl Inner {
             deadline: None,
             transitions: BTreeMap::new(),
             runs: 0,
+            mount_failures: 0,
         };
         let task = tokio::spawn(worker.run());
         PodEntry {
@@ -723,6 +724,8 @@ struct Worker {
     /// Condition type → (status, lastTransitionTime).
     transitions: BTreeMap<&'static str, (bool, String)>,
     runs: u64,
+    /// Failed volume set-ups so far (the retry back-off grows with it).
+    mount_failures: u32,
 }
 
 impl Worker {
@@ -774,6 +777,15 @@ impl Worker {
         }
         if let Stage::Creating(at) = self.stage {
             if now < at {
+                return false;
+            }
+            // Volumes are set up before the pod sandbox: a missing Secret or ConfigMap keeps
+            // the pod ContainerCreating, retried with the volume manager's back-off (F10.7).
+            if let Err(failure) = kube_emulator::populate_volumes(&self.k.cluster, &self.pod) {
+                self.mount_failed(&failure);
+                let delay = self.k.config.mount_retry_delay(self.mount_failures);
+                self.mount_failures += 1;
+                self.stage = Stage::Creating(now + delay);
                 return false;
             }
             let n = self.k.next_ip.fetch_add(1, Ordering::SeqCst);
@@ -840,8 +852,41 @@ impl Worker {
         }
     }
 
+    /// Posts (or counts again) the kubelet's `FailedMount` warning on the pod.
+    fn mount_failed(&self, failure: &kube_emulator::MountFailure) {
+        let events = ResourceRef::new("", "v1", "events");
+        let now = self.k.cluster.now_rfc3339();
+        let name = format!("{}.failedmount.{}", self.name, failure.volume);
+        if let Ok(mut ev) = self.k.cluster.get(&events, Some(&self.ns), &name) {
+            let count = ev.get("count").and_then(Value::as_u64).unwrap_or(1) + 1;
+            ev["count"] = json!(count);
+            ev["lastTimestamp"] = json!(now);
+            ev["message"] = json!(failure.message);
+            let _ = self.k.cluster.update(&events, Some(&self.ns), &name, ev);
+            return;
+        }
+        let ev = json!({
+            "metadata": {"name": name, "namespace": self.ns},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": self.name,
+                               "namespace": self.ns, "uid": self.uid},
+            "reason": "FailedMount",
+            "message": failure.message,
+            "type": "Warning",
+            "source": {"component": "kubelet", "host": self.k.config.node_name},
+            "reportingComponent": "kubelet",
+            "reportingInstance": self.k.config.node_name,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        });
+        let _ = self.k.cluster.create(&events, Some(&self.ns), ev);
+    }
+
     /// Starts (or restarts) container `i` (init containers first, then containers).
     fn start(&mut self, i: usize) {
+        // A fresh snapshot of the API-backed volumes for the new container; if an object has
+        // gone since, the files stay as they were (the kubelet keeps the last contents).
+        let _ = kube_emulator::populate_volumes(&self.k.cluster, &self.pod);
         self.runs += 1;
         let run = self.runs;
         let k = self.k.clone();
@@ -901,6 +946,7 @@ impl Worker {
         );
         ctx.restart_count = c.restarts;
         ctx.restart_policy = restart_policy;
+        ctx.image = c.image.clone();
         ctx.ready_changed = ready_changed;
         c.ready = ready;
         let program = c.program.clone();

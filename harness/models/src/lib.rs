@@ -10,6 +10,7 @@
 //! Services, available only while a ready pod backs them).
 
 mod agent_sandbox;
+mod certgen;
 mod client;
 mod gateway;
 pub mod install;

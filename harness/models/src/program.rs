@@ -41,6 +41,8 @@ pub(crate) struct ContainerCtx {
     pub pod: String,
     pub pod_uid: String,
     pub container: String,
+    /// The container's image as the pod spec names it (tag included).
+    pub image: String,
     /// The container's `command` followed by its `args`.
     pub argv: Vec<String>,
     /// Literal `env` entries of the container.
@@ -82,6 +84,7 @@ impl ContainerCtx {
                 pod: pod.to_string(),
                 pod_uid: pod_uid.to_string(),
                 container: container.to_string(),
+                image: String::new(),
                 argv,
                 env,
                 mounts,
@@ -219,6 +222,13 @@ pub(crate) fn repository(image: &str) -> &str {
     }
 }
 
+/// `registry.k8s.io/x/controller:v0.5.0` → `v0.5.0`; None without a tag.
+pub(crate) fn tag(image: &str) -> Option<&str> {
+    let no_digest = image.split('@').next().unwrap_or(image);
+    let repo = repository(no_digest);
+    no_digest[repo.len()..].strip_prefix(':')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,5 +245,8 @@ mod tests {
         );
         assert_eq!(repository("localhost:5000/gw"), "localhost:5000/gw");
         assert_eq!(repository("busybox"), "busybox");
+        assert_eq!(tag("registry.k8s.io/a/b:v0.5.0"), Some("v0.5.0"));
+        assert_eq!(tag("localhost:5000/gw@sha256:abc"), None);
+        assert_eq!(tag("busybox"), None);
     }
 }

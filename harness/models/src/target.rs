@@ -228,6 +228,25 @@ impl EmulatedTarget {
             cfg.namespaces.push(NAMESPACE.to_string());
         }
         cfg.crds.push(crate::agent_sandbox::crd());
+        Self::start_on(selection, topology, cfg, true)
+    }
+
+    /// A cluster where images mean models and nothing is pre-installed: no OpenShell namespace
+    /// or objects and no Sandbox CRD. The kubelet runs the gateway image as the gateway model
+    /// (or as `generate-certs` for the chart's hook), the supervisor and sandbox images as the
+    /// supervisor models, and the Agent Sandbox controller image as the controller model of its
+    /// tag; the real chart and manifest install everything else. Not a target to run cases on
+    /// in-process (nothing is installed); serve it and use the real path.
+    pub fn start_images(selection: Selection, topology: &Topology, cfg: ClusterConfig) -> Self {
+        Self::start_on(selection, topology, cfg, false)
+    }
+
+    fn start_on(
+        selection: Selection,
+        topology: &Topology,
+        cfg: ClusterConfig,
+        agent_sandbox_in_process: bool,
+    ) -> Self {
         let cluster = Cluster::new(cfg);
         let network = Network::new();
         let agent = selection.agent_sandbox;
@@ -244,12 +263,19 @@ impl EmulatedTarget {
         });
         programs.register(SUPERVISOR_IMAGE_REPO, sup.clone());
         programs.register(SANDBOX_IMAGE_REPO, sup);
+        if !agent_sandbox_in_process {
+            programs.register(
+                crate::agent_sandbox::CONTROLLER_IMAGE_REPO,
+                Arc::new(crate::agent_sandbox::ControllerProgram),
+            );
+        }
         let kube = crate::kube::KubeModels::start(
             &cluster,
             &network,
             programs,
             crate::kube::KubeConfig {
                 agent_sandbox_version: agent,
+                agent_sandbox_in_process,
                 ..Default::default()
             },
         );

@@ -40,6 +40,10 @@ pub(crate) struct GatewayProgram {
 #[async_trait]
 impl ContainerProgram for GatewayProgram {
     async fn run(&self, mut ctx: ContainerCtx) -> i32 {
+        // The chart's certgen hook runs the same image as `generate-certs` (F5.12).
+        if crate::certgen::is_certgen(&ctx.argv) {
+            return crate::certgen::run(ctx).await;
+        }
         // The StatefulSet's claim template `openshell-data` mounted at /var/openshell.
         let volume = ctx
             .cluster

@@ -8,3 +8,4 @@ mod observe;
 mod openshell;
 mod regressions;
 mod rollout;
+mod volumes;

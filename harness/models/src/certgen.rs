@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use base64::Engine;
-use rcgen::{
+use rcgen013::{
     BasicConstraints, CertificateParams, DnType, Ia5String, IsCa, KeyPair, PKCS_ED25519, SanType,
 };
 use serde_json::{Value, json};
@@ -168,7 +168,7 @@ fn add_san(sans: &mut Vec<SanType>, value: &str) {
 /// by it, and an Ed25519 JWT key whose kid is the first 16 bytes of the SHA-256 of its public
 /// key, in hex (F5.13).
 pub(crate) fn generate(extra_sans: &[String]) -> Result<Pki, String> {
-    fn err(what: &'static str) -> impl Fn(rcgen::Error) -> String {
+    fn err(what: &'static str) -> impl Fn(rcgen013::Error) -> String {
         move |e| format!("failed to {what}: {e}")
     }
     let ca_key = KeyPair::generate().map_err(err("generate CA key"))?;

@@ -929,7 +929,9 @@ async fn run_main(
     let env = ctx.env.clone();
     let run = async {
         match &spec {
-            Some(argv) if !argv.is_empty() => {
+            // The CLI's default main process, a login shell (docs/upstream-facts.md F6.3), waits
+            // for input on its session like an idle image; the emulated shell has no bash.
+            Some(argv) if !argv.is_empty() && argv[..] != ["/bin/bash", "-l"] => {
                 let out =
                     kube_emulator::shell::run(argv, &[], &env, "/sandbox", &ctx.mounts, &hooks)
                         .await;

@@ -129,7 +129,9 @@ impl OpenShell for Gateway {
         request: Request<DeleteSandboxRequest>,
     ) -> Result<Response<DeleteSandboxResponse>, Status> {
         let name = request.into_inner().name;
+        // `deleted` (v0.0.111's field 1, reserved in 0.1.5) is set too: the SDK must skip it.
         Ok(Response::new(DeleteSandboxResponse {
+            deleted: true,
             outcome: DeletionOutcome::Accepted as i32,
             sandbox_id: format!("id-{name}"),
         }))

@@ -22,6 +22,9 @@ const SDK_MODULES: [&str; 4] = [
     "options_pb2",
 ];
 
+/// v0.0.111's delete answer, declared for the v0.0.111 CLI although 0.1.5 has no such field.
+const V0_0_111_DELETED: &str = ".openshell.v1.DeleteSandboxResponse.deleted";
+
 fn ours() -> FileDescriptorSet {
     FileDescriptorSet::decode(FILE_DESCRIPTOR_SET).expect("our descriptor set decodes")
 }
@@ -233,7 +236,22 @@ fn every_declaration_exists_identically_in_the_official_sdk_descriptors() {
         return;
     };
     let ours = ours();
-    assert_eq!(differences(&ours.file, &theirs), Vec::<String>::new());
+    // The one documented exception (docs/upstream-facts.md F7.6): v0.0.111's
+    // `DeleteSandboxResponse.deleted` bool [1], which the v0.0.111 CLI needs and 0.1.5 reserves,
+    // so no 0.1.5 field can be misread as it.
+    assert_eq!(
+        differences(&ours.file, &theirs),
+        [format!("field {V0_0_111_DELETED}: not upstream")]
+    );
+    let up = Index::of(&theirs);
+    let delete = up.messages[".openshell.v1.DeleteSandboxResponse"];
+    assert!(
+        delete
+            .reserved_range
+            .iter()
+            .any(|r| r.start() <= 1 && 1 < r.end()),
+        "0.1.5 must reserve field 1 of DeleteSandboxResponse: {delete:?}"
+    );
     // The comparison saw what we declare: the service and its twelve methods, by name.
     let service = ours
         .file

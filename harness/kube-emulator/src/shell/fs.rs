@@ -348,6 +348,16 @@ impl Mounts {
             .collect()
     }
 
+    /// Reads the file at `path` as a program in the container would: `Ok(None)` when there is
+    /// no such file, `Err` with the strerror text when it cannot be read (a directory).
+    pub fn read_file(&self, path: &str) -> Result<Option<Vec<u8>>, String> {
+        match self.read(&components(path)) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(FsError::NotFound) => Ok(None),
+            Err(e) => Err(format!("{path}: {}", e.message())),
+        }
+    }
+
     pub(crate) fn stat(&self, abs: &[String]) -> Result<Kind, FsError> {
         let found = match self.resolve(abs) {
             Some((volume, rel, _)) => volume.stat_at(rel),

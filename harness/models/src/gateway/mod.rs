@@ -4,11 +4,14 @@
 //! through the Kubernetes driver, and holds the supervisor sessions in memory.
 //!
 //! Parts: [`store`] (durable rows), [`phase`] (derivation), [`rpc`] (types), [`core`] (the
-//! rules over one record), [`driver`] (Kubernetes objects), [`startup`] (the startup sweep).
+//! rules over one record), [`driver`] (Kubernetes objects), [`startup`] (the startup sweep),
+//! [`config`] (the chart's `gateway.toml`), [`grpc`] (the gRPC listener on port 8080).
 //! `Fn.n` in comments are items of docs/upstream-facts.md.
 
+pub(crate) mod config;
 pub(crate) mod core;
 pub(crate) mod driver;
+pub(crate) mod grpc;
 pub(crate) mod phase;
 pub(crate) mod rpc;
 pub(crate) mod startup;
@@ -44,6 +47,14 @@ impl ContainerProgram for GatewayProgram {
         if crate::certgen::is_certgen(&ctx.argv) {
             return crate::certgen::run(ctx).await;
         }
+        // Like the real program: a config it cannot use is an error line and exit 1 (F7.7).
+        let (config, tls) = match self.configure(&ctx) {
+            Ok(c) => c,
+            Err(e) => {
+                ctx.log(&format!("ERROR openshell_server: {e}"));
+                return 1;
+            }
+        };
         // The StatefulSet's claim template `openshell-data` mounted at /var/openshell.
         let volume = ctx
             .cluster
@@ -61,6 +72,7 @@ impl ContainerProgram for GatewayProgram {
         gw.spawn(driver::reconcile_loop(gw.clone()));
         ctx.network
             .bind(&ctx.namespace, &ctx.pod, GRPC_PORT, gw.clone());
+        grpc::serve(&gw, config, tls);
         gw.log(
             "INFO",
             "openshell_server",
@@ -71,6 +83,7 @@ impl ContainerProgram for GatewayProgram {
         let sig = ctx.signalled().await;
         ctx.set_ready(false);
         ctx.network.unbind(&ctx.namespace, &ctx.pod, GRPC_PORT);
+        grpc::unserve(&gw);
         gw.shutdown();
         gw.log("INFO", "openshell_server", "Shutting down", &[]);
         match sig {
@@ -79,6 +92,48 @@ impl ContainerProgram for GatewayProgram {
         }
     }
 }
+
+impl GatewayProgram {
+    /// The config file's settings and the TLS acceptor they ask for. The model cannot switch
+    /// topology at run time (every part reads it from the model), so a config naming another
+    /// topology, or another sandbox namespace, is refused with both named (F7.7).
+    pub(crate) fn configure(
+        &self,
+        ctx: &ContainerCtx,
+    ) -> Result<(config::GatewayConfig, Option<tokio_rustls::TlsAcceptor>), String> {
+        let config = config::GatewayConfig::read(&ctx.mounts)?;
+        let model_topology = &self.model.topology.name;
+        if let Some(t) = config.topology.as_ref().filter(|t| *t != model_topology) {
+            return Err(format!(
+                "configured supervisor topology {t:?} is not the one this gateway model runs ({model_topology:?}); start the model with topology {t:?}"
+            ));
+        }
+        if let Some(ns) = config
+            .sandbox_namespace
+            .as_ref()
+            .filter(|ns| ns.as_str() != super::model::NAMESPACE)
+        {
+            return Err(format!(
+                "configured sandbox_namespace {ns:?} is not the one this gateway model uses ({:?})",
+                super::model::NAMESPACE
+            ));
+        }
+        let tls = grpc::tls_acceptor(&config, &ctx.mounts)?;
+        Ok((config, tls))
+    }
+}
+
+/// One line of a sandbox's log as the gateway keeps it in memory (F1.17).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LogLine {
+    pub level: String,
+    pub target: String,
+    pub message: String,
+    pub fields: BTreeMap<String, String>,
+}
+
+/// The in-memory tail kept per sandbox (F1.17: 2000 lines).
+const LOG_TAIL: usize = 2000;
 
 /// One sandbox a shared supervisor must serve (gateway topology).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -115,6 +170,8 @@ pub struct Gateway {
     alive: watch::Sender<bool>,
     pub(crate) wake: Notify,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Gateway log lines about each sandbox, by sandbox id (served by `GetSandboxLogs`).
+    sandbox_logs: Mutex<BTreeMap<String, std::collections::VecDeque<LogLine>>>,
 }
 
 impl Gateway {
@@ -143,6 +200,7 @@ impl Gateway {
             alive: watch::channel(true).0,
             wake: Notify::new(),
             tasks: Mutex::default(),
+            sandbox_logs: Mutex::default(),
         })
     }
 
@@ -161,7 +219,7 @@ impl Gateway {
         *self.alive.borrow()
     }
 
-    fn check_alive(&self) -> Result<(), Status> {
+    pub(crate) fn check_alive(&self) -> Result<(), Status> {
         if self.is_alive() {
             Ok(())
         } else {
@@ -201,6 +259,36 @@ impl Gateway {
         }
         self.cluster
             .append_log(&self.namespace, &self.pod, &self.container, &line);
+        if let Some((_, id)) = fields.iter().find(|(k, _)| *k == "sandbox_id") {
+            let mut logs = self.sandbox_logs.lock().unwrap_or_else(|p| p.into_inner());
+            let tail = logs.entry(id.to_string()).or_default();
+            if tail.len() == LOG_TAIL {
+                tail.pop_front();
+            }
+            tail.push_back(LogLine {
+                level: level.to_string(),
+                target: target.to_string(),
+                message: msg.to_string(),
+                fields: fields
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            });
+        }
+    }
+
+    /// The last `lines` (0: all) log lines about sandbox `id`, and how many are kept.
+    pub(crate) fn sandbox_log_tail(&self, id: &str, lines: usize) -> (Vec<LogLine>, usize) {
+        let logs = self.sandbox_logs.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(tail) = logs.get(id) else {
+            return (vec![], 0);
+        };
+        let skip = if lines == 0 {
+            0
+        } else {
+            tail.len().saturating_sub(lines)
+        };
+        (tail.iter().skip(skip).cloned().collect(), tail.len())
     }
 
     /// Writes a phase (and logs the change); persists the row.
@@ -282,6 +370,7 @@ impl Gateway {
                 cr_name: cr_name(&spec.name),
                 phase: Phase::Provisioning,
                 command: spec.command.clone(),
+                labels: spec.labels.clone(),
                 restart_policy: spec.restart_policy,
                 ..Default::default()
             };

@@ -29,6 +29,9 @@ pub struct SandboxRecord {
     pub exit_code: Option<i32>,
     #[serde(default)]
     pub command: Option<Vec<String>>,
+    /// The labels the client gave at create (`ListSandboxes` filters on them).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
     #[serde(default)]
     pub restart_policy: Option<RestartPolicy>,
     #[serde(default)]
@@ -79,6 +82,9 @@ pub struct Store {
     volume: Volume,
     pub db: Db,
     sink: ViewSink,
+    /// Every write, in order, for the served `WatchSandbox` streams (one snapshot per write,
+    /// so a watcher sees each committed phase however brief; sent only while one listens).
+    changes: tokio::sync::broadcast::Sender<Arc<Db>>,
 }
 
 impl Store {
@@ -92,6 +98,7 @@ impl Store {
             volume,
             db,
             sink: ViewSink::default(),
+            changes: tokio::sync::broadcast::channel(1024).0,
         }
     }
 
@@ -104,6 +111,9 @@ impl Store {
     pub(crate) fn save(&self) {
         let bytes = serde_json::to_vec_pretty(&self.db).expect("the store serializes");
         self.volume.write(DB_PATH, &bytes);
+        if self.changes.receiver_count() > 0 {
+            let _ = self.changes.send(Arc::new(self.db.clone()));
+        }
         let hook = self.sink.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if let Some(hook) = hook {
             let views: Vec<SandboxView> = self
@@ -114,6 +124,11 @@ impl Store {
                 .collect();
             hook(&views);
         }
+    }
+
+    /// Snapshots of the database after each write from now on.
+    pub(crate) fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Arc<Db>> {
+        self.changes.subscribe()
     }
 
     pub fn get(&self, name: &str) -> Option<&SandboxRecord> {

@@ -9,3 +9,4 @@ mod openshell;
 mod regressions;
 mod rollout;
 mod volumes;
+mod served_grpc;

@@ -14,7 +14,8 @@ fn labels() -> Value {
            "app.kubernetes.io/managed-by": "Helm", "helm.sh/chart": "openshell"})
 }
 
-/// The rendered `gateway.toml` (docs/upstream-facts.md F5.8).
+/// The rendered `gateway.toml` (docs/upstream-facts.md F5.8). Plaintext: the emulated
+/// install's TLS Secrets hold no real certificates, and its client connects in process.
 pub(crate) fn gateway_toml(model: &OpenShellModel) -> String {
     let topo_key = if model.selection.model == crate::spec::Model::OpenShell0_0_111 {
         "topology"
@@ -23,7 +24,7 @@ pub(crate) fn gateway_toml(model: &OpenShellModel) -> String {
     };
     format!(
         "[openshell.gateway]\nbind = \"0.0.0.0:8080\"\nhealth = \"0.0.0.0:8081\"\nmetrics = \"0.0.0.0:9090\"\n\
-         sandbox_namespace = \"{NAMESPACE}\"\n\n[openshell.drivers.kubernetes]\nworkspace_mode = \"shared\"\n\
+         disable_tls = true\nsandbox_namespace = \"{NAMESPACE}\"\n\n[openshell.drivers.kubernetes]\nworkspace_mode = \"shared\"\n\
          gateway_id = \"openshell\"\ngrpc_endpoint = \"{}\"\nservice_account_name = \"openshell-sandbox\"\n\
          {topo_key} = \"{}\"\n",
         crate::model::GATEWAY_ENDPOINT,

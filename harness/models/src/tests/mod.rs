@@ -8,5 +8,5 @@ mod observe;
 mod openshell;
 mod regressions;
 mod rollout;
-mod volumes;
 mod served_grpc;
+mod volumes;

@@ -439,7 +439,7 @@ async fn watch_one(
                             }
                         }
                         // The v0.0.111 gateway ends the stream when the sandbox leaves its
-                        // store (docs/upstream-facts.md F7.7); ask to tell that from a
+                        // store (docs/upstream-facts.md F7.8); ask to tell that from a
                         // gateway shutting down.
                         Ok(None) => break None,
                         Err(s) => break Some((s, true)),

@@ -37,7 +37,7 @@ const RUN: &str = "openshell-conformance.io/run=r1";
 const DEADLINE: Duration = Duration::from_secs(20);
 
 /// A gateway holding sandboxes in memory; every change is sent to the streams of that sandbox,
-/// and a removed sandbox ends them, as the v0.0.111 gateway does (docs/upstream-facts.md F7.7).
+/// and a removed sandbox ends them, as the v0.0.111 gateway does (docs/upstream-facts.md F7.8).
 #[derive(Clone, Default)]
 struct Gateway {
     sandboxes: Arc<Mutex<BTreeMap<String, Sandbox>>>,

@@ -7,6 +7,9 @@
 #            SUPERVISOR_IMAGE_REPOSITORY=openshell/supervisor IMAGE_TAG=dev \
 #            LOAD_IMAGES="openshell/gateway:dev openshell/supervisor:dev"   a local OpenShell build
 #   make e2e-emulated             the whole catalog on the embedded emulated target, in seconds
+#   make e2e-served               the real path (helm, kubectl, chart, manifest, openshell CLI) on a
+#                                 served emulated cluster the run starts; no Docker, real time
+#   make e2e-served CHART_PATH=... AGENT_SANDBOX_MANIFEST=... OPENSHELL_BIN=... MODEL=contract DEFECT=...
 
 CARGO ?= cargo
 CLUSTER ?= kind
@@ -22,6 +25,9 @@ IMAGE_TAG ?=
 LOAD_IMAGES ?=
 CONTEXT ?=
 MODEL ?=
+DEFECT ?=
+AGENT_SANDBOX_MANIFEST ?=
+OPENSHELL_BIN ?=
 ARTIFACTS ?= artifacts
 BIN = $(CARGO) run --quiet --release -p openshell-conformance --
 
@@ -38,7 +44,14 @@ REAL_FLAGS = $(if $(CHART_VERSION),--chart-version $(CHART_VERSION)) \
 	$(foreach i,$(LOAD_IMAGES),--load-image $(i)) \
 	$(if $(CONTEXT),--context $(CONTEXT))
 
-.PHONY: e2e e2e-emulated tools test lint fmt doctor clusters-down ci
+SERVED_FLAGS = $(if $(MODEL),--model $(MODEL)) \
+	$(foreach d,$(DEFECT),--defect $(d)) \
+	$(if $(CHART_VERSION),--chart-version $(CHART_VERSION)) \
+	$(if $(CHART_PATH),--chart-path $(CHART_PATH)) \
+	$(if $(AGENT_SANDBOX_MANIFEST),--agent-sandbox-manifest $(AGENT_SANDBOX_MANIFEST)) \
+	$(if $(OPENSHELL_BIN),--openshell-bin $(OPENSHELL_BIN))
+
+.PHONY: e2e e2e-emulated e2e-served tools test lint fmt doctor clusters-down ci
 
 ## e2e: the conformance catalog on CLUSTER (kind by default)
 e2e:
@@ -51,6 +64,11 @@ endif
 ## e2e-emulated: the whole catalog on the embedded emulated target
 e2e-emulated:
 	$(MAKE) e2e CLUSTER=emulated
+
+## e2e-served: the real path against a served emulated cluster that the run starts and stops
+## (model openshell-0.0.111 unless MODEL says otherwise); needs helm, kubectl and openshell
+e2e-served:
+	$(BIN) run --target served $(RUN_FLAGS) $(SERVED_FLAGS)
 
 ## tools: the real helm, kubectl and OpenShell SDK the tests drive, into .tools/
 tools:

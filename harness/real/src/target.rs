@@ -356,6 +356,10 @@ pub struct RealTarget {
     info: Mutex<TargetInfo>,
     rec: Recorder,
     installed: tokio::sync::Mutex<Option<Arc<Installed>>>,
+    /// The release `helm install` was started for, until install() completes: an install that
+    /// fails after it (a gateway that never gets ready or refuses the harness) must still leave
+    /// nothing behind, so teardown removes it.
+    helm_started: Mutex<Option<Install>>,
     created: Mutex<BTreeSet<String>>,
     /// Sandboxes being created, for the phase stream to look for at once.
     expected: watch::Expected,
@@ -378,6 +382,7 @@ impl RealTarget {
             info: Mutex::new(info),
             rec,
             installed: Default::default(),
+            helm_started: Default::default(),
             created: Default::default(),
             expected: Default::default(),
             injectors: None,
@@ -544,6 +549,7 @@ impl Target for RealTarget {
             return Err(TargetError::Unsupported(why));
         }
         let inst = Install::new(o, topology).map_err(infra)?;
+        *self.helm_started.lock().expect("helm_started lock") = Some(inst.clone());
         inst.run(&*self.runner).await.map_err(infra)?;
         let label =
             Patch::Merge(serde_json::json!({"metadata": {"labels": {pins::RUN_LABEL: o.run_id}}}));
@@ -611,6 +617,7 @@ impl Target for RealTarget {
             info.capabilities
                 .extend(detected.capabilities.iter().copied());
         }
+        self.helm_started.lock().expect("helm_started lock").take();
         *self.installed.lock().await = Some(Arc::new(Installed {
             install: inst,
             cli,
@@ -770,7 +777,11 @@ impl Target for RealTarget {
 
     async fn teardown(&self) -> TargetResult<()> {
         let Some(i) = self.installed.lock().await.take() else {
-            return Ok(());
+            let started = self.helm_started.lock().expect("helm_started lock").take();
+            return match started {
+                Some(inst) if !self.opts.keep => self.uninstall(&inst).await,
+                _ => Ok(()),
+            };
         };
         let mut errors = i.injector.restore_all().await;
         // Evidence first: teardown is about to remove the release and the sandboxes.
@@ -801,13 +812,8 @@ impl Target for RealTarget {
                     errors.push(format!("delete sandbox {n}: {}", one_line(&e)));
                 }
             }
-            if let Err(e) = i.install.uninstall(&*self.runner).await {
-                errors.push(one_line(&e));
-            } else if let Err(e) =
-                leftovers::delete_data_pvcs(&self.client, &self.opts, Duration::from_secs(120))
-                    .await
-            {
-                errors.push(one_line(&e));
+            if let Err(e) = self.uninstall(&i.install).await {
+                errors.push(e.to_string());
             }
         }
         drop(i);
@@ -819,6 +825,19 @@ impl Target for RealTarget {
                 errors.join("; ")
             )))
         }
+    }
+}
+
+impl RealTarget {
+    /// Uninstalls the release and deletes the gateway's data PVCs, which `helm uninstall`
+    /// keeps (docs/upstream-facts.md F5.10).
+    async fn uninstall(&self, inst: &Install) -> TargetResult<()> {
+        inst.uninstall(&*self.runner)
+            .await
+            .map_err(|e| TargetError::infra(one_line(&e)))?;
+        leftovers::delete_data_pvcs(&self.client, &self.opts, Duration::from_secs(120))
+            .await
+            .map_err(|e| TargetError::infra(one_line(&e)))
     }
 }
 

@@ -1,8 +1,9 @@
 //! Where tests find the real tools they drive, and what happens when one is missing.
 //!
 //! `.ci/tools.sh` installs helm, kubectl and the OpenShell Python SDK into the git-ignored
-//! `.tools/`; the OpenShell v0.0.111 binaries are test material beside the repository
-//! (`../shared/tools/openshell-v0.0.111/`) or wherever their environment variable points.
+//! `.tools/`; the OpenShell v0.0.111 binaries, its chart and the Agent Sandbox v0.5.0 manifest
+//! are test material beside the repository (`../shared/tools/openshell-v0.0.111/`,
+//! `../shared/upstream/`) or wherever their environment variable points.
 //! In CI (`CI` set to a true value) a missing tool fails the test: a skipped proof must not
 //! pass for a proof. Elsewhere the test prints why it is skipped and returns.
 
@@ -23,6 +24,10 @@ pub enum Tool {
     OpenshellSandbox,
     /// The directory holding the official OpenShell Python SDK (`PYTHONPATH` for `python3`).
     OpenshellPythonSdk,
+    /// The OpenShell v0.0.111 helm chart, unpacked (a directory with `Chart.yaml`).
+    OpenshellChart,
+    /// The Agent Sandbox v0.5.0 release's `manifest.yaml`.
+    AgentSandboxManifest,
 }
 
 impl Tool {
@@ -35,12 +40,15 @@ impl Tool {
             Tool::OpenshellGateway => "OPENSHELL_GATEWAY_BIN",
             Tool::OpenshellSandbox => "OPENSHELL_SANDBOX_BIN",
             Tool::OpenshellPythonSdk => "OPENSHELL_PYTHON_SDK",
+            Tool::OpenshellChart => "OPENSHELL_CHART_PATH",
+            Tool::AgentSandboxManifest => "AGENT_SANDBOX_MANIFEST",
         }
     }
 
     fn default_path(self) -> PathBuf {
         let root = workspace_root();
         let shared = root.join("../shared/tools/openshell-v0.0.111");
+        let upstream = root.join("../shared/upstream");
         match self {
             Tool::Helm => root.join(".tools/bin/helm"),
             Tool::Kubectl => root.join(".tools/bin/kubectl"),
@@ -48,12 +56,15 @@ impl Tool {
             Tool::OpenshellGateway => shared.join("openshell-gateway"),
             Tool::OpenshellSandbox => shared.join("openshell-sandbox"),
             Tool::OpenshellPythonSdk => root.join(".tools/python"),
+            Tool::OpenshellChart => upstream.join("openshell-chart-v0.0.111"),
+            Tool::AgentSandboxManifest => upstream.join("agent-sandbox-v0.5.0/manifest.yaml"),
         }
     }
 
     fn present(self, path: &Path) -> bool {
         match self {
             Tool::OpenshellPythonSdk => path.join("openshell/__init__.py").is_file(),
+            Tool::OpenshellChart => path.join("Chart.yaml").is_file(),
             _ => path.is_file(),
         }
     }
@@ -62,6 +73,9 @@ impl Tool {
     fn how_to_get(self) -> &'static str {
         match self {
             Tool::Helm | Tool::Kubectl | Tool::OpenshellPythonSdk => "run .ci/tools.sh",
+            Tool::OpenshellChart | Tool::AgentSandboxManifest => {
+                "put the upstream test material (chart, Agent Sandbox manifest) beside the repository or set the variable"
+            }
             _ => "put the OpenShell v0.0.111 binaries beside the repository or set the variable",
         }
     }

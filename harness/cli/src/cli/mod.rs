@@ -8,6 +8,7 @@ mod check;
 mod list;
 mod progress;
 mod run;
+mod served;
 mod summary;
 
 use std::path::PathBuf;

@@ -31,6 +31,9 @@ pub enum TargetKind {
     K3d,
     /// A disposable cluster you already have (`--context`).
     Existing,
+    /// The real path (helm, kubectl, the chart, the manifest, the `openshell` CLI) against an
+    /// emulated cluster this run serves on a loopback port, its images running `--model`.
+    Served,
 }
 
 #[derive(Debug, Args)]
@@ -43,10 +46,11 @@ pub struct RunArgs {
         env = "OPENSHELL_CONFORMANCE_TARGET"
     )]
     pub target: TargetKind,
-    /// Emulated target only: the model (`list models`).
+    /// Emulated and served targets: the model (`list models`; served default openshell-0.0.111).
     #[arg(long, env = "OPENSHELL_CONFORMANCE_MODEL")]
     pub model: Option<String>,
-    /// Emulated target only: a defect switch on the contract model (`list defects`); repeatable.
+    /// Emulated and served targets: a defect switch on the contract model (`list defects`);
+    /// repeatable.
     #[arg(
         long = "defect",
         value_name = "NAME",
@@ -214,7 +218,7 @@ impl RunArgs {
             TargetKind::Emulated => None,
             TargetKind::Kind => Some(Provider::Kind),
             TargetKind::K3d => Some(Provider::K3d),
-            TargetKind::Existing => Some(Provider::Existing),
+            TargetKind::Existing | TargetKind::Served => Some(Provider::Existing),
         }
     }
 }
@@ -316,30 +320,32 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
             let info = f.info();
             (f, info)
         }
+        Some(_) if args.target == TargetKind::Served => {
+            reject_parallel_jobs(&args)?;
+            let plan = super::served::plan(&args)?;
+            if args.dry_run {
+                print!("{}", plan.header());
+                let chosen = chosen_topologies(&args)?;
+                let chosen: Vec<&Topology> = chosen.iter().collect();
+                let opts = plan.dry_run_options(&chosen);
+                print!("{}", conformance_real::plan::dry_run(&opts, &chosen)?);
+                return Ok(ExitStatus::Success);
+            }
+            let f: Arc<dyn TargetFactory> = Arc::new(plan.factory()?);
+            let info = f.info();
+            (f, info)
+        }
         Some(provider) => {
             if args.model.is_some() || !args.defects.is_empty() || args.agent_sandbox.is_some() {
                 return Err(Error::usage(
                     "--model, --defect and --agent-sandbox apply to the emulated target only",
                 ));
             }
-            if args.jobs.is_some_and(|n| n > 1) {
-                // Each case's teardown uninstalls the release and deletes its data, so cases
-                // running side by side on one cluster would pull it from under each other.
-                return Err(Error::usage(
-                    "--jobs above 1 applies to the emulated target only: on a real cluster each case installs and tears down the one OpenShell release, so cases run one at a time",
-                ));
-            }
+            reject_parallel_jobs(&args)?;
             let opts = real_options(&args.real, provider, &args.artifacts)?;
             if args.dry_run {
-                let topologies = Topologies::builtin();
-                let chosen: Vec<&Topology> = if args.topologies.is_empty() {
-                    topologies.all().collect()
-                } else {
-                    args.topologies
-                        .iter()
-                        .map(|n| topologies.get(n))
-                        .collect::<Result<_, _>>()?
-                };
+                let chosen = chosen_topologies(&args)?;
+                let chosen: Vec<&Topology> = chosen.iter().collect();
                 let plan = conformance_real::plan::dry_run(&opts, &chosen)?;
                 print!("{plan}");
                 return Ok(ExitStatus::Success);
@@ -411,6 +417,29 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
         watcher.abort();
     }
     status
+}
+
+/// Each case's teardown uninstalls the release and deletes its data, so cases running side by
+/// side on one cluster would pull it from under each other.
+fn reject_parallel_jobs(args: &RunArgs) -> Result<(), Error> {
+    if args.jobs.is_some_and(|n| n > 1) {
+        return Err(Error::usage(
+            "--jobs above 1 applies to the emulated target only: on a real cluster each case installs and tears down the one OpenShell release, so cases run one at a time",
+        ));
+    }
+    Ok(())
+}
+
+/// The topologies a real target's `--dry-run` plans: `--topology`, or every one.
+fn chosen_topologies(args: &RunArgs) -> Result<Vec<Topology>, Error> {
+    let topologies = Topologies::builtin();
+    if args.topologies.is_empty() {
+        return Ok(topologies.all().cloned().collect());
+    }
+    args.topologies
+        .iter()
+        .map(|n| topologies.get(n).cloned())
+        .collect()
 }
 
 /// Test knob: `OPENSHELL_CONFORMANCE_TEST_PAUSE_AFTER_CASE` (a duration) makes the emulated

@@ -1,0 +1,265 @@
+//! `run --target served`: the real-cluster path, unchanged, against a served emulated cluster
+//! that this process starts on a loopback port for the run and stops after it.
+//!
+//! The served cluster is disposable by construction (it lives as long as the run), so its one
+//! context is allowed for faults. Everything else is the existing-cluster target of
+//! `conformance-real`, which is handed a kubeconfig and a context and knows nothing more: real
+//! helm installs the chart, real kubectl applies the Agent Sandbox manifest, the real
+//! `openshell` CLI drives sandboxes through the harness's port-forward. What answers is the
+//! kube emulator running its image models: OpenShell's behaviour comes from the model chosen
+//! with `--model`, not from OpenShell.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use conformance_core::error::{Error, Result};
+use conformance_core::target::{Target, TargetFactory, TargetInfo, TargetResult};
+use conformance_core::timeline::Recorder;
+use conformance_core::topology::Topology;
+use conformance_real::options::{Provider, RealOptions};
+
+use super::run::RunArgs;
+
+/// The one context of a served cluster's kubeconfig (`kube_emulator::serve::kubeconfig`).
+pub(crate) const CONTEXT: &str = "kube-emulator";
+
+/// The model the served cluster's images run when `--model` is not given: the chart the
+/// harness installs by default is OpenShell v0.0.111's.
+pub(crate) const DEFAULT_MODEL: &str = "openshell-0.0.111";
+
+/// What `--target served` runs: the model and defect switches of the served cluster's images,
+/// and the real-path options pointing at it.
+pub(crate) struct Plan {
+    pub(crate) model: String,
+    pub(crate) defects: Vec<String>,
+    pub(crate) opts: RealOptions,
+}
+
+/// Checks the flags and the tools before anything starts, so a missing chart, manifest or CLI
+/// is reported at once: a path the user gave that is not there is a usage error (exit 2), a
+/// tool that cannot be found on `PATH` an infrastructure one (exit 3).
+pub(crate) fn plan(args: &RunArgs) -> Result<Plan> {
+    if args.real.context.is_some() || args.real.kubeconfig.is_some() {
+        return Err(Error::usage(
+            "--target served starts its own cluster and writes its kubeconfig; drop --context and --kubeconfig (or use --target existing for a cluster you serve yourself)",
+        ));
+    }
+    if !args.real.load_images.is_empty() {
+        return Err(Error::usage(
+            "--load-image has no meaning on --target served: its images are models, not pulled",
+        ));
+    }
+    if args.agent_sandbox.is_some() {
+        return Err(Error::usage(
+            "--agent-sandbox picks the emulated target's Agent Sandbox model; on --target served the manifest decides (--agent-sandbox-manifest or --agent-sandbox-version)",
+        ));
+    }
+    let model = args
+        .model
+        .clone()
+        .unwrap_or_else(|| DEFAULT_MODEL.to_string());
+    // Refuse an unknown model or defect now, with the emulated target's words for it.
+    conformance_models::spec::Selection::parse(&model, &args.defects, None)
+        .map_err(|e| Error::usage(e.to_string()))?;
+    if let Some(chart) = &args.real.chart_path
+        && !chart.join("Chart.yaml").is_file()
+    {
+        return Err(Error::usage(format!(
+            "--chart-path {}: no Chart.yaml there; give the directory of an unpacked OpenShell chart (or leave it out to install the published chart)",
+            chart.display()
+        )));
+    }
+    if let Some(manifest) = &args.real.agent_sandbox_manifest
+        && !manifest.is_file()
+    {
+        return Err(Error::usage(format!(
+            "--agent-sandbox-manifest {}: no such file",
+            manifest.display()
+        )));
+    }
+    check_tool(
+        &args.real.openshell_bin,
+        "--openshell-bin",
+        "the openshell CLI",
+    )?;
+    check_tool("helm", "PATH", "helm 3")?;
+    check_tool("kubectl", "PATH", "kubectl")?;
+    let mut real = args.real.clone();
+    real.allow_context.push(CONTEXT.to_string());
+    real.context = Some(CONTEXT.to_string());
+    let opts = super::run::real_options(&real, Provider::Existing, &args.artifacts)?;
+    Ok(Plan {
+        model,
+        defects: args.defects.clone(),
+        opts,
+    })
+}
+
+/// A program named with a path must be that file (exit 2: the user's path); a bare name must
+/// be on `PATH` (exit 3: a tool the machine lacks).
+fn check_tool(program: &str, flag: &str, what: &str) -> Result<()> {
+    let path = Path::new(program);
+    if path.components().count() > 1 {
+        return if path.is_file() {
+            Ok(())
+        } else {
+            Err(Error::usage(format!(
+                "{flag} {program}: no such file ({what})"
+            )))
+        };
+    }
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+        .unwrap_or(false);
+    if found {
+        Ok(())
+    } else if flag == "PATH" {
+        Err(Error::infra(format!(
+            "{what} (`{program}`) is not on PATH; install it (`make tools` puts helm and kubectl in .tools/bin)"
+        )))
+    } else {
+        Err(Error::infra(format!(
+            "{what} (`{program}`) is not on PATH; install it or pass {flag} FILE"
+        )))
+    }
+}
+
+impl Plan {
+    /// The lines `--dry-run` prints before the real path's plan.
+    pub(crate) fn header(&self) -> String {
+        let defects = if self.defects.is_empty() {
+            String::new()
+        } else {
+            format!(" with defect switches {}", self.defects.join(", "))
+        };
+        format!(
+            "# openshell-conformance run --target served: the real path below runs against a served emulated cluster\n\
+             # per topology, when its first case runs: start a served cluster in-process on 127.0.0.1 (a free port), images running model {}{defects} on that topology; nothing pre-installed\n\
+             # write its kubeconfig (context {CONTEXT}) to {}; the context is allowed for faults: the cluster lives only as long as the run\n",
+            self.model,
+            self.kubeconfig("$TOPOLOGY").display(),
+        )
+    }
+
+    /// Where the served cluster of `topology` writes its kubeconfig: the private directory.
+    fn kubeconfig(&self, topology: &str) -> PathBuf {
+        self.opts
+            .private_dir
+            .join(format!("served-kubeconfig-{topology}"))
+    }
+
+    /// The options for the real path, as `--dry-run` plans them (one topology named, or a
+    /// placeholder for the kubeconfig of each).
+    pub(crate) fn dry_run_options(&self, topologies: &[&Topology]) -> RealOptions {
+        let mut o = self.opts.clone();
+        let name = match topologies {
+            [one] => one.name.as_str(),
+            _ => "$TOPOLOGY",
+        };
+        o.kubeconfig = Some(self.kubeconfig(name));
+        o
+    }
+
+    /// The factory: it starts the served cluster of a topology when the first case on it is
+    /// provisioned.
+    pub(crate) fn factory(self) -> Result<ServedFactory> {
+        let runner: Arc<dyn conformance_real::command::CommandRunner> =
+            Arc::new(conformance_real::command::SystemRunner);
+        // Only for info(): it connects to nothing until provisioned, which it never is.
+        let describe = conformance_real::target::RealFactory::new(self.opts.clone(), runner)?;
+        Ok(ServedFactory {
+            describe,
+            clusters: Default::default(),
+            plan: self,
+        })
+    }
+
+    /// Starts the served cluster of `topology`, writes its kubeconfig, and prepares the real
+    /// path on it (reachability, leftovers, Agent Sandbox).
+    async fn start(&self, topology: &Topology) -> Result<PerTopology> {
+        conformance_real::cluster::create_private_dir(&self.opts)?;
+        let kubeconfig = self.kubeconfig(&topology.name);
+        let served = crate::serve::start_images(
+            &self.model,
+            &self.defects,
+            &topology.name,
+            "127.0.0.1:0".parse().expect("a loopback address"),
+            Some(&kubeconfig),
+        )
+        .await
+        .map_err(super::serve_error)?;
+        eprintln!(
+            "served cluster for {} on http://{} (model {}); kubeconfig {}, context {CONTEXT}",
+            topology.name,
+            served.addr,
+            self.model,
+            kubeconfig.display()
+        );
+        let mut opts = self.opts.clone();
+        opts.kubeconfig = Some(kubeconfig);
+        let runner: Arc<dyn conformance_real::command::CommandRunner> =
+            Arc::new(conformance_real::command::SystemRunner);
+        let real = conformance_real::target::RealFactory::new(opts, runner)?;
+        real.prepare().await?;
+        Ok(PerTopology {
+            real,
+            _served: served,
+        })
+    }
+}
+
+/// A topology's served cluster and the real path's factory on it.
+struct PerTopology {
+    real: conformance_real::target::RealFactory,
+    _served: crate::serve::ServedCluster,
+}
+
+/// The existing-cluster factory on one served cluster per topology (the gateway model runs the
+/// topology it was started with and refuses a chart configured for another), reporting itself
+/// as `served` with the model its images run, so the report's title, the expectations and the
+/// JUnit properties name the model under test, as on the emulated target. The clusters serve
+/// until the factory is dropped at the end of the run.
+pub(crate) struct ServedFactory {
+    plan: Plan,
+    describe: conformance_real::target::RealFactory,
+    clusters: tokio::sync::Mutex<BTreeMap<String, Arc<PerTopology>>>,
+}
+
+#[async_trait]
+impl TargetFactory for ServedFactory {
+    fn info(&self) -> TargetInfo {
+        let mut info = self.describe.info();
+        info.kind = "served".into();
+        info.model = Some(self.plan.model.clone());
+        info.defects = self.plan.defects.clone();
+        info
+    }
+
+    async fn provision(
+        &self,
+        topology: &Topology,
+        rec: &Recorder,
+    ) -> TargetResult<Arc<dyn Target>> {
+        let per = {
+            let mut clusters = self.clusters.lock().await;
+            match clusters.get(&topology.name) {
+                Some(p) => p.clone(),
+                None => {
+                    let p = Arc::new(self.plan.start(topology).await.map_err(|e| {
+                        conformance_core::target::TargetError::infra(format!(
+                            "served cluster for {}: {}",
+                            topology.name,
+                            conformance_core::error::one_line(&e)
+                        ))
+                    })?);
+                    clusters.insert(topology.name.clone(), p.clone());
+                    p
+                }
+            }
+        };
+        per.real.provision(topology, rec).await
+    }
+}

@@ -1,0 +1,359 @@
+//! What the tests of the real path on the served cluster share: the real tools and upstream
+//! material (through `conformance-testtools`), `emulate serve` as its own process, the
+//! harness binary as a subprocess whose output lines are watched, and the checks of what a
+//! run leaves on the cluster. Every wait has a deadline that names what it waited for.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use conformance_testtools::{Tool, require_all};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::mpsc;
+
+/// The model the served cluster's images run: the chart is OpenShell v0.0.111's.
+pub const MODEL: &str = "openshell-0.0.111";
+
+/// The real tools and upstream material a served real-path run needs.
+pub struct Tools {
+    pub helm: PathBuf,
+    pub kubectl: PathBuf,
+    pub openshell: PathBuf,
+    pub chart: PathBuf,
+    pub manifest: PathBuf,
+}
+
+impl Tools {
+    /// Every tool, or `None` after printing why `test` is skipped (a failure in CI).
+    pub fn require(test: &str) -> Option<Self> {
+        let [helm, kubectl, openshell, chart, manifest] = require_all(
+            [
+                Tool::Helm,
+                Tool::Kubectl,
+                Tool::OpenshellCli,
+                Tool::OpenshellChart,
+                Tool::AgentSandboxManifest,
+            ],
+            test,
+        )?;
+        Some(Self {
+            helm,
+            kubectl,
+            openshell,
+            chart,
+            manifest,
+        })
+    }
+
+    /// `PATH` with helm's and kubectl's directories first: the harness runs them by name.
+    pub fn path_env(&self) -> std::ffi::OsString {
+        let mut dirs: Vec<PathBuf> = [&self.helm, &self.kubectl]
+            .iter()
+            .filter_map(|p| p.parent().map(Path::to_path_buf))
+            .collect();
+        if let Some(p) = std::env::var_os("PATH") {
+            dirs.extend(std::env::split_paths(&p));
+        }
+        std::env::join_paths(dirs).expect("PATH entries join")
+    }
+
+    /// The real-path flags: the chart, the manifest and the CLI.
+    pub fn real_flags(&self) -> Vec<String> {
+        vec![
+            "--chart-path".into(),
+            self.chart.display().to_string(),
+            "--agent-sandbox-manifest".into(),
+            self.manifest.display().to_string(),
+            "--openshell-bin".into(),
+            self.openshell.display().to_string(),
+        ]
+    }
+
+    /// Runs kubectl or helm against `kubeconfig` (deadline 60 s); returns (code, stdout+stderr).
+    pub async fn tool(&self, tool: &Path, kubeconfig: &Path, args: &[&str]) -> (i32, String) {
+        let home = kubeconfig.with_extension("helm");
+        let out = tokio::time::timeout(
+            Duration::from_secs(60),
+            tokio::process::Command::new(tool)
+                .env("KUBECONFIG", kubeconfig)
+                .env("HELM_CACHE_HOME", home.join("cache"))
+                .env("HELM_CONFIG_HOME", home.join("config"))
+                .env("HELM_DATA_HOME", home.join("data"))
+                .args(args)
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{} {args:?} did not finish within 60 s", tool.display()))
+        .expect("the tool starts");
+        (
+            out.status.code().unwrap_or(-1),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    }
+
+    pub async fn kubectl_ok(&self, kubeconfig: &Path, args: &[&str]) -> String {
+        let (code, out) = self.tool(&self.kubectl, kubeconfig, args).await;
+        assert_eq!(code, 0, "kubectl {args:?} failed:\n{out}");
+        out
+    }
+
+    /// What the harness's leftovers check looks for (helm releases and Sandbox resources in
+    /// the harness's namespace, the gateway's data PVCs, namespaces labelled by a run), and the
+    /// faults' NetworkPolicies: one line per thing found, empty when nothing is left.
+    pub async fn leftovers(&self, kubeconfig: &Path) -> Vec<String> {
+        let mut found = Vec::new();
+        let (code, releases) = self
+            .tool(
+                &self.helm,
+                kubeconfig,
+                &["list", "--namespace", "openshell", "--short"],
+            )
+            .await;
+        assert_eq!(code, 0, "helm list failed:\n{releases}");
+        found.extend(releases.lines().map(|r| format!("helm release {r}")));
+        let pvcs = self
+            .kubectl_ok(
+                kubeconfig,
+                &[
+                    "get",
+                    "pvc",
+                    "-n",
+                    "openshell",
+                    "-o",
+                    "jsonpath={range .items[*]}{.metadata.name}{\"\\n\"}{end}",
+                ],
+            )
+            .await;
+        found.extend(
+            pvcs.lines()
+                .filter(|p| p.starts_with("openshell-data-openshell-"))
+                .map(|p| format!("gateway data PVC {p}")),
+        );
+        let (code, sandboxes) = self
+            .tool(
+                &self.kubectl,
+                kubeconfig,
+                &[
+                    "get",
+                    "sandboxes.agents.x-k8s.io",
+                    "-n",
+                    "openshell",
+                    "-o",
+                    "name",
+                ],
+            )
+            .await;
+        assert_eq!(code, 0, "kubectl get sandboxes failed:\n{sandboxes}");
+        found.extend(sandboxes.lines().map(|s| format!("Sandbox {s}")));
+        let namespaces = self
+            .kubectl_ok(
+                kubeconfig,
+                &[
+                    "get",
+                    "namespaces",
+                    "-l",
+                    "openshell-conformance.io/run",
+                    "-o",
+                    "jsonpath={range .items[*]}{.metadata.name}{\"\\n\"}{end}",
+                ],
+            )
+            .await;
+        found.extend(
+            namespaces
+                .lines()
+                .filter(|n| *n != "openshell")
+                .map(|n| format!("namespace {n} of a run")),
+        );
+        let policies = self
+            .kubectl_ok(kubeconfig, &["get", "networkpolicies", "-A", "-o", "name"])
+            .await;
+        found.extend(
+            policies
+                .lines()
+                .map(|p| format!("NetworkPolicy {p} (traffic still blocked)")),
+        );
+        found
+    }
+}
+
+/// A running `emulate serve` (its own process, so it outlives a killed harness) and the
+/// kubeconfig it wrote; killed on drop.
+pub struct ServeProc {
+    _child: tokio::process::Child,
+    pub dir: tempfile::TempDir,
+}
+
+impl ServeProc {
+    /// `emulate serve` with images meaning models (`model`), nothing installed.
+    pub async fn start(model: &str) -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let kubeconfig = dir.path().join("kubeconfig");
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_openshell-conformance"))
+            .args(["emulate", "serve", "--listen", "127.0.0.1:0"])
+            .args(["--model", model, "--images", "--kubeconfig-out"])
+            .arg(&kubeconfig)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("emulate serve starts");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let mut seen = Vec::new();
+        let ready = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Ok(Some(l)) = lines.next_line().await {
+                let done = l.contains("kubeconfig written to");
+                seen.push(l);
+                if done {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        assert!(
+            matches!(ready, Ok(true)),
+            "emulate serve did not write its kubeconfig within 30 s; it printed:\n{}",
+            seen.join("\n")
+        );
+        // Keep draining its output so it never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Self { _child: child, dir }
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig")
+    }
+
+    /// The flags of `run --target existing` against this cluster.
+    pub fn existing_flags(&self) -> Vec<String> {
+        vec![
+            "--target".into(),
+            "existing".into(),
+            "--kubeconfig".into(),
+            self.kubeconfig().display().to_string(),
+            "--context".into(),
+            "kube-emulator".into(),
+            "--allow-context".into(),
+            "kube-emulator".into(),
+        ]
+    }
+}
+
+/// One line of a harness subprocess's output, and when it arrived.
+pub struct Line {
+    pub at: tokio::time::Instant,
+    pub text: String,
+}
+
+/// The harness binary as a subprocess, its stdout and stderr read line by line.
+pub struct Harness {
+    child: tokio::process::Child,
+    lines: mpsc::UnboundedReceiver<Line>,
+    /// Every line so far.
+    pub seen: Vec<String>,
+    pub started: tokio::time::Instant,
+}
+
+impl Harness {
+    pub fn spawn(tools: &Tools, args: &[String]) -> Self {
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_openshell-conformance"))
+            .args(args)
+            .env("PATH", tools.path_env())
+            .env("NO_COLOR", "1")
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the harness starts");
+        let (tx, rx) = mpsc::unbounded_channel();
+        for out in [
+            Box::new(child.stdout.take().expect("stdout"))
+                as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+            Box::new(child.stderr.take().expect("stderr")),
+        ] {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(out).lines();
+                while let Ok(Some(text)) = lines.next_line().await {
+                    let at = tokio::time::Instant::now();
+                    if tx.send(Line { at, text }).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        Self {
+            child,
+            lines: rx,
+            seen: Vec::new(),
+            started: tokio::time::Instant::now(),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("the harness is running")
+    }
+
+    /// Waits for a line containing `what`; returns it with its arrival time.
+    pub async fn until_line(&mut self, what: &str, within: Duration) -> Line {
+        let found = tokio::time::timeout(within, async {
+            while let Some(l) = self.lines.recv().await {
+                self.seen.push(l.text.clone());
+                if l.text.contains(what) {
+                    return Some(l);
+                }
+            }
+            None
+        })
+        .await;
+        match found {
+            Ok(Some(l)) => l,
+            _ => panic!(
+                "the harness did not print {what:?} within {within:?}; it printed:\n{}",
+                self.seen.join("\n")
+            ),
+        }
+    }
+
+    /// Sends `signal` (`INT`, `TERM`, `KILL`) to the harness.
+    pub async fn signal(&self, signal: &str) {
+        let status = tokio::process::Command::new("kill")
+            .args(["-s", signal, &self.pid().to_string()])
+            .status()
+            .await
+            .expect("kill runs");
+        assert!(status.success(), "kill -s {signal} failed");
+    }
+
+    /// Waits for the harness to exit; returns its exit code (-1 for a signal) and every line.
+    pub async fn finish(mut self, within: Duration) -> (i32, String) {
+        let status = tokio::time::timeout(within, self.child.wait()).await;
+        let status = match status {
+            Ok(s) => s.expect("wait for the harness"),
+            Err(_) => panic!(
+                "the harness did not exit within {within:?}; it printed:\n{}",
+                self.seen.join("\n")
+            ),
+        };
+        // The readers end with the pipes; whatever is left is in the channel.
+        let drained = tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(l) = self.lines.recv().await {
+                self.seen.push(l.text);
+            }
+        })
+        .await;
+        assert!(
+            drained.is_ok(),
+            "the harness's output did not close within 10 s"
+        );
+        (status.code().unwrap_or(-1), self.seen.join("\n"))
+    }
+}

@@ -4,7 +4,11 @@
 use prost::Message;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["proto/openshell.proto", "proto/datamodel.proto"];
+    let files = [
+        "proto/openshell.proto",
+        "proto/datamodel.proto",
+        "proto/sandbox.proto",
+    ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");
     }

@@ -14,6 +14,14 @@ pub mod datamodel {
     }
 }
 
+/// `openshell.sandbox.v1`: the sandbox configuration the CLI's `sandbox get` asks for.
+pub mod sandbox {
+    /// Version 1 of the package.
+    pub mod v1 {
+        tonic::include_proto!("openshell.sandbox.v1");
+    }
+}
+
 /// `openshell.v1`: the gateway's service, its messages and enums.
 // Generated code: a stream event holds a whole `Sandbox` inline, as prost lays oneofs out.
 #[allow(clippy::large_enum_variant)]

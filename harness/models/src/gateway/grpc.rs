@@ -12,6 +12,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use conformance_openshell_api::datamodel::v1::ObjectMeta;
+use conformance_openshell_api::sandbox::v1::{
+    GetSandboxConfigRequest, GetSandboxConfigResponse, PolicySource,
+};
 use conformance_openshell_api::v1::{
     self as pb, CreateSandboxRequest, DeleteSandboxRequest, DeleteSandboxResponse, DeletionOutcome,
     ExecSandboxEvent, ExecSandboxRequest, GetCurrentUserRequest, GetCurrentUserResponse,
@@ -42,7 +45,7 @@ use kube_emulator::shell::Mounts;
 
 /// The methods served (F7.5). Any other path is answered Unimplemented naming it, so a client
 /// that needs more says what.
-const SERVED: [&str; 12] = [
+const SERVED: [&str; 13] = [
     "Health",
     "GetCurrentUser",
     "GetGatewayInfo",
@@ -54,6 +57,7 @@ const SERVED: [&str; 12] = [
     "StartSandbox",
     "ExecSandbox",
     "GetSandboxLogs",
+    "GetSandboxConfig",
     "WatchSandbox",
 ];
 
@@ -132,6 +136,7 @@ pub(crate) fn serve(gw: &Arc<Gateway>, config: GatewayConfig, tls: Option<TlsAcc
         let mut conns = tokio::task::JoinSet::new();
         loop {
             tokio::select! {
+                biased;
                 s = rx.recv() => {
                     let Some(stream) = s else { break };
                     conns.spawn(connection(svc.clone(), tls.clone(), stream, weak.clone()));
@@ -561,6 +566,22 @@ impl OpenShell for Api {
         Ok(Response::new(Box::pin(tokio_stream::iter(events))))
     }
 
+    /// `sandbox get` asks for the sandbox's configuration. The models give sandboxes no policy,
+    /// which upstream answers with no policy, version 0 and source SANDBOX (F7.5).
+    async fn get_sandbox_config(
+        &self,
+        request: Request<GetSandboxConfigRequest>,
+    ) -> Result<Response<GetSandboxConfigResponse>, tonic::Status> {
+        self.alive()?;
+        let r = request.into_inner();
+        self.record_by_ref(&r.name)
+            .ok_or_else(|| tonic::Status::not_found("sandbox not found"))?;
+        Ok(Response::new(GetSandboxConfigResponse {
+            version: 0,
+            policy_source: PolicySource::Sandbox as i32,
+        }))
+    }
+
     async fn get_sandbox_logs(
         &self,
         request: Request<GetSandboxLogsRequest>,
@@ -621,6 +642,7 @@ impl OpenShell for Api {
             self.gw.spawn(async move {
                 loop {
                     let db = tokio::select! {
+                        biased;
                         () = tx.closed() => return,
                         got = changes.recv() => match got {
                             Ok(db) => db,

@@ -132,6 +132,7 @@ async fn forward(client: &kube::Client, pod: &str) -> (SocketAddr, tokio::task::
                 };
                 let down = tokio::io::copy(&mut ur, &mut cw);
                 tokio::select! {
+                    biased;
                     _ = up => {}
                     _ = down => {}
                 }
@@ -205,6 +206,13 @@ async fn lifecycle_through_the_cli(bin: &Path, home: &Path) {
         .map(|s| s["name"].as_str().unwrap_or_default().to_string())
         .collect();
     assert_eq!(names, ["s1"], "{listed}");
+    // `sandbox get` also asks for the sandbox's configuration (GetSandboxConfig).
+    let got = cli_ok(bin, home, &["sandbox", "get", "s1", "-o", "json"]).await;
+    let v: serde_json::Value = serde_json::from_str(&got)
+        .unwrap_or_else(|e| panic!("get -o json is not JSON ({e}): {got}"));
+    assert_eq!(v["name"], "s1", "{got}");
+    assert_eq!(v["phase"], "Ready", "{got}");
+    assert_eq!(v["policy_source"], "sandbox", "{got}");
     let out = cli_ok(
         bin,
         home,

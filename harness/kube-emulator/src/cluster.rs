@@ -5,10 +5,10 @@
 //! here, which go through exactly the same semantics (one store, one resourceVersion sequence).
 
 use crate::clock::Clock;
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::exec::{ExecHandler, ExecRequest};
 use crate::logs::LogStore;
-use crate::patch::PatchKind;
+use crate::patch::{PatchBody, PatchKind};
 use crate::portforward::PortForwardHandler;
 use crate::shell::{ExecOutput, ShellHooks, Volume};
 use crate::store::{DeleteOptions, ListOptions, State, Subresource};
@@ -271,7 +271,7 @@ impl Cluster {
     pub fn get(&self, r: &ResourceRef, ns: Option<&str>, name: &str) -> ApiResult<Value> {
         self.read(|s| {
             let def = s.def(&r.group, &r.version, &r.plural)?;
-            s.get(&def, &r.version, ns, name)
+            s.get(&def, &r.version, ns, name).map(Arc::unwrap_or_clone)
         })
     }
 
@@ -284,7 +284,8 @@ impl Cluster {
     ) -> ApiResult<(Vec<Value>, u64)> {
         self.read(|s| {
             let def = s.def(&r.group, &r.version, &r.plural)?;
-            Ok((s.list(&def, &r.version, ns, opts), s.rv))
+            let items = s.list(&def, &r.version, ns, opts);
+            Ok((items.into_iter().map(Arc::unwrap_or_clone).collect(), s.rv))
         })
     }
 
@@ -388,10 +389,17 @@ impl Cluster {
         patch: &Value,
         sub: Subresource,
     ) -> ApiResult<Value> {
-        let body = serde_json::to_vec(patch).map_err(|e| ApiError::bad_request(e.to_string()))?;
         self.with_state(|s| {
             let def = s.def(&r.group, &r.version, &r.plural)?;
-            s.patch(&def, &r.version, ns, name, kind, &body, sub)
+            s.patch(
+                &def,
+                &r.version,
+                ns,
+                name,
+                kind,
+                PatchBody::Value(patch),
+                sub,
+            )
         })
     }
 

@@ -8,7 +8,7 @@ use crate::discovery;
 use crate::error::{ApiError, ApiResult, success_status};
 use crate::exec::{self, Streams};
 use crate::logs::{LogParams, pod_logs};
-use crate::patch::PatchKind;
+use crate::patch::{PatchBody, PatchKind};
 use crate::resources::ResourceDef;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{DeleteOptions, ListOptions, State, Subresource};
@@ -23,8 +23,10 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::StreamExt;
 use http::{HeaderMap, Method, StatusCode, header};
+use serde::Serialize;
 use serde_json::{Value, json};
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub(crate) fn router(cluster: Cluster) -> Router {
@@ -52,7 +54,23 @@ pub(crate) fn error_response(e: &ApiError) -> Response {
     )
 }
 
-pub(crate) fn json_response(code: StatusCode, v: &Value) -> Response {
+/// A list body, borrowed (keys in the order `json!` would give them).
+#[derive(Serialize)]
+struct WireList<'a> {
+    #[serde(rename = "apiVersion")]
+    api_version: String,
+    items: Vec<&'a Value>,
+    kind: &'a str,
+    metadata: WireListMeta,
+}
+
+#[derive(Serialize)]
+struct WireListMeta {
+    #[serde(rename = "resourceVersion")]
+    resource_version: String,
+}
+
+pub(crate) fn json_response(code: StatusCode, v: &(impl Serialize + ?Sized)) -> Response {
     let body = serde_json::to_vec(v).unwrap_or_default();
     (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
@@ -363,7 +381,7 @@ impl Ctx {
                 &table(
                     &self.def,
                     &self.version,
-                    &items,
+                    &items.iter().map(|o| (**o).clone()).collect::<Vec<_>>(),
                     self.now(),
                     self.include_object(),
                     Some(rv),
@@ -373,12 +391,19 @@ impl Ctx {
                 StatusCode::OK,
                 &json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
                         "metadata": {"resourceVersion": rv.to_string()},
-                        "items": items.iter().map(partial_metadata).collect::<Vec<_>>()}),
+                        "items": items.iter().map(|o| partial_metadata(o)).collect::<Vec<_>>()}),
             ),
+            // Serialised from the stored objects in place (a `json!` body would copy each).
             Shape::Full => json_response(
                 StatusCode::OK,
-                &json!({"kind": self.def.list_kind, "apiVersion": self.def.api_version(&self.version),
-                        "metadata": {"resourceVersion": rv.to_string()}, "items": items}),
+                &WireList {
+                    api_version: self.def.api_version(&self.version),
+                    items: items.iter().map(|o| &**o).collect(),
+                    kind: &self.def.list_kind,
+                    metadata: WireListMeta {
+                        resource_version: rv.to_string(),
+                    },
+                },
             ),
         })
     }
@@ -411,21 +436,19 @@ impl Ctx {
         let body = stream.map(move |mut e| {
             if e.type_ != "ERROR" && e.type_ != "BOOKMARK" {
                 e.object = match shape {
-                    Shape::Table => table(
+                    Shape::Table => Arc::new(table(
                         &def,
                         &version,
-                        std::slice::from_ref(&e.object),
+                        std::slice::from_ref(&*e.object),
                         cluster.now_unix() as i64,
                         &include,
                         None,
-                    ),
-                    Shape::Metadata => partial_metadata(&e.object),
+                    )),
+                    Shape::Metadata => Arc::new(partial_metadata(&e.object)),
                     Shape::Full => e.object,
                 };
             }
-            let mut line = serde_json::to_vec(&e.to_json()).unwrap_or_default();
-            line.push(b'\n');
-            Ok::<_, Infallible>(Bytes::from(line))
+            Ok::<_, Infallible>(Bytes::from(e.to_line()))
         });
         Ok((
             StatusCode::OK,
@@ -512,8 +535,17 @@ impl Ctx {
         let existed = self
             .cluster
             .read(|s| s.get(&self.def, &self.version, self.ns(), name).is_ok());
-        let out =
-            self.write(|s| s.patch(&self.def, &self.version, self.ns(), name, kind, body, sub))?;
+        let out = self.write(|s| {
+            s.patch(
+                &self.def,
+                &self.version,
+                self.ns(),
+                name,
+                kind,
+                PatchBody::Bytes(body),
+                sub,
+            )
+        })?;
         Ok(warn(
             self.render_one(
                 if existed {

@@ -8,7 +8,9 @@ use crate::cluster::Cluster;
 use crate::error::ApiError;
 use crate::resources::ResourceDef;
 use crate::store::{EventRecord, EventType, ListOptions, State};
+use serde::Serialize;
 use serde_json::{Value, json};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -26,16 +28,44 @@ pub struct WatchParams {
     pub list: ListOptions,
 }
 
-/// One watch event: `type` is ADDED, MODIFIED, DELETED, BOOKMARK or ERROR.
+/// One watch event: `type` is ADDED, MODIFIED, DELETED, BOOKMARK or ERROR. The object is the
+/// store's own where it can be (shared, not copied: watches fan every change out to each
+/// watcher).
 #[derive(Debug, Clone, PartialEq)]
 pub struct WatchEvent {
     pub type_: String,
-    pub object: Value,
+    pub object: Arc<Value>,
+}
+
+/// The wire form of a watch event, borrowed (keys in the order `json!` would give them).
+#[derive(Serialize)]
+struct WireEvent<'a> {
+    object: &'a Value,
+    #[serde(rename = "type")]
+    type_: &'a str,
 }
 
 impl WatchEvent {
+    fn new(type_: &str, object: Value) -> Self {
+        Self {
+            type_: type_.into(),
+            object: Arc::new(object),
+        }
+    }
+
     pub fn to_json(&self) -> Value {
-        json!({"type": self.type_, "object": self.object})
+        json!({"type": self.type_, "object": *self.object})
+    }
+
+    /// The event as one line of a watch response, serialised from the object in place.
+    pub fn to_line(&self) -> Vec<u8> {
+        let mut line = serde_json::to_vec(&WireEvent {
+            object: &self.object,
+            type_: &self.type_,
+        })
+        .unwrap_or_default();
+        line.push(b'\n');
+        line
     }
 }
 
@@ -69,7 +99,7 @@ fn translate(
     };
     Some(WatchEvent {
         type_: type_.into(),
-        object: State::present(def, version, &e.object),
+        object: State::present_shared(def, version, &e.object),
     })
 }
 
@@ -78,18 +108,15 @@ fn bookmark(def: &ResourceDef, version: &str, rv: u64, initial_end: bool) -> Wat
     if initial_end {
         md["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
-    WatchEvent {
-        type_: "BOOKMARK".into(),
-        object: json!({"kind": def.kind, "apiVersion": def.api_version(version), "metadata": md}),
-    }
+    WatchEvent::new(
+        "BOOKMARK",
+        json!({"kind": def.kind, "apiVersion": def.api_version(version), "metadata": md}),
+    )
 }
 
 fn expired(requested: u64, oldest: u64) -> WatchEvent {
     let e = ApiError::expired(format!("too old resource version: {requested} ({oldest})"));
-    WatchEvent {
-        type_: "ERROR".into(),
-        object: e.to_status(),
-    }
+    WatchEvent::new("ERROR", e.to_status())
 }
 
 /// Starts a watch; the stream ends at the timeout, on 410, or when the receiver is dropped.
@@ -119,12 +146,7 @@ pub(crate) fn watch_stream(
                     "invalid resource version: {}",
                     p.resource_version.unwrap_or_default()
                 ));
-                let _ = tx
-                    .send(WatchEvent {
-                        type_: "ERROR".into(),
-                        object: e.to_status(),
-                    })
-                    .await;
+                let _ = tx.send(WatchEvent::new("ERROR", e.to_status())).await;
                 return;
             }
             Some(Ok(rv)) => (rv, vec![]),

@@ -1162,3 +1162,53 @@ async fn scanning_and_inspecting_read_what_list_and_get_return() {
         404
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_in_process_status_merge_patch_changes_only_the_status_and_honours_its_preconditions() {
+    let c = cluster();
+    let pods = ResourceRef::pods();
+    c.create(
+        &pods,
+        Some("default"),
+        json!({"metadata": {"name": "p", "labels": {"app": "web"}},
+               "spec": {"containers": [{"name": "main", "image": "busybox:1"}]},
+               "status": {"phase": "Pending", "message": "waiting"}}),
+    )
+    .unwrap();
+    let before = c.get(&pods, Some("default"), "p").unwrap();
+    let kind = kube_emulator::PatchKind::Merge;
+    c.patch_status(
+        &pods,
+        Some("default"),
+        "p",
+        kind,
+        &json!({"metadata": {"labels": {"app": "db"}}, "spec": {"nodeName": "n1"},
+                "status": {"phase": "Running", "message": null}}),
+    )
+    .unwrap();
+    let after = c.get(&pods, Some("default"), "p").unwrap();
+    assert_eq!(after["status"]["phase"], "Running");
+    assert!(after["status"].get("message").is_none());
+    assert_eq!(after["status"]["qosClass"], before["status"]["qosClass"]);
+    assert_eq!(after["spec"], before["spec"]);
+    assert_eq!(after["metadata"]["labels"], json!({"app": "web"}));
+    let stale = before["metadata"]["resourceVersion"].clone();
+    let err = c
+        .patch_status(
+            &pods,
+            Some("default"),
+            "p",
+            kind,
+            &json!({"metadata": {"resourceVersion": stale}, "status": {"phase": "Failed"}}),
+        )
+        .unwrap_err();
+    assert_eq!(err.code, 409);
+    let (listed, _) = c
+        .list(
+            &pods,
+            Some("default"),
+            &kube_emulator::ListOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(listed, vec![after]);
+}

@@ -43,7 +43,7 @@ impl State {
     fn all_objects(&self) -> impl Iterator<Item = (&Gr, &NsName, &Value)> {
         self.objects
             .iter()
-            .flat_map(|(gr, m)| m.iter().map(move |(k, o)| (gr, k, o)))
+            .flat_map(|(gr, m)| m.iter().map(move |(k, o)| (gr, k, &**o)))
     }
 
     /// Garbage collector: dependents of absent owners go; dependents of owners being deleted
@@ -248,15 +248,15 @@ impl State {
     }
 
     fn modify(&mut self, gr: &Gr, key: &NsName, f: impl FnOnce(&mut Value)) {
-        let Some(old) = self.get_raw(gr, key).cloned() else {
+        let Some(old) = self.get_shared(gr, key).cloned() else {
             return;
         };
         let Some(def) = self.resources.get_gr(&gr.0, &gr.1).cloned() else {
             return;
         };
-        let mut new = old.clone();
+        let mut new = (*old).clone();
         f(&mut new);
-        if new != old {
+        if new != *old {
             self.write(&def, key, new, old);
         }
     }

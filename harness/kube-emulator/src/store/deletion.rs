@@ -9,6 +9,7 @@ use crate::clock::{format_unix, parse_unix};
 use crate::error::{ApiError, ApiResult};
 use crate::resources::ResourceDef;
 use serde_json::{Value, json};
+use std::sync::Arc;
 use std::time::Duration;
 
 impl State {
@@ -84,7 +85,7 @@ impl State {
         if new != old {
             let def = self.resources.get_gr(&gr.0, &gr.1).cloned();
             if let Some(def) = def {
-                self.write(&def, key, new, old.clone());
+                self.write(&def, key, new, Arc::new(old.clone()));
             }
         }
         let cur = self.get_raw(gr, key).cloned();
@@ -143,11 +144,12 @@ impl State {
         }
         let rv = self.next_rv();
         meta_mut(&mut new).insert("resourceVersion".into(), json!(rv.to_string()));
+        let stored = Arc::new(new.clone());
         self.objects
             .entry(gr.clone())
             .or_default()
-            .insert(key.clone(), new.clone());
-        self.emit(gr, EventType::Modified, new.clone(), Some(old));
+            .insert(key.clone(), Arc::clone(&stored));
+        self.emit(gr, EventType::Modified, stored, Some(Arc::new(old)));
         (new, false)
     }
 
@@ -171,13 +173,15 @@ impl State {
                     && meta(&e.object, "name").as_deref() == Some(key.1.as_str())
                     && meta(&e.object, "namespace").unwrap_or_default() == key.0
             })
-            .map(|e| e.object.clone())
+            .map(|e| (*e.object).clone())
     }
 
     /// Removes an object from the store and emits DELETED.
     pub(super) fn remove(&mut self, gr: &Gr, key: &NsName, last: Option<Value>) -> Value {
         let stored = self.objects.get_mut(gr).and_then(|m| m.remove(key));
-        let mut obj = last.or(stored).unwrap_or(Value::Null);
+        let mut obj = last
+            .or_else(|| stored.map(Arc::unwrap_or_clone))
+            .unwrap_or(Value::Null);
         let rv = self.next_rv();
         meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
         let uid = meta(&obj, "uid").unwrap_or_default();
@@ -185,7 +189,7 @@ impl State {
         if *gr == (String::new(), "pods".to_string()) {
             self.removed_pods.push((key.0.clone(), key.1.clone(), uid));
         }
-        self.emit(gr, EventType::Deleted, obj.clone(), None);
+        self.emit(gr, EventType::Deleted, Arc::new(obj.clone()), None);
         if *gr
             == (
                 "apiextensions.k8s.io".to_string(),

@@ -11,7 +11,7 @@
 
 use crate::clock::Clock;
 use crate::error::{ApiError, ApiResult, qualified};
-use crate::patch::{PatchKind, apply_patch};
+use crate::patch::{PatchBody, PatchKind};
 use crate::resources::{ResourceDef, Resources, apply_schema_defaults};
 use crate::selectors::{FieldSelector, LabelSelector};
 use serde_json::{Map, Value, json};
@@ -50,15 +50,16 @@ impl EventType {
     }
 }
 
-/// One retained change, as watchers replay it.
+/// One retained change, as watchers replay it. The objects are the store's own, shared: an
+/// event costs a reference count, not a copy of the object.
 #[derive(Debug, Clone)]
 pub(crate) struct EventRecord {
     pub rv: u64,
     pub type_: EventType,
-    pub object: Value,
+    pub object: Arc<Value>,
     /// The object before a MODIFIED, so selector-filtered watches can turn a change that leaves
     /// (or enters) the selection into DELETED (or ADDED), as the real watch cache does.
-    pub prev: Option<Value>,
+    pub prev: Option<Arc<Value>>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -134,7 +135,10 @@ pub(crate) struct State {
     name_counter: u64,
     ip_counter: u32,
     pub resources: Resources,
-    objects: BTreeMap<Gr, BTreeMap<NsName, Value>>,
+    /// Stored objects are immutable once stored and shared with readers and the event log
+    /// (copying them on every read was the top item of the proof's profile); a write replaces
+    /// the whole `Arc`.
+    objects: BTreeMap<Gr, BTreeMap<NsName, Arc<Value>>>,
     uids: BTreeMap<String, (Gr, NsName)>,
     pub logs: BTreeMap<Gr, EventLog>,
     pub window: usize,
@@ -275,18 +279,33 @@ fn check_update_preconditions(
     Ok(())
 }
 
-/// An update of the status subresource: the stored object with the body's status.
-fn status_update(old: &Value, body: &Value) -> Value {
-    let mut n = old.clone();
-    match body.get("status") {
-        Some(s) => n["status"] = s.clone(),
-        None => {
-            if let Some(m) = n.as_object_mut() {
-                m.remove("status");
-            }
+/// An update of the status subresource: the stored object with the body's status (moved out of
+/// the body; the old status is not copied only to be replaced).
+fn status_update(old: &Value, mut body: Value) -> Value {
+    let status = body.as_object_mut().and_then(|b| b.remove("status"));
+    let Some(om) = old.as_object() else {
+        return old.clone();
+    };
+    let mut n: Map<String, Value> = om
+        .iter()
+        .filter(|(k, _)| k.as_str() != "status")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if let Some(s) = status {
+        n.insert("status".into(), s);
+    }
+    Value::Object(n)
+}
+
+/// The parts of an object a status update reads: its metadata and its status.
+fn status_part(obj: &Value) -> Value {
+    let mut part = Map::new();
+    for k in ["metadata", "status"] {
+        if let Some(v) = obj.get(k) {
+            part.insert(k.into(), v.clone());
         }
     }
-    n
+    Value::Object(part)
 }
 
 /// Finalizers may only be removed from an object being deleted.
@@ -373,7 +392,7 @@ impl State {
             .collect()
     }
 
-    fn emit(&mut self, gr: &Gr, type_: EventType, object: Value, prev: Option<Value>) {
+    fn emit(&mut self, gr: &Gr, type_: EventType, object: Arc<Value>, prev: Option<Arc<Value>>) {
         let rv = self.rv;
         let window = self.window;
         let log = self.logs.entry(gr.clone()).or_default();
@@ -400,6 +419,32 @@ impl State {
         o
     }
 
+    /// As [`State::present`], but shared: the stored object itself when it is already in
+    /// `version` (the common case: objects are read in the version they were written in), a
+    /// presented copy otherwise.
+    pub(crate) fn present_shared(def: &ResourceDef, version: &str, obj: &Arc<Value>) -> Arc<Value> {
+        // `apiVersion == def.api_version(version)`, compared without building the string.
+        let api_version_is = |a: &str| {
+            if def.group.is_empty() {
+                a == version
+            } else {
+                a.strip_prefix(def.group.as_str())
+                    .and_then(|r| r.strip_prefix('/'))
+                    == Some(version)
+            }
+        };
+        let as_served = obj.get("kind").and_then(Value::as_str) == Some(def.kind.as_str())
+            && obj
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .is_some_and(api_version_is);
+        if as_served {
+            Arc::clone(obj)
+        } else {
+            Arc::new(Self::present(def, version, obj))
+        }
+    }
+
     fn key(def: &ResourceDef, ns: Option<&str>, name: &str) -> NsName {
         (
             if def.namespaced {
@@ -412,6 +457,11 @@ impl State {
     }
 
     pub(crate) fn get_raw(&self, gr: &Gr, key: &NsName) -> Option<&Value> {
+        self.get_shared(gr, key).map(|o| &**o)
+    }
+
+    /// The stored object itself, shared.
+    pub(crate) fn get_shared(&self, gr: &Gr, key: &NsName) -> Option<&Arc<Value>> {
         self.objects.get(gr).and_then(|m| m.get(key))
     }
 
@@ -421,9 +471,9 @@ impl State {
         version: &str,
         ns: Option<&str>,
         name: &str,
-    ) -> ApiResult<Value> {
-        self.get_raw(&def.gr(), &Self::key(def, ns, name))
-            .map(|o| Self::present(def, version, o))
+    ) -> ApiResult<Arc<Value>> {
+        self.get_shared(&def.gr(), &Self::key(def, ns, name))
+            .map(|o| Self::present_shared(def, version, o))
             .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))
     }
 
@@ -434,14 +484,14 @@ impl State {
         version: &str,
         ns: Option<&str>,
         opts: &ListOptions,
-    ) -> Vec<Value> {
+    ) -> Vec<Arc<Value>> {
         let Some(m) = self.objects.get(&def.gr()) else {
             return vec![];
         };
         m.iter()
             .filter(|((ons, _), _)| ns.is_none_or(|n| !def.namespaced || n == ons))
             .filter(|(_, o)| opts.matches(o))
-            .map(|(_, o)| Self::present(def, version, o))
+            .map(|(_, o)| Self::present_shared(def, version, o))
             .collect()
     }
 
@@ -458,7 +508,7 @@ impl State {
             .flat_map(|m| m.iter())
             .filter(move |((ons, _), _)| ns.is_none_or(|n| !def.namespaced || n == ons))
             .filter(move |(_, o)| opts.matches(o))
-            .map(|(_, o)| o)
+            .map(|(_, o)| &**o)
     }
 
     /// As [`State::get`], but the object as stored, borrowed.
@@ -525,12 +575,13 @@ impl State {
         self.admit_create(def, version, &name, &mut obj)?;
         let uid = self.stamp_new(def, version, ns.as_deref(), &name, &mut obj);
         crate::kinds::after_stamp(def, &mut obj);
+        let obj = Arc::new(obj);
         self.objects
             .entry(gr.clone())
             .or_default()
-            .insert(key.clone(), obj.clone());
+            .insert(key.clone(), Arc::clone(&obj));
         self.uids.insert(uid, (gr.clone(), key));
-        self.emit(&gr, EventType::Added, obj.clone(), None);
+        self.emit(&gr, EventType::Added, Arc::clone(&obj), None);
         self.after_create(def, &obj);
         Ok(Self::present(def, version, &obj))
     }
@@ -663,12 +714,12 @@ impl State {
         let gr = def.gr();
         let key = Self::key(def, ns, name);
         let old = self
-            .get_raw(&gr, &key)
+            .get_shared(&gr, &key)
             .cloned()
             .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))?;
         check_update_preconditions(def, name, &body, &old)?;
         let mut new = match sub {
-            Subresource::Status => status_update(&old, &body),
+            Subresource::Status => status_update(&old, body),
             Subresource::Main => self.main_update(def, version, name, &old, body)?,
         };
         check_no_new_finalizers(def, name, &old, &new)?;
@@ -685,7 +736,7 @@ impl State {
                 .unwrap_or(0);
             meta_mut(&mut new).insert("generation".into(), json!(g + 1));
         }
-        if new == old {
+        if new == *old {
             // A no-op write is not persisted: no new resourceVersion, no watch event.
             return Ok(Self::present(def, version, &old));
         }
@@ -756,7 +807,7 @@ impl State {
         def: &ResourceDef,
         key: &NsName,
         mut new: Value,
-        old: Value,
+        old: Arc<Value>,
     ) -> Option<Value> {
         let gr = def.gr();
         let grace_over = new
@@ -776,10 +827,11 @@ impl State {
         }
         let rv = self.next_rv();
         meta_mut(&mut new).insert("resourceVersion".into(), json!(rv.to_string()));
+        let new = Arc::new(new);
         self.objects
             .entry(gr.clone())
             .or_default()
-            .insert(key.clone(), new.clone());
+            .insert(key.clone(), Arc::clone(&new));
         if gr
             == (
                 "apiextensions.k8s.io".to_string(),
@@ -804,7 +856,7 @@ impl State {
         ns: Option<&str>,
         name: &str,
         kind: PatchKind,
-        body: &[u8],
+        body: PatchBody<'_>,
         sub: Subresource,
     ) -> ApiResult<Value> {
         if kind == PatchKind::Strategic && def.custom {
@@ -816,7 +868,7 @@ impl State {
             Ok(c) => c,
             Err(e) if e.code == 404 && kind == PatchKind::Apply && sub == Subresource::Main => {
                 // Server-side apply creates what does not exist yet.
-                let mut obj = crate::patch::parse_apply_body(body)?;
+                let mut obj = body.apply_object()?;
                 if meta(&obj, "name").is_some_and(|n| n != name) {
                     return Err(ApiError::bad_request(format!(
                         "the name of the object ({}) does not match the name on the URL ({name})",
@@ -828,7 +880,14 @@ impl State {
             }
             Err(e) => return Err(e),
         };
-        let patched = apply_patch(kind, &current, body)?;
+        // A merge patch of the status subresource changes only the status, and a status update
+        // reads no more of its body than the status and the metadata: patch those, not a copy
+        // of the whole object.
+        let patched = if sub == Subresource::Status && kind == PatchKind::Merge {
+            body.apply(kind, &status_part(&current))?
+        } else {
+            body.apply(kind, &current)?
+        };
         if !patched.is_object() {
             return Err(ApiError::bad_request("the patched object is not an object"));
         }
@@ -851,8 +910,65 @@ impl State {
 
 #[cfg(test)]
 mod tests {
-    use super::same_spec;
+    use super::{State, same_spec, status_part, status_update};
+    use crate::resources::Resources;
     use serde_json::json;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_read_in_the_stored_version_shares_the_stored_object_and_another_version_gets_a_copy() {
+        let r = Resources::builtin();
+        let def = r
+            .get("apps", "v1", "deployments")
+            .expect("deployments")
+            .clone();
+        let stored = Arc::new(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                                     "metadata": {"name": "d"}, "spec": {"replicas": 1}}));
+        assert!(Arc::ptr_eq(
+            &State::present_shared(&def, "v1", &stored),
+            &stored
+        ));
+        let other = State::present_shared(&def, "v2", &stored);
+        assert!(!Arc::ptr_eq(&other, &stored));
+        assert_eq!(other["apiVersion"], "apps/v2");
+        assert_eq!(other["spec"], stored["spec"]);
+        assert_eq!(stored["apiVersion"], "apps/v1");
+        let core = r.get("", "v1", "pods").expect("pods").clone();
+        let pod = Arc::new(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}));
+        assert!(Arc::ptr_eq(&State::present_shared(&core, "v1", &pod), &pod));
+        let kindless = Arc::new(json!({"apiVersion": "v1", "metadata": {"name": "p"}}));
+        assert_eq!(State::present_shared(&core, "v1", &kindless)["kind"], "Pod");
+    }
+
+    #[test]
+    fn a_status_update_takes_the_bodys_status_and_keeps_everything_else_stored() {
+        let old =
+            json!({"metadata": {"name": "a"}, "spec": {"x": 1}, "status": {"phase": "Pending"}});
+        let body =
+            json!({"metadata": {"name": "b"}, "spec": {"x": 2}, "status": {"phase": "Running"}});
+        assert_eq!(
+            status_update(&old, body),
+            json!({"metadata": {"name": "a"}, "spec": {"x": 1}, "status": {"phase": "Running"}})
+        );
+        assert_eq!(
+            status_update(&old, json!({"spec": {"x": 2}})),
+            json!({"metadata": {"name": "a"}, "spec": {"x": 1}})
+        );
+        assert_eq!(
+            status_update(&json!({"spec": {}}), json!({"status": {"p": 1}})),
+            json!({"spec": {}, "status": {"p": 1}})
+        );
+    }
+
+    #[test]
+    fn the_status_part_of_an_object_is_its_metadata_and_status_only() {
+        let o = json!({"apiVersion": "v1", "metadata": {"name": "a"}, "spec": {"x": 1}, "status": {"s": 1}});
+        assert_eq!(
+            status_part(&o),
+            json!({"metadata": {"name": "a"}, "status": {"s": 1}})
+        );
+        assert_eq!(status_part(&json!({"spec": {}})), json!({}));
+    }
 
     #[test]
     fn metadata_status_api_version_and_kind_do_not_count_as_a_spec_change() {

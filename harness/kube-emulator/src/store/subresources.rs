@@ -6,6 +6,7 @@ use crate::patch::{PatchKind, apply_patch};
 use crate::resources::{ResourceDef, ScalePaths};
 use crate::selectors::LabelSelector;
 use serde_json::{Value, json};
+use std::sync::Arc;
 
 impl State {
     /// The `autoscaling/v1 Scale` view of a workload.
@@ -68,7 +69,7 @@ impl State {
                 &format!("Invalid value: {replicas}: must be greater than or equal to 0"),
             ));
         }
-        let mut obj = self.get(def, version, ns, name)?;
+        let mut obj = Arc::unwrap_or_clone(self.get(def, version, ns, name)?);
         if let Some(rv) = meta(&scale, "resourceVersion")
             && !rv.is_empty()
             && Some(&rv) != meta(&obj, "resourceVersion").as_ref()
@@ -111,7 +112,7 @@ impl State {
         let def = self.def("", "v1", "pods")?;
         let key = (ns.to_string(), name.to_string());
         let old = self
-            .get_raw(&def.gr(), &key)
+            .get_shared(&def.gr(), &key)
             .cloned()
             .ok_or_else(|| ApiError::not_found("", "pods", name))?;
         if let Some(n) = old
@@ -134,7 +135,7 @@ impl State {
                 "pod is being deleted, cannot be assigned to a host",
             ));
         }
-        let mut new = old.clone();
+        let mut new = (*old).clone();
         new["spec"]["nodeName"] = json!(node);
         let now = self.clock.now_rfc3339();
         let status = new

@@ -357,3 +357,31 @@ impl Harness {
         (status.code().unwrap_or(-1), self.seen.join("\n"))
     }
 }
+
+/// Per-case verdict words of a `run`'s summary table (one topology): `(case label, verdict)`.
+pub fn summary_verdicts(output: &str) -> Vec<(String, String)> {
+    let mut rows = Vec::new();
+    let mut in_table = false;
+    for line in output.lines() {
+        if line.starts_with("scenario (virtual / wall time)") {
+            in_table = true;
+            continue;
+        }
+        if !in_table {
+            continue;
+        }
+        if line.trim().is_empty() {
+            break;
+        }
+        let cols: Vec<&str> = line
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect();
+        if let [label, cell, ..] = cols.as_slice() {
+            let verdict = cell.split_whitespace().next().unwrap_or_default();
+            rows.push((label.to_string(), verdict.to_string()));
+        }
+    }
+    rows
+}

@@ -56,13 +56,15 @@ pub enum ServeError {
     Usage(String),
 }
 
-/// The `emulate serve` command: a fresh default cluster, a kubeconfig, then serve forever.
-pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
-    let listener = bind(args.listen).await?;
+/// Binds `listen` and makes a cluster configuration whose clock starts at the wall clock: real
+/// time, for the people and tools that watch a served cluster.
+async fn bind_at_wall_clock(
+    listen: SocketAddr,
+) -> Result<(tokio::net::TcpListener, SocketAddr, ClusterConfig), ServeError> {
+    let listener = bind(listen).await?;
     let addr = listener
         .local_addr()
-        .map_err(|e| kube_emulator::serve::ServeError::Bind(args.listen, e))?;
-    // Real time for a person watching: the cluster clock starts at the wall clock.
+        .map_err(|e| kube_emulator::serve::ServeError::Bind(listen, e))?;
     let epoch_unix = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -71,6 +73,12 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
         epoch_unix,
         ..ClusterConfig::default()
     };
+    Ok((listener, addr, config))
+}
+
+/// The `emulate serve` command: a fresh default cluster, a kubeconfig, then serve forever.
+pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
+    let (listener, addr, config) = bind_at_wall_clock(args.listen).await?;
     if args.images {
         let model = args.model.as_deref().unwrap_or_default();
         let served = start_images(
@@ -238,18 +246,7 @@ pub async fn start_images(
     listen: SocketAddr,
     kubeconfig_out: Option<&std::path::Path>,
 ) -> Result<ServedCluster, ServeError> {
-    let listener = bind(listen).await?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| kube_emulator::serve::ServeError::Bind(listen, e))?;
-    let epoch_unix = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let config = ClusterConfig {
-        epoch_unix,
-        ..ClusterConfig::default()
-    };
+    let (listener, addr, config) = bind_at_wall_clock(listen).await?;
     let sel = conformance_models::Selection::parse(model, defects, None)
         .map_err(|e| ServeError::Usage(e.to_string()))?;
     let topology = conformance_core::topology::Topologies::builtin()

@@ -5,6 +5,8 @@
 //! real certificates, and the gateway sees its config and TLS files. Every tool call has a
 //! deadline.
 
+mod kube_tools;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -27,25 +29,8 @@ impl Env {
 
     /// Runs a tool against the served cluster (deadline 180 s); returns (code, stdout, stderr).
     async fn tool(&self, tool: &Path, args: &[&str]) -> (i32, String, String) {
-        let out = tokio::time::timeout(
-            Duration::from_secs(180),
-            tokio::process::Command::new(tool)
-                .env("KUBECONFIG", self.kubeconfig())
-                .env("HELM_CACHE_HOME", self.dir.path().join("helm-cache"))
-                .env("HELM_CONFIG_HOME", self.dir.path().join("helm-config"))
-                .env("HELM_DATA_HOME", self.dir.path().join("helm-data"))
-                .args(args)
-                .kill_on_drop(true)
-                .output(),
-        )
-        .await
-        .unwrap_or_else(|_| panic!("{} {args:?} did not finish within 180 s", tool.display()))
-        .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let deadline = Duration::from_secs(180);
+        kube_tools::run(tool, args, &self.kubeconfig(), self.dir.path(), deadline).await
     }
 
     async fn ok(&self, tool: &Path, args: &[&str]) -> String {

@@ -3,6 +3,8 @@
 //! scenario, and the real OpenShell chart's objects (rendered by helm) are served with the
 //! behaviour they rely on. Every tool call and every wait has a deadline.
 
+mod kube_tools;
+
 use conformance_testtools::{Tool, require, require_all, workspace_root};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -84,25 +86,8 @@ impl Served {
 
     /// Runs a tool with this cluster's kubeconfig (deadline 90 s); returns (code, stdout, stderr).
     async fn tool(&self, tool: &Path, args: &[&str]) -> (i32, String, String) {
-        let out = tokio::time::timeout(
-            Duration::from_secs(90),
-            tokio::process::Command::new(tool)
-                .env("KUBECONFIG", self.kubeconfig())
-                .env("HELM_CACHE_HOME", self.dir.path().join("helm-cache"))
-                .env("HELM_CONFIG_HOME", self.dir.path().join("helm-config"))
-                .env("HELM_DATA_HOME", self.dir.path().join("helm-data"))
-                .args(args)
-                .kill_on_drop(true)
-                .output(),
-        )
-        .await
-        .unwrap_or_else(|_| panic!("{} {args:?} did not finish within 90 s", tool.display()))
-        .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let deadline = Duration::from_secs(90);
+        kube_tools::run(tool, args, &self.kubeconfig(), self.dir.path(), deadline).await
     }
 
     async fn ok(&self, tool: &Path, args: &[&str]) -> String {

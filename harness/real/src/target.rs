@@ -921,16 +921,7 @@ pub(crate) async fn phase_poller(
                     rec.observe(view.to_state());
                 }
                 for gone in known.difference(&now) {
-                    let mut st = SandboxView {
-                        name: gone.clone(),
-                        ..SandboxView::default()
-                    }
-                    .to_state();
-                    if let Some(last) = rec.last_state(&st.object_ref()) {
-                        st = last;
-                    }
-                    st.deleted = true;
-                    rec.observe(st);
+                    crate::watch::record_deleted(&rec, gone);
                     phases.remove(gone);
                     exit_codes.remove(gone);
                 }

@@ -272,7 +272,7 @@ fn record(rec: &Recorder, s: &Sandbox, restarts: &mut Option<u32>) {
 }
 
 /// Records `name` as gone from the gateway, keeping its last state.
-fn record_deleted(rec: &Recorder, name: &str) {
+pub(crate) fn record_deleted(rec: &Recorder, name: &str) {
     let mut st = SandboxView {
         name: name.to_string(),
         ..SandboxView::default()

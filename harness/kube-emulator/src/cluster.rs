@@ -205,10 +205,11 @@ impl Cluster {
     /// Not generic on purpose: grace timers call back into it (a generic would recurse when
     /// instantiated).
     fn publish(&self, mut s: MutexGuard<'_, State>) {
-        let (rv, grace, removed) = (
+        let (rv, grace, removed, claims) = (
             s.rv,
             std::mem::take(&mut s.pending_grace),
             std::mem::take(&mut s.removed_pods),
+            std::mem::take(&mut s.removed_claims),
         );
         drop(s);
         self.inner.changes.send_if_modified(|cur| {
@@ -230,6 +231,15 @@ impl Cluster {
         }
         for (ns, name, uid) in removed {
             self.forget_pod(&ns, &name, &uid);
+        }
+        if !claims.is_empty() {
+            // Dynamically provisioned volumes are reclaimed with their claim (the default
+            // StorageClass's `Delete` policy, docs/upstream-facts.md F10.8): a new claim of the
+            // same name starts empty.
+            let mut v = lock(&self.inner.volumes);
+            for key in claims {
+                v.pvc.remove(&key);
+            }
         }
     }
 
@@ -525,7 +535,8 @@ impl Cluster {
             .cloned()
     }
 
-    /// The volume backing PVC `claim` in `ns`; it outlives pods (like a bound PersistentVolume).
+    /// The volume backing PVC `claim` in `ns`; it outlives pods (like a bound PersistentVolume)
+    /// and goes with the claim.
     pub fn pvc_volume(&self, ns: &str, claim: &str) -> Volume {
         volume(&mut lock(&self.inner.volumes).pvc, ns, claim)
     }

@@ -569,3 +569,42 @@ async fn pvc_files_survive_pod_replacement_and_empty_dir_and_root_files_do_not()
         );
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_new_claim_with_a_deleted_claims_name_starts_empty() {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    let c = Cluster::new(ClusterConfig::default());
+    let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(c.client());
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    }))
+    .unwrap();
+    claims.create(&PostParams::default(), &claim).await.unwrap();
+    c.pvc_volume("default", "data").write("/db", b"old");
+    claims
+        .delete("data", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    for _ in 0..100 {
+        if claims.get_opt("data").await.unwrap().is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        claims.get_opt("data").await.unwrap().is_none(),
+        "the unused claim is removed"
+    );
+    assert_eq!(
+        c.pvc_volume("default", "data").read("/db"),
+        None,
+        "the claim's volume went with it"
+    );
+    claims.create(&PostParams::default(), &claim).await.unwrap();
+    assert_eq!(
+        c.pvc_volume("default", "data").read("/db"),
+        None,
+        "a new claim of the name starts empty"
+    );
+}

@@ -188,6 +188,8 @@ impl State {
         self.uids.remove(&uid);
         if *gr == (String::new(), "pods".to_string()) {
             self.removed_pods.push((key.0.clone(), key.1.clone(), uid));
+        } else if *gr == (String::new(), "persistentvolumeclaims".to_string()) {
+            self.removed_claims.push(key.clone());
         }
         self.emit(gr, EventType::Deleted, Arc::new(obj.clone()), None);
         if *gr

@@ -147,6 +147,9 @@ pub(crate) struct State {
     pub pending_grace: Vec<PendingGrace>,
     /// Pods removed from the store: (namespace, name, uid), for the exec/log/volume registries.
     pub removed_pods: Vec<(String, String, String)>,
+    /// PersistentVolumeClaims removed from the store: (namespace, name), whose data goes with
+    /// them.
+    pub removed_claims: Vec<(String, String)>,
 }
 
 fn meta(obj: &Value, key: &str) -> Option<String> {
@@ -345,6 +348,7 @@ impl State {
             clock,
             pending_grace: vec![],
             removed_pods: vec![],
+            removed_claims: vec![],
         }
     }
 

@@ -339,15 +339,15 @@ async fn broken_credentials_are_verified_restored_only_once_they_are_back() {
 
 /// The running gateway, as a supervisor reaches it.
 fn gateway(t: &EmulatedTarget) -> std::sync::Arc<crate::gateway::Gateway> {
-    t.network
-        .connect::<crate::gateway::Gateway>(
-            &t.cluster,
-            NAMESPACE,
-            "openshell.openshell.svc.cluster.local",
-            crate::model::GRPC_PORT,
-        )
-        .ok()
-        .expect("the gateway is reachable")
+    match t.network.connect::<crate::gateway::Gateway>(
+        &t.cluster,
+        NAMESPACE,
+        "openshell.openshell.svc.cluster.local",
+        crate::model::GRPC_PORT,
+    ) {
+        Ok(gw) => gw,
+        Err(e) => panic!("the gateway is not reachable: {e}"),
+    }
 }
 
 /// Replaces sandbox `name`'s pod: the stand-in controller creates the next one from the

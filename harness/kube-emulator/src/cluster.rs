@@ -103,6 +103,7 @@ pub(crate) struct Inner {
     pub logs: Mutex<LogStore>,
     pub log_changes: watch::Sender<u64>,
     pub ports: Mutex<PortRegistry>,
+    pub tokens: Mutex<crate::tokens::TokenRegistry>,
 }
 
 /// The emulated cluster. Create it inside a tokio runtime (its clock starts at creation).
@@ -152,6 +153,7 @@ impl Cluster {
                 logs: Mutex::default(),
                 log_changes: watch::channel(0).0,
                 ports: Mutex::default(),
+                tokens: Mutex::default(),
             }),
         };
         let ns = ResourceRef::new("", "v1", "namespaces");

@@ -1,5 +1,5 @@
 //! The built-in kinds beyond the core workload set that real charts and manifests contain (Node,
-//! Job, RBAC, Lease, the access reviews), with the defaults the real registry strategies give
+//! Job, RBAC, Lease, the access and token reviews), with the defaults the real registry strategies give
 //! them (docs/upstream-facts.md F12.1-F12.4).
 
 use crate::error::{ApiError, ApiResult};
@@ -74,6 +74,17 @@ pub(crate) fn more_builtins() -> Vec<ResourceDef> {
             false,
             false,
         ),
+        // Validates bound ServiceAccount tokens (`crate::tokens`, F12.7).
+        builtin(
+            "authentication.k8s.io",
+            "v1",
+            "tokenreviews",
+            "TokenReview",
+            false,
+            &[],
+            false,
+            false,
+        ),
     ];
     for d in &mut defs {
         // Only objects with a spec the controllers act on carry a generation.
@@ -84,7 +95,7 @@ pub(crate) fn more_builtins() -> Vec<ResourceDef> {
 
 /// Reviews are answered, never stored (`create` is their only verb).
 pub(crate) fn is_review(def: &ResourceDef) -> bool {
-    def.group == "authorization.k8s.io"
+    def.group == "authorization.k8s.io" || def.group == "authentication.k8s.io"
 }
 
 /// The verbs discovery lists for a resource.

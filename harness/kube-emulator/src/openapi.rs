@@ -79,6 +79,7 @@ pub(crate) fn builtin() -> &'static Builtin {
         add::<events::Event>(&mut g, m);
         add::<authz::SelfSubjectAccessReview>(&mut g, m);
         add::<authz::SubjectAccessReview>(&mut g, m);
+        add::<k8s_openapi::api::authentication::v1::TokenReview>(&mut g, m);
         add::<policy::PodDisruptionBudget>(&mut g, m);
         add::<apiext::CustomResourceDefinition>(&mut g, m);
         g.subschema_for::<k8s_openapi::api::autoscaling::v1::Scale>();

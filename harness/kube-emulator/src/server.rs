@@ -465,7 +465,15 @@ impl Ctx {
             ));
         }
         if crate::kinds::is_review(&self.def) {
-            let review = crate::kinds::review(&self.def, &self.version, body);
+            let review = if self.def.plural == "tokenreviews" {
+                crate::tokens::token_review(
+                    &self.cluster,
+                    &self.def.api_version(&self.version),
+                    body,
+                )
+            } else {
+                crate::kinds::review(&self.def, &self.version, body)
+            };
             return Ok(json_response(StatusCode::CREATED, &review));
         }
         let a = self.admit(BodyKind::Object, parse_body(body)?)?;

@@ -238,40 +238,29 @@ fn downward_files(pod: &Value, src: &Value) -> Files {
     out
 }
 
-/// A bound ServiceAccount token as the kubelet writes it: a JWT-shaped string whose claims
-/// carry the audience, expiry, pod and ServiceAccount (not signed: nothing in the emulated
-/// cluster verifies it).
+/// A bound ServiceAccount token as the kubelet writes it: issued by the cluster for the
+/// volume's audience and expiry, bound to the pod and its ServiceAccount (`crate::tokens`).
 fn service_account_token(cluster: &Cluster, pod: &Value, src: &Value) -> String {
-    let ns = s(pod, "/metadata/namespace").unwrap_or("default");
-    let sa = s(pod, "/spec/serviceAccountName").unwrap_or("default");
-    let now = cluster.now_unix();
-    // The API server's default and minimum expiry is one hour (TokenRequest `expirationSeconds`).
-    let ttl = src
-        .get("expirationSeconds")
-        .and_then(Value::as_u64)
-        .unwrap_or(3600);
-    let audience = s(src, "/audience")
-        .map(|a| vec![a.to_string()])
-        .unwrap_or_else(|| vec!["https://kubernetes.default.svc.cluster.local".to_string()]);
-    let claims = json!({
-        "aud": audience,
-        "exp": now + ttl,
-        "iat": now,
-        "iss": "https://kubernetes.default.svc.cluster.local",
-        "sub": format!("system:serviceaccount:{ns}:{sa}"),
-        "kubernetes.io": {
-            "namespace": ns,
-            "pod": {"name": s(pod, "/metadata/name"), "uid": s(pod, "/metadata/uid")},
-            "serviceaccount": {"name": sa},
-        },
-    });
-    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-    format!(
-        "{}.{}.{}",
-        b64.encode(br#"{"alg":"none","typ":"JWT"}"#),
-        b64.encode(claims.to_string()),
-        b64.encode(b"emulated")
-    )
+    let name = |p: &str| s(pod, p).unwrap_or_default().to_string();
+    cluster.issue_token(&crate::tokens::TokenRequest {
+        namespace: s(pod, "/metadata/namespace")
+            .unwrap_or("default")
+            .to_string(),
+        service_account: s(pod, "/spec/serviceAccountName")
+            .unwrap_or("default")
+            .to_string(),
+        audiences: s(src, "/audience")
+            .map(str::to_string)
+            .into_iter()
+            .collect(),
+        // The API server's default and minimum expiry is one hour (TokenRequest
+        // `expirationSeconds`).
+        expiration_seconds: src
+            .get("expirationSeconds")
+            .and_then(Value::as_u64)
+            .unwrap_or(3600),
+        bound_pod: Some((name("/metadata/name"), name("/metadata/uid"))),
+    })
 }
 
 #[cfg(test)]

@@ -76,6 +76,12 @@ struct Boundary {
     log: Log,
     /// The workload pod shares this pod (combined, sidecar): wait for this pod's main.
     same_pod: bool,
+    /// The container's filesystem, where the projected token and the client TLS material are.
+    mounts: kube_emulator::shell::Mounts,
+    /// `OPENSHELL_K8S_SA_TOKEN_FILE` (F2.4).
+    token_file: Option<String>,
+    /// `OPENSHELL_TLS_CA`: the CA that must have signed the gateway's certificate (F3.5).
+    ca_file: Option<String>,
 }
 
 /// Why bootstrap ended for good.
@@ -134,20 +140,76 @@ impl Boundary {
     /// One "Policy fetch" attempt: TLS handshake, token exchange, GetSandboxConfig.
     async fn attempt(&self) -> Result<(String, SandboxConfig), AttemptError> {
         let gw = self.connect().await?;
-        if gw.server_certificate(&self.cr) == ServerCert::UnknownIssuer && self.b().tls_validation {
+        let handshake = if gw.server_certificate(&self.cr) == ServerCert::UnknownIssuer {
+            Err("transport error: invalid peer certificate: certificate verify failed (UnknownIssuer)".to_string())
+        } else {
+            self.verify_gateway(&gw)
+        };
+        if let Err(message) = handshake
+            && self.b().tls_validation
+        {
             // No gRPC status: upstream retries it (F2.2); the contract fails fast (R4).
             return Err(AttemptError {
-                message: "transport error: invalid peer certificate: certificate verify failed (UnknownIssuer)".into(),
+                message,
                 permanent: self.b().tls_error_permanent,
             });
         }
+        // Read at every attempt, as upstream reads the file the kubelet keeps current (F2.4).
+        let sa_token = self
+            .token_file
+            .as_deref()
+            .and_then(|p| self.mounts.read_file(p).ok().flatten())
+            .and_then(|b| String::from_utf8(b).ok());
         let token = gw
-            .issue_sandbox_token(&self.sandbox_id, &self.pod_uid)
+            .issue_sandbox_token(&self.sandbox_id, &self.pod_uid, sa_token.as_deref())
             .map_err(|s| Self::status_err(&s))?;
         let cfg = gw
             .get_sandbox_config(&token)
             .map_err(|s| Self::status_err(&s))?;
         Ok((token, cfg))
+    }
+
+    /// The TLS client's check of the certificate the gateway presents: it must chain to the CA
+    /// the pod mounted (`OPENSHELL_TLS_CA`) and name the endpoint's host, as rustls checks it
+    /// for the real supervisor (F12.8). Nothing to check over plaintext, or when the pod has
+    /// no CA or the gateway presents no certificate (a gateway without a config file).
+    fn verify_gateway(&self, gw: &Gateway) -> Result<(), String> {
+        use tokio_rustls::rustls;
+        use tokio_rustls::rustls::client::danger::ServerCertVerifier;
+        use tokio_rustls::rustls::pki_types::pem::PemObject;
+        use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+        let chain = gw.presented_chain();
+        let ca = self
+            .ca_file
+            .as_deref()
+            .and_then(|p| self.mounts.read_file(p).ok().flatten());
+        let (Some(ca), false, true) = (ca, chain.is_empty(), self.endpoint.starts_with("https://"))
+        else {
+            return Ok(());
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(&ca) {
+            let c = c.map_err(|e| format!("failed to parse the CA certificate: {e}"))?;
+            roots
+                .add(c)
+                .map_err(|e| format!("failed to parse the CA certificate: {e}"))?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier =
+            rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| format!("transport error: {e}"))?;
+        let (host, _) = parse_endpoint(&self.endpoint).unwrap_or_default();
+        let name = ServerName::try_from(host.clone())
+            .map_err(|e| format!("transport error: invalid server name {host}: {e}"))?;
+        let certs: Vec<CertificateDer<'static>> =
+            chain.into_iter().map(CertificateDer::from).collect();
+        let now =
+            UnixTime::since_unix_epoch(std::time::Duration::from_secs(self.cluster.now_unix()));
+        verifier
+            .verify_server_cert(&certs[0], &certs[1..], &name, &[], now)
+            .map(|_| ())
+            .map_err(|e| format!("transport error: {e}"))
     }
 
     /// `load_policy` wrapped in `grpc_retry` (F2.1, F2.2): 5 attempts, 1/2/4/4 s, permanent codes
@@ -554,6 +616,9 @@ impl SupervisorProgram {
                 .to_string(),
             log: Log::of(ctx),
             same_pod,
+            mounts: ctx.mounts.clone(),
+            token_file: ctx.env("OPENSHELL_K8S_SA_TOKEN_FILE").map(str::to_string),
+            ca_file: ctx.env("OPENSHELL_TLS_CA").map(str::to_string),
         }
     }
 

@@ -1,15 +1,19 @@
 //! Faults on a real cluster, through the Kubernetes API: gateway stopped (scale to zero, hold,
-//! scale back), gateway pod deleted, sandbox pod deleted, supervisor killed per topology, and
-//! gateway traffic blocked by a NetworkPolicy. Changes that do not heal by themselves go to the
-//! restore journal first; a guard restores on drop and panic, and a handler on Ctrl-C/SIGTERM.
+//! scale back), gateway pod deleted, sandbox pod deleted, supervisor killed per topology,
+//! gateway traffic blocked by a NetworkPolicy, and a sandbox's bootstrap material broken in its
+//! Sandbox resource's pod template. Changes that do not heal by themselves go to the restore
+//! journal first; a guard restores on drop and panic, and a handler on Ctrl-C/SIGTERM.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{Api, AttachParams, DeleteParams, ListParams, PostParams};
+use kube::api::{
+    Api, ApiResource, AttachParams, DeleteParams, DynamicObject, ListParams, Patch, PatchParams,
+    PostParams,
+};
 use kube::{Client, ResourceExt};
 
 use crate::gateway::{self, Workload};
@@ -33,6 +37,11 @@ enum Active {
         pods: Vec<(String, String)>,
     },
     TrafficBlock {
+        journal_id: String,
+    },
+    /// A Sandbox resource's pod template with broken bootstrap material; its journal entry
+    /// holds the original volumes (and names the Secret to delete).
+    BootstrapBroken {
         journal_id: String,
     },
     /// A killed container: nothing to put back (restartPolicy Never, docs/upstream-facts.md F1.14).
@@ -76,6 +85,8 @@ pub struct FaultInjector {
     /// Runs commands on the cluster's nodes (`docker exec <node>`: kind and k3d nodes are
     /// containers named like the node). None on an existing cluster.
     node_runner: Option<Arc<dyn crate::command::CommandRunner>>,
+    /// The Sandbox API the cluster serves (v1beta1 unless told otherwise).
+    sandbox_resource: ApiResource,
 }
 
 /// A container's identity and restart count, to recognise that it really stopped or restarted.
@@ -160,7 +171,21 @@ impl FaultInjector {
             rec: std::sync::Mutex::new(None),
             active: Default::default(),
             node_runner: None,
+            sandbox_resource: conformance_observe::sandbox_resource("v1beta1"),
         }
+    }
+
+    /// The Sandbox API version the cluster serves (`v1beta1` or `v1alpha1`).
+    pub fn set_sandbox_version(&mut self, version: &str) {
+        self.sandbox_resource = conformance_observe::sandbox_resource(version);
+    }
+
+    fn sandboxes(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            &self.sandbox_namespace,
+            &self.sandbox_resource,
+        )
     }
 
     /// Lets faults run commands on the nodes (kind and k3d, through `docker exec`).
@@ -321,11 +346,14 @@ impl FaultInjector {
             FaultEffect::PodsDeleted { labels, what } => {
                 self.kill_pods(&label_selector(&labels), what).await?
             }
+            FaultEffect::BootstrapBroken { resource, material } => {
+                self.break_bootstrap(fault.kind(), &resource, &material)
+                    .await?
+            }
             FaultEffect::ProcessKilled {
                 process: Process::Main,
                 ..
-            }
-            | FaultEffect::BootstrapBroken { .. } => {
+            } => {
                 return Err(TargetError::Unsupported(format!(
                     "{} is not implemented on real clusters yet",
                     fault.kind()
@@ -524,7 +552,7 @@ impl FaultInjector {
                     .await?;
                 }
             }
-            Active::TrafficBlock { journal_id } => {
+            Active::TrafficBlock { journal_id } | Active::BootstrapBroken { journal_id } => {
                 let entries = self.journal.entries().await?;
                 if let Some(e) = entries.iter().find(|e| &e.id == journal_id) {
                     crate::journal::undo(&self.client, &e.undo, self.deadlines.ready).await?;
@@ -585,9 +613,11 @@ impl FaultInjector {
                     )))
                 }
             }
-            // A killed process is not put back (restartPolicy Never), and the other effects are
-            // not done on real clusters.
-            FaultEffect::ProcessKilled { .. } | FaultEffect::BootstrapBroken { .. } => Ok(()),
+            FaultEffect::BootstrapBroken { resource, .. } => {
+                self.verify_bootstrap_restored(&resource).await
+            }
+            // A killed process is not put back (restartPolicy Never).
+            FaultEffect::ProcessKilled { .. } => Ok(()),
         }
     }
 
@@ -643,13 +673,258 @@ impl FaultInjector {
     }
 }
 
+/// The projected ServiceAccount token volume of a sandbox pod (docs/upstream-facts.md F3.5).
+pub(crate) const SA_TOKEN_VOLUME: &str = "openshell-sa-token";
+/// The client TLS volume of a sandbox pod: CA, client certificate and key (F3.5).
+pub(crate) const CLIENT_TLS_VOLUME: &str = "openshell-client-tls";
+/// The audience a broken token carries: not the `openshell-gateway` the gateway's TokenReview
+/// asks for, so the API server does not authenticate it for the gateway (F12.7).
+pub(crate) const WRONG_AUDIENCE: &str = "openshell-conformance-not-the-gateway";
+/// The harness's CA Secret for a sandbox resource is named this plus the resource's name.
+pub(crate) const FAULT_CA_SECRET_PREFIX: &str = "openshell-conformance-ca-";
+
+/// The harness's CA Secret for sandbox resource `resource`.
+pub(crate) fn fault_ca_secret(resource: &str) -> String {
+    format!("{FAULT_CA_SECRET_PREFIX}{resource}")
+}
+
+/// The pod template's volumes with `material` broken:
+/// - `credentials`: the projected token's audience becomes [`WRONG_AUDIENCE`];
+/// - `certificate`: the client TLS volume becomes a projected volume with the client
+///   certificate and key of the Secret it named and the `ca.crt` of `ca_secret` (a CA that did
+///   not sign the gateway's certificate), with the same mode.
+///
+/// A template without that volume cannot be broken this way: Unsupported, naming it.
+pub(crate) fn broken_volumes(
+    resource: &str,
+    volumes: &[serde_json::Value],
+    material: &str,
+    ca_secret: &str,
+) -> TargetResult<Vec<serde_json::Value>> {
+    let mut out = volumes.to_vec();
+    let position = |name: &str| {
+        volumes
+            .iter()
+            .position(|v| v["name"].as_str() == Some(name))
+    };
+    match material {
+        "credentials" => {
+            let token = match position(SA_TOKEN_VOLUME) {
+                Some(i) => out[i]
+                    .pointer_mut("/projected/sources")
+                    .and_then(serde_json::Value::as_array_mut)
+                    .and_then(|a| a.iter_mut().find_map(|s| s.get_mut("serviceAccountToken"))),
+                None => None,
+            };
+            let Some(token) = token else {
+                return Err(TargetError::Unsupported(format!(
+                    "the pod template of Sandbox {resource} has no projected ServiceAccount token in volume {SA_TOKEN_VOLUME} (docs/upstream-facts.md F3.5), so the harness cannot give it a token of another audience"
+                )));
+            };
+            token["audience"] = serde_json::json!(WRONG_AUDIENCE);
+        }
+        "certificate" => {
+            let Some((i, secret, mode)) = position(CLIENT_TLS_VOLUME).and_then(|i| {
+                let s = volumes[i].get("secret")?;
+                Some((
+                    i,
+                    s.get("secretName")?.as_str()?.to_string(),
+                    s.get("defaultMode").cloned(),
+                ))
+            }) else {
+                return Err(TargetError::Unsupported(format!(
+                    "the pod template of Sandbox {resource} mounts no client TLS Secret in volume {CLIENT_TLS_VOLUME} (the gateway serves plaintext?), so there is no gateway certificate for the sandbox to reject"
+                )));
+            };
+            let item = |k: &str| serde_json::json!({"key": k, "path": k});
+            let mut projected = serde_json::json!({"sources": [
+                {"secret": {"name": secret, "items": [item("tls.crt"), item("tls.key")]}},
+                {"secret": {"name": ca_secret, "items": [item("ca.crt")]}},
+            ]});
+            if let Some(m) = mode {
+                projected["defaultMode"] = m;
+            }
+            out[i] = serde_json::json!({"name": CLIENT_TLS_VOLUME, "projected": projected});
+        }
+        other => {
+            return Err(TargetError::Unsupported(format!(
+                "no bootstrap material {other:?} to break (credentials or certificate)"
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// A self-signed CA certificate (PEM) that signed nothing the gateway presents. Its key is
+/// dropped here: nothing the harness writes holds it.
+pub(crate) fn unrelated_ca_pem() -> TargetResult<String> {
+    let fail = |e: rcgen::Error| TargetError::infra(format!("generate a CA certificate: {e}"));
+    let key = rcgen::KeyPair::generate().map_err(fail)?;
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(fail)?;
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.distinguished_name.push(
+        rcgen::DnType::CommonName,
+        "openshell-conformance unrelated CA",
+    );
+    Ok(params.self_signed(&key).map_err(fail)?.pem())
+}
+
+/// Whether a pod template's volumes still carry a broken material of the harness.
+fn still_broken(volumes: &[serde_json::Value]) -> Option<&'static str> {
+    let text = serde_json::to_string(volumes).unwrap_or_default();
+    if text.contains(WRONG_AUDIENCE) {
+        Some("token audience")
+    } else if text.contains(FAULT_CA_SECRET_PREFIX) {
+        Some("CA Secret")
+    } else {
+        None
+    }
+}
+
+impl FaultInjector {
+    /// Breaks the bootstrap material of an existing sandbox in its Sandbox resource's pod
+    /// template (journal first, with the original volumes: names, modes and an audience, no
+    /// key material). The running pod keeps what it mounted; the next pod the Agent Sandbox
+    /// controller creates from the template (after a pod replacement, or a stop and start)
+    /// bootstraps with the broken material, as the emulated target's fault acts at the next
+    /// bootstrap. Neither the gateway nor the controller rewrites a template it created
+    /// (docs/upstream-facts.md F12.9).
+    async fn break_bootstrap(
+        &self,
+        fault: &str,
+        resource: &str,
+        material: &str,
+    ) -> TargetResult<Active> {
+        let api = self.sandboxes();
+        let Some(sb) = api
+            .get_opt(resource)
+            .await
+            .map_err(|e| kerr(&format!("get Sandbox {resource}"), e))?
+        else {
+            return Err(TargetError::Unsupported(format!(
+                "Sandbox {resource} does not exist yet: on a real cluster the harness breaks bootstrap material in the Sandbox resource's pod template, and the Agent Sandbox controller creates the first pod from the template the gateway wrote as soon as the resource exists, before any client can change it; giving a sandbox's first pod broken material needs an admission webhook (docs/upstream-facts.md F12.9)"
+            )));
+        };
+        let volumes: Vec<serde_json::Value> = sb
+            .data
+            .pointer("/spec/podTemplate/spec/volumes")
+            .and_then(serde_json::Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let secret = fault_ca_secret(resource);
+        let broken = broken_volumes(resource, &volumes, material, &secret)?;
+        let with_secret = material == "certificate";
+        let journal_id = format!("bootstrap-credentials-{resource}");
+        self.journal
+            .add(Entry {
+                id: journal_id.clone(),
+                fault: fault.into(),
+                undo: Undo::RestorePodTemplateVolumes {
+                    api_version: self.sandbox_resource.api_version.clone(),
+                    namespace: self.sandbox_namespace.clone(),
+                    name: resource.to_string(),
+                    volumes: serde_json::Value::Array(volumes),
+                    secret: with_secret.then(|| secret.clone()),
+                },
+            })
+            .await?;
+        let done = async {
+            if with_secret {
+                self.create_ca_secret(&secret).await?;
+            }
+            let rv = sb.resource_version().unwrap_or_default();
+            // The resourceVersion makes the patch fail rather than overwrite a template that
+            // changed since it was read.
+            let patch = serde_json::json!({
+                "metadata": {"resourceVersion": rv},
+                "spec": {"podTemplate": {"spec": {"volumes": broken}}},
+            });
+            api.patch(resource, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| kerr(&format!("patch the pod template of Sandbox {resource}"), e))?;
+            Ok::<(), TargetError>(())
+        }
+        .await;
+        let active = Active::BootstrapBroken { journal_id };
+        if let Err(e) = done {
+            // Undo what was done before the failure, so nothing is left behind.
+            if let Err(u) = self.restore_active(&active).await {
+                tracing::error!(error = %one_line(&u), "undoing a half-injected bootstrap fault failed; the journal keeps it");
+            }
+            return Err(e);
+        }
+        self.observe(
+            "bootstrap-credentials.broken",
+            Some(resource),
+            serde_json::json!(material),
+        );
+        Ok(active)
+    }
+
+    /// Creates the harness's CA Secret (replacing one a killed run left).
+    async fn create_ca_secret(&self, name: &str) -> TargetResult<()> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.sandbox_namespace);
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(kerr(&format!("delete an old Secret {name}"), e)),
+        }
+        let ca = unrelated_ca_pem()?;
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {crate::pins::RUN_LABEL: crate::pins::FAULT_LABEL_VALUE}},
+            "type": "Opaque",
+            "stringData": {"ca.crt": ca},
+        }))
+        .expect("static Secret");
+        api.create(&PostParams::default(), &secret)
+            .await
+            .map_err(|e| kerr(&format!("create the CA Secret {name}"), e))?;
+        Ok(())
+    }
+
+    /// The template of `resource` (if it still exists) holds none of the harness's broken
+    /// material, and the harness's CA Secret is gone.
+    async fn verify_bootstrap_restored(&self, resource: &str) -> TargetResult<()> {
+        if let Some(sb) = self
+            .sandboxes()
+            .get_opt(resource)
+            .await
+            .map_err(|e| kerr(&format!("get Sandbox {resource}"), e))?
+        {
+            let volumes: Vec<serde_json::Value> = sb
+                .data
+                .pointer("/spec/podTemplate/spec/volumes")
+                .and_then(serde_json::Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            if let Some(what) = still_broken(&volumes) {
+                return Err(TargetError::infra(format!(
+                    "the pod template of Sandbox {resource} still has the harness's broken {what}"
+                )));
+            }
+        }
+        let secret = fault_ca_secret(resource);
+        let left = Api::<Secret>::namespaced(self.client.clone(), &self.sandbox_namespace)
+            .get_opt(&secret)
+            .await
+            .map_err(|e| kerr(&format!("get Secret {secret}"), e))?;
+        match left {
+            Some(_) => Err(TargetError::infra(format!(
+                "the harness's CA Secret {}/{secret} is still there",
+                self.sandbox_namespace
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
 /// The NetworkPolicy that cuts sandbox pods off the gateway (and everything else): Egress with
 /// no rule denies all egress of the selected pods.
 pub(crate) fn block_policy(name: &str) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {"name": name, "labels": {crate::pins::RUN_LABEL: "fault"}},
+        "metadata": {"name": name, "labels": {crate::pins::RUN_LABEL: crate::pins::FAULT_LABEL_VALUE}},
         "spec": {
             "podSelector": {"matchExpressions": [
                 {"key": "agents.x-k8s.io/sandbox-name-hash", "operator": "Exists"}]},

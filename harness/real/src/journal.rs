@@ -6,9 +6,12 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Client;
-use kube::api::{Api, DeleteParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::gateway::{self, Workload};
@@ -22,6 +25,18 @@ pub enum Undo {
     ScaleBack { workload: Workload, replicas: i32 },
     /// Delete a NetworkPolicy the harness created.
     DeleteNetworkPolicy { namespace: String, name: String },
+    /// Put a Sandbox resource's pod template volumes back (they hold Secret names, modes and a
+    /// token audience, no key material) and delete the harness's Secret, if it made one. A
+    /// Sandbox that is gone needs no template.
+    RestorePodTemplateVolumes {
+        /// `agents.x-k8s.io/v1beta1` or `…/v1alpha1`.
+        api_version: String,
+        namespace: String,
+        name: String,
+        volumes: serde_json::Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        secret: Option<String>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -159,6 +174,50 @@ pub async fn undo(client: &Client, u: &Undo, deadline: Duration) -> Result<()> {
                     e,
                 )),
             }
+        }
+        Undo::RestorePodTemplateVolumes {
+            api_version,
+            namespace,
+            name,
+            volumes,
+            secret,
+        } => {
+            let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+            let ar = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk(group, version, "Sandbox"),
+                "sandboxes",
+            );
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &ar);
+            // A merge patch replaces the whole list: the template is as it was.
+            let patch =
+                serde_json::json!({"spec": {"podTemplate": {"spec": {"volumes": volumes}}}});
+            match api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => {
+                    return Err(Error::infra_from(
+                        format!("restore: put back the pod template of Sandbox {namespace}/{name}"),
+                        e,
+                    ));
+                }
+            }
+            if let Some(secret) = secret {
+                let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+                match api.delete(secret, &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => {
+                        return Err(Error::infra_from(
+                            format!("restore: delete Secret {namespace}/{secret}"),
+                            e,
+                        ));
+                    }
+                }
+            }
+            Ok(())
         }
     }
 }

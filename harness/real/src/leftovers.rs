@@ -1,8 +1,9 @@
 //! Leftovers of earlier runs on a reused cluster: namespaces labelled by another run, helm
-//! releases in the harness's namespace, and Sandbox resources there. They are reported, then
+//! releases in the harness's namespace, Sandbox resources there, and Secrets a fault created
+//! there (labelled with the run label). They are reported, then
 //! swept or the run stops, per `--sweep-leftovers`.
 
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Secret};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use kube::{Client, ResourceExt};
 
@@ -24,6 +25,9 @@ pub(crate) struct Leftovers {
     pub sandbox_version: Option<String>,
     /// The gateway's data PVCs (its SQLite database), which `helm uninstall` keeps.
     pub data_pvcs: Vec<String>,
+    /// Secrets a bootstrap-credentials fault created (a CA that did not sign the gateway's
+    /// certificate) and a killed run did not delete.
+    pub fault_secrets: Vec<String>,
 }
 
 impl Leftovers {
@@ -32,6 +36,7 @@ impl Leftovers {
             && self.releases.is_empty()
             && self.sandboxes.is_empty()
             && self.data_pvcs.is_empty()
+            && self.fault_secrets.is_empty()
     }
 }
 
@@ -46,11 +51,12 @@ impl std::fmt::Display for Leftovers {
         };
         write!(
             f,
-            "namespaces: {}; helm releases: {}; sandboxes: {}; gateway data volumes: {}",
+            "namespaces: {}; helm releases: {}; sandboxes: {}; gateway data volumes: {}; fault secrets: {}",
             list(&self.namespaces),
             list(&self.releases),
             list(&self.sandboxes),
-            list(&self.data_pvcs)
+            list(&self.data_pvcs),
+            list(&self.fault_secrets)
         )
     }
 }
@@ -64,17 +70,19 @@ pub(crate) fn helm_list_cmd(opts: &RealOptions) -> Cmd {
 pub(crate) fn plan(opts: &RealOptions) -> Vec<Step> {
     let mut v = vec![
         Step::kube(format!(
-            "list namespaces labelled {} (not {}), and Sandbox resources and PVCs {}* in {}",
+            "list namespaces labelled {} (not {}), and Sandbox resources, PVCs {}* and Secrets labelled {}={} in {}",
             pins::RUN_LABEL,
             opts.run_id,
             data_pvc_prefix(opts),
+            pins::RUN_LABEL,
+            pins::FAULT_LABEL_VALUE,
             opts.namespace
         )),
         Step::run(helm_list_cmd(opts)),
     ];
     v.push(Step::kube(match opts.leftovers {
         LeftoverPolicy::Stop => "if any: report them and stop before changing anything (pass --sweep-leftovers to delete them)".to_string(),
-        LeftoverPolicy::Sweep => "if any: report them, delete the Sandbox resources, uninstall the releases, delete the gateway data PVCs and the namespaces".to_string(),
+        LeftoverPolicy::Sweep => "if any: report them, delete the Sandbox resources, uninstall the releases, delete the gateway data PVCs, the fault Secrets and the namespaces".to_string(),
     }));
     v
 }
@@ -157,6 +165,11 @@ pub(crate) async fn delete_data_pvcs(
     .await
 }
 
+/// The label selector of what faults create (`<run label>=fault`).
+pub(crate) fn fault_selector() -> String {
+    format!("{}={}", pins::RUN_LABEL, pins::FAULT_LABEL_VALUE)
+}
+
 fn kerr(doing: &str, e: kube::Error) -> Error {
     Error::infra_from(format!("leftovers: {doing}"), e)
 }
@@ -209,12 +222,21 @@ pub(crate) async fn find(
     let data_pvcs = data_pvcs(client, opts)
         .await
         .map_err(|e| kerr("list the gateway data PVCs", e))?;
+    let fault_secrets = Api::<Secret>::namespaced(client.clone(), &opts.namespace)
+        .list(&ListParams::default().labels(&fault_selector()))
+        .await
+        .map_err(|e| kerr("list the fault Secrets", e))?
+        .items
+        .iter()
+        .map(|s| s.name_any())
+        .collect();
     Ok(Leftovers {
         namespaces,
         releases,
         sandboxes,
         sandbox_version,
         data_pvcs,
+        fault_secrets,
     })
 }
 
@@ -270,6 +292,14 @@ async fn sweep(
         )
         .await
         .map_err(|e| Error::infra_from(format!("leftovers: uninstall release {r}"), e))?;
+    }
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &opts.namespace);
+    for n in &found.fault_secrets {
+        match secrets.delete(n, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(kerr(&format!("delete Secret {n}"), e)),
+        }
     }
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &opts.namespace);
     for n in &found.data_pvcs {

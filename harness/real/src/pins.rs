@@ -73,6 +73,8 @@ pub(crate) const GATEWAY_DATA_CLAIM: &str = "openshell-data";
 /// The label every object the harness creates carries, with the run id as value, so leftovers
 /// of earlier runs can be found and swept.
 pub(crate) const RUN_LABEL: &str = "openshell-conformance.io/run";
+/// The value of [`RUN_LABEL`] on objects a fault creates (a NetworkPolicy, a Secret).
+pub(crate) const FAULT_LABEL_VALUE: &str = "fault";
 
 #[cfg(test)]
 mod tests {

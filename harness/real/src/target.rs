@@ -107,6 +107,8 @@ fn base_capabilities() -> BTreeSet<Capability> {
         Capability::GatewayRestart,
         Capability::SandboxPodReplace,
         Capability::SupervisorKill,
+        // Through the Sandbox resource's pod template, for a sandbox that exists (faults.rs).
+        Capability::BootstrapCredentialFault,
     ]
     .into_iter()
     .collect()
@@ -596,6 +598,7 @@ impl Target for RealTarget {
         if o.provider != crate::options::Provider::Existing {
             injector.set_node_runner(self.runner.clone());
         }
+        injector.set_sandbox_version(sandbox_version);
         let injector = Arc::new(injector);
         injector.set_recorder(self.rec.clone());
         if let Some(reg) = &self.injectors {

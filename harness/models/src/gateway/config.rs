@@ -28,6 +28,8 @@ struct GatewaySection {
     #[serde(default)]
     disable_tls: bool,
     sandbox_namespace: Option<String>,
+    /// The Secret sandbox pods mount for TLS to the gateway (chart: unless TLS is disabled).
+    client_tls_secret_name: Option<String>,
     tls: Option<TlsPaths>,
     #[serde(default)]
     auth: Auth,
@@ -76,6 +78,9 @@ pub(crate) struct GatewayConfig {
     pub sandbox_namespace: Option<String>,
     /// `[openshell.drivers.kubernetes] topology` (chart `supervisor.topology`).
     pub topology: Option<String>,
+    /// `[openshell.gateway] client_tls_secret_name`: the Secret (CA, client certificate and
+    /// key) the driver mounts into sandbox pods (F3.5, F12.8); None or empty: none.
+    pub client_tls_secret: Option<String>,
 }
 
 impl GatewayConfig {
@@ -88,6 +93,7 @@ impl GatewayConfig {
             allow_unauthenticated_users: false,
             sandbox_namespace: None,
             topology: None,
+            client_tls_secret: None,
         }
     }
 
@@ -117,6 +123,7 @@ impl GatewayConfig {
             allow_unauthenticated_users: gw.auth.allow_unauthenticated_users,
             sandbox_namespace: gw.sandbox_namespace,
             topology: file.openshell.drivers.kubernetes.and_then(|k| k.topology),
+            client_tls_secret: gw.client_tls_secret_name.filter(|n| !n.is_empty()),
         })
     }
 
@@ -138,6 +145,20 @@ impl GatewayConfig {
         mounts
             .read_file(path)?
             .ok_or_else(|| format!("failed to read {path}: No such file or directory"))
+    }
+
+    /// What a bootstrap call (`IssueSandboxToken`) gets when its ServiceAccount token does not
+    /// authenticate: the authenticator chain falls through, the caller becomes the mTLS or
+    /// local-dev user (or is refused for want of a credential), and a user principal may not
+    /// call a sandbox-only method (F12.7).
+    pub(crate) fn unauthenticated_bootstrap(&self) -> super::rpc::Status {
+        match self.refusal(super::rpc::ISSUE_SANDBOX_TOKEN_PATH) {
+            Some(m) => super::rpc::Status::unauthenticated(m),
+            None => super::rpc::Status::new(
+                "PermissionDenied",
+                "this method requires a sandbox principal",
+            ),
+        }
     }
 
     /// Whether a call to `path` (a gRPC method path) is refused for want of a credential, and

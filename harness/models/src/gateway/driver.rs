@@ -87,6 +87,7 @@ pub(crate) fn render_sandbox(gw: &Gateway, rec: &SandboxRecord) -> Value {
         "volumeMounts": agent_mounts,
     })];
     containers.extend(shape.containers);
+    bootstrap_material(gw, topo, &mut volumes, &mut containers);
     let mut pod_spec = json!({
         "serviceAccountName": "openshell-sandbox",
         "automountServiceAccountToken": false,
@@ -128,6 +129,73 @@ pub(crate) fn render_sandbox(gw: &Gateway, rec: &SandboxRecord) -> Value {
                 "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "2Gi"}}}}],
         },
     })
+}
+
+/// The volume of the client TLS Secret in the pod template (F3.5).
+pub(crate) const CLIENT_TLS_VOLUME: &str = "openshell-client-tls";
+/// Where the supervisor that talks to the gateway finds the client TLS material (F12.8). In
+/// sidecar, upstream's `openshell-network-init` copies it from there into the shared
+/// `/etc/openshell-tls/proxy/client` for the non-root network container; the model mounts it
+/// into the network container directly, which reads the same files.
+const CLIENT_TLS_DIR: &str = "/etc/openshell-tls/client";
+
+/// What the supervisor that talks to the gateway needs to authenticate and to check the
+/// gateway (F3.5): the projected token mounted into the combined `agent` container (the
+/// sidecar's network container has it already), and, when the gateway's config names a client
+/// TLS Secret, that Secret mounted with `OPENSHELL_TLS_CA`, `_CERT` and `_KEY` pointing into
+/// it (mode 0400 combined, 0440 sidecar).
+fn bootstrap_material(
+    gw: &Gateway,
+    topo: &conformance_core::topology::Topology,
+    volumes: &mut Vec<Value>,
+    containers: &mut [Value],
+) {
+    use conformance_core::topology::SupervisorPlacement;
+    let (boundary, mode, with_token) = match &topo.supervisor {
+        SupervisorPlacement::WorkloadContainer => (&topo.workload.container, 0o400, true),
+        SupervisorPlacement::SidecarContainer { container } => (container, 0o440, false),
+        _ => return,
+    };
+    let Some(c) = containers
+        .iter_mut()
+        .find(|c| c["name"].as_str() == Some(boundary.as_str()))
+    else {
+        return;
+    };
+    let push = |c: &mut Value, key: &str, v: Value| {
+        if !c[key].is_array() {
+            c[key] = json!([]);
+        }
+        c[key].as_array_mut().expect("an array").push(v);
+    };
+    if with_token {
+        push(
+            c,
+            "volumeMounts",
+            json!({"name": "openshell-sa-token", "mountPath": "/var/run/secrets/openshell", "readOnly": true}),
+        );
+    }
+    let Some(secret) = gw.client_tls_secret() else {
+        return;
+    };
+    push(
+        c,
+        "volumeMounts",
+        json!({"name": CLIENT_TLS_VOLUME, "mountPath": CLIENT_TLS_DIR, "readOnly": true}),
+    );
+    for (k, file) in [
+        ("OPENSHELL_TLS_CA", "ca.crt"),
+        ("OPENSHELL_TLS_CERT", "tls.crt"),
+        ("OPENSHELL_TLS_KEY", "tls.key"),
+    ] {
+        push(
+            c,
+            "env",
+            json!({"name": k, "value": format!("{CLIENT_TLS_DIR}/{file}")}),
+        );
+    }
+    volumes.push(json!({"name": CLIENT_TLS_VOLUME,
+        "secret": {"secretName": secret, "defaultMode": mode}}));
 }
 
 pub(crate) fn create_sandbox(gw: &Gateway, rec: &SandboxRecord) -> Result<(), ApiError> {

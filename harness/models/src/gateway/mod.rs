@@ -35,6 +35,10 @@ use conformance_core::phase::Phase;
 use conformance_core::target::{ExecResult, SandboxSpec, SandboxView};
 use kube_emulator::Cluster;
 
+/// The audience the gateway's TokenReview asks for and the driver's projected token carries
+/// (F3.5, F12.7).
+pub(crate) const SA_TOKEN_AUDIENCE: &str = "openshell-gateway";
+
 /// The program the kubelet runs for the gateway image.
 pub(crate) struct GatewayProgram {
     pub model: Arc<OpenShellModel>,
@@ -55,6 +59,21 @@ impl ContainerProgram for GatewayProgram {
                 return 1;
             }
         };
+        // What sandboxes see of this gateway: the certificate it presents (read by the TLS
+        // set-up above, so it parses) and the config's sandbox TLS Secret and auth settings.
+        let chain = config
+            .tls
+            .as_ref()
+            .and_then(|t| config::GatewayConfig::file(&ctx.mounts, &t.cert_path).ok())
+            .map(|pem| {
+                use tokio_rustls::rustls::pki_types::CertificateDer;
+                use tokio_rustls::rustls::pki_types::pem::PemObject;
+                CertificateDer::pem_slice_iter(&pem)
+                    .filter_map(Result::ok)
+                    .map(|c| c.as_ref().to_vec())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
         // The StatefulSet's claim template `openshell-data` mounted at /var/openshell.
         let volume = ctx
             .cluster
@@ -67,6 +86,10 @@ impl ContainerProgram for GatewayProgram {
             &ctx.container,
             Store::open(volume).with_sink(self.model.views.clone()),
         );
+        *gw.served.lock().unwrap_or_else(|p| p.into_inner()) = Some(Served {
+            config: config.clone(),
+            chain,
+        });
         // F1.15: the startup sweep runs before the watchers and the listeners start.
         gw.startup_sweep();
         gw.spawn(driver::reconcile_loop(gw.clone()));
@@ -157,6 +180,13 @@ pub(crate) struct Core {
     pub next_session: u64,
 }
 
+/// What a gateway started from the chart's config file shows its sandboxes.
+pub(crate) struct Served {
+    pub config: config::GatewayConfig,
+    /// The certificate chain it presents (DER, leaf first); empty without TLS.
+    pub chain: Vec<Vec<u8>>,
+}
+
 /// One running gateway process. Clients and supervisors hold an `Arc<Gateway>` they got from
 /// [`crate::network::Network::connect`]; once the process ends, every call is Unavailable.
 pub struct Gateway {
@@ -172,6 +202,9 @@ pub struct Gateway {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Gateway log lines about each sandbox, by sandbox id (served by `GetSandboxLogs`).
     sandbox_logs: Mutex<BTreeMap<String, std::collections::VecDeque<LogLine>>>,
+    /// Set by the gateway program from its config file; None when started in process without
+    /// one (the emulated target).
+    pub(crate) served: Mutex<Option<Served>>,
 }
 
 impl Gateway {
@@ -201,6 +234,7 @@ impl Gateway {
             wake: Notify::new(),
             tasks: Mutex::default(),
             sandbox_logs: Mutex::default(),
+            served: Mutex::default(),
         })
     }
 
@@ -538,13 +572,52 @@ impl Gateway {
         }
     }
 
-    /// IssueSandboxToken: the projected SA token for a gateway JWT (F2.4 token bootstrap).
+    /// The certificate chain this gateway presents to sandboxes (DER, leaf first); empty when
+    /// it serves plaintext or was started without a config file.
+    pub(crate) fn presented_chain(&self) -> Vec<Vec<u8>> {
+        self.served
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|s| s.chain.clone())
+            .unwrap_or_default()
+    }
+
+    /// The Secret the driver mounts into sandbox pods for TLS to the gateway (F3.5).
+    pub(crate) fn client_tls_secret(&self) -> Option<String> {
+        self.served
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .and_then(|s| s.config.client_tls_secret.clone())
+    }
+
+    /// IssueSandboxToken: the projected SA token for a gateway JWT (F2.4 token bootstrap). A
+    /// token the supervisor read from its projected volume is validated with a TokenReview for
+    /// the audience `openshell-gateway`; one the review does not authenticate (another
+    /// audience, a pod that is gone) falls through the authenticator chain (F12.7).
     pub(crate) fn issue_sandbox_token(
         &self,
         sandbox_id: &str,
         pod_uid: &str,
+        sa_token: Option<&str>,
     ) -> Result<String, Status> {
         self.check_alive()?;
+        // Authentication comes before the handler, as the router runs the chain first.
+        if let Some(token) = sa_token {
+            let review = self
+                .cluster
+                .review_token(token, &[SA_TOKEN_AUDIENCE.to_string()]);
+            if review["authenticated"] != true {
+                let config = self
+                    .served
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .as_ref()
+                    .map_or_else(config::GatewayConfig::plaintext, |s| s.config.clone());
+                return Err(config.unauthenticated_bootstrap());
+            }
+        }
         let core = self.core();
         let rec = Self::by_id(&core, sandbox_id)
             .ok_or_else(|| Status::not_found(format!("sandbox {sandbox_id} not found")))?;
@@ -556,6 +629,7 @@ impl Gateway {
                 "sandbox service account token rejected: TokenReview: token is not valid for audience openshell-gateway",
             ));
         }
+
         Ok(format!("jwt.{sandbox_id}.{pod_uid}"))
     }
 

@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use kube_emulator::sync::watch;
 
+/// The bootstrap RPC's path (F2.4, F12.7).
+pub(crate) const ISSUE_SANDBOX_TOKEN_PATH: &str = "/openshell.v1.OpenShell/IssueSandboxToken";
+
 /// A gRPC status.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{code}: {message}")]

@@ -334,3 +334,150 @@ async fn broken_credentials_are_verified_restored_only_once_they_are_back() {
     t.restore(&broken).await.unwrap();
     t.verify_restored(&broken).await.unwrap();
 }
+
+// ---- bootstrap material read from the pod's volumes (docs/upstream-facts.md F12.7, F12.8) ----
+
+/// The running gateway, as a supervisor reaches it.
+fn gateway(t: &EmulatedTarget) -> std::sync::Arc<crate::gateway::Gateway> {
+    match t.network.connect::<crate::gateway::Gateway>(
+        &t.cluster,
+        NAMESPACE,
+        "openshell.openshell.svc.cluster.local",
+        crate::model::GRPC_PORT,
+    ) {
+        Ok(gw) => gw,
+        Err(e) => panic!("the gateway is not reachable: {e}"),
+    }
+}
+
+/// Replaces sandbox `name`'s pod: the stand-in controller creates the next one from the
+/// Sandbox resource's current template.
+fn replace_pod(t: &EmulatedTarget, name: &str) {
+    t.cluster
+        .delete(
+            &ResourceRef::pods(),
+            Some(NAMESPACE),
+            &cr_name(name),
+            &kube_emulator::DeleteOptions {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+}
+
+#[rstest::rstest]
+#[case::combined("combined")]
+#[case::sidecar("sidecar")]
+#[tokio::test(start_paused = true)]
+async fn a_projected_token_of_another_audience_is_not_authenticated_by_the_gateways_token_review(
+    #[case] topology: &str,
+) {
+    let t = setup(Selection::contract(), topology).await;
+    t.client.create(&spec("demo")).unwrap();
+    // The token the kubelet wrote for the gateway's audience is reviewed and accepted.
+    wait(&t, "demo Ready", |t| phase_is(t, "demo", Phase::Ready)).await;
+    let sandboxes = crate::agent_sandbox::sandboxes_in("v1beta1");
+    let cr = t
+        .cluster
+        .get(&sandboxes, Some(NAMESPACE), &cr_name("demo"))
+        .unwrap();
+    let mut volumes = cr["spec"]["podTemplate"]["spec"]["volumes"].clone();
+    for v in volumes.as_array_mut().unwrap() {
+        if v["name"] == "openshell-sa-token" {
+            v["projected"]["sources"][0]["serviceAccountToken"]["audience"] =
+                json!("not-the-gateway");
+        }
+    }
+    t.cluster
+        .patch(
+            &sandboxes,
+            Some(NAMESPACE),
+            &cr_name("demo"),
+            kube_emulator::PatchKind::Merge,
+            &json!({"spec": {"podTemplate": {"spec": {"volumes": volumes}}}}),
+        )
+        .unwrap();
+    replace_pod(&t, "demo");
+    wait(&t, "demo Error", |t| phase_is(t, "demo", Phase::Error)).await;
+    let message = view(&t, "demo").unwrap().message.unwrap_or_default();
+    // A user principal (no config file: every caller is the local-dev user) may not call a
+    // sandbox-only method once the review did not authenticate the token (F12.7).
+    assert!(
+        message.contains("PermissionDenied")
+            && message.contains("this method requires a sandbox principal"),
+        "{message}"
+    );
+}
+
+/// A CA named `ca_name` and a gateway certificate it signed for the endpoint's host; PEM, and
+/// the leaf as DER.
+fn gateway_pki(ca_name: &str) -> (String, Vec<u8>) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(DnType::CommonName, ca_name);
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+    let leaf = CertificateParams::new(vec!["openshell.openshell.svc.cluster.local".into()])
+        .unwrap()
+        .signed_by(&KeyPair::generate().unwrap(), &ca)
+        .unwrap();
+    (ca.pem(), leaf.der().to_vec())
+}
+
+#[rstest::rstest]
+#[case::the_ca_that_signed_it(true)]
+#[case::another_ca(false)]
+#[tokio::test(start_paused = true)]
+async fn the_supervisor_checks_the_gateways_certificate_against_the_ca_its_pod_mounts(
+    #[case] signing_ca: bool,
+) {
+    let t = setup(Selection::contract(), "combined").await;
+    let (ca, leaf) = gateway_pki("openshell-ca");
+    // Another CA of the same name would make the verifier try its key: BadSignature instead.
+    let mounted = if signing_ca {
+        ca
+    } else {
+        gateway_pki("another-ca").0
+    };
+    t.cluster
+        .create(
+            &ResourceRef::new("", "v1", "secrets"),
+            Some(NAMESPACE),
+            json!({"metadata": {"name": "conformance-client-tls"},
+                   "stringData": {"ca.crt": mounted, "tls.crt": "client", "tls.key": "key"}}),
+        )
+        .unwrap();
+    // What the gateway reads from a chart's config: its certificate and the client TLS Secret.
+    *gateway(&t).served.lock().unwrap() = Some(crate::gateway::Served {
+        config: crate::gateway::config::GatewayConfig {
+            client_tls_secret: Some("conformance-client-tls".into()),
+            ..crate::gateway::config::GatewayConfig::plaintext()
+        },
+        chain: vec![leaf],
+    });
+    t.client.create(&spec("demo")).unwrap();
+    let pod = |t: &EmulatedTarget| {
+        t.cluster
+            .get(&ResourceRef::pods(), Some(NAMESPACE), &cr_name("demo"))
+            .ok()
+    };
+    wait(&t, "demo's pod", |t| pod(t).is_some()).await;
+    let p = pod(&t).unwrap();
+    assert!(
+        p["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["secret"]["secretName"] == "conformance-client-tls"),
+        "the driver mounts the client TLS Secret: {p}"
+    );
+    if signing_ca {
+        wait(&t, "demo Ready", |t| phase_is(t, "demo", Phase::Ready)).await;
+    } else {
+        wait(&t, "demo Error", |t| phase_is(t, "demo", Phase::Error)).await;
+        let message = view(&t, "demo").unwrap().message.unwrap_or_default();
+        assert!(message.contains("UnknownIssuer"), "{message}");
+        assert_eq!(starts(&t, "demo"), 0, "the workload never started");
+    }
+}

@@ -1579,3 +1579,195 @@ async fn the_real_target_counts_starts_from_the_workloads_marks_and_an_unreadabl
     assert_eq!(rec.main_process_starts("other"), StartCount::Known(0));
     kubelet.abort();
 }
+
+fn sandboxes() -> ResourceRef {
+    ResourceRef::new("agents.x-k8s.io", "v1beta1", "sandboxes")
+}
+
+/// The volumes of the pod template the gateway writes (docs/upstream-facts.md F3.5, F12.8).
+fn template_volumes() -> Value {
+    json!([
+        {"name": "openshell-supervisor-bin", "emptyDir": {}},
+        {"name": "openshell-client-tls", "secret": {"secretName": "openshell-client-tls", "defaultMode": 256}},
+        {"name": "openshell-sa-token", "projected": {"defaultMode": 256, "sources": [
+            {"serviceAccountToken": {"audience": "openshell-gateway", "expirationSeconds": 3600, "path": "token"}}]}},
+    ])
+}
+
+fn create_sandbox_resource(c: &Cluster, name: &str) {
+    c.create(
+        &sandboxes(),
+        Some(NS),
+        json!({"metadata": {"name": cr(name)}, "spec": {"podTemplate": {"spec": {
+            "containers": [{"name": "agent", "image": "sandbox"}],
+            "volumes": template_volumes(),
+        }}}}),
+    )
+    .unwrap();
+}
+
+fn volumes_of(c: &Cluster, name: &str) -> Value {
+    exists(c, &sandboxes(), &cr(name)).unwrap()["spec"]["podTemplate"]["spec"]["volumes"].clone()
+}
+
+fn bootstrap_fault(what: &str) -> Fault {
+    Fault::BootstrapCredentials {
+        sandbox: "demo".into(),
+        what: what.into(),
+    }
+}
+
+#[rstest::rstest]
+#[case::credentials("credentials")]
+#[case::certificate("certificate")]
+#[tokio::test(start_paused = true)]
+async fn a_bootstrap_fault_breaks_the_sandbox_template_journaled_without_key_material_and_restore_puts_it_back_exactly(
+    #[case] what: &str,
+) {
+    let c = cluster();
+    create_sandbox_resource(&c, "demo");
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(&c, dir.path(), in_the_workload_container());
+    let fault = bootstrap_fault(what);
+    inj.inject(&fault).await.unwrap();
+    let broken = volumes_of(&c, "demo");
+    let secret = ResourceRef::new("", "v1", "secrets");
+    let ca_secret = format!("openshell-conformance-ca-{}", cr("demo"));
+    match what {
+        "credentials" => {
+            assert_eq!(
+                broken[2]["projected"]["sources"][0]["serviceAccountToken"]["audience"],
+                "openshell-conformance-not-the-gateway"
+            );
+            assert_eq!(broken[1], template_volumes()[1], "TLS untouched");
+            assert!(exists(&c, &secret, &ca_secret).is_none());
+        }
+        _ => {
+            // The client certificate and key stay the chart's; only the CA is another one.
+            let sources = &broken[1]["projected"]["sources"];
+            assert_eq!(sources[0]["secret"]["name"], "openshell-client-tls");
+            assert_eq!(
+                sources[0]["secret"]["items"],
+                json!([{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}])
+            );
+            assert_eq!(sources[1]["secret"]["name"], ca_secret.as_str());
+            assert_eq!(broken[1]["projected"]["defaultMode"], 256);
+            assert_eq!(broken[2], template_volumes()[2], "token untouched");
+            let s = exists(&c, &secret, &ca_secret).expect("the CA Secret exists");
+            assert_eq!(
+                s["metadata"]["labels"]["openshell-conformance.io/run"],
+                "fault"
+            );
+            assert_eq!(s["data"].as_object().unwrap().len(), 1, "{s}");
+            assert!(s["data"].get("ca.crt").is_some(), "{s}");
+        }
+    }
+    let journal_text = std::fs::read_to_string(dir.path().join(journal::FILE_NAME)).unwrap();
+    assert!(
+        journal_text.contains("restore-pod-template-volumes"),
+        "{journal_text}"
+    );
+    assert!(!journal_text.contains("PRIVATE KEY"), "{journal_text}");
+    assert!(
+        !journal_text.contains("BEGIN CERTIFICATE"),
+        "{journal_text}"
+    );
+    // Not restored yet: the check says what is still broken.
+    let err = inj.verify_restored(&fault).await.unwrap_err();
+    assert!(err.to_string().contains("still"), "{err}");
+    inj.restore(&fault).await.unwrap();
+    assert_eq!(volumes_of(&c, "demo"), template_volumes());
+    assert!(exists(&c, &secret, &ca_secret).is_none());
+    assert!(!dir.path().join(journal::FILE_NAME).exists());
+    inj.verify_restored(&fault).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_simulated_kill_the_journal_puts_the_template_back_and_the_ca_secret_is_a_leftover_until_then()
+ {
+    use crate::leftovers;
+    let c = cluster();
+    create_sandbox_resource(&c, "demo");
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let inj = injector(&c, dir.path(), in_the_workload_container());
+        inj.inject(&bootstrap_fault("certificate")).await.unwrap();
+        // The process "dies" here: no restore, no guard.
+    }
+    let runner = ScriptedRunner::new(Unscripted::Succeed);
+    runner.respond("helm list", CmdOutput::ok("[]"));
+    let opts = crate::options::RealArgs {
+        cluster_name: "openshell-conformance".into(),
+        chart: "oci://x".into(),
+        chart_version: "0.0.111".into(),
+        agent_sandbox_version: "v0.5.0".into(),
+        openshell_bin: "openshell".into(),
+        run_dir: Some(dir.path().to_path_buf()),
+        ..crate::options::RealArgs::default()
+    }
+    .resolve(crate::options::Provider::Kind, "r1", "/repo")
+    .unwrap();
+    let found = leftovers::find(&c.client(), &runner, &opts).await.unwrap();
+    assert_eq!(
+        found.fault_secrets,
+        [format!("openshell-conformance-ca-{}", cr("demo"))]
+    );
+    let path = dir.path().join(journal::FILE_NAME);
+    let report = journal::restore_from(&path, &c.client(), Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(report.restored.len(), 1, "{report}");
+    assert_eq!(volumes_of(&c, "demo"), template_volumes());
+    assert!(!path.exists());
+    let found = leftovers::find(&c.client(), &runner, &opts).await.unwrap();
+    assert!(found.fault_secrets.is_empty(), "{found}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bootstrap_fault_for_a_sandbox_that_does_not_exist_yet_is_unsupported_saying_why_and_changes_nothing()
+ {
+    let c = cluster();
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(&c, dir.path(), in_the_workload_container());
+    let err = inj
+        .inject(&bootstrap_fault("credentials"))
+        .await
+        .unwrap_err();
+    let TargetError::Unsupported(why) = &err else {
+        panic!("{err:?}");
+    };
+    assert!(
+        why.contains("does not exist yet") && why.contains("admission webhook"),
+        "{why}"
+    );
+    assert!(!dir.path().join(journal::FILE_NAME).exists());
+    assert!(inj.active().await.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_template_without_client_tls_cannot_get_a_wrong_ca_and_says_so() {
+    let c = cluster();
+    c.create(
+        &sandboxes(),
+        Some(NS),
+        json!({"metadata": {"name": cr("plain")}, "spec": {"podTemplate": {"spec": {
+            "containers": [{"name": "agent", "image": "sandbox"}],
+            "volumes": [template_volumes()[2].clone()],
+        }}}}),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(&c, dir.path(), in_the_workload_container());
+    let err = inj
+        .inject(&Fault::BootstrapCredentials {
+            sandbox: "plain".into(),
+            what: "certificate".into(),
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, TargetError::Unsupported(m) if m.contains("no client TLS")),
+        "{err:?}"
+    );
+    assert!(!dir.path().join(journal::FILE_NAME).exists());
+}

@@ -1332,16 +1332,15 @@ mod end_to_end {
                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
         )
         .unwrap();
-        t.teardown().await.unwrap();
-        assert!(
-            exists(
-                &c,
-                &ResourceRef::new("", "v1", "persistentvolumeclaims"),
-                "openshell-data-openshell-0"
-            )
-            .is_none(),
-            "the gateway's database outlived the case"
+        // The gateway no longer knows the deleted sandbox (and the cluster never had it).
+        runner.respond(
+            "openshell sandbox get demo",
+            CmdOutput::failed(
+                1,
+                "Error: status: NotFound, message: \"sandbox demo not found\"",
+            ),
         );
+        t.teardown().await.unwrap();
         let lines = runner.lines();
         assert!(
             lines
@@ -1349,13 +1348,21 @@ mod end_to_end {
                 .any(|l| l.ends_with("openshell sandbox delete demo")),
             "{lines:#?}"
         );
+        // The case's teardown keeps the installation for the topology's next case.
         assert!(
-            lines
-                .last()
-                .unwrap()
-                .starts_with("helm uninstall openshell --namespace openshell"),
+            !lines.iter().any(|l| l.starts_with("helm uninstall")),
             "{lines:#?}"
         );
+        let helm_installs = || {
+            runner
+                .lines()
+                .iter()
+                .filter(|l| {
+                    l.starts_with("helm upgrade --install") || l.starts_with("helm install")
+                })
+                .count()
+        };
+        assert_eq!(helm_installs(), 1, "{:#?}", runner.lines());
         assert!(
             !dir.path().join("diagnostics").exists(),
             "no bundle for a case that did not fail"
@@ -1381,7 +1388,31 @@ mod end_to_end {
             .filter(|l| l.contains("openshell gateway add"))
             .count();
         assert_eq!(adds, 1, "{:#?}", runner.lines());
+        assert_eq!(helm_installs(), 1, "the next case reuses the installation");
+        assert!(
+            rec.snapshot().entries.iter().any(|e| matches!(&e.event, Event::Note { message } if message.starts_with("reusing the OpenShell installation of topology combined"))),
+            "the reuse is on the timeline"
+        );
         t2.teardown().await.unwrap();
+        // After the topology's last case: the release and the gateway's database go.
+        t2.release("combined").await.unwrap();
+        assert!(
+            exists(
+                &c,
+                &ResourceRef::new("", "v1", "persistentvolumeclaims"),
+                "openshell-data-openshell-0"
+            )
+            .is_none(),
+            "the gateway's database outlived the topology"
+        );
+        let lines = runner.lines();
+        assert!(
+            lines
+                .last()
+                .unwrap()
+                .starts_with("helm uninstall openshell --namespace openshell"),
+            "{lines:#?}"
+        );
         let leaks = secrets_in(dir.path());
         assert!(leaks.is_empty(), "credentials in the artifacts: {leaks:#?}");
         assert!(

@@ -89,8 +89,8 @@ pub struct RunArgs {
     #[arg(long, env = "OPENSHELL_CONFORMANCE_SEED")]
     pub seed: Option<u64>,
     /// Cases run at once (default: emulated, the machine's available parallelism, since its
-    /// cases share nothing; real targets 1, the only value they take: each case installs and
-    /// tears down the one release).
+    /// cases share nothing; real targets 1, the only value they take: the cases of a topology
+    /// share one release and each checks the gateway it leaves).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64), env = "OPENSHELL_CONFORMANCE_JOBS")]
     pub jobs: Option<u16>,
     /// JUnit report path (default: <artifacts>/junit.xml).

@@ -1394,8 +1394,69 @@ mod end_to_end {
             "the reuse is on the timeline"
         );
         t2.teardown().await.unwrap();
+        // A case that cannot remove its sandbox leaves the installation unusable: it says so,
+        // and the next case notes it and reinstalls instead of running beside the sandbox.
+        let next_case = || {
+            let mut t = RealTarget::new(
+                args.resolve(Provider::Kind, "r1", "/repo").unwrap(),
+                Arc::new(runner.clone()),
+                c.client(),
+                TargetInfo {
+                    kind: "kind".into(),
+                    ..TargetInfo::default()
+                },
+                rec.clone(),
+            );
+            t.share_access_of(&t2);
+            t
+        };
+        let t3 = next_case();
+        t3.install(&topo).await.unwrap();
+        t3.create_sandbox(&SandboxSpec {
+            name: "demo".into(),
+            ..SandboxSpec::default()
+        })
+        .await
+        .unwrap();
+        runner.respond(
+            "openshell sandbox delete demo",
+            CmdOutput::failed(
+                1,
+                "Error: status: Unavailable, message: \"gateway unavailable\"",
+            ),
+        );
+        let err = t3.teardown().await.unwrap_err().to_string();
+        assert!(err.contains("delete sandbox demo"), "{err}");
+        let notes = || -> Vec<String> {
+            rec.snapshot()
+                .entries
+                .iter()
+                .filter_map(|e| match &e.event {
+                    Event::Note { message } => Some(message.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert!(
+            notes().iter().any(|m| m.starts_with(
+                "this case leaves the OpenShell installation of topology combined unusable"
+            )),
+            "{:#?}",
+            notes()
+        );
+        let t4 = next_case();
+        t4.install(&topo).await.unwrap();
+        assert!(
+            notes()
+                .iter()
+                .any(|m| m.contains("cannot serve this case") && m.ends_with("reinstalling")),
+            "{:#?}",
+            notes()
+        );
+        assert_eq!(helm_installs(), 2, "{:#?}", runner.lines());
+        t4.teardown().await.unwrap();
         // After the topology's last case: the release and the gateway's database go.
-        t2.release("combined").await.unwrap();
+        t4.release("combined").await.unwrap();
         assert!(
             exists(
                 &c,

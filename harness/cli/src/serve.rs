@@ -65,12 +65,14 @@ async fn bind_at_wall_clock(
     let addr = listener
         .local_addr()
         .map_err(|e| kube_emulator::serve::ServeError::Bind(listen, e))?;
-    let epoch_unix = std::time::SystemTime::now()
+    let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+        .unwrap_or_default();
+    // To the nanosecond, not the second: the cluster's timestamps (container logs) are set
+    // beside the harness's wall clock, and a whole-second epoch put them up to 1 s behind.
     let config = ClusterConfig {
-        epoch_unix,
+        epoch_unix: now.as_secs(),
+        epoch_subsec_nanos: now.subsec_nanos(),
         ..ClusterConfig::default()
     };
     Ok((listener, addr, config))

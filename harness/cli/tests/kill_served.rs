@@ -1,9 +1,9 @@
-//! A run of the real path interrupted by SIGINT, SIGTERM or SIGKILL (then `restore --journal`)
-//! during install and during teardown, against a served cluster in its own process so the
-//! cluster outlives the harness. Afterwards no traffic stays blocked, nothing is left that the
-//! leftovers check would report (a killed run's leftovers are reported by the next run, then
-//! swept), and the restore journal is consumed; each test prints the count of faults injected,
-//! restored and left.
+//! A run of the real path interrupted by SIGINT, SIGTERM or SIGKILL at several points (during
+//! install, during an outage with the fault injected, during teardown), against a served
+//! cluster in its own process so the cluster outlives the harness. Afterwards the gateway has
+//! its replicas back, no traffic stays blocked, nothing is left that the leftovers check would
+//! report, and the restore journal is consumed; each test prints the count of faults
+//! injected, restored and left.
 
 mod served_support;
 
@@ -17,6 +17,8 @@ use served_support::{Harness, MODEL, ServeProc, Tools};
 enum Point {
     /// While helm installs the chart (the stage has begun).
     Install,
+    /// While the gateway is stopped: the fault is in the restore journal.
+    Outage,
     /// While the case tears down.
     Teardown,
 }
@@ -39,6 +41,28 @@ fn journal_entries(path: &Path) -> BTreeMap<String, String> {
             ))
         })
         .collect()
+}
+
+/// Waits until the journal holds an entry (a fault was injected); returns the ids.
+async fn until_fault_journaled(
+    path: &Path,
+    within: Duration,
+    h: &Harness,
+) -> BTreeMap<String, String> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let ids = journal_entries(path);
+        if !ids.is_empty() {
+            return ids;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no fault reached the restore journal {} within {within:?}; the harness printed:\n{}",
+            path.display(),
+            h.seen.join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Waits until helm lists the release (any status), or with `settled` until its status is no
@@ -79,6 +103,25 @@ async fn until_release(tools: &Tools, kubeconfig: &Path, settled: bool) {
     }
 }
 
+/// The gateway StatefulSet's desired and ready replicas.
+async fn gateway_replicas(tools: &Tools, kubeconfig: &Path) -> (String, String) {
+    let out = tools
+        .kubectl_ok(
+            kubeconfig,
+            &[
+                "get",
+                "statefulset/openshell",
+                "-n",
+                "openshell",
+                "-o",
+                "jsonpath={.spec.replicas} {.status.readyReplicas}",
+            ],
+        )
+        .await;
+    let mut it = out.split_whitespace().map(str::to_string);
+    (it.next().unwrap_or_default(), it.next().unwrap_or_default())
+}
+
 async fn interrupted_run(point: Point, signal: &str) {
     let test = format!("a_run_killed_by_sig{signal}_during_{point:?}_leaves_the_cluster_clean");
     let Some(tools) = Tools::require(&test) else {
@@ -89,11 +132,25 @@ async fn interrupted_run(point: Point, signal: &str) {
     let artifacts = tempfile::tempdir().expect("a temporary directory");
     let private = tempfile::tempdir().expect("a temporary directory");
     let journal = artifacts.path().join("restore-journal.json");
-    let scenario = "provisioning";
+    let scenario = match point {
+        Point::Outage => "gateway-outage*",
+        Point::Install | Point::Teardown => "provisioning",
+    };
     let mut args: Vec<String> = vec!["run".into()];
     args.extend(served.existing_flags());
     args.extend(tools.real_flags());
-    args.extend(["--topology", "combined", "--scenario", scenario].map(String::from));
+    args.extend(
+        [
+            "--topology",
+            "combined",
+            "--scenario",
+            scenario,
+            // Long enough that the signal lands inside the outage.
+            "--outage",
+            "2m",
+        ]
+        .map(String::from),
+    );
     args.extend([
         "--artifacts".into(),
         artifacts.path().display().to_string(),
@@ -112,6 +169,7 @@ async fn interrupted_run(point: Point, signal: &str) {
                 .await;
             BTreeMap::new()
         }
+        Point::Outage => until_fault_journaled(&journal, Duration::from_secs(90), &h).await,
     };
     h.signal(signal).await;
     let restored;
@@ -150,6 +208,13 @@ async fn interrupted_run(point: Point, signal: &str) {
             "restore consumed the journal"
         );
         restored = injected.len() - journal_entries(&journal).len();
+        if point == Point::Outage {
+            let (want, ready) = gateway_replicas(&tools, &kubeconfig).await;
+            assert!(
+                want != "0" && !want.is_empty() && want == ready,
+                "after restore the gateway has its replicas back and ready: spec {want:?}, ready {ready:?}"
+            );
+        }
         // The killed run's release, sandboxes and gateway database are leftovers by design:
         // the next run reports them and stops, changing nothing...
         let mut next: Vec<String> = vec!["run".into()];
@@ -221,6 +286,13 @@ async fn interrupted_run(point: Point, signal: &str) {
             journal_entries(&journal).is_empty(),
             "the run consumed its journal:\n{out}"
         );
+        assert!(
+            !out.contains("could not restore"),
+            "every restore took effect:\n{out}"
+        );
+        // The "ended" line of the gateway stop is recorded only once the harness saw the
+        // gateway's replicas back and all ready through the API (verify_restored); the release
+        // itself is gone after the run, so that is where its return is seen.
         restored = injected.len();
     }
     let left = tools.leftovers(&kubeconfig).await;
@@ -244,6 +316,17 @@ async fn interrupted_run(point: Point, signal: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_interrupted_during_install_leaves_nothing_behind(#[case] signal: &str) {
     interrupted_run(Point::Install, signal).await;
+}
+
+#[rstest::rstest]
+#[case::sigint("INT")]
+#[case::sigterm("TERM")]
+#[case::sigkill("KILL")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_interrupted_during_an_outage_gets_the_gateway_back_and_leaves_nothing_behind(
+    #[case] signal: &str,
+) {
+    interrupted_run(Point::Outage, signal).await;
 }
 
 #[rstest::rstest]

@@ -81,8 +81,12 @@ pub fn run_paused_mixed(
     in_order(results.into_inner().unwrap_or_else(PoisonError::into_inner))
 }
 
-/// Runs the cases in real time against one shared target: those that leave the gateway alone
-/// `jobs` at a time, then those that touch it one by one.
+/// Runs the cases in real time against one shared target, a topology at a time (in the order
+/// its first case was given), so what the target sets up once per topology serves all its cases:
+/// within a topology, the cases that leave the gateway alone `jobs` at a time, then those that
+/// touch it one by one; after a topology's last case the factory releases it
+/// ([`TargetFactory::release`]). A release that fails makes that last case an error, if it had
+/// passed: the run left something behind.
 pub async fn run_shared(
     factory: Arc<dyn TargetFactory>,
     opts: EngineOptions,
@@ -90,11 +94,17 @@ pub async fn run_shared(
     jobs: usize,
     observer: &dyn CaseObserver,
 ) -> Vec<CaseReport> {
-    let engine = Engine::new(factory, opts);
-    let (alone, side_by_side): (Vec<_>, Vec<_>) = cases
-        .into_iter()
-        .enumerate()
-        .partition(|(_, c)| c.touches_shared_gateway());
+    let engine = Engine::new(factory.clone(), opts);
+    let mut by_topology: Vec<(crate::topology::Topology, Vec<(usize, Case)>)> = Vec::new();
+    for (i, c) in cases.into_iter().enumerate() {
+        match by_topology
+            .iter_mut()
+            .find(|(t, _)| t.name == c.topology.name)
+        {
+            Some((_, v)) => v.push((i, c)),
+            None => by_topology.push((c.topology.clone(), vec![(i, c)])),
+        }
+    }
     let run = |i: usize, case: Case| {
         let engine = &engine;
         async move {
@@ -105,13 +115,40 @@ pub async fn run_shared(
         }
     };
     let mut out = Vec::new();
-    let mut side_by_side = side_by_side.into_iter().peekable();
-    while side_by_side.peek().is_some() {
-        let batch = side_by_side.by_ref().take(jobs.max(1));
-        out.extend(futures::future::join_all(batch.map(|(i, c)| run(i, c))).await);
-    }
-    for (i, case) in alone {
-        out.push(run(i, case).await);
+    for (topology, cases) in by_topology {
+        let (alone, side_by_side): (Vec<_>, Vec<_>) = cases
+            .into_iter()
+            .partition(|(_, c)| c.touches_shared_gateway());
+        let mut side_by_side = side_by_side.into_iter().peekable();
+        while side_by_side.peek().is_some() {
+            let batch = side_by_side.by_ref().take(jobs.max(1));
+            out.extend(futures::future::join_all(batch.map(|(i, c)| run(i, c))).await);
+        }
+        for (i, case) in alone {
+            out.push(run(i, case).await);
+        }
+        if let Err(e) = factory.release(&topology).await
+            && let Some((_, last)) = out.last_mut()
+        {
+            let e = format!(
+                "releasing topology {} after its last case: {}",
+                topology.name,
+                crate::error::one_line(&e)
+            );
+            // The teardown stage says so whatever the verdict; the verdict of a case the
+            // product failed stays the product's.
+            if let Some(t) = last
+                .stages
+                .iter_mut()
+                .find(|s| s.stage == crate::scenario::Stage::Teardown)
+            {
+                t.status = crate::timeline::StageStatus::Error;
+                t.message = Some(e.clone());
+            }
+            if matches!(last.outcome, crate::engine::Outcome::Passed) {
+                last.outcome = crate::engine::Outcome::Error(e);
+            }
+        }
     }
     in_order(out)
 }
@@ -282,6 +319,101 @@ mod tests {
                 format!("start {}", id("g2")),
                 format!("end {}", id("g2")),
             ]
+        );
+    }
+
+    /// Logs each case's start and each release, and fails the release of `failing`.
+    struct Releasing {
+        inner: Arc<Factory>,
+        log: Arc<Log>,
+        failing: &'static str,
+    }
+
+    #[async_trait::async_trait]
+    impl TargetFactory for Releasing {
+        fn info(&self) -> crate::target::TargetInfo {
+            self.inner.info()
+        }
+        async fn provision(
+            &self,
+            t: &crate::topology::Topology,
+            rec: &crate::timeline::Recorder,
+        ) -> crate::target::TargetResult<Arc<dyn crate::target::Target>> {
+            self.inner.provision(t, rec).await
+        }
+        async fn release(&self, t: &crate::topology::Topology) -> crate::target::TargetResult<()> {
+            self.log
+                .0
+                .lock()
+                .unwrap()
+                .push(format!("release {}", t.name));
+            if t.name == self.failing {
+                return Err(crate::target::TargetError::infra("helm uninstall failed"));
+            }
+            Ok(())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn on_a_shared_cluster_cases_run_a_topology_at_a_time_each_released_after_its_last_case()
+    {
+        let on = |name: &str, topology: &str| {
+            let mut c = quiet_case(name);
+            c.topology = crate::topology::Topologies::builtin()
+                .get(topology)
+                .unwrap()
+                .clone();
+            c
+        };
+        let cases = vec![
+            on("a", "combined"),
+            on("b", "sidecar"),
+            on("c", "combined"),
+            on("d", "sidecar"),
+        ];
+        let log = Arc::new(Log::default());
+        let factory = Arc::new(Releasing {
+            inner: Factory::new(Quirk::None),
+            log: log.clone(),
+            failing: "sidecar",
+        });
+        let reports = run_shared(factory, EngineOptions::default(), cases, 1, &*log).await;
+        let names: Vec<String> = log
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| !l.starts_with("end "))
+            .map(|l| match l.split_once("name=") {
+                Some((_, n)) => format!("start {}", n.trim_end_matches(']')),
+                None => l.clone(),
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "start a",
+                "start c",
+                "release combined",
+                "start b",
+                "start d",
+                "release sidecar"
+            ]
+        );
+        // Reports stay in the order given; a failed release makes the topology's last case an
+        // error that names it.
+        let outcomes: Vec<(String, &str)> = reports
+            .iter()
+            .map(|r| (r.case_id.clone(), r.outcome.name()))
+            .collect();
+        assert_eq!(
+            outcomes.iter().map(|(_, o)| *o).collect::<Vec<_>>(),
+            ["passed", "passed", "passed", "error"]
+        );
+        assert!(outcomes[0].0.contains("name=a") && outcomes[3].0.contains("name=d"));
+        assert_eq!(
+            reports[3].outcome.reason(),
+            Some("releasing topology sidecar after its last case: helm uninstall failed")
         );
     }
 

@@ -460,6 +460,14 @@ pub trait TargetFactory: Send + Sync {
     /// Brings up (or connects to) the cluster for one case.
     async fn provision(&self, topology: &Topology, rec: &Recorder)
     -> TargetResult<Arc<dyn Target>>;
+
+    /// Removes what the cases of `topology` shared (an installation made once for them), after
+    /// its last case of the run, whatever that case's outcome, and after an interrupted run.
+    /// Factories whose cases share nothing do nothing.
+    async fn release(&self, topology: &Topology) -> TargetResult<()> {
+        let _ = topology;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

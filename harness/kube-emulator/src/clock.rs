@@ -7,14 +7,16 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub(crate) struct Clock {
     epoch_unix: u64,
+    epoch_subsec_nanos: u32,
     start: tokio::time::Instant,
 }
 
 impl Clock {
     /// Must be called inside a tokio runtime (the start instant is tokio's).
-    pub(crate) fn new(epoch_unix: u64) -> Self {
+    pub(crate) fn new(epoch_unix: u64, epoch_subsec_nanos: u32) -> Self {
         Self {
             epoch_unix,
+            epoch_subsec_nanos,
             start: tokio::time::Instant::now(),
         }
     }
@@ -25,11 +27,13 @@ impl Clock {
 
     /// Nanoseconds since the Unix epoch, in cluster time.
     pub(crate) fn now_nanos(&self) -> i128 {
-        (self.epoch_unix as i128) * 1_000_000_000 + self.elapsed().as_nanos() as i128
+        (self.epoch_unix as i128) * 1_000_000_000
+            + self.epoch_subsec_nanos as i128
+            + self.elapsed().as_nanos() as i128
     }
 
     pub(crate) fn now_unix(&self) -> u64 {
-        self.epoch_unix + self.elapsed().as_secs()
+        (self.now_nanos() / 1_000_000_000) as u64
     }
 
     /// `metav1.Time` (RFC 3339, second precision).

@@ -52,6 +52,9 @@ impl ResourceRef {
 pub struct ClusterConfig {
     /// Unix seconds that tokio's start instant maps to (the clock is epoch + elapsed tokio time).
     pub epoch_unix: u64,
+    /// The nanoseconds past `epoch_unix` of that instant, so a served cluster's clock can start
+    /// exactly at the wall clock (its log timestamps are compared with other clocks).
+    pub epoch_subsec_nanos: u32,
     /// Watch events retained per resource; a watch from an older resourceVersion gets 410 Expired.
     pub event_window: usize,
     /// CustomResourceDefinitions installed at start (JSON objects, as `kubectl apply` sends).
@@ -72,6 +75,7 @@ impl Default for ClusterConfig {
     fn default() -> Self {
         Self {
             epoch_unix: DEFAULT_EPOCH_UNIX,
+            epoch_subsec_nanos: 0,
             event_window: 1000,
             crds: Vec::new(),
             namespaces: ["default", "kube-system", "kube-public", "kube-node-lease"]
@@ -140,7 +144,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Cluster {
     pub fn new(config: ClusterConfig) -> Self {
-        let clock = Clock::new(config.epoch_unix);
+        let clock = Clock::new(config.epoch_unix, config.epoch_subsec_nanos);
         let state = State::new(clock, config.event_window);
         let cluster = Self {
             inner: Arc::new(Inner {

@@ -298,6 +298,14 @@ impl FaultInjector {
                         },
                     })
                     .await?;
+                let active = Active::GatewayStop {
+                    original: original.max(1),
+                    journal_id,
+                };
+                // Active before the scale, as the journal is: an interrupt that cancels the
+                // inject while the pods go (SIGINT during the outage's first moments) must
+                // still find the fault to restore, not report it restored untouched.
+                self.active.lock().await.insert(k.clone(), active.clone());
                 gateway::scale(&self.client, &self.gateway, 0).await?;
                 gateway::wait_pods_gone(&self.client, &self.gateway, self.deadlines.pods_gone)
                     .await?;
@@ -306,10 +314,7 @@ impl FaultInjector {
                     None,
                     serde_json::json!(self.elapsed_ms()),
                 );
-                Active::GatewayStop {
-                    original: original.max(1),
-                    journal_id,
-                }
+                active
             }
             FaultEffect::GatewayPodsDeleted => {
                 let pods = gateway::pods(&self.client, &self.gateway).await?;

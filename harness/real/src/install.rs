@@ -176,6 +176,9 @@ impl Install {
 
     pub(crate) fn plan(&self) -> Vec<Step> {
         vec![
+            Step::kube(
+                "once per topology, at its first case: its later cases reuse this installation while it is healthy (the gateway ready and letting the harness in), else reinstall it",
+            ),
             Step::Write {
                 path: self.values_path.clone(),
                 contents: self.values_yaml(),
@@ -202,15 +205,20 @@ impl Install {
                 "keep the release (--keep): nothing is uninstalled",
             )]
         } else {
+            let last = "after the topology's last case (or when the run is interrupted)";
             vec![
                 Step::kube(format!(
-                    "delete the sandboxes labelled {}={} through the CLI",
+                    "after each case: delete its sandboxes (labelled {}={}) through the CLI and wait up to {} until neither the gateway nor the cluster has them",
                     pins::RUN_LABEL,
-                    self.opts.run_id
+                    self.opts.run_id,
+                    humantime::format_duration(self.opts.timeouts.cli_lifecycle)
                 )),
-                Step::run(self.uninstall_cmd()),
+                Step::kube(
+                    "after each case: check the gateway is ready and lets the harness in; if not, the topology's next case reinstalls",
+                ),
+                Step::run_when(self.uninstall_cmd(), last),
                 Step::kube(format!(
-                    "delete the PVCs {}* (the gateway's database, which helm uninstall keeps) and wait up to 2m until they are gone",
+                    "{last}: delete the PVCs {}* (the gateway's database, which helm uninstall keeps) and wait up to 2m until they are gone",
                     crate::leftovers::data_pvc_prefix(&self.opts)
                 )),
             ]

@@ -1,8 +1,11 @@
 //! The real target: a kind, k3d or existing cluster behind the core [`Target`] and
 //! [`TargetFactory`] traits. The factory checks the interlock before anything else, brings the
-//! cluster up (or reuses it and checks it for leftovers) and installs Agent Sandbox once; each
-//! case then installs OpenShell for its topology, reaches the gateway through the in-process
-//! port-forward and drives sandboxes through the `openshell` CLI.
+//! cluster up (or reuses it and checks it for leftovers) and installs Agent Sandbox once. The
+//! first case of a topology installs OpenShell for it; its later cases reuse that installation
+//! as long as it is healthy (each case's sandboxes deleted and verified gone, its faults
+//! restored, the gateway ready and letting the harness in), and the factory uninstalls it after
+//! the topology's last case ([`TargetFactory::release`]). Each case reaches the gateway through
+//! the in-process port-forward and drives sandboxes through the `openshell` CLI.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -132,7 +135,7 @@ pub(crate) fn access_plan(opts: &RealOptions, tls: bool, topology: &str) -> Vec<
     ];
     if tls {
         v.push(Step::kube(format!(
-            "read Secret {}/openshell-client-tls (ca.crt, tls.crt, tls.key) into {} (every case: each install issues new certificates)",
+            "read Secret {}/openshell-client-tls (ca.crt, tls.crt, tls.key) into {} (after each install: the chart's certgen issues new certificates)",
             opts.namespace,
             cli.mtls_dir().display()
         )));
@@ -205,7 +208,34 @@ pub struct RealFactory {
     injectors: Injectors,
     /// The gateway access of each topology, shared by its cases.
     access: AccessMap,
+    /// The OpenShell installation the cases of the current topology share.
+    shared: SharedInstall,
 }
+
+/// One OpenShell installation, made by the first case of its topology and reused by the next
+/// ones while it stays usable. The cluster holds one release at a time, so there is at most one.
+struct Setup {
+    topology: String,
+    install: Install,
+    access: Arc<Access>,
+    workload: gateway::Workload,
+    sandbox_version: &'static str,
+    detected: crate::cli::CliInfo,
+    app: Option<semver::Version>,
+    /// Why the installation cannot serve another case, once a case left it so.
+    unusable: Mutex<Option<String>>,
+}
+
+type SharedInstall = Arc<tokio::sync::Mutex<Option<Arc<Setup>>>>;
+
+/// Key of the observation that ties a case's timeline to the wall clock: its value is the
+/// wall-clock time (milliseconds since the Unix epoch) at the entry's `at_ms`.
+pub const WALL_CLOCK_KEY: &str = "wall_clock_unix_ms";
+
+/// How long reusing an installation waits for its gateway to be ready before reinstalling: a
+/// gateway that a restored fault left down is replaced rather than waited for as long as an
+/// install would be.
+const REUSE_READY: Duration = Duration::from_secs(60);
 
 /// How the CLI reaches the gateway of one topology for the whole run: one port-forward (which
 /// picks a ready gateway pod per connection, so it outlives reinstalls) and one `gateway add`
@@ -233,6 +263,7 @@ impl RealFactory {
             cluster: Default::default(),
             injectors: Default::default(),
             access: Default::default(),
+            shared: Default::default(),
         })
     }
 
@@ -336,11 +367,29 @@ impl TargetFactory for RealFactory {
         );
         t.injectors = Some(self.injectors.clone());
         t.access = self.access.clone();
+        t.shared = self.shared.clone();
         Ok(Arc::new(t))
+    }
+
+    async fn release(&self, topology: &Topology) -> TargetResult<()> {
+        if self.shared.lock().await.is_none() {
+            return Ok(());
+        }
+        let c = self.cluster().await?;
+        let opts = opts_with(&self.opts, &c.up);
+        release_shared(
+            &self.shared,
+            &topology.name,
+            &*self.runner,
+            &c.client,
+            &opts,
+        )
+        .await
     }
 }
 
-/// What `install` set up for a case.
+/// What `install` set up for a case: the shared installation and the case's own fault
+/// injector.
 struct Installed {
     install: Install,
     cli: OpenShellCli,
@@ -348,6 +397,7 @@ struct Installed {
     injector: Arc<FaultInjector>,
     _guard: RestoreGuard,
     sandbox_version: &'static str,
+    setup: Arc<Setup>,
 }
 
 /// One case on a real cluster.
@@ -367,6 +417,7 @@ pub struct RealTarget {
     expected: watch::Expected,
     injectors: Option<Injectors>,
     access: AccessMap,
+    shared: SharedInstall,
 }
 
 impl RealTarget {
@@ -389,6 +440,7 @@ impl RealTarget {
             expected: Default::default(),
             injectors: None,
             access: Default::default(),
+            shared: Default::default(),
         }
     }
 
@@ -396,6 +448,7 @@ impl RealTarget {
     #[cfg(test)]
     pub(crate) fn share_access_of(&mut self, other: &RealTarget) {
         self.access = other.access.clone();
+        self.shared = other.shared.clone();
     }
 
     async fn installed(&self) -> TargetResult<Arc<Installed>> {
@@ -463,6 +516,144 @@ impl RealTarget {
             timeline,
         };
         crate::diagnostics::collect(&src, dir).await
+    }
+
+    /// Installs OpenShell for `topology`: helm with the chart, the namespace labelled with the
+    /// run, the gateway ready, reached and letting the harness in.
+    async fn fresh_install(&self, topology: &Topology) -> TargetResult<Arc<Setup>> {
+        let o = &self.opts;
+        let inst = Install::new(o, topology).map_err(infra)?;
+        *self.helm_started.lock().expect("helm_started lock") = Some(inst.clone());
+        inst.run(&*self.runner).await.map_err(infra)?;
+        let label =
+            Patch::Merge(serde_json::json!({"metadata": {"labels": {pins::RUN_LABEL: o.run_id}}}));
+        Api::<Namespace>::all(self.client.clone())
+            .patch(&o.namespace, &PatchParams::default(), &label)
+            .await
+            .map_err(|e| TargetError::infra_from("install: label namespace", e))?;
+        let workload = gateway::resolve(&self.client, &o.namespace, &o.release).await?;
+        let (want, _) = gateway::replicas(&self.client, &workload).await?;
+        gateway::wait_ready(
+            &self.client,
+            &workload,
+            want.max(1),
+            &[],
+            o.timeouts.gateway_ready,
+        )
+        .await?;
+        let access = self.access(&topology.name, &workload, inst.tls).await?;
+        // One call that needs the harness to be let in, before any case step relies on it.
+        access
+            .cli
+            .check_access(&format!("{}={}", pins::RUN_LABEL, o.run_id))
+            .await?;
+        let detected = access.cli.detect().await?;
+        let helm = run_ok(&*self.runner, &leftovers::helm_list_cmd(o))
+            .await
+            .map_err(|e| TargetError::infra_from("install: list Helm releases", e))?;
+        let app = app_version_from_helm_list(&helm.stdout, &o.release);
+        let sandbox_version = sandbox_version(&self.client, &o.namespace).await?;
+        self.helm_started.lock().expect("helm_started lock").take();
+        Ok(Arc::new(Setup {
+            topology: topology.name.clone(),
+            install: inst,
+            access,
+            workload,
+            sandbox_version,
+            detected,
+            app,
+            unusable: Mutex::new(None),
+        }))
+    }
+
+    /// Whether an installation can serve another case: no case marked it unusable, its gateway
+    /// is ready, and the gateway lets the harness in. Err says why not.
+    async fn usable(&self, s: &Setup) -> std::result::Result<(), String> {
+        if let Some(why) = s.unusable.lock().expect("unusable lock").clone() {
+            return Err(why);
+        }
+        let (want, _) = gateway::replicas(&self.client, &s.workload)
+            .await
+            .map_err(|e| one_line(&e))?;
+        gateway::wait_ready(&self.client, &s.workload, want.max(1), &[], REUSE_READY)
+            .await
+            .map_err(|e| one_line(&e))?;
+        s.access
+            .cli
+            .check_access(&format!("{}={}", pins::RUN_LABEL, self.opts.run_id))
+            .await
+            .map_err(|e| one_line(&e))
+    }
+
+    /// Deletes the case's sandboxes through the CLI and waits until neither the gateway nor
+    /// the cluster has them, so the next case on the installation starts without them.
+    async fn delete_own_sandboxes(&self, i: &Installed) -> Vec<String> {
+        let mut errors = Vec::new();
+        let names: Vec<String> = self
+            .created
+            .lock()
+            .expect("created lock")
+            .iter()
+            .cloned()
+            .collect();
+        for n in &names {
+            if let Err(e) = i.cli.delete(n).await {
+                errors.push(format!("delete sandbox {n}: {}", one_line(&e)));
+            }
+        }
+        if names.is_empty() || !errors.is_empty() {
+            return errors;
+        }
+        let resources: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &self.opts.namespace,
+            &observe::sandbox_resource(i.sandbox_version),
+        );
+        let gone = gateway::wait_until(
+            "teardown: the case's sandboxes gone from the gateway and the cluster",
+            self.opts.timeouts.cli_lifecycle,
+            gateway::POLL,
+            || async {
+                let mut left = Vec::new();
+                for n in &names {
+                    if i.cli.get(n).await?.is_some() {
+                        left.push(format!("gateway sandbox {n}"));
+                    }
+                    let cr = sandbox_resource_name(DEFAULT_WORKSPACE, n);
+                    match resources.get_opt(&cr).await {
+                        Ok(None) => {}
+                        Ok(Some(_)) => left.push(format!("Sandbox {cr}")),
+                        Err(e) => {
+                            return Err(TargetError::infra_from(format!("get Sandbox {cr}"), e));
+                        }
+                    }
+                }
+                let seen = if left.is_empty() {
+                    "none left".to_string()
+                } else {
+                    format!("still there: {}", left.join(", "))
+                };
+                Ok((left.is_empty().then_some(()), seen))
+            },
+        )
+        .await;
+        if let Err(e) = gone {
+            errors.push(one_line(&e));
+        }
+        errors
+    }
+
+    /// What the factory does after the topology's last case, for tests of one target.
+    #[cfg(test)]
+    pub(crate) async fn release(&self, topology: &str) -> TargetResult<()> {
+        release_shared(
+            &self.shared,
+            topology,
+            &*self.runner,
+            &self.client,
+            &self.opts,
+        )
+        .await
     }
 
     pub fn client(&self) -> &Client {
@@ -550,36 +741,42 @@ impl Target for RealTarget {
         if let Some(why) = o.topology_skip_reason(topology).map_err(infra)? {
             return Err(TargetError::Unsupported(why));
         }
-        let inst = Install::new(o, topology).map_err(infra)?;
-        *self.helm_started.lock().expect("helm_started lock") = Some(inst.clone());
-        inst.run(&*self.runner).await.map_err(infra)?;
-        let label =
-            Patch::Merge(serde_json::json!({"metadata": {"labels": {pins::RUN_LABEL: o.run_id}}}));
-        Api::<Namespace>::all(self.client.clone())
-            .patch(&o.namespace, &PatchParams::default(), &label)
-            .await
-            .map_err(|e| TargetError::infra_from("install: label namespace", e))?;
-        let workload = gateway::resolve(&self.client, &o.namespace, &o.release).await?;
-        let (want, _) = gateway::replicas(&self.client, &workload).await?;
-        gateway::wait_ready(
-            &self.client,
-            &workload,
-            want.max(1),
-            &[],
-            o.timeouts.gateway_ready,
-        )
-        .await?;
-        let access = self.access(&topology.name, &workload, inst.tls).await?;
-        let cli = access.cli.clone();
-        // One call that needs the harness to be let in, before any case step relies on it.
-        cli.check_access(&format!("{}={}", pins::RUN_LABEL, o.run_id))
-            .await?;
-        let detected = cli.detect().await?;
-        let helm = run_ok(&*self.runner, &leftovers::helm_list_cmd(o))
-            .await
-            .map_err(|e| TargetError::infra_from("install: list Helm releases", e))?;
-        let app = app_version_from_helm_list(&helm.stdout, &o.release);
-        let sandbox_version = sandbox_version(&self.client, &o.namespace).await?;
+        let setup = {
+            let mut cur = self.shared.lock().await;
+            let reuse = match cur.as_ref() {
+                Some(s) if s.topology == topology.name => match self.usable(s).await {
+                    Ok(()) => true,
+                    Err(why) => {
+                        self.rec.note(format!(
+                            "the OpenShell installation of topology {} that an earlier case made cannot serve this case ({why}); reinstalling",
+                            s.topology
+                        ));
+                        false
+                    }
+                },
+                Some(s) => {
+                    self.rec.note(format!(
+                        "uninstalling the OpenShell installation of topology {} before installing {}",
+                        s.topology, topology.name
+                    ));
+                    false
+                }
+                None => false,
+            };
+            if reuse {
+                self.rec.note(format!(
+                    "reusing the OpenShell installation of topology {} (installed once per topology; the earlier case left its gateway ready and its sandboxes gone)",
+                    topology.name
+                ));
+            } else {
+                // One release at a time: the one there goes first, whatever --keep says.
+                if let Some(old) = cur.take() {
+                    uninstall(&*self.runner, &self.client, o, &old.install).await?;
+                }
+                *cur = Some(self.fresh_install(topology).await?);
+            }
+            cur.clone().expect("installed above")
+        };
         let journal = Journal::new(
             o.run_dir.join(journal::FILE_NAME),
             &o.context,
@@ -588,7 +785,7 @@ impl Target for RealTarget {
         let mut injector = FaultInjector::new(
             self.client.clone(),
             journal,
-            workload,
+            setup.workload.clone(),
             &o.namespace,
             topology.supervisor.clone(),
             &topology.workload.container,
@@ -608,26 +805,32 @@ impl Target for RealTarget {
         }
         {
             let mut info = self.info.lock().expect("info lock");
+            let detected = &setup.detected;
             // The gateway's version decides behaviour; the CLI's stands in when helm has none.
-            info.openshell = Some(app.clone().unwrap_or_else(|| detected.version.clone()));
+            info.openshell = Some(
+                setup
+                    .app
+                    .clone()
+                    .unwrap_or_else(|| detected.version.clone()),
+            );
             info.versions
                 .insert("openshell-cli".into(), detected.version.to_string());
-            if let Some(a) = &app {
+            if let Some(a) = &setup.app {
                 info.versions.insert("chart-app".into(), a.to_string());
             }
             info.versions
-                .insert("sandbox-api".into(), sandbox_version.to_string());
+                .insert("sandbox-api".into(), setup.sandbox_version.to_string());
             info.capabilities
                 .extend(detected.capabilities.iter().copied());
         }
-        self.helm_started.lock().expect("helm_started lock").take();
         *self.installed.lock().await = Some(Arc::new(Installed {
-            install: inst,
-            cli,
-            access,
+            install: setup.install.clone(),
+            cli: setup.access.cli.clone(),
+            access: setup.access.clone(),
             _guard: RestoreGuard::new(injector.clone()),
             injector,
-            sandbox_version,
+            sandbox_version: setup.sandbox_version,
+            setup,
         }));
         Ok(())
     }
@@ -638,6 +841,17 @@ impl Target for RealTarget {
             namespace: self.opts.namespace.clone(),
             sandbox_resource: observe::sandbox_resource(i.sandbox_version),
         };
+        // The wall clock at this point of the timeline, so its entries can be set beside the
+        // cluster's own timestamped records (the gateway's log lines of phase changes).
+        rec.record(Event::Observation {
+            key: WALL_CLOCK_KEY.into(),
+            subject: None,
+            value: serde_json::json!(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64)
+            ),
+        });
         let mut obs = observe::spawn(self.client.clone(), &spec)(rec.clone());
         // A real cluster keeps no count of main-process starts: the pod runs with
         // restartPolicy Never, so its restartCount stays 0 (docs/upstream-facts.md F1.14,
@@ -782,7 +996,9 @@ impl Target for RealTarget {
         let Some(i) = self.installed.lock().await.take() else {
             let started = self.helm_started.lock().expect("helm_started lock").take();
             return match started {
-                Some(inst) if !self.opts.keep => self.uninstall(&inst).await,
+                Some(inst) if !self.opts.keep => {
+                    uninstall(&*self.runner, &self.client, &self.opts, &inst).await
+                }
                 _ => Ok(()),
             };
         };
@@ -803,21 +1019,23 @@ impl Target for RealTarget {
             }
         }
         if !self.opts.keep {
-            let names: Vec<String> = self
-                .created
-                .lock()
-                .expect("created lock")
-                .iter()
-                .cloned()
-                .collect();
-            for n in names {
-                if let Err(e) = i.cli.delete(&n).await {
-                    errors.push(format!("delete sandbox {n}: {}", one_line(&e)));
-                }
+            let deleted = self.delete_own_sandboxes(&i).await;
+            // A case that leaves the installation unusable (sandboxes it could not remove, a
+            // gateway that is not back) makes the next case of the topology reinstall rather
+            // than fail for it; the installation itself goes after the topology's last case.
+            let why = if deleted.is_empty() {
+                self.usable(&i.setup).await.err()
+            } else {
+                Some(deleted.join("; "))
+            };
+            if let Some(why) = why {
+                self.rec.note(format!(
+                    "this case leaves the OpenShell installation of topology {} unusable ({why}); the next case of the topology reinstalls it",
+                    i.setup.topology
+                ));
+                *i.setup.unusable.lock().expect("unusable lock") = Some(why);
             }
-            if let Err(e) = self.uninstall(&i.install).await {
-                errors.push(e.to_string());
-            }
+            errors.extend(deleted);
         }
         drop(i);
         if errors.is_empty() {
@@ -831,17 +1049,39 @@ impl Target for RealTarget {
     }
 }
 
-impl RealTarget {
-    /// Uninstalls the release and deletes the gateway's data PVCs, which `helm uninstall`
-    /// keeps (docs/upstream-facts.md F5.10).
-    async fn uninstall(&self, inst: &Install) -> TargetResult<()> {
-        inst.uninstall(&*self.runner)
-            .await
-            .map_err(|e| TargetError::infra(one_line(&e)))?;
-        leftovers::delete_data_pvcs(&self.client, &self.opts, Duration::from_secs(120))
-            .await
-            .map_err(|e| TargetError::infra(one_line(&e)))
+/// Uninstalls the installation `topology`'s cases shared, after its last case (unless --keep).
+async fn release_shared(
+    shared: &SharedInstall,
+    topology: &str,
+    runner: &dyn CommandRunner,
+    client: &Client,
+    opts: &RealOptions,
+) -> TargetResult<()> {
+    let mut cur = shared.lock().await;
+    if cur.as_ref().is_none_or(|s| s.topology != topology) {
+        return Ok(());
     }
+    let s = cur.take().expect("checked above");
+    if opts.keep {
+        return Ok(());
+    }
+    uninstall(runner, client, opts, &s.install).await
+}
+
+/// Uninstalls the release and deletes the gateway's data PVCs, which `helm uninstall` keeps
+/// (docs/upstream-facts.md F5.10).
+async fn uninstall(
+    runner: &dyn CommandRunner,
+    client: &Client,
+    opts: &RealOptions,
+    inst: &Install,
+) -> TargetResult<()> {
+    inst.uninstall(runner)
+        .await
+        .map_err(|e| TargetError::infra(one_line(&e)))?;
+    leftovers::delete_data_pvcs(client, opts, Duration::from_secs(120))
+        .await
+        .map_err(|e| TargetError::infra(one_line(&e)))
 }
 
 /// The observer of the gateway's phases when the WatchSandbox stream cannot be used: the

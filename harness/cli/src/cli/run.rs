@@ -89,8 +89,8 @@ pub struct RunArgs {
     #[arg(long, env = "OPENSHELL_CONFORMANCE_SEED")]
     pub seed: Option<u64>,
     /// Cases run at once (default: emulated, the machine's available parallelism, since its
-    /// cases share nothing; real targets 1, the only value they take: each case installs and
-    /// tears down the one release).
+    /// cases share nothing; real targets 1, the only value they take: the cases of a topology
+    /// share one release and each checks the gateway it leaves).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64), env = "OPENSHELL_CONFORMANCE_JOBS")]
     pub jobs: Option<u16>,
     /// JUnit report path (default: <artifacts>/junit.xml).
@@ -419,12 +419,12 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
     status
 }
 
-/// Each case's teardown uninstalls the release and deletes its data, so cases running side by
-/// side on one cluster would pull it from under each other.
+/// Cases share one OpenShell release per topology and each case's teardown checks the gateway
+/// it left, so cases running side by side on one cluster would judge each other's doing.
 fn reject_parallel_jobs(args: &RunArgs) -> Result<(), Error> {
     if args.jobs.is_some_and(|n| n > 1) {
         return Err(Error::usage(
-            "--jobs above 1 applies to the emulated target only: on a real cluster each case installs and tears down the one OpenShell release, so cases run one at a time",
+            "--jobs above 1 applies to the emulated target only: on a real cluster the cases of a topology share one OpenShell release, so cases run one at a time",
         ));
     }
     Ok(())

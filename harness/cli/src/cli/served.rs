@@ -262,4 +262,12 @@ impl TargetFactory for ServedFactory {
         };
         per.real.provision(topology, rec).await
     }
+
+    async fn release(&self, topology: &Topology) -> TargetResult<()> {
+        let per = self.clusters.lock().await.get(&topology.name).cloned();
+        match per {
+            Some(p) => p.real.release(topology).await,
+            None => Ok(()),
+        }
+    }
 }

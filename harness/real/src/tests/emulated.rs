@@ -1332,16 +1332,15 @@ mod end_to_end {
                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
         )
         .unwrap();
-        t.teardown().await.unwrap();
-        assert!(
-            exists(
-                &c,
-                &ResourceRef::new("", "v1", "persistentvolumeclaims"),
-                "openshell-data-openshell-0"
-            )
-            .is_none(),
-            "the gateway's database outlived the case"
+        // The gateway no longer knows the deleted sandbox (and the cluster never had it).
+        runner.respond(
+            "openshell sandbox get demo",
+            CmdOutput::failed(
+                1,
+                "Error: status: NotFound, message: \"sandbox demo not found\"",
+            ),
         );
+        t.teardown().await.unwrap();
         let lines = runner.lines();
         assert!(
             lines
@@ -1349,13 +1348,21 @@ mod end_to_end {
                 .any(|l| l.ends_with("openshell sandbox delete demo")),
             "{lines:#?}"
         );
+        // The case's teardown keeps the installation for the topology's next case.
         assert!(
-            lines
-                .last()
-                .unwrap()
-                .starts_with("helm uninstall openshell --namespace openshell"),
+            !lines.iter().any(|l| l.starts_with("helm uninstall")),
             "{lines:#?}"
         );
+        let helm_installs = || {
+            runner
+                .lines()
+                .iter()
+                .filter(|l| {
+                    l.starts_with("helm upgrade --install") || l.starts_with("helm install")
+                })
+                .count()
+        };
+        assert_eq!(helm_installs(), 1, "{:#?}", runner.lines());
         assert!(
             !dir.path().join("diagnostics").exists(),
             "no bundle for a case that did not fail"
@@ -1381,7 +1388,92 @@ mod end_to_end {
             .filter(|l| l.contains("openshell gateway add"))
             .count();
         assert_eq!(adds, 1, "{:#?}", runner.lines());
+        assert_eq!(helm_installs(), 1, "the next case reuses the installation");
+        assert!(
+            rec.snapshot().entries.iter().any(|e| matches!(&e.event, Event::Note { message } if message.starts_with("reusing the OpenShell installation of topology combined"))),
+            "the reuse is on the timeline"
+        );
         t2.teardown().await.unwrap();
+        // A case that cannot remove its sandbox leaves the installation unusable: it says so,
+        // and the next case notes it and reinstalls instead of running beside the sandbox.
+        let next_case = || {
+            let mut t = RealTarget::new(
+                args.resolve(Provider::Kind, "r1", "/repo").unwrap(),
+                Arc::new(runner.clone()),
+                c.client(),
+                TargetInfo {
+                    kind: "kind".into(),
+                    ..TargetInfo::default()
+                },
+                rec.clone(),
+            );
+            t.share_access_of(&t2);
+            t
+        };
+        let t3 = next_case();
+        t3.install(&topo).await.unwrap();
+        t3.create_sandbox(&SandboxSpec {
+            name: "demo".into(),
+            ..SandboxSpec::default()
+        })
+        .await
+        .unwrap();
+        runner.respond(
+            "openshell sandbox delete demo",
+            CmdOutput::failed(
+                1,
+                "Error: status: Unavailable, message: \"gateway unavailable\"",
+            ),
+        );
+        let err = t3.teardown().await.unwrap_err().to_string();
+        assert!(err.contains("delete sandbox demo"), "{err}");
+        let notes = || -> Vec<String> {
+            rec.snapshot()
+                .entries
+                .iter()
+                .filter_map(|e| match &e.event {
+                    Event::Note { message } => Some(message.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert!(
+            notes().iter().any(|m| m.starts_with(
+                "this case leaves the OpenShell installation of topology combined unusable"
+            )),
+            "{:#?}",
+            notes()
+        );
+        let t4 = next_case();
+        t4.install(&topo).await.unwrap();
+        assert!(
+            notes()
+                .iter()
+                .any(|m| m.contains("cannot serve this case") && m.ends_with("reinstalling")),
+            "{:#?}",
+            notes()
+        );
+        assert_eq!(helm_installs(), 2, "{:#?}", runner.lines());
+        t4.teardown().await.unwrap();
+        // After the topology's last case: the release and the gateway's database go.
+        t4.release("combined").await.unwrap();
+        assert!(
+            exists(
+                &c,
+                &ResourceRef::new("", "v1", "persistentvolumeclaims"),
+                "openshell-data-openshell-0"
+            )
+            .is_none(),
+            "the gateway's database outlived the topology"
+        );
+        let lines = runner.lines();
+        assert!(
+            lines
+                .last()
+                .unwrap()
+                .starts_with("helm uninstall openshell --namespace openshell"),
+            "{lines:#?}"
+        );
         let leaks = secrets_in(dir.path());
         assert!(leaks.is_empty(), "credentials in the artifacts: {leaks:#?}");
         assert!(

@@ -795,7 +795,7 @@ impl Target for RealTarget {
         if o.provider != crate::options::Provider::Existing {
             injector.set_node_runner(self.runner.clone());
         }
-        injector.set_sandbox_version(sandbox_version);
+        injector.set_sandbox_version(setup.sandbox_version);
         let injector = Arc::new(injector);
         injector.set_recorder(self.rec.clone());
         if let Some(reg) = &self.injectors {

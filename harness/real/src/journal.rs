@@ -22,6 +22,8 @@ pub enum Undo {
     ScaleBack { workload: Workload, replicas: i32 },
     /// Delete a NetworkPolicy the harness created.
     DeleteNetworkPolicy { namespace: String, name: String },
+    /// Delete a node-access pod the harness created (a supervisor kill on an existing cluster).
+    DeletePod { namespace: String, name: String },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -159,6 +161,13 @@ pub async fn undo(client: &Client, u: &Undo, deadline: Duration) -> Result<()> {
                     e,
                 )),
             }
+        }
+        Undo::DeletePod { namespace, name } => {
+            crate::faults::delete_node_pod(client, namespace, name, deadline)
+                .await
+                .map_err(|e| {
+                    Error::infra_from(format!("restore: delete pod {namespace}/{name}"), e)
+                })
         }
     }
 }

@@ -2,7 +2,7 @@
 //! releases in the harness's namespace, and Sandbox resources there. They are reported, then
 //! swept or the run stops, per `--sweep-leftovers`.
 
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use kube::{Client, ResourceExt};
 
@@ -24,6 +24,8 @@ pub(crate) struct Leftovers {
     pub sandbox_version: Option<String>,
     /// The gateway's data PVCs (its SQLite database), which `helm uninstall` keeps.
     pub data_pvcs: Vec<String>,
+    /// Node-access pods of a supervisor kill that did not get to delete them.
+    pub node_pods: Vec<String>,
 }
 
 impl Leftovers {
@@ -32,6 +34,7 @@ impl Leftovers {
             && self.releases.is_empty()
             && self.sandboxes.is_empty()
             && self.data_pvcs.is_empty()
+            && self.node_pods.is_empty()
     }
 }
 
@@ -46,11 +49,12 @@ impl std::fmt::Display for Leftovers {
         };
         write!(
             f,
-            "namespaces: {}; helm releases: {}; sandboxes: {}; gateway data volumes: {}",
+            "namespaces: {}; helm releases: {}; sandboxes: {}; gateway data volumes: {}; node-access pods: {}",
             list(&self.namespaces),
             list(&self.releases),
             list(&self.sandboxes),
-            list(&self.data_pvcs)
+            list(&self.data_pvcs),
+            list(&self.node_pods)
         )
     }
 }
@@ -64,17 +68,18 @@ pub(crate) fn helm_list_cmd(opts: &RealOptions) -> Cmd {
 pub(crate) fn plan(opts: &RealOptions) -> Vec<Step> {
     let mut v = vec![
         Step::kube(format!(
-            "list namespaces labelled {} (not {}), and Sandbox resources and PVCs {}* in {}",
+            "list namespaces labelled {} (not {}), and Sandbox resources, PVCs {}* and pods labelled {} in {}",
             pins::RUN_LABEL,
             opts.run_id,
             data_pvc_prefix(opts),
+            pins::NODE_ACCESS_LABEL,
             opts.namespace
         )),
         Step::run(helm_list_cmd(opts)),
     ];
     v.push(Step::kube(match opts.leftovers {
         LeftoverPolicy::Stop => "if any: report them and stop before changing anything (pass --sweep-leftovers to delete them)".to_string(),
-        LeftoverPolicy::Sweep => "if any: report them, delete the Sandbox resources, uninstall the releases, delete the gateway data PVCs and the namespaces".to_string(),
+        LeftoverPolicy::Sweep => "if any: report them, delete the Sandbox resources, uninstall the releases, delete the gateway data PVCs, the node-access pods and the namespaces".to_string(),
     }));
     v
 }
@@ -209,12 +214,21 @@ pub(crate) async fn find(
     let data_pvcs = data_pvcs(client, opts)
         .await
         .map_err(|e| kerr("list the gateway data PVCs", e))?;
+    let node_pods = Api::<Pod>::namespaced(client.clone(), &opts.namespace)
+        .list(&ListParams::default().labels(pins::NODE_ACCESS_LABEL))
+        .await
+        .map_err(|e| kerr("list node-access pods", e))?
+        .items
+        .into_iter()
+        .map(|p| p.name_any())
+        .collect();
     Ok(Leftovers {
         namespaces,
         releases,
         sandboxes,
         sandbox_version,
         data_pvcs,
+        node_pods,
     })
 }
 
@@ -278,6 +292,16 @@ async fn sweep(
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => return Err(kerr(&format!("delete PVC {n}"), e)),
         }
+    }
+    for n in &found.node_pods {
+        crate::faults::delete_node_pod(
+            client,
+            &opts.namespace,
+            n,
+            std::time::Duration::from_secs(60),
+        )
+        .await
+        .map_err(|e| Error::infra_from(format!("leftovers: delete node-access pod {n}"), e))?;
     }
     let ns: Api<Namespace> = Api::all(client.clone());
     for n in &found.namespaces {

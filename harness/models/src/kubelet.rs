@@ -97,9 +97,9 @@ impl PodShared {
     /// Delivers `sig` to the process with host PID `host_pid`, if it still runs as container
     /// `container` (not a later run of it).
     pub(crate) fn deliver_to(&self, container: &str, host_pid: u32, sig: Signal) -> bool {
-        if !lock(&self.procs)
+        if lock(&self.procs)
             .get(container)
-            .is_some_and(|p| p.host_pid == host_pid)
+            .is_none_or(|p| p.host_pid != host_pid)
         {
             return false;
         }

@@ -724,7 +724,9 @@ async fn a_pid_1_supervisor_without_node_access_is_killed_from_a_host_pid_pod_th
     with_container_ids(&c, &cr("demo"));
     let kubelet = run_node_pod_kubelet(c.clone());
     let node_pod = crate::faults::node_pod_name("id-agent");
-    let seen: Arc<std::sync::Mutex<Vec<(Value, Vec<String>)>>> = Default::default();
+    // The node-access pod as the exec found it, and the exec's argv.
+    type Seen = Vec<(Value, Vec<String>)>;
+    let seen: Arc<std::sync::Mutex<Seen>> = Default::default();
     let (s, cc) = (seen.clone(), c.clone());
     let dir = tempfile::tempdir().unwrap();
     let journal_path = dir.path().join(journal::FILE_NAME);

@@ -406,6 +406,10 @@ async fn smoke(topology: &str, scenarios: &[&str]) {
 #[case::short(&["provisioning", "gateway-restart", "gateway-outage*", "permanent-bootstrap-error*"])]
 #[case::stopped_through_outage(&["stopped-through-outage*"])]
 #[case::error_recovery(&["error-recovery"])]
+// About 95 s of scenario time each (the re-attach window and its settle): the supervisor is
+// killed from a hostPID pod on combined (PID 1 of its container) and found through /proc on
+// sidecar (a shared process namespace).
+#[case::supervisor_restart(&["supervisor-restart"])]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_served_real_path_gives_the_emulated_targets_verdicts(
     #[values("combined", "sidecar")] topology: &str,

@@ -240,7 +240,7 @@ impl Cluster {
         }
         if !claims.is_empty() {
             // Dynamically provisioned volumes are reclaimed with their claim (the default
-            // StorageClass's `Delete` policy, docs/upstream-facts.md F10.8): a new claim of the
+            // StorageClass's `Delete` policy, docs/upstream-facts.md F10.10): a new claim of the
             // same name starts empty.
             let mut v = lock(&self.inner.volumes);
             for key in claims {

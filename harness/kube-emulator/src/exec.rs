@@ -134,10 +134,14 @@ pub(crate) async fn run(cluster: &Cluster, req: ExecRequest) -> ExecOutput {
     if let Some(h) = cluster.exec_handler(&req.namespace, &req.pod, &req.container) {
         return h.exec(req).await;
     }
-    let mounts = container_mounts(cluster, &req);
+    let mut mounts = container_mounts(cluster, &req);
     let hooks: Arc<dyn ShellHooks> = cluster
         .pod_hooks(&req.namespace, &req.pod)
         .unwrap_or_else(|| Arc::new(DefaultHooks::new(cluster.now_unix())));
+    let hooks = hooks.for_container(&req.container).unwrap_or(hooks);
+    if let Some(proc) = hooks.procfs() {
+        mounts.mount("/proc", proc, true);
+    }
     crate::shell::run(
         &req.argv,
         &req.stdin,

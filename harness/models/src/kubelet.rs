@@ -12,31 +12,27 @@
 //! What it does not: probes, resources, image pulls, eviction, node heartbeats and leases,
 //! sidecar (restartable init) containers, ephemeral containers.
 //!
-//! **Pid scheme** for `kill` inside `kubectl exec` (the pod's [`ShellHooks`]): pid N is the
-//! program of the Nth entry of `spec.containers` (pid 1 = the first container). `kill -9`/`KILL`
-//! kills it (exit 137), `kill -0` only checks it runs, every other signal is delivered as
-//! [`Signal::Term`]. Init containers have no pid.
+//! **Processes** as `kubectl exec` sees them (the pod's [`ShellHooks`], `/proc` and `kill`): every
+//! container run is a process with a node-wide PID (its host PID) and, like every pod, a pause
+//! process; see [`crate::procs`] for the PID namespaces, `/proc` files and which signals arrive.
 
 use conformance_core::timeline::READY_CONDITION;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use kube_emulator::sync::watch;
 use serde_json::{Map, Value, json};
 use tokio::sync::{Notify, mpsc};
-use tokio::task::{AbortHandle, JoinHandle};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::kube::{KubeConfig, VolumeBinding};
 use crate::network::Network;
+use crate::procs::{PodProcs, Proc, ProcsHooks};
 use crate::program::{ContainerCtx, Programs, Signal};
 use kube_emulator::container_mounts;
-use kube_emulator::shell::ShellHooks;
-use kube_emulator::{
-    Cluster, DeleteOptions, ExecRequest, ListOptions, PatchKind, ResourceRef, WeakCluster,
-};
+use kube_emulator::{Cluster, DeleteOptions, ExecRequest, ListOptions, PatchKind, ResourceRef};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -56,7 +52,7 @@ pub(crate) struct Kubelet {
     inner: Arc<Inner>,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     cluster: Cluster,
     network: Network,
     programs: Programs,
@@ -64,6 +60,8 @@ struct Inner {
     /// Pod workers by pod uid.
     pods: Mutex<BTreeMap<String, PodEntry>>,
     next_ip: AtomicU32,
+    /// The next host PID on the node.
+    next_pid: AtomicU32,
 }
 
 struct PodEntry {
@@ -82,17 +80,11 @@ enum Cmd {
 }
 
 /// What a pod's worker shares with signal senders (the handle, shell hooks).
-struct PodShared {
-    procs: Mutex<BTreeMap<String, Proc>>,
+pub(crate) struct PodShared {
+    pub(crate) procs: Mutex<BTreeMap<String, Proc>>,
     exits: mpsc::UnboundedSender<Exit>,
-    /// Container names of `spec.containers` in order: pid N = entry N-1.
-    pids: Vec<String>,
-}
-
-struct Proc {
-    run: u64,
-    signals: watch::Sender<Option<Signal>>,
-    task: AbortHandle,
+    /// The pod's PID namespace and cgroups.
+    pub(crate) info: PodProcs,
 }
 
 struct Exit {
@@ -102,6 +94,18 @@ struct Exit {
 }
 
 impl PodShared {
+    /// Delivers `sig` to the process with host PID `host_pid`, if it still runs as container
+    /// `container` (not a later run of it).
+    pub(crate) fn deliver_to(&self, container: &str, host_pid: u32, sig: Signal) -> bool {
+        if lock(&self.procs)
+            .get(container)
+            .is_none_or(|p| p.host_pid != host_pid)
+        {
+            return false;
+        }
+        self.deliver(container, sig)
+    }
+
     fn deliver(&self, container: &str, sig: Signal) -> bool {
         let mut procs = lock(&self.procs);
         match sig {
@@ -132,37 +136,6 @@ impl PodShared {
     }
 }
 
-/// `kill` inside `kubectl exec` reaches the pod's programs (see the module docs for pids).
-struct KubeletHooks {
-    /// Weak: the cluster holds the hooks.
-    cluster: WeakCluster,
-    shared: Weak<PodShared>,
-}
-
-impl ShellHooks for KubeletHooks {
-    fn now_unix(&self) -> u64 {
-        // Only a shell in this cluster asks, so the cluster is there.
-        self.cluster.upgrade().map_or(0, |c| c.now_unix())
-    }
-
-    fn kill(&self, pid: &str, signal: &str) -> Result<(), String> {
-        let no_such = || format!("kill: ({pid}) - No such process");
-        let shared = self.shared.upgrade().ok_or_else(no_such)?;
-        let name = pid
-            .parse::<usize>()
-            .ok()
-            .and_then(|n| n.checked_sub(1))
-            .and_then(|i| shared.pids.get(i))
-            .ok_or_else(no_such)?;
-        let delivered = match signal {
-            "0" => lock(&shared.procs).contains_key(name),
-            "KILL" | "9" => shared.deliver(name, Signal::Kill),
-            _ => shared.deliver(name, Signal::Term),
-        };
-        if delivered { Ok(()) } else { Err(no_such()) }
-    }
-}
-
 impl Kubelet {
     pub(crate) fn new(
         cluster: Cluster,
@@ -178,6 +151,8 @@ impl Kubelet {
                 config,
                 pods: Mutex::default(),
                 next_ip: AtomicU32::new(2),
+                // Below are the node's own processes (init, containerd, the kubelet).
+                next_pid: AtomicU32::new(1000),
             }),
         }
     }
@@ -237,6 +212,14 @@ impl Kubelet {
 }
 
 impl Inner {
+    /// Every pod this kubelet runs now (what a `hostPID` pod sees of the node).
+    pub(crate) fn all_pods(&self) -> Vec<Arc<PodShared>> {
+        lock(&self.pods)
+            .values()
+            .map(|e| e.shared.clone())
+            .collect()
+    }
+
     /// The node this kubelet plays, with the status a healthy kubelet posts (F12.1): Ready, no
     /// pressure, its address, capacity and versions.
     fn register_node(&self) {
@@ -477,22 +460,19 @@ impl Inner {
                 .cloned()
                 .unwrap_or_default()
         };
-        let pids = containers("containers")
-            .iter()
-            .filter_map(|c| c.get("name").and_then(Value::as_str).map(String::from))
-            .collect();
         let shared = Arc::new(PodShared {
             procs: Mutex::default(),
             exits: exits_tx,
-            pids,
+            info: PodProcs::of(&pod, self.next_pid.fetch_add(1, Ordering::SeqCst)),
         });
         self.cluster.set_pod_hooks(
             &ns,
             &name,
-            Arc::new(KubeletHooks {
-                cluster: self.cluster.downgrade(),
-                shared: Arc::downgrade(&shared),
-            }),
+            Arc::new(ProcsHooks::new(
+                self.cluster.downgrade(),
+                Arc::downgrade(self),
+                Arc::downgrade(&shared),
+            )),
         );
         let mk = |c: &Value, init: bool| Ctr::new(c, init, &self.programs);
         let worker = Worker {
@@ -892,6 +872,8 @@ impl Worker {
         let k = self.k.clone();
         let (ns, pod, uid) = (self.ns.clone(), self.name.clone(), self.uid.clone());
         let env = self.env_of(i);
+        let host_pid = k.next_pid.fetch_add(1, Ordering::SeqCst);
+        let ns_pid = self.shared.info.next_ns_pid();
         let ready_changed = self.ready_changed.clone();
         let exits = self.shared.exits.clone();
         let now = k.cluster.now_rfc3339();
@@ -921,6 +903,15 @@ impl Worker {
             .flatten()
             .filter_map(|a| a.as_str().map(String::from))
             .collect();
+        // The image's own entrypoint is not known here: its repository stands in for it.
+        let cmdline = if argv.is_empty() {
+            vec![crate::program::repository(&c.image).to_string()]
+        } else {
+            argv.clone()
+        };
+        let environ: Vec<(String, String)> =
+            env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let container_id = c.container_id.clone().unwrap_or_default();
         let req = ExecRequest {
             namespace: ns.clone(),
             pod: pod.clone(),
@@ -968,6 +959,11 @@ impl Worker {
                 run,
                 signals,
                 task: task.abort_handle(),
+                host_pid,
+                ns_pid,
+                cmdline,
+                environ,
+                container_id,
             },
         );
     }

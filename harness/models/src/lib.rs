@@ -20,6 +20,7 @@ mod kubelet;
 mod model;
 mod network;
 mod placement;
+mod procs;
 mod program;
 pub mod spec;
 mod supervisor;

@@ -419,11 +419,6 @@ impl FaultInjector {
                 let _ = tokio::time::timeout(Duration::from_secs(30), st).await;
             }
         } else {
-            let Some(runner) = &self.node_runner else {
-                return Err(TargetError::Unsupported(format!(
-                    "the supervisor is PID 1 of container {container}, which ignores a SIGKILL sent from inside its PID namespace; killing it needs node access (--target kind or k3d)"
-                )));
-            };
             let node = pod
                 .spec
                 .as_ref()
@@ -436,10 +431,15 @@ impl FaultInjector {
                     "fault {fault}: container {container} of pod {cr} has no container ID"
                 ))
             })?;
-            let cmd = node_kill_cmd(&node, id);
-            crate::command::run_ok(&**runner, &cmd).await.map_err(|e| {
-                TargetError::infra_from(format!("fault {fault}: kill on node {node}"), e)
-            })?;
+            match &self.node_runner {
+                Some(runner) => {
+                    let cmd = node_kill_cmd(&node, id);
+                    crate::command::run_ok(&**runner, &cmd).await.map_err(|e| {
+                        TargetError::infra_from(format!("fault {fault}: kill on node {node}"), e)
+                    })?;
+                }
+                None => self.kill_from_node_pod(fault, &node, container, id).await?,
+            }
         }
         gateway::wait_until(
             &format!("fault {fault}: container {container} of pod {cr} stopped or restarted"),
@@ -469,6 +469,93 @@ impl FaultInjector {
         )
         .await?;
         Ok(Active::Nothing)
+    }
+
+    /// Kills the process of container `container_id` running `openshell-sandbox` from a
+    /// short-lived pod on `node` that shares the node's PID namespace, as `kubectl debug
+    /// node/<node>` does (docs/upstream-facts.md F10.9): a signal from there reaches a
+    /// container's init (F10.5). The pod is journaled before it is created and deleted on every
+    /// exit path; a cluster that refuses it (Pod Security admission, RBAC) makes the fault
+    /// Unsupported with the API's answer.
+    async fn kill_from_node_pod(
+        &self,
+        fault: &str,
+        node: &str,
+        container: &str,
+        container_id: &str,
+    ) -> TargetResult<()> {
+        let id = container_id
+            .split_once("://")
+            .map_or(container_id, |(_, id)| id);
+        let ns = &self.sandbox_namespace;
+        let name = node_pod_name(id);
+        let journal_id = format!("node-access-{name}");
+        self.journal
+            .add(Entry {
+                id: journal_id.clone(),
+                fault: fault.into(),
+                undo: Undo::DeletePod {
+                    namespace: ns.clone(),
+                    name: name.clone(),
+                },
+            })
+            .await?;
+        let pod: Pod = serde_json::from_value(node_pod(&name, node, fault)).expect("static pod");
+        let api = self.pods(ns);
+        match api.create(&PostParams::default(), &pod).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if matches!(s.code, 400 | 403) => {
+                self.journal.remove(&journal_id).await?;
+                return Err(TargetError::Unsupported(format!(
+                    "the supervisor is PID 1 of container {container}, which ignores a SIGKILL sent from inside its PID namespace, and the cluster refused the node-access pod that would kill it from the node: {}",
+                    s.message
+                )));
+            }
+            Err(e) => {
+                self.journal.remove(&journal_id).await?;
+                return Err(kerr(
+                    &format!("fault {fault}: create node-access pod {ns}/{name}"),
+                    e,
+                ));
+            }
+        }
+        let killed = async {
+            gateway::wait_until(
+                &format!("fault {fault}: node-access pod {name} running on {node}"),
+                self.deadlines.replacement,
+                gateway::POLL,
+                || async {
+                    let p = api.get(&name).await.map_err(|e| kerr("get pod", e))?;
+                    let phase = p.status.and_then(|s| s.phase).unwrap_or_default();
+                    Ok(((phase == "Running").then_some(()), format!("phase={phase}")))
+                },
+            )
+            .await?;
+            let out = crate::kexec::exec(
+                &self.client,
+                ns,
+                &name,
+                NODE_POD_CONTAINER,
+                &node_pod_kill_argv(id),
+            )
+            .await?;
+            let n: u32 = out.stdout.trim().parse().unwrap_or(0);
+            if out.exit_code != 0 || n == 0 {
+                return Err(TargetError::infra(format!(
+                    "fault {fault}: no process of container {container} ({id}) running openshell-sandbox was killed on node {node} (exit code {}, output {:?}, errors {:?})",
+                    out.exit_code,
+                    out.stdout.trim(),
+                    out.stderr.trim()
+                )));
+            }
+            Ok(())
+        }
+        .await;
+        let removed = delete_node_pod(&self.client, ns, &name, self.deadlines.pods_gone).await;
+        if removed.is_ok() {
+            self.journal.remove(&journal_id).await?;
+        }
+        killed.and(removed)
     }
 
     /// Deletes `what`: the pods `selector` finds.
@@ -943,6 +1030,8 @@ pub(crate) fn block_policy(name: &str) -> serde_json::Value {
 /// namespace the supervisor is the container's PID 1; with one (sidecar topology,
 /// docs/upstream-facts.md F3.10) PID 1 is the pause process, so the supervisor is found by its
 /// command line: `openshell-sandbox`, without `--mode=process` in the network container.
+/// The choice is a `case` (POSIX sh allows `!` only at the start of a pipeline, so
+/// `… | ! grep` is not portable to dash or busybox).
 pub(crate) fn supervisor_kill_argv(
     container: &str,
     workload_container: &str,
@@ -951,17 +1040,102 @@ pub(crate) fn supervisor_kill_argv(
     if !shared_process_namespace {
         return vec!["kill".into(), "-KILL".into(), "1".into()];
     }
-    let want_process_side = container == workload_container;
-    let filter = if want_process_side {
-        "grep -q -- --mode=process"
+    let kill = r#"kill -KILL "${d#/proc/}""#;
+    let choose = if container == workload_container {
+        format!("*openshell-sandbox*--mode=process*) {kill};;")
     } else {
-        "! grep -q -- --mode=process"
+        format!("*openshell-sandbox*--mode=process*) ;; *openshell-sandbox*) {kill};;")
     };
     let script = format!(
-        "for d in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $d/cmdline 2>/dev/null) || continue; \
-         case \"$c\" in *openshell-sandbox*) printf %s \"$c\" | {filter} && kill -KILL ${{d#/proc/}};; esac; done"
+        r#"for d in /proc/[0-9]*; do c=$(tr '\0' ' ' < "$d/cmdline" 2>/dev/null) || continue; case "$c" in {choose} esac; done"#
     );
     vec!["sh".into(), "-c".into(), script]
+}
+
+/// The container of a node-access pod.
+const NODE_POD_CONTAINER: &str = "node-access";
+
+/// A node-access pod's name: one per container it kills.
+pub(crate) fn node_pod_name(container_id: &str) -> String {
+    let short: String = container_id.chars().take(12).collect();
+    format!("openshell-conformance-node-kill-{short}")
+}
+
+/// The node-access pod: pinned to `node`, in the node's PID namespace, privileged, tolerating
+/// every taint, never restarted, gone at once when deleted (docs/upstream-facts.md F10.9).
+pub(crate) fn node_pod(name: &str, node: &str, fault: &str) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {"name": name, "labels": {
+            crate::pins::RUN_LABEL: "fault",
+            crate::pins::NODE_ACCESS_LABEL: fault,
+        }},
+        "spec": {
+            "nodeName": node,
+            "hostPID": true,
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": false,
+            "terminationGracePeriodSeconds": 0,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{
+                "name": NODE_POD_CONTAINER,
+                "image": crate::pins::NODE_ACCESS_IMAGE,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sleep", "600"],
+                "securityContext": {"privileged": true},
+            }],
+        }
+    })
+}
+
+/// The script a node-access pod runs: SIGKILL to every process whose cgroup names the
+/// container ID (docs/upstream-facts.md F10.8) and whose command line runs `openshell-sandbox`;
+/// it prints how many it killed.
+pub(crate) fn node_pod_kill_argv(container_id: &str) -> Vec<String> {
+    let script = r#"n=0; for d in /proc/[0-9]*; do grep -q -- "$1" "$d/cgroup" 2>/dev/null || continue; c=$(tr '\0' ' ' < "$d/cmdline" 2>/dev/null) || continue; case "$c" in *openshell-sandbox*) kill -KILL "${d#/proc/}" && n=$((n+1));; esac; done; echo "$n""#;
+    vec![
+        "sh".into(),
+        "-c".into(),
+        script.into(),
+        "sh".into(),
+        container_id.into(),
+    ]
+}
+
+/// Deletes a node-access pod at once and waits until it is gone.
+pub(crate) async fn delete_node_pod(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    deadline: Duration,
+) -> TargetResult<()> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    match api
+        .delete(name, &DeleteParams::default().grace_period(0))
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(e) => return Err(kerr(&format!("delete node-access pod {ns}/{name}"), e)),
+    }
+    gateway::wait_until(
+        &format!("node-access pod {ns}/{name} deleted"),
+        deadline,
+        gateway::POLL,
+        || async {
+            let p = api.get_opt(name).await.map_err(|e| kerr("get pod", e))?;
+            Ok(match p {
+                None => (Some(()), "gone".to_string()),
+                Some(p) => (
+                    None,
+                    format!(
+                        "still there (phase {})",
+                        p.status.and_then(|s| s.phase).unwrap_or_default()
+                    ),
+                ),
+            })
+        },
+    )
+    .await
 }
 
 /// SIGKILL to a container's main process from the node (kind and k3d nodes are containers
@@ -1063,13 +1237,22 @@ mod tests {
         );
         let net = supervisor_kill_argv("openshell-supervisor-network", "agent", true);
         assert_eq!(net[..2], ["sh", "-c"]);
-        assert!(net[2].contains("! grep -q -- --mode=process"), "{}", net[2]);
+        assert!(
+            net[2]
+                .contains("*openshell-sandbox*--mode=process*) ;; *openshell-sandbox*) kill -KILL"),
+            "{}",
+            net[2]
+        );
         let process = supervisor_kill_argv("agent", "agent", true);
         assert!(
-            process[2].contains(" grep -q -- --mode=process"),
+            process[2].contains("*openshell-sandbox*--mode=process*) kill -KILL"),
             "{}",
             process[2]
         );
-        assert!(!process[2].contains("! grep"), "{}", process[2]);
+        assert!(
+            !process[2].contains(" ;; *openshell-sandbox*)"),
+            "{}",
+            process[2]
+        );
     }
 }

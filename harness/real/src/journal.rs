@@ -37,6 +37,8 @@ pub enum Undo {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         secret: Option<String>,
     },
+    /// Delete a node-access pod the harness created (a supervisor kill on an existing cluster).
+    DeletePod { namespace: String, name: String },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -218,6 +220,13 @@ pub async fn undo(client: &Client, u: &Undo, deadline: Duration) -> Result<()> {
                 }
             }
             Ok(())
+        }
+        Undo::DeletePod { namespace, name } => {
+            crate::faults::delete_node_pod(client, namespace, name, deadline)
+                .await
+                .map_err(|e| {
+                    Error::infra_from(format!("restore: delete pod {namespace}/{name}"), e)
+                })
         }
     }
 }

@@ -1,9 +1,9 @@
 //! Leftovers of earlier runs on a reused cluster: namespaces labelled by another run, helm
-//! releases in the harness's namespace, Sandbox resources there, and Secrets a fault created
-//! there (labelled with the run label). They are reported, then
-//! swept or the run stops, per `--sweep-leftovers`.
+//! releases in the harness's namespace, Sandbox resources there, Secrets a fault created there
+//! (labelled with the run label), and node-access pods of a supervisor kill. They are reported,
+//! then swept or the run stops, per `--sweep-leftovers`.
 
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, Secret};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use kube::{Client, ResourceExt};
 
@@ -28,6 +28,8 @@ pub(crate) struct Leftovers {
     /// Secrets a bootstrap-credentials fault created (a CA that did not sign the gateway's
     /// certificate) and a killed run did not delete.
     pub fault_secrets: Vec<String>,
+    /// Node-access pods of a supervisor kill that did not get to delete them.
+    pub node_pods: Vec<String>,
 }
 
 impl Leftovers {
@@ -37,6 +39,7 @@ impl Leftovers {
             && self.sandboxes.is_empty()
             && self.data_pvcs.is_empty()
             && self.fault_secrets.is_empty()
+            && self.node_pods.is_empty()
     }
 }
 
@@ -51,12 +54,13 @@ impl std::fmt::Display for Leftovers {
         };
         write!(
             f,
-            "namespaces: {}; helm releases: {}; sandboxes: {}; gateway data volumes: {}; fault secrets: {}",
+            "namespaces: {}; helm releases: {}; sandboxes: {}; gateway data volumes: {}; fault secrets: {}; node-access pods: {}",
             list(&self.namespaces),
             list(&self.releases),
             list(&self.sandboxes),
             list(&self.data_pvcs),
-            list(&self.fault_secrets)
+            list(&self.fault_secrets),
+            list(&self.node_pods)
         )
     }
 }
@@ -70,19 +74,20 @@ pub(crate) fn helm_list_cmd(opts: &RealOptions) -> Cmd {
 pub(crate) fn plan(opts: &RealOptions) -> Vec<Step> {
     let mut v = vec![
         Step::kube(format!(
-            "list namespaces labelled {} (not {}), and Sandbox resources, PVCs {}* and Secrets labelled {}={} in {}",
+            "list namespaces labelled {} (not {}), and Sandbox resources, PVCs {}*, Secrets labelled {}={} and pods labelled {} in {}",
             pins::RUN_LABEL,
             opts.run_id,
             data_pvc_prefix(opts),
             pins::RUN_LABEL,
             pins::FAULT_LABEL_VALUE,
+            pins::NODE_ACCESS_LABEL,
             opts.namespace
         )),
         Step::run(helm_list_cmd(opts)),
     ];
     v.push(Step::kube(match opts.leftovers {
         LeftoverPolicy::Stop => "if any: report them and stop before changing anything (pass --sweep-leftovers to delete them)".to_string(),
-        LeftoverPolicy::Sweep => "if any: report them, delete the Sandbox resources, uninstall the releases, delete the gateway data PVCs, the fault Secrets and the namespaces".to_string(),
+        LeftoverPolicy::Sweep => "if any: report them, delete the Sandbox resources, uninstall the releases, delete the gateway data PVCs, the fault Secrets, the node-access pods and the namespaces".to_string(),
     }));
     v
 }
@@ -230,6 +235,14 @@ pub(crate) async fn find(
         .iter()
         .map(|s| s.name_any())
         .collect();
+    let node_pods = Api::<Pod>::namespaced(client.clone(), &opts.namespace)
+        .list(&ListParams::default().labels(pins::NODE_ACCESS_LABEL))
+        .await
+        .map_err(|e| kerr("list node-access pods", e))?
+        .items
+        .into_iter()
+        .map(|p| p.name_any())
+        .collect();
     Ok(Leftovers {
         namespaces,
         releases,
@@ -237,6 +250,7 @@ pub(crate) async fn find(
         sandbox_version,
         data_pvcs,
         fault_secrets,
+        node_pods,
     })
 }
 
@@ -308,6 +322,16 @@ async fn sweep(
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => return Err(kerr(&format!("delete PVC {n}"), e)),
         }
+    }
+    for n in &found.node_pods {
+        crate::faults::delete_node_pod(
+            client,
+            &opts.namespace,
+            n,
+            std::time::Duration::from_secs(60),
+        )
+        .await
+        .map_err(|e| Error::infra_from(format!("leftovers: delete node-access pod {n}"), e))?;
     }
     let ns: Api<Namespace> = Api::all(client.clone());
     for n in &found.namespaces {

@@ -76,6 +76,16 @@ pub(crate) const RUN_LABEL: &str = "openshell-conformance.io/run";
 /// The value of [`RUN_LABEL`] on objects a fault creates (a NetworkPolicy, a Secret).
 pub(crate) const FAULT_LABEL_VALUE: &str = "fault";
 
+/// The image of the node-access pod that kills a PID-1 supervisor on an existing cluster:
+/// busybox, because it is small, widely mirrored, and has every tool the kill needs (`sh`,
+/// `grep`, `tr`, `kill`) in one static binary, and Kubernetes' node-debugging guide uses it.
+/// Pinned by tag: no registry that lists its digest is reachable from where this was written.
+pub(crate) const NODE_ACCESS_IMAGE: &str = "busybox:1.37.0";
+
+/// The label of node-access pods (value: the fault), so a run killed while one existed finds
+/// it among the leftovers.
+pub(crate) const NODE_ACCESS_LABEL: &str = "openshell-conformance.io/node-access";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -44,6 +44,8 @@ impl Shell<'_> {
             "kill" => self.kill(args),
             "date" => self.date(args),
             "wc" => self.wc(args),
+            "tr" => self.tr(args),
+            "grep" => self.grep(args),
             "head" => self.head_tail(args, true),
             "tail" => self.head_tail(args, false),
             "cd" => self.cd(args),
@@ -304,7 +306,7 @@ impl Shell<'_> {
         Ok(true)
     }
 
-    fn read_path(&mut self, path: &str) -> Result<Vec<u8>, FsError> {
+    pub(super) fn read_path(&mut self, path: &str) -> Result<Vec<u8>, FsError> {
         match path {
             "/dev/null" => Ok(Vec::new()),
             "-" | "/dev/stdin" => Ok(self.stdin.read_all()),

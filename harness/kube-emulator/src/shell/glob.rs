@@ -15,6 +15,34 @@ pub(crate) fn escape(text: &str) -> String {
     out
 }
 
+/// Whether `pattern` has an unescaped `*`, `?` or `[` (so it matches more than itself).
+pub(crate) fn has_magic(pattern: &str) -> bool {
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                chars.next();
+            }
+            '*' | '?' | '[' => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// `pattern` with its backslash escapes removed (the text a pattern without magic matches).
+pub(crate) fn unescape(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len());
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.extend(chars.next()),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// Whether the whole of `text` matches `pattern`.
 pub(crate) fn matches(pattern: &str, text: &str) -> bool {
     let p: Vec<char> = pattern.chars().collect();

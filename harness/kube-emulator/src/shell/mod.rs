@@ -15,13 +15,16 @@
 //! `case` and the `%`/`#` operators use `*`, `?`, `[...]` patterns.
 //!
 //! Commands: `echo printf cat test [ mkdir rm ls touch sleep kill exit true false : date wc
-//! head tail cd pwd export unset env printenv read set shift eval break continue sh dash`,
+//! tr grep head tail cd pwd export unset env printenv read set shift eval break continue sh
+//! dash` (`tr` and `grep` as in `text.rs`),
 //! and a path to a script file in a volume (run by `sh`). Anything else is `NAME: not found`,
 //! status 127.
 //!
 //! Not supported, and reported as syntax errors rather than misbehaving silently: `&`
-//! background jobs, here-documents, function definitions. Not done at all: pathname (glob)
-//! expansion and tilde expansion (`*` and `~` stay literal), `set -u`, traps, `exec`.
+//! background jobs, here-documents, function definitions. Not done at all: tilde expansion
+//! (`~` stays literal), `set -u`, traps, `exec`. Pathname expansion is done (`/proc/[0-9]*`):
+//! an unquoted `*`, `?` or `[...]` in a field expands to the sorted matching paths, or stays
+//! as it is when nothing matches.
 //!
 //! Model and deliberate differences from a real shell:
 //! - Output is buffered: a pipeline runs its commands one after another, each reading the
@@ -48,6 +51,7 @@ mod glob;
 mod parse;
 #[cfg(test)]
 mod tests;
+mod text;
 
 pub use fs::{Mounts, Volume};
 
@@ -65,6 +69,16 @@ pub trait ShellHooks: Send + Sync {
     /// "INT"..., numeric signals mapped to names; signal 0 is passed as "0"). Err(message) is
     /// printed to stderr and exit code 1.
     fn kill(&self, pid: &str, signal: &str) -> Result<(), String>;
+    /// The hooks of an exec into `container`, when they depend on the container (its PID
+    /// namespace); None: these hooks serve every container of the pod.
+    fn for_container(&self, _container: &str) -> Option<std::sync::Arc<dyn ShellHooks>> {
+        None
+    }
+    /// `/proc` as the exec sees it (a read-only snapshot taken when the exec starts), or None
+    /// for no `/proc` at all.
+    fn procfs(&self) -> Option<Volume> {
+        None
+    }
 }
 
 /// Hooks for tests and for containers with nothing to signal: clock at a fixed epoch plus
@@ -136,8 +150,8 @@ pub async fn run(
 /// The commands the shell runs itself (argv[0] taken by its base name).
 const COMMANDS: &[&str] = &[
     ":", "true", "false", "echo", "printf", "cat", "test", "[", "mkdir", "rm", "ls", "touch",
-    "sleep", "kill", "date", "wc", "head", "tail", "cd", "pwd", "export", "unset", "env",
-    "printenv", "read", "set", "shift", "exit", "break", "continue", "eval", "sh", "dash",
+    "sleep", "kill", "date", "wc", "tr", "grep", "head", "tail", "cd", "pwd", "export", "unset",
+    "env", "printenv", "read", "set", "shift", "exit", "break", "continue", "eval", "sh", "dash",
 ];
 
 /// Whether [`run`] can run this exec argv: argv[0] is one of the shell's commands or a script
@@ -259,18 +273,33 @@ struct SavedFds {
     stdin: Option<Input>,
 }
 
-/// Fields being built by word expansion (see POSIX "Field Splitting").
+/// Fields being built by word expansion (see POSIX "Field Splitting"), each with its pattern
+/// for pathname expansion when an unquoted `*`, `?` or `[` is in it.
 #[derive(Default)]
 struct Fields {
-    done: Vec<String>,
+    done: Vec<(String, Option<String>)>,
     cur: String,
+    /// `cur` as a pattern: quoted text escaped, unquoted text as it is.
+    pat: String,
+    /// Whether `cur` holds an unquoted pattern character.
+    magic: bool,
     /// Whether `cur` is a field even if empty (it holds quoted text).
     active: bool,
 }
 
 impl Fields {
+    /// Quoted text (and quoted expansions): literal, also for pathname expansion.
     fn push_lit(&mut self, s: &str) {
         self.cur.push_str(s);
+        self.pat.push_str(&glob::escape(s));
+        self.active = true;
+    }
+
+    /// Unquoted literal text: its pattern characters expand pathnames.
+    fn push_unquoted(&mut self, s: &str) {
+        self.cur.push_str(s);
+        self.pat.push_str(s);
+        self.magic |= s.contains(['*', '?', '[']);
         self.active = true;
     }
 
@@ -280,6 +309,8 @@ impl Fields {
                 self.end_field();
             } else {
                 self.cur.push(c);
+                self.pat.push(c);
+                self.magic |= matches!(c, '*' | '?' | '[');
                 self.active = true;
             }
         }
@@ -287,9 +318,13 @@ impl Fields {
 
     fn end_field(&mut self) {
         if self.active {
-            self.done.push(std::mem::take(&mut self.cur));
+            let pat = std::mem::take(&mut self.pat);
+            self.done
+                .push((std::mem::take(&mut self.cur), self.magic.then_some(pat)));
             self.active = false;
         }
+        self.pat.clear();
+        self.magic = false;
     }
 }
 
@@ -467,7 +502,73 @@ impl<'a> Shell<'a> {
             self.expand_parts(&w.parts, &mut fields, false).await?;
             fields.end_field();
         }
-        Ok(fields.done)
+        let mut out = Vec::with_capacity(fields.done.len());
+        for (text, pattern) in fields.done {
+            match pattern.map(|p| self.pathnames(&p)) {
+                Some(found) if !found.is_empty() => out.extend(found),
+                _ => out.push(text),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Pathname expansion: the sorted paths `pattern` matches, component by component (a
+    /// leading `.` only matched by a pattern that starts with one); none leaves the word as it
+    /// is, as POSIX says.
+    fn pathnames(&self, pattern: &str) -> Vec<String> {
+        let absolute = pattern.starts_with('/');
+        // (path as written, its absolute components)
+        let mut found: Vec<(String, Vec<String>)> = vec![(
+            if absolute { "/".into() } else { String::new() },
+            if absolute {
+                Vec::new()
+            } else {
+                fs::components(&self.vars.cwd)
+            },
+        )];
+        let comps: Vec<&str> = pattern.split('/').filter(|c| !c.is_empty()).collect();
+        for (i, comp) in comps.iter().enumerate() {
+            let last = i + 1 == comps.len();
+            let mut next = Vec::new();
+            for (shown, abs) in &found {
+                let join = |name: &str| {
+                    let shown = if shown.is_empty() || shown.ends_with('/') {
+                        format!("{shown}{name}")
+                    } else {
+                        format!("{shown}/{name}")
+                    };
+                    let mut abs = abs.clone();
+                    abs.push(name.to_string());
+                    (shown, abs)
+                };
+                if !glob::has_magic(comp) {
+                    let (shown, abs) = join(&glob::unescape(comp));
+                    if !last || self.mounts.stat(&abs).is_ok() {
+                        next.push((shown, abs));
+                    }
+                    continue;
+                }
+                let Ok(names) = self.mounts.list(abs) else {
+                    continue;
+                };
+                for name in names {
+                    if name.starts_with('.') && !comp.starts_with('.') {
+                        continue;
+                    }
+                    if glob::matches(comp, &name) {
+                        next.push(join(&name));
+                    }
+                }
+            }
+            found = next;
+        }
+        let mut paths: Vec<String> = found
+            .into_iter()
+            .filter(|(_, abs)| self.mounts.stat(abs).is_ok())
+            .map(|(shown, _)| shown)
+            .collect();
+        paths.sort();
+        paths
     }
 
     /// A word expanded to one string (assignments, redirection targets): no splitting.
@@ -505,7 +606,11 @@ impl<'a> Shell<'a> {
             let ifs = self.ifs();
             for part in parts {
                 let (value, quoted) = match part {
-                    Part::Lit(s) | Part::Quoted(s) => {
+                    Part::Lit(s) => {
+                        fields.push_unquoted(s);
+                        continue;
+                    }
+                    Part::Quoted(s) => {
                         fields.push_lit(s);
                         continue;
                     }

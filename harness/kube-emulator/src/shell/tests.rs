@@ -727,8 +727,8 @@ async fn assignments_before_a_command_apply_to_it_only() {
 }
 
 #[tokio::test]
-async fn no_glob_or_tilde_expansion_happens() {
-    check(&sh("echo * ~ ?").await, "* ~ ?\n", "", 0);
+async fn tilde_is_not_expanded_and_an_unmatched_pattern_stays_as_written() {
+    check(&sh("echo ~ /x?z /s*").await, "~ /x?z /sandbox\n", "", 0);
 }
 
 // ---- redirections ----
@@ -1525,4 +1525,107 @@ async fn every_command_the_shell_says_it_can_run_is_found() {
         &mounts
     ));
     assert!(!super::can_run(&[], &mounts));
+}
+
+/// A `/proc` as a container with a shared PID namespace sees it: the pause process and two
+/// supervisors, with NUL-separated command lines.
+fn with_proc() -> Mounts {
+    let proc = Volume::new();
+    proc.write("/1/cmdline", b"/pause\0");
+    proc.write(
+        "/7/cmdline",
+        b"/opt/openshell/bin/openshell-sandbox\0--mode=process\0--workdir\0/sandbox\0",
+    );
+    proc.write("/12/cmdline", b"/openshell-sandbox\0--mode=network\0");
+    proc.write("/12/cgroup", b"0::/../cri-containerd-abc.scope\n");
+    let mut m = mounts();
+    m.mount("/proc", proc, true);
+    m
+}
+
+#[rstest]
+#[case::digits("echo /proc/[0-9]*", "/proc/1 /proc/12 /proc/7\n")]
+#[case::star_in_a_variable("p='/proc/1*'; echo $p", "/proc/1 /proc/12\n")]
+#[case::quoted_stays_literal("echo '/proc/[0-9]*' \"/proc/*\"", "/proc/[0-9]* /proc/*\n")]
+#[case::escaped_stays_literal("echo /proc/\\*", "/proc/*\n")]
+#[case::no_match_stays_as_written("echo /proc/x*", "/proc/x*\n")]
+#[case::a_deeper_component("echo /proc/*/cgroup", "/proc/12/cgroup\n")]
+#[case::relative_to_the_directory("cd /proc && echo 1*", "1 12\n")]
+#[tokio::test]
+async fn unquoted_pattern_characters_expand_to_the_sorted_matching_paths(
+    #[case] script: &str,
+    #[case] want: &str,
+) {
+    check(&sh_in(script, &with_proc()).await, want, "", 0);
+}
+
+#[rstest]
+#[case::nul_to_space(
+    "tr '\\0' ' ' < /proc/7/cmdline",
+    "/opt/openshell/bin/openshell-sandbox --mode=process --workdir /sandbox "
+)]
+#[case::a_range("echo abc | tr a-c x-z", "xyz\n")]
+#[case::delete("echo a-b-c | tr -d -- -", "abc\n")]
+#[case::a_short_second_set_repeats_its_last("echo abc | tr abc x", "xxx\n")]
+#[tokio::test]
+async fn tr_translates_and_deletes_bytes(#[case] script: &str, #[case] want: &str) {
+    check(&sh_in(script, &with_proc()).await, want, "", 0);
+}
+
+#[rstest]
+#[case::literal(
+    "echo a--mode=process | grep -- --mode=process",
+    "a--mode=process\n",
+    0
+)]
+#[case::quiet("echo x | grep -q x; echo $?", "0\n", 0)]
+#[case::no_match("echo x | grep y; echo $?", "1\n", 0)]
+#[case::inverted("printf 'a\\nb\\n' | grep -v a", "b\n", 0)]
+#[case::anchors_and_dot("printf 'ab\\nba\\n' | grep '^a.$'", "ab\n", 0)]
+#[case::star_and_class("printf 'x12y\\nxy\\nxay\\n' | grep 'x[0-9][0-9]*y'", "x12y\n", 0)]
+#[case::fixed("echo 'a.c abc' | grep -F -x 'a.c abc'", "a.c abc\n", 0)]
+#[case::a_file("grep -q abc /proc/12/cgroup && echo found", "found\n", 0)]
+#[case::a_missing_file_quietly("grep -qs abc /proc/99/cgroup; echo $?", "2\n", 0)]
+#[tokio::test]
+async fn grep_matches_lines_by_basic_regular_expressions(
+    #[case] script: &str,
+    #[case] want: &str,
+    #[case] code: i32,
+) {
+    check(&sh_in(script, &with_proc()).await, want, "", code);
+}
+
+#[tokio::test]
+async fn grep_refuses_what_it_cannot_match_by_name() {
+    let out = sh("echo ab | grep 'a\\(b\\)'").await;
+    assert_eq!(out.exit_code, 2);
+    assert!(
+        text(&out.stderr).contains("not supported"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// The sidecar supervisor kill's script, as the real path runs it, finds each supervisor by
+/// its command line and signals the right one.
+#[rstest]
+#[case::the_network_side("*openshell-sandbox*--mode=process*) ;; *openshell-sandbox*)", "12")]
+#[case::the_process_side("*openshell-sandbox*--mode=process*)", "7")]
+#[tokio::test]
+async fn the_supervisor_kill_script_signals_the_supervisor_by_its_command_line(
+    #[case] choose: &str,
+    #[case] pid: &str,
+) {
+    let script = format!(
+        r#"for d in /proc/[0-9]*; do c=$(tr '\0' ' ' < "$d/cmdline" 2>/dev/null) || continue; case "$c" in {choose} kill -KILL "${{d#/proc/}}";; esac; done"#
+    );
+    let hooks = RecordingHooks::default();
+    let out = exec_with(&["sh", "-c", &script], b"", &with_proc(), &hooks).await;
+    assert_eq!(out.exit_code, 0, "{}", text(&out.stderr));
+    let kills = hooks
+        .kills
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    assert_eq!(kills, [(pid.to_string(), "KILL".to_string())]);
 }

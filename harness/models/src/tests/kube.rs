@@ -545,6 +545,188 @@ async fn kill_1_inside_exec_terminates_the_first_container_and_always_restarts_i
 // workloads
 // -------------------------------------------------------------------------------------------
 
+/// Runs `sh -c script` in a container of a pod and returns (stdout, exit code).
+async fn sh_in(env: &Env, pod: &str, container: &str, script: &str) -> (String, i32) {
+    let out = env
+        .cluster
+        .exec(
+            "default",
+            pod,
+            Some(container),
+            &["sh".into(), "-c".into(), script.into()],
+            b"",
+        )
+        .await
+        .unwrap();
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        out.exit_code,
+    )
+}
+
+/// Each process of the exec's PID namespace: `pid argv…` per line.
+const PS: &str = "for d in /proc/[0-9]*; do echo ${d#/proc/} $(tr '\\0' ' ' < $d/cmdline); done";
+
+async fn ready_pod(env: &Env, pod: Value) {
+    let name = pod["metadata"]["name"].as_str().unwrap().to_string();
+    create_pod(env, serde_json::from_value(pod).unwrap()).await;
+    env.pod_until("default", &name, "Ready", |p| {
+        cond_status(p, "Ready") == "True"
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn kill_kill_1_inside_a_container_of_its_own_is_dropped_as_the_kernel_drops_it() {
+    let env = start();
+    ready_pod(
+        &env,
+        serde_json::to_value(pod_json("victim", "Never", &["sleep", "3600"])).unwrap(),
+    )
+    .await;
+    assert_eq!(
+        sh_in(&env, "victim", "main", PS).await,
+        ("1 sleep 3600\n".into(), 0)
+    );
+    assert_eq!(sh_in(&env, "victim", "main", "kill -KILL 1").await.1, 0);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let p = env
+        .pod_until("default", "victim", "still running", |_| true)
+        .await;
+    assert_eq!(restart_count(&p), 0);
+    assert!(
+        container_status(&p, "main")
+            .pointer("/state/running")
+            .is_some(),
+        "{p:#}"
+    );
+    assert_eq!(
+        env.models.kubelet().running_containers("default", "victim"),
+        ["main"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shared_pid_namespace_shows_the_pause_process_as_1_and_kills_a_sibling() {
+    let env = start();
+    ready_pod(
+        &env,
+        json!({
+            "metadata": {"name": "shared"},
+            "spec": {"restartPolicy": "Never", "shareProcessNamespace": true, "containers": [
+                {"name": "a", "image": "busybox:1.36", "command": ["sleep", "3600"]},
+                {"name": "b", "image": "busybox:1.36", "command": ["sleep", "7200"]}]}
+        }),
+    )
+    .await;
+    assert_eq!(
+        sh_in(&env, "shared", "a", PS).await,
+        ("1 /pause\n2 sleep 3600\n3 sleep 7200\n".into(), 0)
+    );
+    let p = env.pod_until("default", "shared", "ids", |_| true).await;
+    let b_id = container_status(&p, "b")["containerID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let b_id = b_id.strip_prefix("containerd://").unwrap();
+    assert_eq!(
+        sh_in(&env, "shared", "a", "cat /proc/2/cgroup").await.0,
+        "0::/\n"
+    );
+    assert_eq!(
+        sh_in(&env, "shared", "a", "cat /proc/3/cgroup").await.0,
+        format!("0::/../cri-containerd-{b_id}.scope\n")
+    );
+    // The pause process is the namespace's init: a SIGKILL to it is dropped.
+    assert_eq!(
+        sh_in(&env, "shared", "a", "kill -KILL 1 && kill -KILL 3")
+            .await
+            .1,
+        0
+    );
+    let p = env
+        .pod_until("default", "shared", "b killed", |p| {
+            container_status(p, "b")
+                .pointer("/state/terminated")
+                .is_some()
+        })
+        .await;
+    assert_eq!(
+        container_status(&p, "b").pointer("/state/terminated/exitCode"),
+        Some(&json!(137))
+    );
+    assert!(
+        container_status(&p, "a")
+            .pointer("/state/running")
+            .is_some()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_host_pid_pod_sees_every_process_by_its_host_pid_and_kills_a_containers_init() {
+    let env = start();
+    ready_pod(
+        &env,
+        serde_json::to_value(pod_json(
+            "victim",
+            "Always",
+            &["openshell-sandbox", "--workdir", "/sandbox"],
+        ))
+        .unwrap(),
+    )
+    .await;
+    ready_pod(
+        &env,
+        json!({
+            "metadata": {"name": "node-access"},
+            "spec": {"hostPID": true, "restartPolicy": "Never", "containers": [
+                {"name": "sh", "image": "busybox:1.37.0", "command": ["sleep", "600"],
+                 "securityContext": {"privileged": true}}]}
+        }),
+    )
+    .await;
+    let (ps, _) = sh_in(&env, "node-access", "sh", PS).await;
+    let lines: Vec<&str> = ps.lines().collect();
+    assert_eq!(
+        lines.len(),
+        4,
+        "two pause processes and two containers: {ps}"
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.split(' ').next().unwrap().parse::<u32>().unwrap() >= 1000),
+        "{ps}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.ends_with(" openshell-sandbox --workdir /sandbox")),
+        "{ps}"
+    );
+    let p = env.pod_until("default", "victim", "ids", |_| true).await;
+    let id = container_status(&p, "main")["containerID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let id = id.strip_prefix("containerd://").unwrap().to_string();
+    let script = format!(
+        "n=0; for d in /proc/[0-9]*; do grep -q -- {id} $d/cgroup || continue; \
+         c=$(tr '\\0' ' ' < $d/cmdline); case \"$c\" in *openshell-sandbox*) kill -KILL ${{d#/proc/}} && n=$((n+1));; esac; done; echo $n"
+    );
+    assert_eq!(
+        sh_in(&env, "node-access", "sh", &script).await,
+        ("1\n".into(), 0)
+    );
+    let p = env
+        .pod_until("default", "victim", "restarted", |p| restart_count(p) == 1)
+        .await;
+    assert_eq!(
+        container_status(&p, "main").pointer("/lastState/terminated/exitCode"),
+        Some(&json!(137))
+    );
+}
+
 fn pvc_ref() -> ResourceRef {
     ResourceRef::new("", "v1", "persistentvolumeclaims")
 }

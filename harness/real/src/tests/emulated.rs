@@ -694,10 +694,110 @@ async fn a_supervisor_that_is_pid_1_is_killed_from_the_node_by_its_container_id(
     );
 }
 
+/// Plays kubelet for node-access pods: marks them Running once created.
+fn run_node_pod_kubelet(c: Cluster) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            if let Ok((pods, _)) = c.list(&ResourceRef::pods(), Some(NS), &Default::default()) {
+                for p in pods {
+                    let name = p["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    if name.starts_with("openshell-conformance-node-kill-")
+                        && p["status"]["phase"] != "Running"
+                    {
+                        mark_running(&c, &name, "node-access");
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
 #[tokio::test(start_paused = true)]
-async fn a_pid_1_supervisor_without_node_access_is_unsupported_not_a_silent_success() {
+async fn a_pid_1_supervisor_without_node_access_is_killed_from_a_host_pid_pod_that_is_then_removed()
+{
     let c = cluster();
     running_pod(&c, &cr("demo"), json!({}), None, &["agent"]);
+    with_container_ids(&c, &cr("demo"));
+    let kubelet = run_node_pod_kubelet(c.clone());
+    let node_pod = crate::faults::node_pod_name("id-agent");
+    // The node-access pod as the exec found it, and the exec's argv.
+    type Seen = Vec<(Value, Vec<String>)>;
+    let seen: Arc<std::sync::Mutex<Seen>> = Default::default();
+    let (s, cc) = (seen.clone(), c.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let journal_path = dir.path().join(journal::FILE_NAME);
+    let jp = journal_path.clone();
+    c.register_exec(NS, &node_pod, "node-access", move |req: ExecRequest| {
+        let pod = exists(&cc, &ResourceRef::pods(), &req.pod).unwrap();
+        let journal = std::fs::read_to_string(&jp).unwrap_or_default();
+        assert!(
+            journal.contains(&req.pod),
+            "journaled before it exists: {journal}"
+        );
+        s.lock().unwrap().push((pod, req.argv.clone()));
+        terminate_container(&cc, &cr("demo"), "agent");
+        Box::pin(async {
+            ExecOutput {
+                stdout: b"1\n".to_vec(),
+                stderr: vec![],
+                exit_code: 0,
+            }
+        }) as futures::future::BoxFuture<'static, ExecOutput>
+    });
+    let inj = injector(&c, dir.path(), in_the_workload_container());
+    inj.inject(&Fault::SupervisorKill {
+        sandbox: "demo".into(),
+    })
+    .await
+    .unwrap();
+    kubelet.abort();
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    let (pod, argv) = &seen[0];
+    assert_eq!(pod["spec"]["hostPID"], true);
+    assert_eq!(pod["spec"]["nodeName"], "node-1");
+    assert_eq!(
+        pod["spec"]["containers"][0]["securityContext"]["privileged"],
+        true
+    );
+    assert_eq!(
+        pod["metadata"]["labels"][crate::pins::NODE_ACCESS_LABEL],
+        "supervisor-kill"
+    );
+    assert_eq!(argv[..2], ["sh".to_string(), "-c".into()]);
+    assert!(
+        argv[2].contains("/proc/[0-9]*") && argv[2].contains("cgroup"),
+        "{}",
+        argv[2]
+    );
+    assert_eq!(argv.last().map(String::as_str), Some("id-agent"));
+    assert!(
+        exists(&c, &ResourceRef::pods(), &node_pod).is_none(),
+        "the node-access pod is gone"
+    );
+    assert!(!journal_path.exists(), "the journal is consumed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_access_kill_that_finds_no_process_is_an_error_and_still_removes_its_pod() {
+    let c = cluster();
+    running_pod(&c, &cr("demo"), json!({}), None, &["agent"]);
+    with_container_ids(&c, &cr("demo"));
+    let kubelet = run_node_pod_kubelet(c.clone());
+    let node_pod = crate::faults::node_pod_name("id-agent");
+    c.register_exec(NS, &node_pod, "node-access", move |_req: ExecRequest| {
+        Box::pin(async {
+            ExecOutput {
+                stdout: b"0\n".to_vec(),
+                stderr: vec![],
+                exit_code: 0,
+            }
+        }) as futures::future::BoxFuture<'static, ExecOutput>
+    });
     let dir = tempfile::tempdir().unwrap();
     let inj = injector(&c, dir.path(), in_the_workload_container());
     let err = inj
@@ -706,12 +806,20 @@ async fn a_pid_1_supervisor_without_node_access_is_unsupported_not_a_silent_succ
         })
         .await
         .unwrap_err();
-    let TargetError::Unsupported(why) = &err else {
-        panic!("{err:?}")
-    };
+    kubelet.abort();
+    assert!(matches!(err, TargetError::Infra { .. }), "{err:?}");
     assert!(
-        why.contains("PID 1") && why.contains("node access"),
-        "{why}"
+        err.to_string()
+            .contains("no process of container agent (id-agent)"),
+        "{err}"
+    );
+    assert!(
+        exists(&c, &ResourceRef::pods(), &node_pod).is_none(),
+        "the node-access pod is gone"
+    );
+    assert!(
+        !dir.path().join(journal::FILE_NAME).exists(),
+        "the journal is consumed"
     );
 }
 

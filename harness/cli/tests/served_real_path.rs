@@ -420,19 +420,16 @@ async fn the_served_real_path_gives_the_emulated_targets_verdicts(
 
 /// The bundle's files, relative to `dir`, and their text.
 fn files(dir: &Path) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if let Ok(text) = std::fs::read_to_string(&p) {
-                let rel = p.strip_prefix(dir).unwrap_or(&p).display().to_string();
-                out.push((rel, text));
-            }
-        }
-    }
+    let mut out: Vec<(String, String)> = files_ending(dir, "")
+        .into_iter()
+        .filter_map(|p| {
+            let text = std::fs::read_to_string(&p).ok()?;
+            Some((
+                p.strip_prefix(dir).unwrap_or(&p).display().to_string(),
+                text,
+            ))
+        })
+        .collect();
     out.sort();
     out
 }

@@ -110,14 +110,7 @@ impl Cluster {
         if !issued {
             return refuse("token was not issued by this cluster".into());
         }
-        let token_aud: Vec<String> = claims
-            .get("aud")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .map(str::to_string)
-            .collect();
+        let token_aud = strings(claims.get("aud"));
         let common: Vec<String> = targets
             .iter()
             .filter(|a| token_aud.contains(a))
@@ -198,19 +191,22 @@ pub(crate) fn token_review(cluster: &Cluster, api_version: &str, body: &[u8]) ->
         .get("token")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    let audiences: Vec<String> = spec
-        .get("audiences")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .map(str::to_string)
-        .collect();
+    let audiences = strings(spec.get("audiences"));
     let status = cluster.review_token(token, &audiences);
     json!({
         "kind": "TokenReview", "apiVersion": api_version,
         "metadata": {"creationTimestamp": null}, "spec": spec, "status": status,
     })
+}
+
+/// The strings of a JSON array (none when it is absent or not an array).
+fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect()
 }
 
 #[cfg(test)]

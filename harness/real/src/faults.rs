@@ -897,12 +897,7 @@ impl FaultInjector {
                 "Sandbox {resource} does not exist yet: on a real cluster the harness breaks bootstrap material in the Sandbox resource's pod template, and the Agent Sandbox controller creates the first pod from the template the gateway wrote as soon as the resource exists, before any client can change it; giving a sandbox's first pod broken material needs an admission webhook (docs/upstream-facts.md F12.9)"
             )));
         };
-        let volumes: Vec<serde_json::Value> = sb
-            .data
-            .pointer("/spec/podTemplate/spec/volumes")
-            .and_then(serde_json::Value::as_array)
-            .cloned()
-            .unwrap_or_default();
+        let volumes = template_volumes(&sb);
         let secret = fault_ca_secret(resource);
         let broken = broken_volumes(resource, &volumes, material, &secret)?;
         let with_secret = material == "certificate";
@@ -983,12 +978,7 @@ impl FaultInjector {
             .await
             .map_err(|e| kerr(&format!("get Sandbox {resource}"), e))?
         {
-            let volumes: Vec<serde_json::Value> = sb
-                .data
-                .pointer("/spec/podTemplate/spec/volumes")
-                .and_then(serde_json::Value::as_array)
-                .cloned()
-                .unwrap_or_default();
+            let volumes = template_volumes(&sb);
             if let Some(what) = still_broken(&volumes) {
                 return Err(TargetError::infra(format!(
                     "the pod template of Sandbox {resource} still has the harness's broken {what}"
@@ -1136,6 +1126,15 @@ pub(crate) async fn delete_node_pod(
         },
     )
     .await
+}
+
+/// The volumes of a Sandbox resource's pod template.
+fn template_volumes(sb: &DynamicObject) -> Vec<serde_json::Value> {
+    sb.data
+        .pointer("/spec/podTemplate/spec/volumes")
+        .and_then(serde_json::Value::as_array)
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// SIGKILL to a container's main process from the node (kind and k3d nodes are containers

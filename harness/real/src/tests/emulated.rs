@@ -1477,17 +1477,21 @@ mod end_to_end {
         );
 
         // The next case of the topology reuses the registration and its port.
-        let mut t2 = RealTarget::new(
-            args.resolve(Provider::Kind, "r1", "/repo").unwrap(),
-            Arc::new(runner.clone()),
-            c.client(),
-            TargetInfo {
-                kind: "kind".into(),
-                ..TargetInfo::default()
-            },
-            rec.clone(),
-        );
-        t2.share_access_of(&t);
+        let next_case = || {
+            let mut n = RealTarget::new(
+                args.resolve(Provider::Kind, "r1", "/repo").unwrap(),
+                Arc::new(runner.clone()),
+                c.client(),
+                TargetInfo {
+                    kind: "kind".into(),
+                    ..TargetInfo::default()
+                },
+                rec.clone(),
+            );
+            n.share_access_of(&t);
+            n
+        };
+        let t2 = next_case();
         t2.install(&topo).await.unwrap();
         assert_eq!(t2.gateway_port().await, Some(port));
         let adds = runner
@@ -1504,20 +1508,6 @@ mod end_to_end {
         t2.teardown().await.unwrap();
         // A case that cannot remove its sandbox leaves the installation unusable: it says so,
         // and the next case notes it and reinstalls instead of running beside the sandbox.
-        let next_case = || {
-            let mut t = RealTarget::new(
-                args.resolve(Provider::Kind, "r1", "/repo").unwrap(),
-                Arc::new(runner.clone()),
-                c.client(),
-                TargetInfo {
-                    kind: "kind".into(),
-                    ..TargetInfo::default()
-                },
-                rec.clone(),
-            );
-            t.share_access_of(&t2);
-            t
-        };
         let t3 = next_case();
         t3.install(&topo).await.unwrap();
         t3.create_sandbox(&SandboxSpec {

@@ -696,24 +696,12 @@ async fn a_supervisor_that_is_pid_1_is_killed_from_the_node_by_its_container_id(
 
 /// Plays kubelet for node-access pods: marks them Running once created.
 fn run_node_pod_kubelet(c: Cluster) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        loop {
-            if let Ok((pods, _)) = c.list(&ResourceRef::pods(), Some(NS), &Default::default()) {
-                for p in pods {
-                    let name = p["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string();
-                    if name.starts_with("openshell-conformance-node-kill-")
-                        && p["status"]["phase"] != "Running"
-                    {
-                        mark_running(&c, &name, "node-access");
-                    }
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
+    run_test_kubelet(
+        c,
+        |name| name.starts_with("openshell-conformance-node-kill-"),
+        None,
+        "node-access",
+    )
 }
 
 #[tokio::test(start_paused = true)]
@@ -1121,17 +1109,32 @@ fn mark_running(c: &Cluster, pod: &str, container: &str) {
 
 /// Plays kubelet for pods named `*-ws-reader`: marks them Running once created.
 fn run_reader_kubelet(c: Cluster) -> tokio::task::JoinHandle<()> {
+    run_test_kubelet(
+        c,
+        |name| name.ends_with("-ws-reader"),
+        Some("node-1"),
+        "reader",
+    )
+}
+
+/// Plays kubelet for the pods in `NS` whose name `wanted` accepts: binds them to `node` (when
+/// given) and marks them Running with one `container`, once created.
+fn run_test_kubelet(
+    c: Cluster,
+    wanted: fn(&str) -> bool,
+    node: Option<&'static str>,
+    container: &'static str,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             if let Ok((pods, _)) = c.list(&ResourceRef::pods(), Some(NS), &Default::default()) {
                 for p in pods {
-                    let name = p["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string();
-                    if name.ends_with("-ws-reader") && p["status"]["phase"] != "Running" {
-                        let _ = c.bind_pod(NS, &name, "node-1");
-                        mark_running(&c, &name, "reader");
+                    let name = p["metadata"]["name"].as_str().unwrap_or_default();
+                    if wanted(name) && p["status"]["phase"] != "Running" {
+                        if let Some(node) = node {
+                            let _ = c.bind_pod(NS, name, node);
+                        }
+                        mark_running(&c, name, container);
                     }
                 }
             }
@@ -1525,16 +1528,7 @@ mod end_to_end {
         );
         let err = t3.teardown().await.unwrap_err().to_string();
         assert!(err.contains("delete sandbox demo"), "{err}");
-        let notes = || -> Vec<String> {
-            rec.snapshot()
-                .entries
-                .iter()
-                .filter_map(|e| match &e.event {
-                    Event::Note { message } => Some(message.clone()),
-                    _ => None,
-                })
-                .collect()
-        };
+        let notes = || crate::tests::notes(&rec);
         assert!(
             notes().iter().any(|m| m.starts_with(
                 "this case leaves the OpenShell installation of topology combined unusable"

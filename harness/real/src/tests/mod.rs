@@ -7,3 +7,15 @@ mod cluster;
 mod emulated;
 mod real_tools;
 mod watch;
+
+/// The notes a recorder holds, in order.
+fn notes(rec: &conformance_core::timeline::Recorder) -> Vec<String> {
+    rec.snapshot()
+        .entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            conformance_core::timeline::Event::Note { message } => Some(message.clone()),
+            _ => None,
+        })
+        .collect()
+}

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::notes;
 use conformance_core::target::Observers;
 use conformance_core::timeline::{
     Event, GATEWAY_SANDBOX_KIND, GATEWAY_UNREACHABLE_REASON, Recorder,
@@ -305,17 +306,6 @@ fn phases(rec: &Recorder, name: &str) -> Vec<String> {
                     o.phase.clone().unwrap_or_default()
                 })
             }
-            _ => None,
-        })
-        .collect()
-}
-
-fn notes(rec: &Recorder) -> Vec<String> {
-    rec.snapshot()
-        .entries
-        .iter()
-        .filter_map(|e| match &e.event {
-            Event::Note { message } => Some(message.clone()),
             _ => None,
         })
         .collect()

@@ -17,7 +17,7 @@ use crate::target::{
     Capability, ExecResult, Fault, SandboxSpec, SandboxView, Target, TargetError, TargetInfo,
 };
 use crate::timeline::{
-    ActionStatus, Event, FaultPhase, FaultRecord, ObjectState, Recorder, SentinelOp,
+    ActionStatus, Event, FaultPhase, FaultRecord, ObjectRef, ObjectState, Recorder, SentinelOp,
     SentinelRecord, SentinelResult,
 };
 use crate::topology::Topology;
@@ -489,9 +489,19 @@ impl Ctx {
         });
     }
 
-    /// Sleeps in tokio time (virtual in emulated runs).
+    /// Sleeps in tokio time (virtual in emulated runs), recorded as a wait the scenario
+    /// mandates ([`crate::timeline::SCENARIO_WAIT_KEY`]).
     pub async fn sleep(&self, d: Duration) {
+        self.mandated_wait("sleep", d);
         tokio::time::sleep(d).await;
+    }
+
+    fn mandated_wait(&self, what: &str, d: Duration) {
+        self.observe_value(
+            crate::timeline::SCENARIO_WAIT_KEY,
+            Some(what),
+            serde_json::json!(d.as_millis() as u64),
+        );
     }
 
     /// Runs one target call as a recorded action. Refusals by the product are returned to the
@@ -598,6 +608,23 @@ impl Ctx {
         &self,
         what: &str,
         deadline: Duration,
+        probe: F,
+    ) -> Result<T, StepError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<Option<T>, StepError>>,
+    {
+        self.wait_for_waking(what, deadline, None, probe).await
+    }
+
+    /// [`Ctx::wait_for`] that also probes as soon as an observer records a new state of
+    /// `wake_on`: the object whose state the probe asks the target about, so the wait ends
+    /// when the change is seen rather than up to a poll later.
+    pub async fn wait_for_waking<T, F, Fut>(
+        &self,
+        what: &str,
+        deadline: Duration,
+        wake_on: Option<&ObjectRef>,
         mut probe: F,
     ) -> Result<T, StepError>
     where
@@ -606,10 +633,14 @@ impl Ctx {
     {
         let until = tokio::time::Instant::now() + deadline;
         loop {
+            // Before the probe, so that a state recorded while it runs wakes the next one.
+            let changed = wake_on.map(|o| self.rec.next_watched_state(o));
             if let Some(v) = probe().await? {
                 return Ok(v);
             }
             if tokio::time::Instant::now() >= until {
+                // The scenario waited all of its deadline: its own wait, not the harness's.
+                self.mandated_wait(&format!("deadline: {what}"), deadline);
                 return Err(StepError::Deadline {
                     stage: self.stage,
                     what: what.to_string(),
@@ -617,12 +648,37 @@ impl Ctx {
                     last_seen: self.relevant_last_states(),
                 });
             }
-            tokio::time::sleep(
+            let poll = tokio::time::sleep(
                 self.poll
                     .min(until - tokio::time::Instant::now())
                     .max(Duration::from_millis(1)),
-            )
-            .await;
+            );
+            match changed {
+                Some(changed) => {
+                    let woken = tokio::select! {
+                        biased;
+                        () = changed => true,
+                        () = poll => false,
+                    };
+                    if woken {
+                        // Probe in the next millisecond: within one, the timeline puts the
+                        // harness's own reads before what observers saw (Recorder::snapshot),
+                        // so a newer state the probe reads would come before the one that woke
+                        // it.
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                }
+                None => poll.await,
+            }
+        }
+    }
+
+    /// The gateway's view of sandbox `name` as the timeline names it.
+    fn gateway_sandbox(name: &str) -> ObjectRef {
+        ObjectRef {
+            kind: crate::timeline::GATEWAY_SANDBOX_KIND.into(),
+            namespace: None,
+            name: name.to_string(),
         }
     }
 
@@ -635,7 +691,8 @@ impl Ctx {
     ) -> Result<SandboxView, StepError> {
         let phase_names: Vec<&str> = phases.iter().map(Phase::name).collect();
         let what = format!("sandbox {name} to be {}", phase_names.join(" or "));
-        self.wait_for(&what, deadline, || async {
+        let object = Self::gateway_sandbox(name);
+        self.wait_for_waking(&what, deadline, Some(&object), || async {
             match self.get_sandbox(name).await {
                 Ok(Some(v)) if phases.contains(&v.phase) => Ok(Some(v)),
                 Ok(_) => Ok(None),
@@ -681,9 +738,10 @@ impl Ctx {
 
     /// Waits until the gateway no longer knows the sandbox.
     pub async fn wait_gone(&self, name: &str, deadline: Duration) -> Result<(), StepError> {
-        self.wait_for(
+        self.wait_for_waking(
             &format!("sandbox {name} to be deleted"),
             deadline,
+            Some(&Self::gateway_sandbox(name)),
             || async {
                 match self.get_sandbox(name).await {
                     Ok(None) => Ok(Some(())),
@@ -819,6 +877,7 @@ impl Ctx {
     /// Stops the gateway for `hold` under `key`, running nothing meanwhile, then restores it.
     pub async fn outage(&mut self, key: &FaultKey, hold: Duration) -> Result<(), StepError> {
         self.inject_for(key, Fault::GatewayStop, Some(hold)).await?;
+        self.mandated_wait("outage", hold);
         tokio::time::sleep(hold).await;
         self.restore(key).await
     }

@@ -177,6 +177,14 @@ fn main_process_starts<'a>(
     }
 }
 
+/// Key of the [`Event::Observation`] a scenario step records for each wait the scenario itself
+/// mandates: a sleep it asks for (an outage held, a settle time), or a deadline of a wait that
+/// ran out (the scenario waited all of it for a state that did not come). The subject says
+/// which wait, the value is its length in milliseconds. What a case spends beyond these is the
+/// product's time and the harness's, so a speed figure can tell the two apart from the
+/// timeline alone, whichever path the scenario took.
+pub const SCENARIO_WAIT_KEY: &str = "scenario_wait_ms";
+
 /// Key of the [`Event::Observation`] an observer records when it samples objects of the kind
 /// named by its subject instead of streaming their changes; the value is the interval in
 /// milliseconds. A state held for less than that may be missing from the timeline.
@@ -610,6 +618,9 @@ struct RecorderInner {
     last_state: BTreeMap<ObjectRef, ObjectState>,
     /// Told about every entry as it is recorded (progress display).
     listener: Option<Listener>,
+    /// Steps waiting for an observer to record the next state of an object
+    /// ([`Recorder::next_watched_state`]); each is told once.
+    state_waiters: Vec<(ObjectRef, tokio::sync::oneshot::Sender<()>)>,
 }
 
 /// Called with every entry as it is recorded.
@@ -631,6 +642,7 @@ impl Recorder {
                 next_action: 1,
                 last_state: BTreeMap::new(),
                 listener: None,
+                state_waiters: Vec::new(),
             })),
         }
     }
@@ -670,12 +682,40 @@ impl Recorder {
             at_ms: inner.start.elapsed().as_millis() as u64,
             event,
         };
+        if watched && let Event::Object(state) = &entry.event {
+            let key = state.object_ref();
+            // In the order they began to wait, so that emulated runs stay deterministic.
+            let waiters = std::mem::take(&mut inner.state_waiters);
+            for (of, tx) in waiters {
+                if of == key {
+                    let _ = tx.send(());
+                } else if !tx.is_closed() {
+                    inner.state_waiters.push((of, tx));
+                }
+            }
+        }
         inner.entries.push(entry.clone());
         inner.watched.push(watched);
         if let Some(l) = &inner.listener {
             l(&entry);
         }
         entry
+    }
+
+    /// Resolves once a watcher or poller records a state of `object` after this call (the
+    /// harness's own reads do not count): a step that polls for a state wakes on it at once
+    /// instead of at its next poll. Registered when called, not when first polled, so a state
+    /// recorded in between is not missed.
+    pub fn next_watched_state(
+        &self,
+        object: &ObjectRef,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.lock().state_waiters.push((object.clone(), tx));
+        async move {
+            // A recorder dropped first ends the wait too; the caller's poll still bounds it.
+            let _ = rx.await;
+        }
     }
 
     /// Records an object state a watcher or poller saw, unless it equals the last one recorded

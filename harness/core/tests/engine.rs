@@ -38,14 +38,16 @@ async fn a_correct_target_passes_every_stage_and_check() {
         ]
     );
     assert!(r.checks.iter().all(|c| c.passed));
-    // The outage window is exact in virtual time: requested at 23 s (20 s install, 2 s to
-    // Ready, a 1 s poll), in effect 5 s later, held 30 s, ready again 3 s after restore.
+    // The outage window is exact in virtual time: requested at 22.001 s (20 s install, 2 s to
+    // Ready: the wait for Ready ends 1 ms after the observer records it, not at its next 1 s
+    // poll),
+    // in effect 5 s later, held 30 s, ready again 3 s after restore.
     assert_eq!(
         fault_phases(&r.timeline),
         vec![
-            (23_000, FaultPhase::Requested),
-            (28_000, FaultPhase::Started),
-            (61_000, FaultPhase::Ended)
+            (22_001, FaultPhase::Requested),
+            (27_001, FaultPhase::Started),
+            (60_001, FaultPhase::Ended)
         ]
     );
 }
@@ -75,11 +77,11 @@ async fn a_sandbox_left_in_error_fails_with_the_stage_deadline_and_last_state() 
         ]
     );
     let never = r.checks.iter().find(|c| c.name.contains("never")).unwrap();
-    assert_eq!(never.message, "it held at 28s");
+    assert_eq!(never.message, "it held at 27.001s");
     assert!(
         never
             .diagnosis()
-            .contains("[R9] FAILED in window 28s .. 61s"),
+            .contains("[R9] FAILED in window 27.001s .. 60.001s"),
         "{}",
         never.diagnosis()
     );
@@ -254,10 +256,10 @@ async fn a_step_that_hangs_during_a_fault_hits_its_deadline_as_a_harness_error_a
     );
     let fault = r.stages.iter().find(|s| s.stage == Stage::Fault).unwrap();
     assert_eq!(fault.status, conformance_core::timeline::StageStatus::Error);
-    // The fault window closes after the deadline: requested at 23 s, deadline at 143 s, +3 s.
+    // The fault window closes after the deadline: requested at 22.001 s, deadline at 142.001 s, +3 s.
     assert_eq!(
         fault_phases(&r.timeline).last().unwrap(),
-        &(146_000, FaultPhase::Ended)
+        &(145_001, FaultPhase::Ended)
     );
 }
 
@@ -270,7 +272,7 @@ async fn an_outage_longer_than_the_fault_stage_default_deadline_passes_on_a_corr
     let r = engine(Factory::new(Quirk::None)).run_case(&c).await;
     assert_eq!(r.outcome, Outcome::Passed, "{:#?}", r.stages);
     let ended = fault_phases(&r.timeline).last().copied().unwrap();
-    assert_eq!(ended, (28_000 + 31 * 60_000 + 3_000, FaultPhase::Ended));
+    assert_eq!(ended, (27_001 + 31 * 60_000 + 3_000, FaultPhase::Ended));
 }
 
 #[tokio::test(start_paused = true)]
@@ -328,7 +330,7 @@ async fn a_timeline_saved_as_json_lines_is_rechecked_offline_with_the_same_verdi
                 .unwrap();
         assert_eq!(back, r.timeline);
         let again = recheck(&back);
-        assert!(again.agrees, "{quirk:?}");
+        assert!(again.agrees, "{quirk:?}: {:#?}", again);
         assert_eq!(again.outcomes, r.checks);
         assert_eq!(back.check_plan().len(), 3);
     }
@@ -552,4 +554,57 @@ async fn while_the_gateway_is_down_the_timeline_shows_the_sandbox_phase_as_unkno
     );
     let last = sandbox.last().unwrap().1;
     assert_eq!(last.phase.as_deref(), Some("Ready"), "{}", last.summary());
+}
+
+fn settles_seven_seconds(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        ctx.sleep(Duration::from_secs(7)).await;
+        Ok(())
+    })
+}
+
+/// The waits a scenario mandates, as its timeline records them: (which, ms).
+fn scenario_waits(t: &Timeline) -> Vec<(String, serde_json::Value)> {
+    t.entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Observation {
+                key,
+                subject: Some(s),
+                value,
+            } if key == conformance_core::timeline::SCENARIO_WAIT_KEY => {
+                Some((s.clone(), value.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// A speed figure tells the scenario's own waits from the time the product and the harness
+/// take: its sleeps and the deadlines it waited out are on the timeline, a wait that ended in
+/// time is not.
+#[rstest::rstest]
+#[case::in_time(Quirk::None, &[("outage", 30_000), ("sleep", 7_000)])]
+#[case::waited_out(
+    Quirk::ErrorOnOutage,
+    &[("outage", 30_000), ("sleep", 7_000), ("deadline: sandbox outage-demo-main", 120_000)]
+)]
+#[tokio::test(start_paused = true)]
+async fn the_waits_a_scenario_mandates_are_on_its_timeline(
+    #[case] quirk: Quirk,
+    #[case] want: &[(&str, u64)],
+) {
+    let steps = vec![
+        Step::new(Stage::Seed, "create and seed", seed),
+        Step::new(Stage::Fault, "gateway outage", outage),
+        Step::new(Stage::Verify, "settle", settles_seven_seconds),
+        Step::new(Stage::Verify, "read back", verify),
+    ];
+    let r = engine(Factory::new(quirk)).run_case(&case(steps)).await;
+    let got = scenario_waits(&r.timeline);
+    assert_eq!(got.len(), want.len(), "{got:?}");
+    for ((which, ms), (prefix, want_ms)) in got.iter().zip(want) {
+        assert!(which.starts_with(prefix), "{which} (want {prefix}…)");
+        assert_eq!(ms, &serde_json::json!(want_ms), "{which}");
+    }
 }

@@ -413,6 +413,9 @@ pub struct RealTarget {
     /// nothing behind, so teardown removes it.
     helm_started: Mutex<Option<Install>>,
     created: Mutex<BTreeSet<String>>,
+    /// Those of `created` the case deleted itself (the CLI said so): teardown only waits until
+    /// they are gone, without a second `sandbox delete`.
+    deleted: Mutex<BTreeSet<String>>,
     /// Sandboxes being created, for the phase stream to look for at once.
     expected: watch::Expected,
     injectors: Option<Injectors>,
@@ -437,6 +440,7 @@ impl RealTarget {
             installed: Default::default(),
             helm_started: Default::default(),
             created: Default::default(),
+            deleted: Default::default(),
             expected: Default::default(),
             injectors: None,
             access: Default::default(),
@@ -596,7 +600,8 @@ impl RealTarget {
             .iter()
             .cloned()
             .collect();
-        for n in &names {
+        let deleted = self.deleted.lock().expect("deleted lock").clone();
+        for n in names.iter().filter(|n| !deleted.contains(*n)) {
             if let Err(e) = i.cli.delete(n).await {
                 errors.push(format!("delete sandbox {n}: {}", one_line(&e)));
             }
@@ -862,7 +867,7 @@ impl Target for RealTarget {
             key: MAIN_PROCESS_STARTS_SOURCE_KEY.into(),
             subject: None,
             value: serde_json::json!(
-                "the workload's start marks in its workspace, read through the reader pod when the scenario counts starts"
+                "the workload's start marks in its workspace, read through the Kubernetes API (in the running sandbox container, else a reader pod) when the scenario counts starts"
             ),
         });
         obs.push(observe::spawn_events(
@@ -925,6 +930,10 @@ impl Target for RealTarget {
             .lock()
             .expect("created lock")
             .insert(spec.name.clone());
+        self.deleted
+            .lock()
+            .expect("deleted lock")
+            .remove(&spec.name);
         self.expected.expect(&spec.name);
         let caps = self.info().capabilities;
         i.cli.create(&spec, &caps).await
@@ -973,7 +982,12 @@ impl Target for RealTarget {
     }
 
     async fn delete_sandbox(&self, name: &str) -> TargetResult<()> {
-        self.installed().await?.cli.delete(name).await
+        self.installed().await?.cli.delete(name).await?;
+        self.deleted
+            .lock()
+            .expect("deleted lock")
+            .insert(name.to_string());
+        Ok(())
     }
 
     async fn inject(&self, fault: &Fault) -> TargetResult<()> {

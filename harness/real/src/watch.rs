@@ -162,7 +162,11 @@ impl Default for WatchSettings {
             discover_fast: Duration::from_millis(50),
             expect_for: Duration::from_secs(30),
             reconnect_first: Duration::from_millis(100),
-            reconnect_cap: Duration::from_secs(1),
+            // The new stream sends the sandbox as it is first (docs/upstream-facts.md F7.8), so
+            // what a restarted gateway commits before the stream is back reaches the timeline
+            // one backoff after the gateway is: 250 ms at most. An attempt is one API call and
+            // a local connect through the port-forward, cheap enough four times a second.
+            reconnect_cap: Duration::from_millis(250),
             call_timeout: Duration::from_secs(10),
         }
     }

@@ -1176,17 +1176,61 @@ async fn sandbox_with_workspace(c: &Cluster, script: &str) {
     assert_eq!(w.exit_code, 0, "{w:?}");
 }
 
+/// While the sandbox pod's container that mounts the claim runs, the workspace is read in it:
+/// no reader pod is started (none could be: no test kubelet runs one, so a read through a
+/// reader pod would run into its deadline).
 #[tokio::test(start_paused = true)]
-async fn the_workspace_is_read_through_a_reader_pod_mounting_the_claim() {
+async fn the_workspace_is_read_in_the_running_sandbox_container_without_a_reader_pod() {
     let c = cluster();
     sandbox_with_workspace(&c, "printf %s 3 > /sandbox/.starts").await;
-    let kubelet = run_reader_kubelet(c.clone());
+    let read = |p: &'static str| {
+        let client = c.client();
+        async move {
+            crate::workspace::read(&client, NS, &cr("demo"), p, "r1", Duration::from_secs(5)).await
+        }
+    };
+    assert_eq!(read(".starts").await.unwrap().as_deref(), Some("3"));
+    assert_eq!(read("missing").await.unwrap(), None);
+    assert!(read("../etc/passwd").await.is_err());
+    let (pods, _) = c
+        .list(&ResourceRef::pods(), Some(NS), &Default::default())
+        .unwrap();
+    assert!(
+        pods.iter().all(|p| !p["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .ends_with("-ws-reader")),
+        "{pods:?}"
+    );
+}
+
+/// Once the sandbox's container no longer runs (stopped, failed), the workspace is read through
+/// a reader pod mounting the claim, which is removed again.
+#[tokio::test(start_paused = true)]
+async fn the_workspace_of_a_sandbox_whose_container_stopped_is_read_through_a_reader_pod() {
+    let c = cluster();
+    sandbox_with_workspace(&c, "printf %s 3 > /sandbox/.starts").await;
+    let _ = c.patch_status(
+        &ResourceRef::pods(),
+        Some(NS),
+        &cr("demo"),
+        PatchKind::Merge,
+        &json!({"status": {"phase": "Failed", "containerStatuses": [{"name": "agent", "ready": false, "restartCount": 0,
+                "image": "i", "imageID": "", "state": {"terminated": {"exitCode": 1}}}]}}),
+    );
     let read = |p: &'static str| {
         let client = c.client();
         async move {
             crate::workspace::read(&client, NS, &cr("demo"), p, "r1", Duration::from_secs(30)).await
         }
     };
+    // No kubelet runs the reader pod yet: the read waits for it and says so.
+    let err = read(".starts").await.unwrap_err().to_string();
+    assert!(
+        err.contains("reader pod") && err.contains("running"),
+        "{err}"
+    );
+    let kubelet = run_reader_kubelet(c.clone());
     assert_eq!(read(".starts").await.unwrap().as_deref(), Some("3"));
     assert_eq!(read("/.starts").await.unwrap().as_deref(), Some("3"));
     assert_eq!(read("missing").await.unwrap(), None);
@@ -1508,7 +1552,25 @@ mod end_to_end {
             rec.snapshot().entries.iter().any(|e| matches!(&e.event, Event::Note { message } if message.starts_with("reusing the OpenShell installation of topology combined"))),
             "the reuse is on the timeline"
         );
+        // A sandbox the case deleted itself is deleted once: teardown only waits until it is
+        // gone.
+        let deletes = || {
+            runner
+                .lines()
+                .iter()
+                .filter(|l| l.ends_with("openshell sandbox delete demo"))
+                .count()
+        };
+        let before = deletes();
+        t2.create_sandbox(&SandboxSpec {
+            name: "demo".into(),
+            ..SandboxSpec::default()
+        })
+        .await
+        .unwrap();
+        t2.delete_sandbox("demo").await.unwrap();
         t2.teardown().await.unwrap();
+        assert_eq!(deletes(), before + 1, "{:#?}", runner.lines());
         // A case that cannot remove its sandbox leaves the installation unusable: it says so,
         // and the next case notes it and reinstalls instead of running beside the sandbox.
         let t3 = next_case();

@@ -124,6 +124,41 @@ impl Timeline {
         self.duration_ms() - install_end
     }
 
+    /// The waits the scenario mandates after install (its sleeps, outages held and deadlines
+    /// it waited out, as the timeline records them): the same on both targets when the case
+    /// takes the same path, and told apart when it does not (a deadline that runs out on one).
+    fn scenario_waits_after_install_ms(&self) -> i64 {
+        let install_end = self.stage_ms("install").map_or(0, |(_, e)| e);
+        self.0
+            .iter()
+            .filter(|e| {
+                e["type"] == "observation"
+                    && e["key"] == conformance_core::timeline::SCENARIO_WAIT_KEY
+                    && e["at_ms"].as_i64().is_some_and(|t| t >= install_end)
+            })
+            .filter_map(|e| e["value"].as_i64())
+            .sum()
+    }
+
+    /// How long teardown took to write the diagnostics bundle (from its start to the note
+    /// naming the bundle): 0 without one.
+    fn bundle_ms(&self) -> i64 {
+        let Some((start, _)) = self.stage_ms("teardown") else {
+            return 0;
+        };
+        self.0
+            .iter()
+            .find_map(|e| {
+                (e["type"] == "note"
+                    && e["message"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with("diagnostics bundle:")))
+                .then(|| e["at_ms"].as_i64())
+                .flatten()
+            })
+            .map_or(0, |at| at - start)
+    }
+
     /// The wall-clock time (ms since the Unix epoch) of the timeline's `at_ms` 0, from the
     /// real target's wall-clock observation.
     fn wall_zero_ms(&self) -> Option<i64> {
@@ -354,7 +389,7 @@ async fn smoke(topology: &str, scenarios: &[&str]) {
         .into_iter()
         .collect();
     let mut all_delays = Vec::new();
-    let (mut sum_wall, mut sum_mandated) = (0i64, 0i64);
+    let (mut sum_wall, mut sum_mandated, mut sum_bundle) = (0i64, 0i64, 0i64);
     let mut installs = Vec::new();
     for path in &served_timelines {
         let served_t = Timeline::read(path);
@@ -370,29 +405,41 @@ async fn smoke(topology: &str, scenarios: &[&str]) {
         installs.push(install);
         // The installation is the topology's (measured on its own below); what each case
         // adds to it is compared with what the emulated target's virtual time says the
-        // scenario and the model take after their install.
+        // scenario and the model take after their install. The scenario's own waits count on
+        // each side as that side recorded them: a deadline the served run waited out and the
+        // emulated one did not (or the other way round) is the scenario's wait, not overhead.
         let wall = served_t.after_install_ms();
-        let mandated = emulated_t.after_install_ms();
+        let served_waits = served_t.scenario_waits_after_install_ms();
+        let emulated_waits = emulated_t.scenario_waits_after_install_ms();
+        let mandated = emulated_t.after_install_ms() - emulated_waits + served_waits;
+        // A user's run that passes writes no bundle; this test asks for one on every case.
+        let bundle = served_t.bundle_ms();
         sum_wall += wall;
         sum_mandated += mandated;
+        sum_bundle += bundle;
         let teardown = served_t.stage_ms("teardown").map_or(0, |(s, e)| e - s);
         let mut delays = phase_delays(&served_t, &commits);
         all_delays.extend(delays.iter().copied());
         println!(
-            "FIGURES {topology} {}: install {:.1}s, after install: wall {:.1}s, scenario and model time {:.1}s, harness overhead {:.1}s ({:.1}%), of it teardown {:.1}s (with the diagnostics bundle); phase delays: {}",
+            "FIGURES {topology} {}: install {:.1}s, after install: wall {:.1}s, scenario and model time {:.1}s (scenario waits {:.1}s served, {:.1}s emulated), harness overhead {:.1}s ({:.1}%), without the diagnostics bundle ({:.1}s) {:.1}s ({:.1}%), teardown {:.1}s; phase delays: {}",
             name.to_string_lossy().trim_end_matches(".jsonl"),
             install as f64 / 1000.0,
             wall as f64 / 1000.0,
             mandated as f64 / 1000.0,
+            served_waits as f64 / 1000.0,
+            emulated_waits as f64 / 1000.0,
             (wall - mandated) as f64 / 1000.0,
             100.0 * (wall - mandated) as f64 / wall.max(1) as f64,
+            bundle as f64 / 1000.0,
+            (wall - bundle - mandated) as f64 / 1000.0,
+            100.0 * (wall - bundle - mandated) as f64 / (wall - bundle).max(1) as f64,
             teardown as f64 / 1000.0,
             min_median_max(&mut delays)
         );
     }
     installs.sort();
     println!(
-        "FIGURES {topology} total: {} cases, install per topology {:.1}s (the other cases' install stage: {}), after install: wall {:.1}s, scenario and model time {:.1}s, harness overhead {:.1}%, whole run wall {:.1}s; phase delays: {}",
+        "FIGURES {topology} total: {} cases, install per topology {:.1}s (the other cases' install stage: {}), after install: wall {:.1}s, scenario and model time {:.1}s, harness overhead {:.1}%, without the diagnostics bundles ({:.1}s) {:.1}%, whole run wall {:.1}s; phase delays: {}",
         installs.len(),
         installs.last().copied().unwrap_or(0) as f64 / 1000.0,
         installs[..installs.len().saturating_sub(1)]
@@ -403,6 +450,9 @@ async fn smoke(topology: &str, scenarios: &[&str]) {
         sum_wall as f64 / 1000.0,
         sum_mandated as f64 / 1000.0,
         100.0 * (sum_wall - sum_mandated) as f64 / sum_wall.max(1) as f64,
+        sum_bundle as f64 / 1000.0,
+        100.0 * (sum_wall - sum_bundle - sum_mandated) as f64
+            / (sum_wall - sum_bundle).max(1) as f64,
         served.wall.as_secs_f64(),
         min_median_max(&mut all_delays)
     );

@@ -305,6 +305,35 @@ impl Cluster {
         })
     }
 
+    /// As [`Cluster::list`], but shared: the objects as stored, behind the store's own reference
+    /// counts, instead of deep copies (a copy is made only for an object stored in another
+    /// version). In-process controllers list on every change to the store; copying every object
+    /// they list was most of what a reconcile pass cost.
+    pub fn list_shared(
+        &self,
+        r: &ResourceRef,
+        ns: Option<&str>,
+        opts: &ListOptions,
+    ) -> ApiResult<(Vec<Arc<Value>>, u64)> {
+        self.read(|s| {
+            let def = s.def(&r.group, &r.version, &r.plural)?;
+            Ok((s.list(&def, &r.version, ns, opts), s.rv))
+        })
+    }
+
+    /// As [`Cluster::get`], but shared, as [`Cluster::list_shared`].
+    pub fn get_shared(
+        &self,
+        r: &ResourceRef,
+        ns: Option<&str>,
+        name: &str,
+    ) -> ApiResult<Arc<Value>> {
+        self.read(|s| {
+            let def = s.def(&r.group, &r.version, &r.plural)?;
+            s.get(&def, &r.version, ns, name)
+        })
+    }
+
     /// Reads the objects a [`Cluster::list`] would return in place, without copying them: `f`
     /// sees each as stored (`apiVersion` is the version it was last written in) and keeps what
     /// it returns. In-process controllers poll the store on every change; copying whole objects

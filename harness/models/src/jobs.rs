@@ -14,6 +14,7 @@
 //! before a failed pod is replaced, the `batch.kubernetes.io/job-tracking` finalizer (counts are
 //! kept monotonic instead, so removed pods are not counted twice or lost).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -102,9 +103,9 @@ impl JobController {
             return Some(due);
         }
         let uid = s(job, "/metadata/uid").unwrap_or_default();
-        let pods: Vec<Value> = self
+        let pods: Vec<Arc<Value>> = self
             .cluster
-            .list(&ResourceRef::pods(), Some(ns), &ListOptions::default())
+            .list_shared(&ResourceRef::pods(), Some(ns), &ListOptions::default())
             .map(|(items, _)| items)
             .unwrap_or_default()
             .into_iter()
@@ -113,6 +114,7 @@ impl JobController {
         let phase = |p: &Value| s(p, "/status/phase").unwrap_or("Pending").to_string();
         let active: Vec<&Value> = pods
             .iter()
+            .map(|p| &**p)
             .filter(|p| !is_deleting(p) && !matches!(phase(p).as_str(), "Succeeded" | "Failed"))
             .collect();
         let on_failure = s(job, "/spec/template/spec/restartPolicy") == Some("OnFailure");

@@ -269,9 +269,10 @@ impl Inner {
 
     /// One pass over all pods: forget removed pods, schedule, start workers, report deletions.
     fn sync(self: &Arc<Self>) {
-        let Ok((pods, _)) = self
-            .cluster
-            .list(&ResourceRef::pods(), None, &ListOptions::default())
+        // Shared with the store: this pass runs on every change to the cluster.
+        let Ok((pods, _)) =
+            self.cluster
+                .list_shared(&ResourceRef::pods(), None, &ListOptions::default())
         else {
             return;
         };
@@ -326,7 +327,7 @@ impl Inner {
                     if matches!(phase, "Succeeded" | "Failed") {
                         continue;
                     }
-                    let e = self.start_worker(pod.clone());
+                    let e = self.start_worker(Value::clone(pod));
                     entries.insert(uid.to_string(), e);
                 }
             }
@@ -400,7 +401,10 @@ impl Inner {
     }
 
     fn bind_all_claims(&self) {
-        let Ok((claims, _)) = self.cluster.list(&pvcs(), None, &ListOptions::default()) else {
+        let Ok((claims, _)) = self
+            .cluster
+            .list_shared(&pvcs(), None, &ListOptions::default())
+        else {
             return;
         };
         for c in claims {

@@ -20,6 +20,7 @@
 //! policy `Delete`, ControllerRevision objects, Deployment progress deadlines.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 use tokio::task::JoinHandle;
@@ -480,9 +481,9 @@ impl WorkloadControllers {
         let template = d.pointer("/spec/template").cloned().unwrap_or(json!({}));
         let hash = template_hash(&template);
         let rs_name = format!("{name}-{hash}");
-        let owned: Vec<Value> = self
+        let owned: Vec<Arc<Value>> = self
             .cluster
-            .list(&replicasets(), Some(ns), &ListOptions::default())
+            .list_shared(&replicasets(), Some(ns), &ListOptions::default())
             .map(|(i, _)| i)
             .unwrap_or_default()
             .into_iter()
@@ -531,9 +532,9 @@ impl WorkloadControllers {
             }
         }
         // Status from the ReplicaSets' statuses.
-        let owned: Vec<Value> = self
+        let owned: Vec<Arc<Value>> = self
             .cluster
-            .list(&replicasets(), Some(ns), &ListOptions::default())
+            .list_shared(&replicasets(), Some(ns), &ListOptions::default())
             .map(|(i, _)| i)
             .unwrap_or_default()
             .into_iter()

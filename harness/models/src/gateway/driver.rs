@@ -313,7 +313,9 @@ pub(crate) async fn reconcile_loop(gw: Arc<Gateway>) {
     }
 }
 
-fn by_name(items: Vec<Value>) -> BTreeMap<String, Value> {
+/// The objects by name, shared with the store: a reconcile pass runs on every change to the
+/// cluster, and copying each listed object was most of its cost.
+fn by_name(items: Vec<Arc<Value>>) -> BTreeMap<String, Arc<Value>> {
     items
         .into_iter()
         .filter_map(|o| {
@@ -328,31 +330,30 @@ pub(crate) fn reconcile(gw: &Arc<Gateway>) {
     let lo = ListOptions::default();
     let crs = by_name(
         gw.cluster
-            .list(&sandboxes(), ns, &lo)
+            .list_shared(&sandboxes(), ns, &lo)
             .map(|r| r.0)
             .unwrap_or_default(),
     );
     let pods = by_name(
         gw.cluster
-            .list(&ResourceRef::pods(), ns, &lo)
+            .list_shared(&ResourceRef::pods(), ns, &lo)
             .map(|r| r.0)
             .unwrap_or_default(),
     );
+    // Events pile up over a case; only the bootstrap failures are read, in place.
     let failures: Vec<(String, String, String)> = gw
         .cluster
-        .list(&events(), ns, &lo)
-        .map(|r| r.0)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|e| e.get("reason").and_then(Value::as_str) == Some(BOOTSTRAP_FAILED_EVENT))
-        .filter_map(|e| {
+        .scan(&events(), ns, &lo, |e| {
+            if e.get("reason").and_then(Value::as_str) != Some(BOOTSTRAP_FAILED_EVENT) {
+                return None;
+            }
             Some((
                 e.pointer("/involvedObject/name")?.as_str()?.to_string(),
                 e.pointer("/metadata/name")?.as_str()?.to_string(),
                 e.get("message")?.as_str()?.to_string(),
             ))
         })
-        .collect();
+        .unwrap_or_default();
     let topo = &gw.model.topology;
     let gate = topo.scheduling_gate();
     let names = gw.core().store.names();
@@ -376,7 +377,7 @@ pub(crate) fn reconcile(gw: &Arc<Gateway>) {
             continue;
         };
         let workload = pods.get(&rec.cr_name);
-        let gate_pending = gate.is_some() && !connected && workload.is_none_or(has_gate);
+        let gate_pending = gate.is_some() && !connected && workload.is_none_or(|p| has_gate(p));
         let attached = rec.boundary_attached;
         let snap = Snapshot::from_cr(cr);
         gw.commit(&mut core, &name, |r, rec| {

@@ -12,6 +12,7 @@
 //! of unowned PVCs, v0.5.6's PodScheduled mirror, v0.4.6 (v1alpha1-only) semantics.
 
 use conformance_core::timeline::READY_CONDITION;
+use kube_emulator::Pointer;
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
@@ -82,7 +83,7 @@ pub(crate) fn name_hash(name: &str) -> String {
 }
 
 fn s<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
-    v.pointer(ptr).and_then(Value::as_str)
+    v.at(ptr).and_then(Value::as_str)
 }
 
 /// The Sandbox resource in `version` (`agents.x-k8s.io/<version>`).
@@ -113,7 +114,7 @@ fn pvcs() -> ResourceRef {
 }
 
 fn controller_uid(v: &Value) -> Option<&str> {
-    v.pointer("/metadata/ownerReferences")?
+    v.at("/metadata/ownerReferences")?
         .as_array()?
         .iter()
         .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
@@ -210,7 +211,7 @@ impl AgentSandboxController {
     fn watched_pod_version(&self, ns: &str, name: &str) -> Option<String> {
         self.cluster
             .inspect(&ResourceRef::pods(), Some(ns), name, |p| {
-                p.pointer("/metadata/labels")
+                p.at("/metadata/labels")
                     .and_then(|l| l.get(NAME_HASH_LABEL))
                     .and(s(p, "/metadata/resourceVersion"))
                     .map(String::from)
@@ -221,7 +222,7 @@ impl AgentSandboxController {
 
     fn patch_annotation(&self, sb: &mut Value, value: Option<&str>) {
         let cur = sb
-            .pointer("/metadata/annotations")
+            .at("/metadata/annotations")
             .and_then(|a| a.get(POD_NAME_ANNOTATION))
             .and_then(Value::as_str);
         if cur == value {
@@ -240,7 +241,7 @@ impl AgentSandboxController {
 
     /// One reconcile, in the real controller's order: PVCs, pod, conditions, one status write.
     fn reconcile(&self, sb: &Value) {
-        if sb.pointer("/metadata/deletionTimestamp").is_some() {
+        if sb.at("/metadata/deletionTimestamp").is_some() {
             return; // F4.7
         }
         let mut sb = sb.clone();
@@ -252,12 +253,12 @@ impl AgentSandboxController {
             uid: s(&sb, "/metadata/uid").unwrap_or_default().to_string(),
             hash: name_hash(&name),
             suspended: s(&sb, "/spec/operatingMode") == Some("Suspended")
-                || sb.pointer("/spec/replicas").and_then(Value::as_i64) == Some(0),
+                || sb.at("/spec/replicas").and_then(Value::as_i64) == Some(0),
             v5_4: self.version >= AgentSandboxVersion::V0_5_4,
             name,
         };
         let vcts: Vec<Value> = sb
-            .pointer("/spec/volumeClaimTemplates")
+            .at("/spec/volumeClaimTemplates")
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
@@ -288,11 +289,11 @@ impl AgentSandboxController {
                     }
                 }
                 Err(_) => {
-                    let mut labels = obj_map(vct.pointer("/metadata/labels"));
+                    let mut labels = obj_map(vct.at("/metadata/labels"));
                     labels.insert(NAME_HASH_LABEL.into(), json!(hash));
                     let mut md = json!({"name": claim, "labels": labels,
                         "ownerReferences": self.owner_ref(sb)});
-                    if let Some(a) = vct.pointer("/metadata/annotations") {
+                    if let Some(a) = vct.at("/metadata/annotations") {
                         md["annotations"] = a.clone();
                     }
                     let pvc = json!({"metadata": md, "spec": vct.get("spec").cloned().unwrap_or(json!({}))});
@@ -342,7 +343,7 @@ impl AgentSandboxController {
         let mut not_owned = false;
         let returned = match pod {
             Some(p) if owned(&p) => {
-                if p.pointer("/metadata/deletionTimestamp").is_none() {
+                if p.at("/metadata/deletionTimestamp").is_none() {
                     let _ = self.cluster.delete(
                         &ResourceRef::pods(),
                         Some(ns),
@@ -434,13 +435,10 @@ impl AgentSandboxController {
             not_owned,
         } = pod;
         let not_owned = *not_owned;
-        let generation = sb
-            .pointer("/metadata/generation")
-            .cloned()
-            .unwrap_or(json!(1));
+        let generation = sb.at("/metadata/generation").cloned().unwrap_or(json!(1));
         let now = self.cluster.now_rfc3339();
         let mut conds: Vec<Value> = sb
-            .pointer("/status/conditions")
+            .at("/status/conditions")
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
@@ -534,7 +532,7 @@ impl AgentSandboxController {
                 }
                 (Some(p), Some("Running")) => {
                     let pod_ready = p
-                        .pointer("/status/conditions")
+                        .at("/status/conditions")
                         .and_then(Value::as_array)
                         .is_some_and(|cs| {
                             cs.iter().any(|c| {
@@ -542,7 +540,7 @@ impl AgentSandboxController {
                             })
                         });
                     let ips = p
-                        .pointer("/status/podIPs")
+                        .at("/status/podIPs")
                         .and_then(Value::as_array)
                         .is_some_and(|a| !a.is_empty());
                     match (pod_ready, ips) {
@@ -625,12 +623,9 @@ impl AgentSandboxController {
     /// The pod of F4.11.
     fn pod_for(&self, sb: &Value, hash: &str, vcts: &[Value]) -> Value {
         let name = s(sb, "/metadata/name").unwrap_or_default();
-        let tmpl = sb
-            .pointer("/spec/podTemplate")
-            .cloned()
-            .unwrap_or(json!({}));
-        let tmpl_labels = obj_map(tmpl.pointer("/metadata/labels"));
-        let tmpl_annotations = obj_map(tmpl.pointer("/metadata/annotations"));
+        let tmpl = sb.at("/spec/podTemplate").cloned().unwrap_or(json!({}));
+        let tmpl_labels = obj_map(tmpl.at("/metadata/labels"));
+        let tmpl_annotations = obj_map(tmpl.at("/metadata/annotations"));
         let mut labels: Map<String, Value> = tmpl_labels
             .iter()
             .filter(|(k, _)| !k.starts_with("agents.x-k8s.io/"))
@@ -685,7 +680,7 @@ fn desired_status(
     );
     st.insert("conditions".into(), Value::Array(conds));
     let ips: Vec<Value> = returned
-        .and_then(|p| p.pointer("/status/podIPs"))
+        .and_then(|p| p.at("/status/podIPs"))
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(|i| i.get("ip").cloned()).collect())
         .unwrap_or_default();

@@ -17,6 +17,7 @@
 //! process; see [`crate::procs`] for the PID namespaces, `/proc` files and which signals arrive.
 
 use conformance_core::timeline::READY_CONDITION;
+use kube_emulator::Pointer;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -39,7 +40,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn s<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
-    v.pointer(ptr).and_then(Value::as_str)
+    v.at(ptr).and_then(Value::as_str)
 }
 
 fn pvcs() -> ResourceRef {
@@ -302,7 +303,7 @@ impl Inner {
             let ns = s(pod, "/metadata/namespace").unwrap_or_default();
             let name = s(pod, "/metadata/name").unwrap_or_default();
             let uid = s(pod, "/metadata/uid").unwrap_or_default();
-            let deleting = pod.pointer("/metadata/deletionTimestamp").is_some();
+            let deleting = pod.at("/metadata/deletionTimestamp").is_some();
             let node = s(pod, "/spec/nodeName").unwrap_or_default();
             if node.is_empty() {
                 if !deleting {
@@ -337,7 +338,7 @@ impl Inner {
     /// The scheduler: gates, missing claims, then `pods/binding` (and WaitForFirstConsumer).
     fn schedule(&self, pod: &Value, ns: &str, name: &str) {
         let gates = pod
-            .pointer("/spec/schedulingGates")
+            .at("/spec/schedulingGates")
             .and_then(Value::as_array)
             .is_some_and(|g| !g.is_empty());
         if gates {
@@ -373,7 +374,7 @@ impl Inner {
     /// `PodScheduled=False` with a reason, written only when it changes.
     fn set_unscheduled(&self, pod: &Value, reason: &str, message: &str) {
         let cur = pod
-            .pointer("/status/conditions")
+            .at("/status/conditions")
             .and_then(Value::as_array)
             .and_then(|cs| {
                 cs.iter()
@@ -428,7 +429,7 @@ impl Inner {
         let uid = s(&pvc, "/metadata/uid").unwrap_or_default();
         let mut new = pvc.clone();
         new["spec"]["volumeName"] = json!(format!("pvc-{uid}"));
-        if new.pointer("/spec/storageClassName").is_none() {
+        if new.at("/spec/storageClassName").is_none() {
             new["spec"]["storageClassName"] = json!(self.config.storage_class);
         }
         let ann = new["metadata"]
@@ -445,8 +446,8 @@ impl Inner {
         let mut status = updated.clone();
         status["status"] = json!({
             "phase": "Bound",
-            "accessModes": pvc.pointer("/spec/accessModes").cloned().unwrap_or(json!(["ReadWriteOnce"])),
-            "capacity": {"storage": pvc.pointer("/spec/resources/requests/storage").cloned().unwrap_or(json!("1Gi"))},
+            "accessModes": pvc.at("/spec/accessModes").cloned().unwrap_or(json!(["ReadWriteOnce"])),
+            "capacity": {"storage": pvc.at("/spec/resources/requests/storage").cloned().unwrap_or(json!("1Gi"))},
         });
         let _ = self.cluster.update_status(&pvcs(), Some(ns), name, status);
     }
@@ -459,7 +460,7 @@ impl Inner {
         let (exits_tx, exits_rx) = mpsc::unbounded_channel();
         let (cmds_tx, cmds_rx) = mpsc::unbounded_channel();
         let containers = |list: &str| -> Vec<Value> {
-            pod.pointer(&format!("/spec/{list}"))
+            pod.at(&format!("/spec/{list}"))
                 .and_then(Value::as_array)
                 .cloned()
                 .unwrap_or_default()
@@ -522,7 +523,7 @@ impl Inner {
 
 /// The claim names of a pod's PVC volumes.
 pub(crate) fn claim_names(pod: &Value) -> Vec<String> {
-    pod.pointer("/spec/volumes")
+    pod.at("/spec/volumes")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -997,7 +998,7 @@ impl Worker {
                         .and_then(|_| s(&self.pod, &format!("/{}", f.replace('.', "/"))))
                         .map(String::from),
                 }
-            } else if let Some(r) = e.pointer("/valueFrom/secretKeyRef") {
+            } else if let Some(r) = e.at("/valueFrom/secretKeyRef") {
                 let secret = self.k.cluster.get(
                     &ResourceRef::new("", "v1", "secrets"),
                     Some(&self.ns),
@@ -1005,25 +1006,25 @@ impl Worker {
                 );
                 secret.ok().and_then(|sec| {
                     let key = s(r, "/key")?;
-                    sec.pointer("/data")
+                    sec.at("/data")
                         .and_then(|d| d.get(key))
                         .and_then(Value::as_str)
                         .and_then(base64_decode)
                         .or_else(|| {
-                            sec.pointer("/stringData")
+                            sec.at("/stringData")
                                 .and_then(|d| d.get(key))
                                 .and_then(Value::as_str)
                                 .map(String::from)
                         })
                 })
-            } else if let Some(r) = e.pointer("/valueFrom/configMapKeyRef") {
+            } else if let Some(r) = e.at("/valueFrom/configMapKeyRef") {
                 let cm = self.k.cluster.get(
                     &ResourceRef::new("", "v1", "configmaps"),
                     Some(&self.ns),
                     s(r, "/name").unwrap_or_default(),
                 );
                 cm.ok().and_then(|cm| {
-                    cm.pointer("/data")
+                    cm.at("/data")
                         .and_then(|d| d.get(s(r, "/key")?))
                         .and_then(Value::as_str)
                         .map(String::from)
@@ -1262,7 +1263,7 @@ impl Worker {
         );
         let scheduled = self
             .pod
-            .pointer("/status/conditions")
+            .at("/status/conditions")
             .and_then(Value::as_array)
             .and_then(|cs| {
                 cs.iter()

@@ -12,6 +12,7 @@
 use crate::clock::Clock;
 use crate::error::{ApiError, ApiResult, qualified};
 use crate::patch::{PatchBody, PatchKind};
+use crate::pointer::Pointer;
 use crate::resources::{ResourceDef, Resources, apply_schema_defaults};
 use crate::selectors::{FieldSelector, LabelSelector};
 use serde_json::{Map, Value, json};
@@ -89,7 +90,7 @@ pub struct DeleteOptions {
 
 impl DeleteOptions {
     pub fn from_json(v: &Value) -> Self {
-        let s = |p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_string);
+        let s = |p: &str| v.at(p).and_then(Value::as_str).map(str::to_string);
         let mut o = Self {
             grace_period_seconds: v.get("gracePeriodSeconds").and_then(Value::as_i64),
             propagation_policy: s("/propagationPolicy"),
@@ -169,7 +170,7 @@ fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
 }
 
 fn finalizers(obj: &Value) -> Vec<String> {
-    obj.pointer("/metadata/finalizers")
+    obj.at("/metadata/finalizers")
         .and_then(Value::as_array)
         .map(|a| {
             a.iter()
@@ -180,7 +181,7 @@ fn finalizers(obj: &Value) -> Vec<String> {
 }
 
 fn is_deleting(obj: &Value) -> bool {
-    obj.pointer("/metadata/deletionTimestamp")
+    obj.at("/metadata/deletionTimestamp")
         .is_some_and(|v| !v.is_null())
 }
 
@@ -735,7 +736,7 @@ impl State {
         );
         if def.has_generation && !same_spec(&new, &old) {
             let g = old
-                .pointer("/metadata/generation")
+                .at("/metadata/generation")
                 .and_then(Value::as_i64)
                 .unwrap_or(0);
             meta_mut(&mut new).insert("generation".into(), json!(g + 1));
@@ -815,12 +816,12 @@ impl State {
     ) -> Option<Value> {
         let gr = def.gr();
         let grace_over = new
-            .pointer("/metadata/deletionGracePeriodSeconds")
+            .at("/metadata/deletionGracePeriodSeconds")
             .and_then(Value::as_i64)
             .unwrap_or(0)
             == 0;
         let spec_finalizers_empty = new
-            .pointer("/spec/finalizers")
+            .at("/spec/finalizers")
             .and_then(Value::as_array)
             .is_none_or(|a| a.is_empty())
             || gr.1 != "namespaces";

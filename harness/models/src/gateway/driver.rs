@@ -4,6 +4,7 @@
 //! (reported for 0.1.x) it also owns a sandbox's own supervisor pod and the workload pod's
 //! scheduling gate. The pod's shape per placement comes from [`crate::placement`].
 
+use kube_emulator::Pointer;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -265,7 +266,7 @@ pub(crate) async fn stop_sandbox(gw: &Arc<Gateway>, name: &str) {
 }
 
 fn has_gate(pod: &Value) -> bool {
-    pod.pointer("/spec/schedulingGates")
+    pod.at("/spec/schedulingGates")
         .and_then(Value::as_array)
         .is_some_and(|g| !g.is_empty())
 }
@@ -319,7 +320,7 @@ fn by_name(items: Vec<Arc<Value>>) -> BTreeMap<String, Arc<Value>> {
     items
         .into_iter()
         .filter_map(|o| {
-            let n = o.pointer("/metadata/name")?.as_str()?.to_string();
+            let n = o.at("/metadata/name")?.as_str()?.to_string();
             Some((n, o))
         })
         .collect()
@@ -348,8 +349,8 @@ pub(crate) fn reconcile(gw: &Arc<Gateway>) {
                 return None;
             }
             Some((
-                e.pointer("/involvedObject/name")?.as_str()?.to_string(),
-                e.pointer("/metadata/name")?.as_str()?.to_string(),
+                e.at("/involvedObject/name")?.as_str()?.to_string(),
+                e.at("/metadata/name")?.as_str()?.to_string(),
                 e.get("message")?.as_str()?.to_string(),
             ))
         })
@@ -406,17 +407,14 @@ pub(crate) fn reconcile(gw: &Arc<Gateway>) {
             );
             match (wanted, pods.get(&sup)) {
                 (true, None) => {
-                    let uid = cr
-                        .pointer("/metadata/uid")
-                        .and_then(Value::as_str)
-                        .unwrap_or("");
+                    let uid = cr.at("/metadata/uid").and_then(Value::as_str).unwrap_or("");
                     if let Some(pod) =
                         placement::supervisor_pod(&gw.model, &gw.namespace, &rec, uid)
                     {
                         let _ = gw.cluster.create(&ResourceRef::pods(), ns, pod);
                     }
                 }
-                (false, Some(p)) if p.pointer("/metadata/deletionTimestamp").is_none() => {
+                (false, Some(p)) if p.at("/metadata/deletionTimestamp").is_none() => {
                     let _ = gw.cluster.delete(
                         &ResourceRef::pods(),
                         ns,

@@ -277,7 +277,7 @@ impl Cluster {
     // object API (the same semantics as HTTP)
     // ---------------------------------------------------------------------------------------
 
-    pub fn create(&self, r: &ResourceRef, ns: Option<&str>, obj: Value) -> ApiResult<Value> {
+    pub fn create(&self, r: &ResourceRef, ns: Option<&str>, obj: Value) -> ApiResult<Arc<Value>> {
         self.with_state(|s| {
             let def = s.def(&r.group, &r.version, &r.plural)?;
             s.create(&def, &r.version, ns, obj)
@@ -373,7 +373,7 @@ impl Cluster {
         ns: Option<&str>,
         name: &str,
         obj: Value,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         self.update_sub(r, ns, name, obj, Subresource::Main)
     }
 
@@ -384,7 +384,7 @@ impl Cluster {
         ns: Option<&str>,
         name: &str,
         obj: Value,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         self.update_sub(r, ns, name, obj, Subresource::Status)
     }
 
@@ -395,7 +395,7 @@ impl Cluster {
         name: &str,
         obj: Value,
         sub: Subresource,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         self.with_state(|s| {
             let def = s.def(&r.group, &r.version, &r.plural)?;
             s.update(&def, &r.version, ns, name, obj, sub)
@@ -410,7 +410,7 @@ impl Cluster {
         name: &str,
         kind: PatchKind,
         patch: &Value,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         self.patch_sub(r, ns, name, kind, patch, Subresource::Main)
     }
 
@@ -421,7 +421,7 @@ impl Cluster {
         name: &str,
         kind: PatchKind,
         patch: &Value,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         self.patch_sub(r, ns, name, kind, patch, Subresource::Status)
     }
 
@@ -433,7 +433,7 @@ impl Cluster {
         kind: PatchKind,
         patch: &Value,
         sub: Subresource,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         self.with_state(|s| {
             let def = s.def(&r.group, &r.version, &r.plural)?;
             s.patch(

@@ -14,6 +14,7 @@
 use conformance_core::timeline::READY_CONDITION;
 use kube_emulator::Pointer;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 use tokio::task::JoinHandle;
@@ -235,7 +236,7 @@ impl AgentSandboxController {
             self.cluster
                 .patch(&sandboxes(), ns.as_deref(), &name, PatchKind::Merge, &patch)
         {
-            *sb = v;
+            *sb = Arc::unwrap_or_clone(v);
         }
     }
 
@@ -407,7 +408,7 @@ impl AgentSandboxController {
                 ) {
                     Ok(p) => {
                         self.patch_annotation(sb, Some(name));
-                        Some(p)
+                        Some(Arc::unwrap_or_clone(p))
                     }
                     Err(e) => {
                         *error = Some(e.to_string());

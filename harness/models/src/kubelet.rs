@@ -248,7 +248,7 @@ impl Inner {
         };
         let resources = json!({"cpu": "8", "memory": "16Gi", "pods": "110",
                                "ephemeral-storage": "100Gi", "hugepages-2Mi": "0"});
-        let mut status = node;
+        let mut status = Arc::unwrap_or_clone(node);
         status["status"] = json!({
             "conditions": [
                 cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
@@ -328,7 +328,7 @@ impl Inner {
                     if matches!(phase, "Succeeded" | "Failed") {
                         continue;
                     }
-                    let e = self.start_worker(Value::clone(pod));
+                    let e = self.start_worker(Arc::clone(pod));
                     entries.insert(uid.to_string(), e);
                 }
             }
@@ -443,7 +443,7 @@ impl Inner {
         let Ok(updated) = self.cluster.update(&pvcs(), Some(ns), name, new) else {
             return;
         };
-        let mut status = updated.clone();
+        let mut status = Arc::unwrap_or_clone(updated);
         status["status"] = json!({
             "phase": "Bound",
             "accessModes": pvc.at("/spec/accessModes").cloned().unwrap_or(json!(["ReadWriteOnce"])),
@@ -452,7 +452,7 @@ impl Inner {
         let _ = self.cluster.update_status(&pvcs(), Some(ns), name, status);
     }
 
-    fn start_worker(self: &Arc<Self>, pod: Value) -> PodEntry {
+    fn start_worker(self: &Arc<Self>, pod: Arc<Value>) -> PodEntry {
         let ns = s(&pod, "/metadata/namespace")
             .unwrap_or_default()
             .to_string();
@@ -694,7 +694,8 @@ struct Worker {
     name: String,
     uid: String,
     restart_policy: String,
-    pod: Value,
+    /// The pod as last written, shared with the store.
+    pod: Arc<Value>,
     init: Vec<Ctr>,
     main: Vec<Ctr>,
     shared: Arc<PodShared>,

@@ -551,7 +551,7 @@ impl State {
         version: &str,
         ns: Option<&str>,
         body: Value,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         let out = self.create_inner(def, version, ns, body)?;
         self.settle();
         Ok(out)
@@ -563,7 +563,7 @@ impl State {
         version: &str,
         ns: Option<&str>,
         body: Value,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         let mut obj = body;
         check_create_body(def, &obj)?;
         let ns = create_namespace(def, ns, &obj)?;
@@ -588,7 +588,7 @@ impl State {
         self.uids.insert(uid, (gr.clone(), key));
         self.emit(&gr, EventType::Added, Arc::clone(&obj), None);
         self.after_create(def, &obj);
-        Ok(Self::present(def, version, &obj))
+        Ok(Self::present_shared(def, version, &obj))
     }
 
     /// The name of a new object: its own, or its `generateName` with a suffix.
@@ -696,7 +696,7 @@ impl State {
         name: &str,
         body: Value,
         sub: Subresource,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         let out = self.update_inner(def, version, ns, name, body, sub)?;
         self.settle();
         Ok(out)
@@ -710,7 +710,7 @@ impl State {
         name: &str,
         body: Value,
         sub: Subresource,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         if !body.is_object() {
             return Err(ApiError::bad_request(
                 "the body of the request must be an object",
@@ -743,15 +743,17 @@ impl State {
         }
         if new == *old {
             // A no-op write is not persisted: no new resourceVersion, no watch event.
-            return Ok(Self::present(def, version, &old));
+            return Ok(Self::present_shared(def, version, &old));
         }
-        // The answer is the object as stored; `write` moves `new` into the store, or removes it
-        // (its last finalizer gone) and then the answer is the update as written.
+        // The answer is the object as stored, shared with the store (callers in process write
+        // on every reconcile and mostly drop the answer); `write` moves `new` into the store, or
+        // removes it (its last finalizer gone) and then the answer is the update as written.
         match self.write(def, &key, new, old) {
             None => self
-                .get_ref(def, ns, name)
-                .map(|o| Self::present(def, version, o)),
-            Some(last) => Ok(Self::present(def, version, &last)),
+                .get_shared(&gr, &key)
+                .map(|o| Self::present_shared(def, version, o))
+                .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name)),
+            Some(last) => Ok(Self::present_shared(def, version, &Arc::new(last))),
         }
     }
 
@@ -863,7 +865,7 @@ impl State {
         kind: PatchKind,
         body: PatchBody<'_>,
         sub: Subresource,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         if kind == PatchKind::Strategic && def.custom {
             return Err(ApiError::unsupported_media_type(
                 "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",

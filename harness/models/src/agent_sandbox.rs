@@ -145,7 +145,7 @@ struct Reconciling {
 /// The pod as the pod step leaves it: the one status reports, and whether a pod of the CR's name
 /// belongs to someone else.
 struct PodSeen {
-    returned: Option<Value>,
+    returned: Option<Arc<Value>>,
     not_owned: bool,
 }
 
@@ -194,10 +194,10 @@ impl AgentSandboxController {
             let key = (rv, self.watched_pod_version(&ns, &name));
             let k = (ns, name);
             if seen.get(&k) != Some(&key) {
-                let Ok(sb) = self.cluster.get(&sandboxes(), Some(&k.0), &k.1) else {
+                let Ok(sb) = self.cluster.get_shared(&sandboxes(), Some(&k.0), &k.1) else {
                     continue;
                 };
-                self.reconcile(&sb);
+                self.reconcile(sb);
                 // Record what we reconciled against; our own writes trigger one more (no-op) pass.
                 live.insert(k, key);
             } else {
@@ -221,7 +221,7 @@ impl AgentSandboxController {
             .flatten()
     }
 
-    fn patch_annotation(&self, sb: &mut Value, value: Option<&str>) {
+    fn patch_annotation(&self, sb: &mut Arc<Value>, value: Option<&str>) {
         let cur = sb
             .at("/metadata/annotations")
             .and_then(|a| a.get(POD_NAME_ANNOTATION))
@@ -236,16 +236,17 @@ impl AgentSandboxController {
             self.cluster
                 .patch(&sandboxes(), ns.as_deref(), &name, PatchKind::Merge, &patch)
         {
-            *sb = Arc::unwrap_or_clone(v);
+            *sb = v;
         }
     }
 
     /// One reconcile, in the real controller's order: PVCs, pod, conditions, one status write.
-    fn reconcile(&self, sb: &Value) {
+    /// `sb` is shared with the store until the controller writes it (no copy per pass).
+    fn reconcile(&self, sb: Arc<Value>) {
         if sb.at("/metadata/deletionTimestamp").is_some() {
             return; // F4.7
         }
-        let mut sb = sb.clone();
+        let mut sb = sb;
         let name = s(&sb, "/metadata/name").unwrap_or_default().to_string();
         let r = Reconciling {
             ns: s(&sb, "/metadata/namespace")
@@ -266,7 +267,7 @@ impl AgentSandboxController {
         let mut error = self.ensure_pvcs(&sb, &r, &vcts);
         let pod = self.reconcile_pod(&mut sb, &r, &vcts, &mut error);
         let conds = self.conditions(&sb, &r, &pod, error.as_deref());
-        self.write_status(&sb, &r, pod.returned.as_ref(), conds);
+        self.write_status(&sb, &r, pod.returned.as_deref(), conds);
     }
 
     /// (a) PVCs (F4.10): created if missing, never deleted. Returns the last error seen.
@@ -311,14 +312,14 @@ impl AgentSandboxController {
     /// no PVC error), with the pod-name annotation following it.
     fn reconcile_pod(
         &self,
-        sb: &mut Value,
+        sb: &mut Arc<Value>,
         r: &Reconciling,
         vcts: &[Value],
         error: &mut Option<String>,
     ) -> PodSeen {
         let pod = self
             .cluster
-            .get(&ResourceRef::pods(), Some(&r.ns), &r.name)
+            .get_shared(&ResourceRef::pods(), Some(&r.ns), &r.name)
             .ok();
         if r.suspended {
             self.suspend_pod(sb, r, pod)
@@ -332,7 +333,12 @@ impl AgentSandboxController {
 
     /// Suspended: deletes an owned pod (reported until gone from v0.5.4), refuses one it does
     /// not own.
-    fn suspend_pod(&self, sb: &mut Value, r: &Reconciling, pod: Option<Value>) -> PodSeen {
+    fn suspend_pod(
+        &self,
+        sb: &mut Arc<Value>,
+        r: &Reconciling,
+        pod: Option<Arc<Value>>,
+    ) -> PodSeen {
         let Reconciling {
             ns,
             name,
@@ -355,7 +361,9 @@ impl AgentSandboxController {
                 self.patch_annotation(sb, None);
                 if *v5_4 {
                     // v0.5.4+ reports the terminating pod until it is gone.
-                    self.cluster.get(&ResourceRef::pods(), Some(ns), name).ok()
+                    self.cluster
+                        .get_shared(&ResourceRef::pods(), Some(ns), name)
+                        .ok()
                 } else {
                     None
                 }
@@ -378,12 +386,12 @@ impl AgentSandboxController {
     /// Running: keeps the existing pod (annotating it if owned) or creates it.
     fn ensure_pod(
         &self,
-        sb: &mut Value,
+        sb: &mut Arc<Value>,
         r: &Reconciling,
-        pod: Option<Value>,
+        pod: Option<Arc<Value>>,
         vcts: &[Value],
         error: &mut Option<String>,
-    ) -> Option<Value> {
+    ) -> Option<Arc<Value>> {
         let Reconciling {
             ns,
             name,
@@ -408,7 +416,7 @@ impl AgentSandboxController {
                 ) {
                     Ok(p) => {
                         self.patch_annotation(sb, Some(name));
-                        Some(Arc::unwrap_or_clone(p))
+                        Some(p)
                     }
                     Err(e) => {
                         *error = Some(e.to_string());
@@ -497,7 +505,7 @@ impl AgentSandboxController {
             _ => {}
         }
         let (ok, reason, message) =
-            self.ready_condition(error, suspended, returned.as_ref(), pod_phase.as_deref());
+            self.ready_condition(error, suspended, returned.as_deref(), pod_phase.as_deref());
         set(READY_CONDITION, ok, reason, &message);
         if !matches!(pod_phase.as_deref(), Some("Failed" | "Succeeded")) {
             // Finished is the one condition removed when the pod is absent or not terminal.

@@ -277,7 +277,7 @@ impl Cluster {
     // object API (the same semantics as HTTP)
     // ---------------------------------------------------------------------------------------
 
-    pub fn create(&self, r: &ResourceRef, ns: Option<&str>, obj: Value) -> ApiResult<Value> {
+    pub fn create(&self, r: &ResourceRef, ns: Option<&str>, obj: Value) -> ApiResult<Arc<Value>> {
         self.with_state(|s| {
             let def = s.def(&r.group, &r.version, &r.plural)?;
             s.create(&def, &r.version, ns, obj)
@@ -302,6 +302,35 @@ impl Cluster {
             let def = s.def(&r.group, &r.version, &r.plural)?;
             let items = s.list(&def, &r.version, ns, opts);
             Ok((items.into_iter().map(Arc::unwrap_or_clone).collect(), s.rv))
+        })
+    }
+
+    /// As [`Cluster::list`], but shared: the objects as stored, behind the store's own reference
+    /// counts, instead of deep copies (a copy is made only for an object stored in another
+    /// version). In-process controllers list on every change to the store; copying every object
+    /// they list was most of what a reconcile pass cost.
+    pub fn list_shared(
+        &self,
+        r: &ResourceRef,
+        ns: Option<&str>,
+        opts: &ListOptions,
+    ) -> ApiResult<(Vec<Arc<Value>>, u64)> {
+        self.read(|s| {
+            let def = s.def(&r.group, &r.version, &r.plural)?;
+            Ok((s.list(&def, &r.version, ns, opts), s.rv))
+        })
+    }
+
+    /// As [`Cluster::get`], but shared, as [`Cluster::list_shared`].
+    pub fn get_shared(
+        &self,
+        r: &ResourceRef,
+        ns: Option<&str>,
+        name: &str,
+    ) -> ApiResult<Arc<Value>> {
+        self.read(|s| {
+            let def = s.def(&r.group, &r.version, &r.plural)?;
+            s.get(&def, &r.version, ns, name)
         })
     }
 
@@ -344,7 +373,7 @@ impl Cluster {
         ns: Option<&str>,
         name: &str,
         obj: Value,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         self.update_sub(r, ns, name, obj, Subresource::Main)
     }
 
@@ -355,7 +384,7 @@ impl Cluster {
         ns: Option<&str>,
         name: &str,
         obj: Value,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         self.update_sub(r, ns, name, obj, Subresource::Status)
     }
 
@@ -366,7 +395,7 @@ impl Cluster {
         name: &str,
         obj: Value,
         sub: Subresource,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         self.with_state(|s| {
             let def = s.def(&r.group, &r.version, &r.plural)?;
             s.update(&def, &r.version, ns, name, obj, sub)
@@ -381,7 +410,7 @@ impl Cluster {
         name: &str,
         kind: PatchKind,
         patch: &Value,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         self.patch_sub(r, ns, name, kind, patch, Subresource::Main)
     }
 
@@ -392,7 +421,7 @@ impl Cluster {
         name: &str,
         kind: PatchKind,
         patch: &Value,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         self.patch_sub(r, ns, name, kind, patch, Subresource::Status)
     }
 
@@ -404,7 +433,7 @@ impl Cluster {
         kind: PatchKind,
         patch: &Value,
         sub: Subresource,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         self.with_state(|s| {
             let def = s.def(&r.group, &r.version, &r.plural)?;
             s.patch(

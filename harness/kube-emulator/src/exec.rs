@@ -6,6 +6,7 @@
 use crate::cluster::{Cluster, ResourceRef};
 use crate::error::{ApiError, ApiResult, success_status};
 use crate::logs::{container_state, resolve_container};
+use crate::pointer::Pointer;
 use crate::shell::{DefaultHooks, ExecOutput, Mounts, ShellHooks};
 use axum::extract::ws::{Message, WebSocket};
 use futures::future::BoxFuture;
@@ -58,7 +59,7 @@ pub(crate) fn prepare(
 ) -> ApiResult<ExecRequest> {
     let pod = cluster.get(&ResourceRef::pods(), Some(ns), pod_name)?;
     if pod
-        .pointer("/spec/nodeName")
+        .at("/spec/nodeName")
         .and_then(Value::as_str)
         .is_none_or(str::is_empty)
     {
@@ -66,8 +67,7 @@ pub(crate) fn prepare(
             "pod {pod_name} does not have a host assigned"
         )));
     }
-    if let Some(phase @ ("Succeeded" | "Failed")) =
-        pod.pointer("/status/phase").and_then(Value::as_str)
+    if let Some(phase @ ("Succeeded" | "Failed")) = pod.at("/status/phase").and_then(Value::as_str)
     {
         return Err(ApiError::bad_request(format!(
             "cannot exec into a container in a completed pod; current phase is {phase}"
@@ -86,7 +86,7 @@ pub(crate) fn prepare(
     }
     let spec = ["containers", "initContainers"]
         .iter()
-        .filter_map(|l| pod.pointer(&format!("/spec/{l}")).and_then(Value::as_array))
+        .filter_map(|l| pod.at(&format!("/spec/{l}")).and_then(Value::as_array))
         .flatten()
         .find(|c| c.get("name").and_then(Value::as_str) == Some(container.as_str()))
         .cloned()
@@ -112,7 +112,7 @@ pub(crate) fn prepare(
         namespace: ns.into(),
         pod: pod_name.into(),
         pod_uid: pod
-            .pointer("/metadata/uid")
+            .at("/metadata/uid")
             .and_then(Value::as_str)
             .unwrap_or_default()
             .into(),
@@ -168,13 +168,13 @@ pub fn container_mounts(cluster: &Cluster, req: &ExecRequest) -> Mounts {
         return mounts;
     };
     let volumes: Vec<Value> = pod
-        .pointer("/spec/volumes")
+        .at("/spec/volumes")
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
     let container = ["containers", "initContainers"]
         .iter()
-        .filter_map(|l| pod.pointer(&format!("/spec/{l}")).and_then(Value::as_array))
+        .filter_map(|l| pod.at(&format!("/spec/{l}")).and_then(Value::as_array))
         .flatten()
         .find(|c| c.get("name").and_then(Value::as_str) == Some(req.container.as_str()))
         .cloned()
@@ -200,7 +200,7 @@ pub fn container_mounts(cluster: &Cluster, req: &ExecRequest) -> Mounts {
         let ro = m.get("readOnly").and_then(Value::as_bool).unwrap_or(false)
             || vol.is_some_and(crate::volumes::is_api_volume);
         let volume = match vol
-            .and_then(|v| v.pointer("/persistentVolumeClaim/claimName"))
+            .and_then(|v| v.at("/persistentVolumeClaim/claimName"))
             .and_then(Value::as_str)
         {
             Some(claim) => cluster.pvc_volume(&req.namespace, claim),

@@ -20,6 +20,7 @@ mod logs;
 mod openapi;
 mod patch;
 mod pb;
+mod pointer;
 mod portforward;
 mod resources;
 mod selectors;
@@ -41,6 +42,7 @@ pub use cluster::{Cluster, ClusterConfig, DEFAULT_EPOCH_UNIX, ResourceRef, WeakC
 pub use error::{ApiError, ApiResult};
 pub use exec::{ExecHandler, ExecRequest, container_mounts};
 pub use patch::PatchKind;
+pub use pointer::{Pointer, pointer};
 pub use portforward::PortForwardHandler;
 pub use shell::ExecOutput;
 pub use store::{DeleteOptions, ListOptions};

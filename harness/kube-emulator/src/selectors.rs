@@ -2,6 +2,7 @@
 //! supports per resource).
 
 use crate::error::ApiError;
+use crate::pointer::Pointer;
 use serde_json::Value;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -145,7 +146,7 @@ impl LabelSelector {
     }
 
     pub fn matches(&self, obj: &Value) -> bool {
-        let labels = obj.pointer("/metadata/labels");
+        let labels = obj.at("/metadata/labels");
         let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
         self.0.iter().all(|r| match r {
             LabelReq::Eq(k, v) => get(k) == Some(v.as_str()),
@@ -227,7 +228,7 @@ impl FieldSelector {
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|(field, eq, want)| {
             let ptr = format!("/{}", field.replace('.', "/"));
-            let actual = match obj.pointer(&ptr) {
+            let actual = match obj.at(&ptr) {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Null) | None => String::new(),
                 Some(v) => v.to_string(),

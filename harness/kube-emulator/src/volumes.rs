@@ -4,6 +4,7 @@
 //! them about once a minute, which no model relies on. `emptyDir` volumes stay empty, PVCs keep
 //! their per-claim contents.
 
+use crate::pointer::Pointer;
 use base64::Engine;
 use serde_json::{Value, json};
 
@@ -27,7 +28,7 @@ impl std::fmt::Display for MountFailure {
 type Files = Vec<(String, Vec<u8>)>;
 
 fn s<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
-    v.pointer(ptr).and_then(Value::as_str)
+    v.at(ptr).and_then(Value::as_str)
 }
 
 /// Whether the volume is one the kubelet fills from API objects (and mounts read-only).
@@ -46,7 +47,7 @@ pub fn populate_volumes(cluster: &Cluster, pod: &Value) -> Result<(), MountFailu
     let uid = s(pod, "/metadata/uid").unwrap_or_default();
     let mut filled: Vec<(String, Files)> = Vec::new();
     for v in pod
-        .pointer("/spec/volumes")
+        .at("/spec/volumes")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -221,7 +222,7 @@ fn downward_files(pod: &Value, src: &Value) -> Files {
         let text = match field {
             "metadata.labels" | "metadata.annotations" => {
                 let map = pod
-                    .pointer(&format!("/metadata/{}", &field["metadata.".len()..]))
+                    .at(&format!("/metadata/{}", &field["metadata.".len()..]))
                     .and_then(Value::as_object);
                 map.into_iter()
                     .flatten()

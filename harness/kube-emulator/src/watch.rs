@@ -6,6 +6,7 @@
 
 use crate::cluster::Cluster;
 use crate::error::ApiError;
+use crate::pointer::Pointer;
 use crate::resources::ResourceDef;
 use crate::store::{EventRecord, EventType, ListOptions, State};
 use serde::Serialize;
@@ -73,7 +74,7 @@ fn in_scope(def: &ResourceDef, ns: &Option<String>, obj: &Value) -> bool {
     !def.namespaced
         || ns
             .as_ref()
-            .is_none_or(|n| obj.pointer("/metadata/namespace").and_then(Value::as_str) == Some(n))
+            .is_none_or(|n| obj.at("/metadata/namespace").and_then(Value::as_str) == Some(n))
 }
 
 /// What a selector-filtered watcher sees of one stored change.

@@ -12,7 +12,9 @@
 //! of unowned PVCs, v0.5.6's PodScheduled mirror, v0.4.6 (v1alpha1-only) semantics.
 
 use conformance_core::timeline::READY_CONDITION;
+use kube_emulator::Pointer;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 use tokio::task::JoinHandle;
@@ -82,7 +84,7 @@ pub(crate) fn name_hash(name: &str) -> String {
 }
 
 fn s<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
-    v.pointer(ptr).and_then(Value::as_str)
+    v.at(ptr).and_then(Value::as_str)
 }
 
 /// The Sandbox resource in `version` (`agents.x-k8s.io/<version>`).
@@ -113,7 +115,7 @@ fn pvcs() -> ResourceRef {
 }
 
 fn controller_uid(v: &Value) -> Option<&str> {
-    v.pointer("/metadata/ownerReferences")?
+    v.at("/metadata/ownerReferences")?
         .as_array()?
         .iter()
         .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
@@ -143,7 +145,7 @@ struct Reconciling {
 /// The pod as the pod step leaves it: the one status reports, and whether a pod of the CR's name
 /// belongs to someone else.
 struct PodSeen {
-    returned: Option<Value>,
+    returned: Option<Arc<Value>>,
     not_owned: bool,
 }
 
@@ -192,10 +194,10 @@ impl AgentSandboxController {
             let key = (rv, self.watched_pod_version(&ns, &name));
             let k = (ns, name);
             if seen.get(&k) != Some(&key) {
-                let Ok(sb) = self.cluster.get(&sandboxes(), Some(&k.0), &k.1) else {
+                let Ok(sb) = self.cluster.get_shared(&sandboxes(), Some(&k.0), &k.1) else {
                     continue;
                 };
-                self.reconcile(&sb);
+                self.reconcile(sb);
                 // Record what we reconciled against; our own writes trigger one more (no-op) pass.
                 live.insert(k, key);
             } else {
@@ -210,7 +212,7 @@ impl AgentSandboxController {
     fn watched_pod_version(&self, ns: &str, name: &str) -> Option<String> {
         self.cluster
             .inspect(&ResourceRef::pods(), Some(ns), name, |p| {
-                p.pointer("/metadata/labels")
+                p.at("/metadata/labels")
                     .and_then(|l| l.get(NAME_HASH_LABEL))
                     .and(s(p, "/metadata/resourceVersion"))
                     .map(String::from)
@@ -219,9 +221,9 @@ impl AgentSandboxController {
             .flatten()
     }
 
-    fn patch_annotation(&self, sb: &mut Value, value: Option<&str>) {
+    fn patch_annotation(&self, sb: &mut Arc<Value>, value: Option<&str>) {
         let cur = sb
-            .pointer("/metadata/annotations")
+            .at("/metadata/annotations")
             .and_then(|a| a.get(POD_NAME_ANNOTATION))
             .and_then(Value::as_str);
         if cur == value {
@@ -239,11 +241,12 @@ impl AgentSandboxController {
     }
 
     /// One reconcile, in the real controller's order: PVCs, pod, conditions, one status write.
-    fn reconcile(&self, sb: &Value) {
-        if sb.pointer("/metadata/deletionTimestamp").is_some() {
+    /// `sb` is shared with the store until the controller writes it (no copy per pass).
+    fn reconcile(&self, sb: Arc<Value>) {
+        if sb.at("/metadata/deletionTimestamp").is_some() {
             return; // F4.7
         }
-        let mut sb = sb.clone();
+        let mut sb = sb;
         let name = s(&sb, "/metadata/name").unwrap_or_default().to_string();
         let r = Reconciling {
             ns: s(&sb, "/metadata/namespace")
@@ -252,19 +255,19 @@ impl AgentSandboxController {
             uid: s(&sb, "/metadata/uid").unwrap_or_default().to_string(),
             hash: name_hash(&name),
             suspended: s(&sb, "/spec/operatingMode") == Some("Suspended")
-                || sb.pointer("/spec/replicas").and_then(Value::as_i64) == Some(0),
+                || sb.at("/spec/replicas").and_then(Value::as_i64) == Some(0),
             v5_4: self.version >= AgentSandboxVersion::V0_5_4,
             name,
         };
         let vcts: Vec<Value> = sb
-            .pointer("/spec/volumeClaimTemplates")
+            .at("/spec/volumeClaimTemplates")
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
         let mut error = self.ensure_pvcs(&sb, &r, &vcts);
         let pod = self.reconcile_pod(&mut sb, &r, &vcts, &mut error);
         let conds = self.conditions(&sb, &r, &pod, error.as_deref());
-        self.write_status(&sb, &r, pod.returned.as_ref(), conds);
+        self.write_status(&sb, &r, pod.returned.as_deref(), conds);
     }
 
     /// (a) PVCs (F4.10): created if missing, never deleted. Returns the last error seen.
@@ -288,11 +291,11 @@ impl AgentSandboxController {
                     }
                 }
                 Err(_) => {
-                    let mut labels = obj_map(vct.pointer("/metadata/labels"));
+                    let mut labels = obj_map(vct.at("/metadata/labels"));
                     labels.insert(NAME_HASH_LABEL.into(), json!(hash));
                     let mut md = json!({"name": claim, "labels": labels,
                         "ownerReferences": self.owner_ref(sb)});
-                    if let Some(a) = vct.pointer("/metadata/annotations") {
+                    if let Some(a) = vct.at("/metadata/annotations") {
                         md["annotations"] = a.clone();
                     }
                     let pvc = json!({"metadata": md, "spec": vct.get("spec").cloned().unwrap_or(json!({}))});
@@ -309,14 +312,14 @@ impl AgentSandboxController {
     /// no PVC error), with the pod-name annotation following it.
     fn reconcile_pod(
         &self,
-        sb: &mut Value,
+        sb: &mut Arc<Value>,
         r: &Reconciling,
         vcts: &[Value],
         error: &mut Option<String>,
     ) -> PodSeen {
         let pod = self
             .cluster
-            .get(&ResourceRef::pods(), Some(&r.ns), &r.name)
+            .get_shared(&ResourceRef::pods(), Some(&r.ns), &r.name)
             .ok();
         if r.suspended {
             self.suspend_pod(sb, r, pod)
@@ -330,7 +333,12 @@ impl AgentSandboxController {
 
     /// Suspended: deletes an owned pod (reported until gone from v0.5.4), refuses one it does
     /// not own.
-    fn suspend_pod(&self, sb: &mut Value, r: &Reconciling, pod: Option<Value>) -> PodSeen {
+    fn suspend_pod(
+        &self,
+        sb: &mut Arc<Value>,
+        r: &Reconciling,
+        pod: Option<Arc<Value>>,
+    ) -> PodSeen {
         let Reconciling {
             ns,
             name,
@@ -342,7 +350,7 @@ impl AgentSandboxController {
         let mut not_owned = false;
         let returned = match pod {
             Some(p) if owned(&p) => {
-                if p.pointer("/metadata/deletionTimestamp").is_none() {
+                if p.at("/metadata/deletionTimestamp").is_none() {
                     let _ = self.cluster.delete(
                         &ResourceRef::pods(),
                         Some(ns),
@@ -353,7 +361,9 @@ impl AgentSandboxController {
                 self.patch_annotation(sb, None);
                 if *v5_4 {
                     // v0.5.4+ reports the terminating pod until it is gone.
-                    self.cluster.get(&ResourceRef::pods(), Some(ns), name).ok()
+                    self.cluster
+                        .get_shared(&ResourceRef::pods(), Some(ns), name)
+                        .ok()
                 } else {
                     None
                 }
@@ -376,12 +386,12 @@ impl AgentSandboxController {
     /// Running: keeps the existing pod (annotating it if owned) or creates it.
     fn ensure_pod(
         &self,
-        sb: &mut Value,
+        sb: &mut Arc<Value>,
         r: &Reconciling,
-        pod: Option<Value>,
+        pod: Option<Arc<Value>>,
         vcts: &[Value],
         error: &mut Option<String>,
-    ) -> Option<Value> {
+    ) -> Option<Arc<Value>> {
         let Reconciling {
             ns,
             name,
@@ -434,13 +444,10 @@ impl AgentSandboxController {
             not_owned,
         } = pod;
         let not_owned = *not_owned;
-        let generation = sb
-            .pointer("/metadata/generation")
-            .cloned()
-            .unwrap_or(json!(1));
+        let generation = sb.at("/metadata/generation").cloned().unwrap_or(json!(1));
         let now = self.cluster.now_rfc3339();
         let mut conds: Vec<Value> = sb
-            .pointer("/status/conditions")
+            .at("/status/conditions")
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
@@ -498,7 +505,7 @@ impl AgentSandboxController {
             _ => {}
         }
         let (ok, reason, message) =
-            self.ready_condition(error, suspended, returned.as_ref(), pod_phase.as_deref());
+            self.ready_condition(error, suspended, returned.as_deref(), pod_phase.as_deref());
         set(READY_CONDITION, ok, reason, &message);
         if !matches!(pod_phase.as_deref(), Some("Failed" | "Succeeded")) {
             // Finished is the one condition removed when the pod is absent or not terminal.
@@ -534,7 +541,7 @@ impl AgentSandboxController {
                 }
                 (Some(p), Some("Running")) => {
                     let pod_ready = p
-                        .pointer("/status/conditions")
+                        .at("/status/conditions")
                         .and_then(Value::as_array)
                         .is_some_and(|cs| {
                             cs.iter().any(|c| {
@@ -542,7 +549,7 @@ impl AgentSandboxController {
                             })
                         });
                     let ips = p
-                        .pointer("/status/podIPs")
+                        .at("/status/podIPs")
                         .and_then(Value::as_array)
                         .is_some_and(|a| !a.is_empty());
                     match (pod_ready, ips) {
@@ -625,12 +632,9 @@ impl AgentSandboxController {
     /// The pod of F4.11.
     fn pod_for(&self, sb: &Value, hash: &str, vcts: &[Value]) -> Value {
         let name = s(sb, "/metadata/name").unwrap_or_default();
-        let tmpl = sb
-            .pointer("/spec/podTemplate")
-            .cloned()
-            .unwrap_or(json!({}));
-        let tmpl_labels = obj_map(tmpl.pointer("/metadata/labels"));
-        let tmpl_annotations = obj_map(tmpl.pointer("/metadata/annotations"));
+        let tmpl = sb.at("/spec/podTemplate").cloned().unwrap_or(json!({}));
+        let tmpl_labels = obj_map(tmpl.at("/metadata/labels"));
+        let tmpl_annotations = obj_map(tmpl.at("/metadata/annotations"));
         let mut labels: Map<String, Value> = tmpl_labels
             .iter()
             .filter(|(k, _)| !k.starts_with("agents.x-k8s.io/"))
@@ -685,7 +689,7 @@ fn desired_status(
     );
     st.insert("conditions".into(), Value::Array(conds));
     let ips: Vec<Value> = returned
-        .and_then(|p| p.pointer("/status/podIPs"))
+        .and_then(|p| p.at("/status/podIPs"))
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(|i| i.get("ip").cloned()).collect())
         .unwrap_or_default();

@@ -14,6 +14,8 @@
 //! before a failed pod is replaced, the `batch.kubernetes.io/job-tracking` finalizer (counts are
 //! kept monotonic instead, so removed pods are not counted twice or lost).
 
+use kube_emulator::Pointer;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -30,11 +32,11 @@ fn jobs() -> ResourceRef {
 }
 
 fn int(v: &Value, ptr: &str) -> Option<i64> {
-    v.pointer(ptr).and_then(Value::as_i64)
+    v.at(ptr).and_then(Value::as_i64)
 }
 
 fn condition_true(job: &Value, type_: &str) -> Option<String> {
-    job.pointer("/status/conditions")
+    job.at("/status/conditions")
         .and_then(Value::as_array)?
         .iter()
         .find(|c| c["type"] == type_ && c["status"] == "True")
@@ -102,9 +104,9 @@ impl JobController {
             return Some(due);
         }
         let uid = s(job, "/metadata/uid").unwrap_or_default();
-        let pods: Vec<Value> = self
+        let pods: Vec<Arc<Value>> = self
             .cluster
-            .list(&ResourceRef::pods(), Some(ns), &ListOptions::default())
+            .list_shared(&ResourceRef::pods(), Some(ns), &ListOptions::default())
             .map(|(items, _)| items)
             .unwrap_or_default()
             .into_iter()
@@ -113,6 +115,7 @@ impl JobController {
         let phase = |p: &Value| s(p, "/status/phase").unwrap_or("Pending").to_string();
         let active: Vec<&Value> = pods
             .iter()
+            .map(|p| &**p)
             .filter(|p| !is_deleting(p) && !matches!(phase(p).as_str(), "Succeeded" | "Failed"))
             .collect();
         let on_failure = s(job, "/spec/template/spec/restartPolicy") == Some("OnFailure");
@@ -120,7 +123,7 @@ impl JobController {
             active
                 .iter()
                 .flat_map(|p| {
-                    p.pointer("/status/containerStatuses")
+                    p.at("/status/containerStatuses")
                         .and_then(Value::as_array)
                         .cloned()
                         .unwrap_or_default()
@@ -139,7 +142,7 @@ impl JobController {
         let completions = int(job, "/spec/completions").unwrap_or(1).max(0);
         let parallelism = int(job, "/spec/parallelism").unwrap_or(1).max(0);
         let backoff_limit = int(job, "/spec/backoffLimit").unwrap_or(6);
-        let suspended = job.pointer("/spec/suspend") == Some(&json!(true));
+        let suspended = job.at("/spec/suspend") == Some(&json!(true));
         let start = s(job, "/status/startTime")
             .and_then(parse_unix)
             .map(|t| t.max(0) as u64)
@@ -256,13 +259,13 @@ impl JobController {
     fn create_pod(&self, job: &Value) -> bool {
         let ns = s(job, "/metadata/namespace").unwrap_or_default();
         let name = s(job, "/metadata/name").unwrap_or_default();
-        let template = job.pointer("/spec/template").cloned().unwrap_or(json!({}));
+        let template = job.at("/spec/template").cloned().unwrap_or(json!({}));
         let mut md = json!({
             "generateName": format!("{name}-"),
-            "labels": template.pointer("/metadata/labels").cloned().unwrap_or(json!({})),
+            "labels": template.at("/metadata/labels").cloned().unwrap_or(json!({})),
             "ownerReferences": owner_ref("batch/v1", "Job", job),
         });
-        if let Some(a) = template.pointer("/metadata/annotations") {
+        if let Some(a) = template.at("/metadata/annotations") {
             md["annotations"] = a.clone();
         }
         let spec = template.get("spec").cloned().unwrap_or(json!({}));

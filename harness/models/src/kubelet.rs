@@ -17,6 +17,7 @@
 //! process; see [`crate::procs`] for the PID namespaces, `/proc` files and which signals arrive.
 
 use conformance_core::timeline::READY_CONDITION;
+use kube_emulator::Pointer;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -39,7 +40,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn s<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
-    v.pointer(ptr).and_then(Value::as_str)
+    v.at(ptr).and_then(Value::as_str)
 }
 
 fn pvcs() -> ResourceRef {
@@ -247,7 +248,7 @@ impl Inner {
         };
         let resources = json!({"cpu": "8", "memory": "16Gi", "pods": "110",
                                "ephemeral-storage": "100Gi", "hugepages-2Mi": "0"});
-        let mut status = node;
+        let mut status = Arc::unwrap_or_clone(node);
         status["status"] = json!({
             "conditions": [
                 cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
@@ -269,9 +270,10 @@ impl Inner {
 
     /// One pass over all pods: forget removed pods, schedule, start workers, report deletions.
     fn sync(self: &Arc<Self>) {
-        let Ok((pods, _)) = self
-            .cluster
-            .list(&ResourceRef::pods(), None, &ListOptions::default())
+        // Shared with the store: this pass runs on every change to the cluster.
+        let Ok((pods, _)) =
+            self.cluster
+                .list_shared(&ResourceRef::pods(), None, &ListOptions::default())
         else {
             return;
         };
@@ -301,7 +303,7 @@ impl Inner {
             let ns = s(pod, "/metadata/namespace").unwrap_or_default();
             let name = s(pod, "/metadata/name").unwrap_or_default();
             let uid = s(pod, "/metadata/uid").unwrap_or_default();
-            let deleting = pod.pointer("/metadata/deletionTimestamp").is_some();
+            let deleting = pod.at("/metadata/deletionTimestamp").is_some();
             let node = s(pod, "/spec/nodeName").unwrap_or_default();
             if node.is_empty() {
                 if !deleting {
@@ -326,7 +328,7 @@ impl Inner {
                     if matches!(phase, "Succeeded" | "Failed") {
                         continue;
                     }
-                    let e = self.start_worker(pod.clone());
+                    let e = self.start_worker(Arc::clone(pod));
                     entries.insert(uid.to_string(), e);
                 }
             }
@@ -336,7 +338,7 @@ impl Inner {
     /// The scheduler: gates, missing claims, then `pods/binding` (and WaitForFirstConsumer).
     fn schedule(&self, pod: &Value, ns: &str, name: &str) {
         let gates = pod
-            .pointer("/spec/schedulingGates")
+            .at("/spec/schedulingGates")
             .and_then(Value::as_array)
             .is_some_and(|g| !g.is_empty());
         if gates {
@@ -372,7 +374,7 @@ impl Inner {
     /// `PodScheduled=False` with a reason, written only when it changes.
     fn set_unscheduled(&self, pod: &Value, reason: &str, message: &str) {
         let cur = pod
-            .pointer("/status/conditions")
+            .at("/status/conditions")
             .and_then(Value::as_array)
             .and_then(|cs| {
                 cs.iter()
@@ -400,7 +402,10 @@ impl Inner {
     }
 
     fn bind_all_claims(&self) {
-        let Ok((claims, _)) = self.cluster.list(&pvcs(), None, &ListOptions::default()) else {
+        let Ok((claims, _)) = self
+            .cluster
+            .list_shared(&pvcs(), None, &ListOptions::default())
+        else {
             return;
         };
         for c in claims {
@@ -424,7 +429,7 @@ impl Inner {
         let uid = s(&pvc, "/metadata/uid").unwrap_or_default();
         let mut new = pvc.clone();
         new["spec"]["volumeName"] = json!(format!("pvc-{uid}"));
-        if new.pointer("/spec/storageClassName").is_none() {
+        if new.at("/spec/storageClassName").is_none() {
             new["spec"]["storageClassName"] = json!(self.config.storage_class);
         }
         let ann = new["metadata"]
@@ -438,16 +443,16 @@ impl Inner {
         let Ok(updated) = self.cluster.update(&pvcs(), Some(ns), name, new) else {
             return;
         };
-        let mut status = updated.clone();
+        let mut status = Arc::unwrap_or_clone(updated);
         status["status"] = json!({
             "phase": "Bound",
-            "accessModes": pvc.pointer("/spec/accessModes").cloned().unwrap_or(json!(["ReadWriteOnce"])),
-            "capacity": {"storage": pvc.pointer("/spec/resources/requests/storage").cloned().unwrap_or(json!("1Gi"))},
+            "accessModes": pvc.at("/spec/accessModes").cloned().unwrap_or(json!(["ReadWriteOnce"])),
+            "capacity": {"storage": pvc.at("/spec/resources/requests/storage").cloned().unwrap_or(json!("1Gi"))},
         });
         let _ = self.cluster.update_status(&pvcs(), Some(ns), name, status);
     }
 
-    fn start_worker(self: &Arc<Self>, pod: Value) -> PodEntry {
+    fn start_worker(self: &Arc<Self>, pod: Arc<Value>) -> PodEntry {
         let ns = s(&pod, "/metadata/namespace")
             .unwrap_or_default()
             .to_string();
@@ -455,7 +460,7 @@ impl Inner {
         let (exits_tx, exits_rx) = mpsc::unbounded_channel();
         let (cmds_tx, cmds_rx) = mpsc::unbounded_channel();
         let containers = |list: &str| -> Vec<Value> {
-            pod.pointer(&format!("/spec/{list}"))
+            pod.at(&format!("/spec/{list}"))
                 .and_then(Value::as_array)
                 .cloned()
                 .unwrap_or_default()
@@ -518,7 +523,7 @@ impl Inner {
 
 /// The claim names of a pod's PVC volumes.
 pub(crate) fn claim_names(pod: &Value) -> Vec<String> {
-    pod.pointer("/spec/volumes")
+    pod.at("/spec/volumes")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -689,7 +694,8 @@ struct Worker {
     name: String,
     uid: String,
     restart_policy: String,
-    pod: Value,
+    /// The pod as last written, shared with the store.
+    pod: Arc<Value>,
     init: Vec<Ctr>,
     main: Vec<Ctr>,
     shared: Arc<PodShared>,
@@ -993,7 +999,7 @@ impl Worker {
                         .and_then(|_| s(&self.pod, &format!("/{}", f.replace('.', "/"))))
                         .map(String::from),
                 }
-            } else if let Some(r) = e.pointer("/valueFrom/secretKeyRef") {
+            } else if let Some(r) = e.at("/valueFrom/secretKeyRef") {
                 let secret = self.k.cluster.get(
                     &ResourceRef::new("", "v1", "secrets"),
                     Some(&self.ns),
@@ -1001,25 +1007,25 @@ impl Worker {
                 );
                 secret.ok().and_then(|sec| {
                     let key = s(r, "/key")?;
-                    sec.pointer("/data")
+                    sec.at("/data")
                         .and_then(|d| d.get(key))
                         .and_then(Value::as_str)
                         .and_then(base64_decode)
                         .or_else(|| {
-                            sec.pointer("/stringData")
+                            sec.at("/stringData")
                                 .and_then(|d| d.get(key))
                                 .and_then(Value::as_str)
                                 .map(String::from)
                         })
                 })
-            } else if let Some(r) = e.pointer("/valueFrom/configMapKeyRef") {
+            } else if let Some(r) = e.at("/valueFrom/configMapKeyRef") {
                 let cm = self.k.cluster.get(
                     &ResourceRef::new("", "v1", "configmaps"),
                     Some(&self.ns),
                     s(r, "/name").unwrap_or_default(),
                 );
                 cm.ok().and_then(|cm| {
-                    cm.pointer("/data")
+                    cm.at("/data")
                         .and_then(|d| d.get(s(r, "/key")?))
                         .and_then(Value::as_str)
                         .map(String::from)
@@ -1258,7 +1264,7 @@ impl Worker {
         );
         let scheduled = self
             .pod
-            .pointer("/status/conditions")
+            .at("/status/conditions")
             .and_then(Value::as_array)
             .and_then(|cs| {
                 cs.iter()

@@ -5,6 +5,7 @@
 //! black-holes connections like an egress NetworkPolicy would.
 
 use conformance_core::timeline::READY_CONDITION;
+use kube_emulator::Pointer;
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -116,7 +117,7 @@ impl Network {
                 &svc,
                 |service| {
                     let selector: BTreeMap<String, String> = service
-                        .pointer("/spec/selector")
+                        .at("/spec/selector")
                         .and_then(Value::as_object)
                         .and_then(|m| {
                             m.iter()
@@ -125,7 +126,7 @@ impl Network {
                         })
                         .unwrap_or_default();
                     let target = service
-                        .pointer("/spec/ports")
+                        .at("/spec/ports")
                         .and_then(Value::as_array)
                         .and_then(|ps| {
                             ps.iter().find(|p| {
@@ -151,7 +152,7 @@ impl Network {
                     if !(selects(&selector, pod) && is_ready(pod)) {
                         return None;
                     }
-                    let name = pod.pointer("/metadata/name").and_then(Value::as_str)?;
+                    let name = pod.at("/metadata/name").and_then(Value::as_str)?;
                     Some((name.to_string(), resolve_port(pod, &target)?))
                 },
             )
@@ -170,7 +171,7 @@ impl Network {
 
 fn selects(selector: &BTreeMap<String, String>, pod: &Value) -> bool {
     selector.iter().all(|(k, v)| {
-        pod.pointer("/metadata/labels")
+        pod.at("/metadata/labels")
             .and_then(|l| l.get(k))
             .and_then(Value::as_str)
             == Some(v.as_str())
@@ -179,10 +180,10 @@ fn selects(selector: &BTreeMap<String, String>, pod: &Value) -> bool {
 
 /// Ready as an EndpointSlice controller sees it: Running, Ready condition True, not terminating.
 pub(crate) fn is_ready(pod: &Value) -> bool {
-    pod.pointer("/metadata/deletionTimestamp").is_none()
-        && pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running")
+    pod.at("/metadata/deletionTimestamp").is_none()
+        && pod.at("/status/phase").and_then(Value::as_str) == Some("Running")
         && pod
-            .pointer("/status/conditions")
+            .at("/status/conditions")
             .and_then(Value::as_array)
             .is_some_and(|cs| {
                 cs.iter().any(|c| {
@@ -201,7 +202,7 @@ fn resolve_port(pod: &Value, target: &Value) -> Option<u16> {
     if let Ok(n) = name.parse::<u16>() {
         return Some(n);
     }
-    pod.pointer("/spec/containers")?
+    pod.at("/spec/containers")?
         .as_array()?
         .iter()
         .flat_map(|c| {

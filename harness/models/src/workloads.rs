@@ -19,7 +19,9 @@
 //! Not modelled: Deployment surge accounting, rollbacks, `minReadySeconds`, the PVC retention
 //! policy `Delete`, ControllerRevision objects, Deployment progress deadlines.
 
+use kube_emulator::Pointer;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 use tokio::task::JoinHandle;
@@ -28,7 +30,7 @@ use crate::network::is_ready;
 use kube_emulator::{Cluster, DeleteOptions, ListOptions, ResourceRef};
 
 pub(crate) fn s<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
-    v.pointer(ptr).and_then(Value::as_str)
+    v.at(ptr).and_then(Value::as_str)
 }
 
 fn statefulsets() -> ResourceRef {
@@ -69,7 +71,7 @@ fn template_hash(template: &Value) -> String {
 }
 
 pub(crate) fn is_deleting(v: &Value) -> bool {
-    v.pointer("/metadata/deletionTimestamp").is_some()
+    v.at("/metadata/deletionTimestamp").is_some()
 }
 
 pub(crate) fn is_terminal(p: &Value) -> bool {
@@ -91,7 +93,7 @@ struct PodView {
 
 /// The uid of the object's controller ownerRef.
 pub(crate) fn controller_uid(v: &Value) -> Option<&str> {
-    v.pointer("/metadata/ownerReferences")?
+    v.at("/metadata/ownerReferences")?
         .as_array()?
         .iter()
         .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
@@ -235,12 +237,12 @@ impl WorkloadControllers {
         let name = s(sts, "/metadata/name").unwrap_or_default();
         let uid = s(sts, "/metadata/uid").unwrap_or_default();
         let replicas = sts
-            .pointer("/spec/replicas")
+            .at("/spec/replicas")
             .and_then(Value::as_i64)
             .unwrap_or(1)
             .max(0);
         let ordered = s(sts, "/spec/podManagementPolicy") != Some("Parallel");
-        let template = sts.pointer("/spec/template").cloned().unwrap_or(json!({}));
+        let template = sts.at("/spec/template").cloned().unwrap_or(json!({}));
         let revision = format!("{name}-{}", template_hash(&template));
         let pods = self.pods_in(ns);
         let owned = |p: &PodView| p.owner.as_deref() == Some(uid);
@@ -372,12 +374,12 @@ impl WorkloadControllers {
         let ns = s(sts, "/metadata/namespace").unwrap_or_default();
         let uid = s(sts, "/metadata/uid").unwrap_or_default();
         let replicas = sts
-            .pointer("/spec/replicas")
+            .at("/spec/replicas")
             .and_then(Value::as_i64)
             .unwrap_or(1)
             .max(0);
         let partition = sts
-            .pointer("/spec/updateStrategy/rollingUpdate/partition")
+            .at("/spec/updateStrategy/rollingUpdate/partition")
             .and_then(Value::as_i64)
             .unwrap_or(0);
         let mut mine: Vec<(i64, &PodView)> = pods
@@ -408,14 +410,14 @@ impl WorkloadControllers {
     fn create_sts_pod(&self, sts: &Value, ord: i64, pod_name: &str, revision: &str) {
         let ns = s(sts, "/metadata/namespace").unwrap_or_default();
         let name = s(sts, "/metadata/name").unwrap_or_default();
-        let selector = obj_map(sts.pointer("/spec/selector/matchLabels"));
+        let selector = obj_map(sts.at("/spec/selector/matchLabels"));
         let vcts: Vec<Value> = sts
-            .pointer("/spec/volumeClaimTemplates")
+            .at("/spec/volumeClaimTemplates")
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
         let mut volumes: Vec<Value> = sts
-            .pointer("/spec/template/spec/volumes")
+            .at("/spec/template/spec/volumes")
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
@@ -423,10 +425,10 @@ impl WorkloadControllers {
             let vname = s(vct, "/metadata/name").unwrap_or_default();
             let claim = format!("{vname}-{name}-{ord}");
             if self.cluster.get(&pvcs(), Some(ns), &claim).is_err() {
-                let mut labels = obj_map(vct.pointer("/metadata/labels"));
+                let mut labels = obj_map(vct.at("/metadata/labels"));
                 labels.extend(selector.clone());
                 let mut md = json!({"name": claim, "labels": labels});
-                if let Some(a) = vct.pointer("/metadata/annotations") {
+                if let Some(a) = vct.at("/metadata/annotations") {
                     md["annotations"] = a.clone();
                 }
                 let pvc =
@@ -438,8 +440,8 @@ impl WorkloadControllers {
             volumes.retain(|v| s(v, "/name") != Some(vname));
             volumes.push(json!({"name": vname, "persistentVolumeClaim": {"claimName": claim}}));
         }
-        let template = sts.pointer("/spec/template").cloned().unwrap_or(json!({}));
-        let mut labels = obj_map(template.pointer("/metadata/labels"));
+        let template = sts.at("/spec/template").cloned().unwrap_or(json!({}));
+        let mut labels = obj_map(template.at("/metadata/labels"));
         labels.insert("statefulset.kubernetes.io/pod-name".into(), json!(pod_name));
         labels.insert(
             "apps.kubernetes.io/pod-index".into(),
@@ -458,7 +460,7 @@ impl WorkloadControllers {
             "name": pod_name, "labels": labels,
             "ownerReferences": owner_ref("apps/v1", "StatefulSet", sts),
         });
-        if let Some(a) = template.pointer("/metadata/annotations") {
+        if let Some(a) = template.at("/metadata/annotations") {
             md["annotations"] = a.clone();
         }
         let _ = self.cluster.create(
@@ -473,16 +475,16 @@ impl WorkloadControllers {
         let name = s(d, "/metadata/name").unwrap_or_default();
         let uid = s(d, "/metadata/uid").unwrap_or_default();
         let replicas = d
-            .pointer("/spec/replicas")
+            .at("/spec/replicas")
             .and_then(Value::as_i64)
             .unwrap_or(1)
             .max(0);
-        let template = d.pointer("/spec/template").cloned().unwrap_or(json!({}));
+        let template = d.at("/spec/template").cloned().unwrap_or(json!({}));
         let hash = template_hash(&template);
         let rs_name = format!("{name}-{hash}");
-        let owned: Vec<Value> = self
+        let owned: Vec<Arc<Value>> = self
             .cluster
-            .list(&replicasets(), Some(ns), &ListOptions::default())
+            .list_shared(&replicasets(), Some(ns), &ListOptions::default())
             .map(|(i, _)| i)
             .unwrap_or_default()
             .into_iter()
@@ -499,9 +501,9 @@ impl WorkloadControllers {
             .find(|rs| s(rs, "/metadata/name") == Some(&rs_name))
         {
             None => {
-                let mut labels = obj_map(template.pointer("/metadata/labels"));
+                let mut labels = obj_map(template.at("/metadata/labels"));
                 labels.insert("pod-template-hash".into(), json!(hash));
-                let mut selector = d.pointer("/spec/selector").cloned().unwrap_or(json!({}));
+                let mut selector = d.at("/spec/selector").cloned().unwrap_or(json!({}));
                 selector["matchLabels"]["pod-template-hash"] = json!(hash);
                 let mut tmpl = template.clone();
                 tmpl["metadata"]["labels"] = Value::Object(labels.clone());
@@ -517,7 +519,7 @@ impl WorkloadControllers {
                 let _ = self.cluster.create(&replicasets(), Some(ns), rs);
             }
             Some(rs) => {
-                if rs.pointer("/spec/replicas").and_then(Value::as_i64) != Some(replicas) {
+                if rs.at("/spec/replicas").and_then(Value::as_i64) != Some(replicas) {
                     let _ = self
                         .cluster
                         .scale(&replicasets(), Some(ns), &rs_name, replicas);
@@ -526,14 +528,14 @@ impl WorkloadControllers {
         }
         for rs in &owned {
             let n = s(rs, "/metadata/name").unwrap_or_default();
-            if n != rs_name && rs.pointer("/spec/replicas").and_then(Value::as_i64) != Some(0) {
+            if n != rs_name && rs.at("/spec/replicas").and_then(Value::as_i64) != Some(0) {
                 let _ = self.cluster.scale(&replicasets(), Some(ns), n, 0);
             }
         }
         // Status from the ReplicaSets' statuses.
-        let owned: Vec<Value> = self
+        let owned: Vec<Arc<Value>> = self
             .cluster
-            .list(&replicasets(), Some(ns), &ListOptions::default())
+            .list_shared(&replicasets(), Some(ns), &ListOptions::default())
             .map(|(i, _)| i)
             .unwrap_or_default()
             .into_iter()
@@ -542,13 +544,13 @@ impl WorkloadControllers {
         let sum = |k: &str| -> i64 {
             owned
                 .iter()
-                .filter_map(|rs| rs.pointer(&format!("/status/{k}")).and_then(Value::as_i64))
+                .filter_map(|rs| rs.at(&format!("/status/{k}")).and_then(Value::as_i64))
                 .sum()
         };
         let updated = owned
             .iter()
             .find(|rs| s(rs, "/metadata/name") == Some(&rs_name))
-            .and_then(|rs| rs.pointer("/status/replicas").and_then(Value::as_i64))
+            .and_then(|rs| rs.at("/status/replicas").and_then(Value::as_i64))
             .unwrap_or(0);
         let (total, ready, available) = (
             sum("replicas"),
@@ -605,7 +607,7 @@ impl WorkloadControllers {
         let name = s(rs, "/metadata/name").unwrap_or_default();
         let uid = s(rs, "/metadata/uid").unwrap_or_default();
         let replicas = rs
-            .pointer("/spec/replicas")
+            .at("/spec/replicas")
             .and_then(Value::as_i64)
             .unwrap_or(1)
             .max(0);
@@ -616,14 +618,14 @@ impl WorkloadControllers {
             .collect();
         let diff = replicas - active.len() as i64;
         if diff > 0 {
-            let template = rs.pointer("/spec/template").cloned().unwrap_or(json!({}));
+            let template = rs.at("/spec/template").cloned().unwrap_or(json!({}));
             for _ in 0..diff {
                 let mut md = json!({
                     "generateName": format!("{name}-"),
-                    "labels": template.pointer("/metadata/labels").cloned().unwrap_or(json!({})),
+                    "labels": template.at("/metadata/labels").cloned().unwrap_or(json!({})),
                     "ownerReferences": owner_ref("apps/v1", "ReplicaSet", rs),
                 });
-                if let Some(a) = template.pointer("/metadata/annotations") {
+                if let Some(a) = template.at("/metadata/annotations") {
                     md["annotations"] = a.clone();
                 }
                 let spec = template.get("spec").cloned().unwrap_or(json!({}));

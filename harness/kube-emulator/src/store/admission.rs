@@ -3,6 +3,7 @@
 
 use super::{FINALIZER_PVC_PROTECTION, State, meta_mut};
 use crate::error::{ApiError, ApiResult};
+use crate::pointer::Pointer;
 use crate::resources::{ResourceDef, apply_schema_defaults};
 use serde_json::{Value, json};
 
@@ -151,9 +152,9 @@ impl State {
     /// CRDs: the name must be `<plural>.<group>`; the status says the names are accepted and
     /// the CRD established at once.
     fn admit_crd(&self, def: &ResourceDef, name: &str, obj: &mut Value) -> ApiResult<()> {
-        let names = obj.pointer("/spec/names").cloned().unwrap_or(json!({}));
+        let names = obj.at("/spec/names").cloned().unwrap_or(json!({}));
         let group = obj
-            .pointer("/spec/group")
+            .at("/spec/group")
             .and_then(Value::as_str)
             .unwrap_or_default();
         let plural = names
@@ -172,7 +173,7 @@ impl State {
         let now = self.clock.now_rfc3339();
         obj["status"] = json!({
             "acceptedNames": names,
-            "storedVersions": obj.pointer("/spec/versions").and_then(Value::as_array)
+            "storedVersions": obj.at("/spec/versions").and_then(Value::as_array)
                 .map(|vs| vs.iter().filter(|v| v.get("storage") == Some(&json!(true)))
                     .filter_map(|v| v.get("name").cloned()).collect::<Vec<_>>()).unwrap_or_default(),
             "conditions": [
@@ -216,7 +217,7 @@ impl State {
                 };
                 // Scheduling gates may only be removed (KEP-3521).
                 let gates = |v: &Value| -> Vec<Value> {
-                    v.pointer("/spec/schedulingGates")
+                    v.at("/spec/schedulingGates")
                         .and_then(Value::as_array)
                         .cloned()
                         .unwrap_or_default()

@@ -5,6 +5,7 @@ use super::{
     DeleteOptions, FINALIZER_FOREGROUND, FINALIZER_ORPHAN, FINALIZER_PVC_PROTECTION, Gr, NsName,
     State, finalizers, is_deleting, meta,
 };
+use crate::pointer::Pointer;
 use serde_json::{Value, json};
 
 enum Action {
@@ -51,7 +52,7 @@ impl State {
     fn plan_garbage_collection(&self, actions: &mut Vec<Action>) {
         for (gr, key, obj) in self.all_objects() {
             let Some(refs) = obj
-                .pointer("/metadata/ownerReferences")
+                .at("/metadata/ownerReferences")
                 .and_then(Value::as_array)
             else {
                 continue;
@@ -107,7 +108,7 @@ impl State {
     fn plan_finalizer_removal(&self, actions: &mut Vec<Action>) {
         let dependents_of = |uid: &str, blocking_only: bool| {
             self.all_objects().any(|(_, _, o)| {
-                o.pointer("/metadata/ownerReferences")
+                o.at("/metadata/ownerReferences")
                     .and_then(Value::as_array)
                     .is_some_and(|refs| {
                         refs.iter().any(|r| {
@@ -159,14 +160,14 @@ impl State {
                 pods.iter().any(|((pns, _), p)| {
                     pns == ns
                         && !matches!(
-                            p.pointer("/status/phase").and_then(Value::as_str),
+                            p.at("/status/phase").and_then(Value::as_str),
                             Some("Succeeded" | "Failed")
                         )
-                        && p.pointer("/spec/volumes")
+                        && p.at("/spec/volumes")
                             .and_then(Value::as_array)
                             .is_some_and(|vs| {
                                 vs.iter().any(|v| {
-                                    v.pointer("/persistentVolumeClaim/claimName")
+                                    v.at("/persistentVolumeClaim/claimName")
                                         .and_then(Value::as_str)
                                         == Some(claim)
                                 })
@@ -194,7 +195,7 @@ impl State {
                     }
                 }
                 let spec_fins = nso
-                    .pointer("/spec/finalizers")
+                    .at("/spec/finalizers")
                     .and_then(Value::as_array)
                     .is_some_and(|a| !a.is_empty());
                 if !any && spec_fins {

@@ -7,6 +7,7 @@ use super::{
 };
 use crate::clock::{format_unix, parse_unix};
 use crate::error::{ApiError, ApiResult};
+use crate::pointer::Pointer;
 use crate::resources::ResourceDef;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -65,7 +66,7 @@ impl State {
         let is_pod = *gr == (String::new(), "pods".to_string());
         let mut new = old.clone();
         let cur_grace = old
-            .pointer("/metadata/deletionGracePeriodSeconds")
+            .at("/metadata/deletionGracePeriodSeconds")
             .and_then(Value::as_i64)
             .unwrap_or(0);
         if is_pod && grace < cur_grace {
@@ -113,7 +114,7 @@ impl State {
         let mut new = old.clone();
         let spec_fins = is_ns
             && new
-                .pointer("/spec/finalizers")
+                .at("/spec/finalizers")
                 .and_then(Value::as_array)
                 .is_some_and(|a| !a.is_empty());
         if fins.is_empty() && grace == 0 && !spec_fins {
@@ -200,12 +201,12 @@ impl State {
         {
             // Deleting a CRD deletes its custom resources and stops serving them.
             let group = obj
-                .pointer("/spec/group")
+                .at("/spec/group")
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_string();
             let plural = obj
-                .pointer("/spec/names/plural")
+                .at("/spec/names/plural")
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_string();
@@ -234,7 +235,7 @@ impl State {
             return;
         }
         let due = pod
-            .pointer("/metadata/deletionTimestamp")
+            .at("/metadata/deletionTimestamp")
             .and_then(Value::as_str)
             .and_then(parse_unix)
             .unwrap_or(0);
@@ -294,17 +295,17 @@ fn check_preconditions(gr: &Gr, name: &str, old: &Value, opts: &DeleteOptions) -
 /// period, else the pod's own, else 30 seconds.
 fn pod_grace(pod: &Value, opts: &DeleteOptions) -> i64 {
     let bound = pod
-        .pointer("/spec/nodeName")
+        .at("/spec/nodeName")
         .and_then(Value::as_str)
         .is_some_and(|n| !n.is_empty());
     let phase = pod
-        .pointer("/status/phase")
+        .at("/status/phase")
         .and_then(Value::as_str)
         .unwrap_or("");
     if bound && !matches!(phase, "Succeeded" | "Failed") {
         opts.grace_period_seconds
             .or_else(|| {
-                pod.pointer("/spec/terminationGracePeriodSeconds")
+                pod.at("/spec/terminationGracePeriodSeconds")
                     .and_then(Value::as_i64)
             })
             .unwrap_or(30)

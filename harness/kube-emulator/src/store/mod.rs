@@ -12,6 +12,7 @@
 use crate::clock::Clock;
 use crate::error::{ApiError, ApiResult, qualified};
 use crate::patch::{PatchBody, PatchKind};
+use crate::pointer::Pointer;
 use crate::resources::{ResourceDef, Resources, apply_schema_defaults};
 use crate::selectors::{FieldSelector, LabelSelector};
 use serde_json::{Map, Value, json};
@@ -89,7 +90,7 @@ pub struct DeleteOptions {
 
 impl DeleteOptions {
     pub fn from_json(v: &Value) -> Self {
-        let s = |p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_string);
+        let s = |p: &str| v.at(p).and_then(Value::as_str).map(str::to_string);
         let mut o = Self {
             grace_period_seconds: v.get("gracePeriodSeconds").and_then(Value::as_i64),
             propagation_policy: s("/propagationPolicy"),
@@ -169,7 +170,7 @@ fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
 }
 
 fn finalizers(obj: &Value) -> Vec<String> {
-    obj.pointer("/metadata/finalizers")
+    obj.at("/metadata/finalizers")
         .and_then(Value::as_array)
         .map(|a| {
             a.iter()
@@ -180,7 +181,7 @@ fn finalizers(obj: &Value) -> Vec<String> {
 }
 
 fn is_deleting(obj: &Value) -> bool {
-    obj.pointer("/metadata/deletionTimestamp")
+    obj.at("/metadata/deletionTimestamp")
         .is_some_and(|v| !v.is_null())
 }
 
@@ -550,7 +551,7 @@ impl State {
         version: &str,
         ns: Option<&str>,
         body: Value,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         let out = self.create_inner(def, version, ns, body)?;
         self.settle();
         Ok(out)
@@ -562,7 +563,7 @@ impl State {
         version: &str,
         ns: Option<&str>,
         body: Value,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         let mut obj = body;
         check_create_body(def, &obj)?;
         let ns = create_namespace(def, ns, &obj)?;
@@ -587,7 +588,7 @@ impl State {
         self.uids.insert(uid, (gr.clone(), key));
         self.emit(&gr, EventType::Added, Arc::clone(&obj), None);
         self.after_create(def, &obj);
-        Ok(Self::present(def, version, &obj))
+        Ok(Self::present_shared(def, version, &obj))
     }
 
     /// The name of a new object: its own, or its `generateName` with a suffix.
@@ -695,7 +696,7 @@ impl State {
         name: &str,
         body: Value,
         sub: Subresource,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         let out = self.update_inner(def, version, ns, name, body, sub)?;
         self.settle();
         Ok(out)
@@ -709,7 +710,7 @@ impl State {
         name: &str,
         body: Value,
         sub: Subresource,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         if !body.is_object() {
             return Err(ApiError::bad_request(
                 "the body of the request must be an object",
@@ -735,22 +736,24 @@ impl State {
         );
         if def.has_generation && !same_spec(&new, &old) {
             let g = old
-                .pointer("/metadata/generation")
+                .at("/metadata/generation")
                 .and_then(Value::as_i64)
                 .unwrap_or(0);
             meta_mut(&mut new).insert("generation".into(), json!(g + 1));
         }
         if new == *old {
             // A no-op write is not persisted: no new resourceVersion, no watch event.
-            return Ok(Self::present(def, version, &old));
+            return Ok(Self::present_shared(def, version, &old));
         }
-        // The answer is the object as stored; `write` moves `new` into the store, or removes it
-        // (its last finalizer gone) and then the answer is the update as written.
+        // The answer is the object as stored, shared with the store (callers in process write
+        // on every reconcile and mostly drop the answer); `write` moves `new` into the store, or
+        // removes it (its last finalizer gone) and then the answer is the update as written.
         match self.write(def, &key, new, old) {
             None => self
-                .get_ref(def, ns, name)
-                .map(|o| Self::present(def, version, o)),
-            Some(last) => Ok(Self::present(def, version, &last)),
+                .get_shared(&gr, &key)
+                .map(|o| Self::present_shared(def, version, o))
+                .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name)),
+            Some(last) => Ok(Self::present_shared(def, version, &Arc::new(last))),
         }
     }
 
@@ -815,12 +818,12 @@ impl State {
     ) -> Option<Value> {
         let gr = def.gr();
         let grace_over = new
-            .pointer("/metadata/deletionGracePeriodSeconds")
+            .at("/metadata/deletionGracePeriodSeconds")
             .and_then(Value::as_i64)
             .unwrap_or(0)
             == 0;
         let spec_finalizers_empty = new
-            .pointer("/spec/finalizers")
+            .at("/spec/finalizers")
             .and_then(Value::as_array)
             .is_none_or(|a| a.is_empty())
             || gr.1 != "namespaces";
@@ -862,7 +865,7 @@ impl State {
         kind: PatchKind,
         body: PatchBody<'_>,
         sub: Subresource,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         if kind == PatchKind::Strategic && def.custom {
             return Err(ApiError::unsupported_media_type(
                 "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",

@@ -3,6 +3,7 @@
 use super::{State, Subresource, is_deleting, meta};
 use crate::error::{ApiError, ApiResult};
 use crate::patch::{PatchKind, apply_patch};
+use crate::pointer::Pointer;
 use crate::resources::{ResourceDef, ScalePaths};
 use crate::selectors::LabelSelector;
 use serde_json::{Value, json};
@@ -23,12 +24,12 @@ impl State {
         let selector = paths
             .label_selector
             .as_ref()
-            .and_then(|p| obj.pointer(&ptr(p)))
+            .and_then(|p| obj.at(&ptr(p)))
             .map(|s| match s {
                 Value::String(s) => s.clone(),
                 other => LabelSelector::from_object(other).to_string_form(),
             });
-        let mut status = json!({"replicas": obj.pointer(&ptr(&paths.status_replicas)).and_then(Value::as_i64).unwrap_or(0)});
+        let mut status = json!({"replicas": obj.at(&ptr(&paths.status_replicas)).and_then(Value::as_i64).unwrap_or(0)});
         if let Some(s) = selector {
             status["selector"] = json!(s);
         }
@@ -41,7 +42,7 @@ impl State {
             "kind": "Scale",
             "apiVersion": "autoscaling/v1",
             "metadata": md,
-            "spec": {"replicas": obj.pointer(&ptr(&paths.spec_replicas)).and_then(Value::as_i64).unwrap_or(0)},
+            "spec": {"replicas": obj.at(&ptr(&paths.spec_replicas)).and_then(Value::as_i64).unwrap_or(0)},
             "status": status,
         }))
     }
@@ -57,7 +58,7 @@ impl State {
     ) -> ApiResult<Value> {
         let paths = scale_paths(def, version)?;
         let replicas = scale
-            .pointer("/spec/replicas")
+            .at("/spec/replicas")
             .and_then(Value::as_i64)
             .unwrap_or(0);
         if replicas < 0 {
@@ -116,7 +117,7 @@ impl State {
             .cloned()
             .ok_or_else(|| ApiError::not_found("", "pods", name))?;
         if let Some(n) = old
-            .pointer("/spec/nodeName")
+            .at("/spec/nodeName")
             .and_then(Value::as_str)
             .filter(|n| !n.is_empty())
         {

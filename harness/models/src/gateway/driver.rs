@@ -4,6 +4,7 @@
 //! (reported for 0.1.x) it also owns a sandbox's own supervisor pod and the workload pod's
 //! scheduling gate. The pod's shape per placement comes from [`crate::placement`].
 
+use kube_emulator::Pointer;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -265,7 +266,7 @@ pub(crate) async fn stop_sandbox(gw: &Arc<Gateway>, name: &str) {
 }
 
 fn has_gate(pod: &Value) -> bool {
-    pod.pointer("/spec/schedulingGates")
+    pod.at("/spec/schedulingGates")
         .and_then(Value::as_array)
         .is_some_and(|g| !g.is_empty())
 }
@@ -313,11 +314,13 @@ pub(crate) async fn reconcile_loop(gw: Arc<Gateway>) {
     }
 }
 
-fn by_name(items: Vec<Value>) -> BTreeMap<String, Value> {
+/// The objects by name, shared with the store: a reconcile pass runs on every change to the
+/// cluster, and copying each listed object was most of its cost.
+fn by_name(items: Vec<Arc<Value>>) -> BTreeMap<String, Arc<Value>> {
     items
         .into_iter()
         .filter_map(|o| {
-            let n = o.pointer("/metadata/name")?.as_str()?.to_string();
+            let n = o.at("/metadata/name")?.as_str()?.to_string();
             Some((n, o))
         })
         .collect()
@@ -328,31 +331,30 @@ pub(crate) fn reconcile(gw: &Arc<Gateway>) {
     let lo = ListOptions::default();
     let crs = by_name(
         gw.cluster
-            .list(&sandboxes(), ns, &lo)
+            .list_shared(&sandboxes(), ns, &lo)
             .map(|r| r.0)
             .unwrap_or_default(),
     );
     let pods = by_name(
         gw.cluster
-            .list(&ResourceRef::pods(), ns, &lo)
+            .list_shared(&ResourceRef::pods(), ns, &lo)
             .map(|r| r.0)
             .unwrap_or_default(),
     );
+    // Events pile up over a case; only the bootstrap failures are read, in place.
     let failures: Vec<(String, String, String)> = gw
         .cluster
-        .list(&events(), ns, &lo)
-        .map(|r| r.0)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|e| e.get("reason").and_then(Value::as_str) == Some(BOOTSTRAP_FAILED_EVENT))
-        .filter_map(|e| {
+        .scan(&events(), ns, &lo, |e| {
+            if e.get("reason").and_then(Value::as_str) != Some(BOOTSTRAP_FAILED_EVENT) {
+                return None;
+            }
             Some((
-                e.pointer("/involvedObject/name")?.as_str()?.to_string(),
-                e.pointer("/metadata/name")?.as_str()?.to_string(),
+                e.at("/involvedObject/name")?.as_str()?.to_string(),
+                e.at("/metadata/name")?.as_str()?.to_string(),
                 e.get("message")?.as_str()?.to_string(),
             ))
         })
-        .collect();
+        .unwrap_or_default();
     let topo = &gw.model.topology;
     let gate = topo.scheduling_gate();
     let names = gw.core().store.names();
@@ -376,7 +378,7 @@ pub(crate) fn reconcile(gw: &Arc<Gateway>) {
             continue;
         };
         let workload = pods.get(&rec.cr_name);
-        let gate_pending = gate.is_some() && !connected && workload.is_none_or(has_gate);
+        let gate_pending = gate.is_some() && !connected && workload.is_none_or(|p| has_gate(p));
         let attached = rec.boundary_attached;
         let snap = Snapshot::from_cr(cr);
         gw.commit(&mut core, &name, |r, rec| {
@@ -405,17 +407,14 @@ pub(crate) fn reconcile(gw: &Arc<Gateway>) {
             );
             match (wanted, pods.get(&sup)) {
                 (true, None) => {
-                    let uid = cr
-                        .pointer("/metadata/uid")
-                        .and_then(Value::as_str)
-                        .unwrap_or("");
+                    let uid = cr.at("/metadata/uid").and_then(Value::as_str).unwrap_or("");
                     if let Some(pod) =
                         placement::supervisor_pod(&gw.model, &gw.namespace, &rec, uid)
                     {
                         let _ = gw.cluster.create(&ResourceRef::pods(), ns, pod);
                     }
                 }
-                (false, Some(p)) if p.pointer("/metadata/deletionTimestamp").is_none() => {
+                (false, Some(p)) if p.at("/metadata/deletionTimestamp").is_none() => {
                     let _ = gw.cluster.delete(
                         &ResourceRef::pods(),
                         ns,

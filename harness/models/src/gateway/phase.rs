@@ -2,6 +2,7 @@
 
 use conformance_core::phase::Phase;
 use conformance_core::timeline::READY_CONDITION;
+use kube_emulator::Pointer;
 use serde_json::Value;
 
 /// Driver snapshots never move a sandbox out of these (F1.6 "Error is sticky"; Completed is
@@ -46,7 +47,7 @@ pub(crate) struct Snapshot {
 impl Snapshot {
     pub(crate) fn from_cr(cr: &Value) -> Self {
         let conds = cr
-            .pointer("/status/conditions")
+            .at("/status/conditions")
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
@@ -60,8 +61,8 @@ impl Snapshot {
                 })
         };
         let wants_suspend =
-            cr.pointer("/spec/operatingMode").and_then(Value::as_str) == Some("Suspended");
-        let generation = cr.pointer("/metadata/generation").and_then(Value::as_i64);
+            cr.at("/spec/operatingMode").and_then(Value::as_str) == Some("Suspended");
+        let generation = cr.at("/metadata/generation").and_then(Value::as_i64);
         let observed = conds
             .iter()
             .find(|c| c.get("type").and_then(Value::as_str) == Some(READY_CONDITION))
@@ -72,7 +73,7 @@ impl Snapshot {
                 (Some(g), Some(o)) => o >= g,
                 _ => true,
             },
-            deleting: cr.pointer("/metadata/deletionTimestamp").is_some(),
+            deleting: cr.at("/metadata/deletionTimestamp").is_some(),
             suspended: wants_suspend && cond("Suspended").is_some_and(|c| c.0 == "True"),
             ready: cond(READY_CONDITION),
             has_status: cr.get("status").is_some_and(|s| !s.is_null()),

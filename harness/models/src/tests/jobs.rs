@@ -80,6 +80,7 @@ impl Env {
                 Some("default"),
                 json!({"metadata": {"name": name}, "spec": spec}),
             )
+            .map(std::sync::Arc::unwrap_or_clone)
             .unwrap()
     }
 }

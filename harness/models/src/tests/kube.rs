@@ -1052,6 +1052,7 @@ fn create_sandbox(env: &Env, name: &str, command: &[&str]) -> Value {
                         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "2Gi"}}}}]}
             }),
         )
+        .map(std::sync::Arc::unwrap_or_clone)
         .unwrap()
 }
 

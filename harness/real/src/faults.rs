@@ -1,8 +1,10 @@
 //! Faults on a real cluster, through the Kubernetes API: gateway stopped (scale to zero, hold,
 //! scale back), gateway pod deleted, sandbox pod deleted, supervisor killed per topology,
 //! gateway traffic blocked by a NetworkPolicy, and a sandbox's bootstrap material broken in its
-//! Sandbox resource's pod template. Changes that do not heal by themselves go to the restore
-//! journal first; a guard restores on drop and panic, and a handler on Ctrl-C/SIGTERM.
+//! Sandbox resource's pod template (for a sandbox that does not exist yet, with the Agent
+//! Sandbox controller paused until the gateway has written that template). Changes that do not
+//! heal by themselves go to the restore journal first; a guard restores on drop and panic, and a
+//! handler on Ctrl-C/SIGTERM.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -44,8 +46,45 @@ enum Active {
     BootstrapBroken {
         journal_id: String,
     },
+    /// A bootstrap fault for a sandbox that did not exist yet: the Agent Sandbox controller is
+    /// paused (journal entry `pause_id`) and `task` waits for the Sandbox resource, breaks its
+    /// template (journal entry `journal_id`) and resumes the controller.
+    BootstrapPending {
+        journal_id: String,
+        pause_id: String,
+        task: PendingTask,
+    },
     /// A killed container: nothing to put back (restartPolicy Never, docs/upstream-facts.md F1.14).
     Nothing,
+}
+
+/// The background half of a bootstrap fault injected before its sandbox exists; restore
+/// takes it (aborting it if it still waits) and reports what it failed at.
+#[derive(Clone, Debug, Default)]
+struct PendingTask(Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<TargetResult<()>>>>>);
+
+impl PendingTask {
+    fn set(&self, h: tokio::task::JoinHandle<TargetResult<()>>) {
+        *self.0.lock().expect("pending task lock") = Some(h);
+    }
+
+    /// The task's outcome: what it returned if it ended, nothing if it was still waiting (it is
+    /// aborted; the journal entries say what is left to undo) or was taken already.
+    async fn take(&self) -> TargetResult<()> {
+        let Some(h) = self.0.lock().expect("pending task lock").take() else {
+            return Ok(());
+        };
+        if !h.is_finished() {
+            h.abort();
+        }
+        match h.await {
+            Ok(r) => r,
+            Err(e) if e.is_cancelled() => Ok(()),
+            Err(e) => Err(TargetError::infra(format!(
+                "the pending half of the bootstrap fault failed: {e}"
+            ))),
+        }
+    }
 }
 
 /// Deadlines of fault stages.
@@ -54,6 +93,9 @@ pub struct FaultDeadlines {
     pub pods_gone: Duration,
     pub ready: Duration,
     pub replacement: Duration,
+    /// A bootstrap fault injected before its sandbox exists waits this long, with the Agent
+    /// Sandbox controller paused, for the gateway to create the Sandbox resource.
+    pub sandbox_appears: Duration,
 }
 
 impl Default for FaultDeadlines {
@@ -64,6 +106,9 @@ impl Default for FaultDeadlines {
             pods_gone: Duration::from_secs(60),
             ready: Duration::from_secs(300),
             replacement: Duration::from_secs(120),
+            // The scenario creates the sandbox right after injecting; the gateway writes the
+            // resource within its CreateSandbox call.
+            sandbox_appears: Duration::from_secs(60),
         }
     }
 }
@@ -87,6 +132,9 @@ pub struct FaultInjector {
     node_runner: Option<Arc<dyn crate::command::CommandRunner>>,
     /// The Sandbox API the cluster serves (v1beta1 unless told otherwise).
     sandbox_resource: ApiResource,
+    /// Namespace and name of the Agent Sandbox controller's workload (docs/upstream-facts.md
+    /// F8.1, F8.6), paused while a bootstrap fault waits for its sandbox's template.
+    pub controller: (String, String),
 }
 
 /// A container's identity and restart count, to recognise that it really stopped or restarted.
@@ -172,6 +220,10 @@ impl FaultInjector {
             active: Default::default(),
             node_runner: None,
             sandbox_resource: conformance_observe::sandbox_resource("v1beta1"),
+            controller: (
+                crate::pins::AGENT_SANDBOX_NAMESPACE.into(),
+                crate::pins::AGENT_SANDBOX_CONTROLLER.into(),
+            ),
         }
     }
 
@@ -232,12 +284,23 @@ impl FaultInjector {
     }
 
     fn observe(&self, key: &str, subject: Option<&str>, value: serde_json::Value) {
-        if let Some(r) = self.rec.lock().expect("recorder lock").as_ref() {
-            r.record(Event::Observation {
-                key: key.to_string(),
-                subject: subject.map(str::to_string),
-                value,
-            });
+        observe(self.recorder().as_ref(), key, subject, value);
+    }
+
+    fn recorder(&self) -> Option<Recorder> {
+        self.rec.lock().expect("recorder lock").clone()
+    }
+
+    /// What breaks Sandbox templates, detached from the injector (the pending half of a bootstrap
+    /// fault runs in a task of its own).
+    fn breaker(&self) -> TemplateBreaker {
+        TemplateBreaker {
+            client: self.client.clone(),
+            journal: self.journal.clone(),
+            namespace: self.sandbox_namespace.clone(),
+            resource: self.sandbox_resource.clone(),
+            ready: self.deadlines.ready,
+            rec: self.recorder(),
         }
     }
 
@@ -352,7 +415,7 @@ impl FaultInjector {
                 self.kill_pods(&label_selector(&labels), what).await?
             }
             FaultEffect::BootstrapBroken { resource, material } => {
-                self.break_bootstrap(fault.kind(), &resource, &material)
+                self.break_bootstrap(&k, fault.kind(), &resource, &material)
                     .await?
             }
             FaultEffect::ProcessKilled {
@@ -645,11 +708,32 @@ impl FaultInjector {
                 }
             }
             Active::TrafficBlock { journal_id } | Active::BootstrapBroken { journal_id } => {
-                let entries = self.journal.entries().await?;
-                if let Some(e) = entries.iter().find(|e| &e.id == journal_id) {
-                    crate::journal::undo(&self.client, &e.undo, self.deadlines.ready).await?;
-                }
-                self.journal.remove(journal_id).await?;
+                undo_entry(
+                    &self.client,
+                    &self.journal,
+                    journal_id,
+                    self.deadlines.ready,
+                )
+                .await?;
+            }
+            Active::BootstrapPending {
+                journal_id,
+                pause_id,
+                task,
+            } => {
+                let pending = task.take().await;
+                // The template first: a controller that comes back must not create a pod from
+                // the broken one after the fault's end.
+                let template = undo_entry(
+                    &self.client,
+                    &self.journal,
+                    journal_id,
+                    self.deadlines.ready,
+                )
+                .await;
+                let resumed =
+                    undo_entry(&self.client, &self.journal, pause_id, self.deadlines.ready).await;
+                pending.and(template).and(resumed)?;
             }
             Active::Nothing => {}
         }
@@ -706,10 +790,24 @@ impl FaultInjector {
                 }
             }
             FaultEffect::BootstrapBroken { resource, .. } => {
-                self.verify_bootstrap_restored(&resource).await
+                self.verify_bootstrap_restored(&resource).await?;
+                self.verify_controller_back().await
             }
             // A killed process is not put back (restartPolicy Never).
             FaultEffect::ProcessKilled { .. } => Ok(()),
+        }
+    }
+
+    /// Ends like a killed process: the pending halves of faults stop where they are, nothing is
+    /// restored, and only the journal knows what is left.
+    #[cfg(test)]
+    pub(crate) async fn die(&self) {
+        for (_, a) in std::mem::take(&mut *self.active.lock().await) {
+            if let Active::BootstrapPending { task, .. } = a
+                && let Some(h) = task.0.lock().expect("pending task lock").take()
+            {
+                h.abort();
+            }
         }
     }
 
@@ -874,99 +972,195 @@ fn still_broken(volumes: &[serde_json::Value]) -> Option<&'static str> {
 }
 
 impl FaultInjector {
-    /// Breaks the bootstrap material of an existing sandbox in its Sandbox resource's pod
-    /// template (journal first, with the original volumes: names, modes and an audience, no
-    /// key material). The running pod keeps what it mounted; the next pod the Agent Sandbox
-    /// controller creates from the template (after a pod replacement, or a stop and start)
-    /// bootstraps with the broken material, as the emulated target's fault acts at the next
-    /// bootstrap. Neither the gateway nor the controller rewrites a template it created
-    /// (docs/upstream-facts.md F12.9).
+    /// Breaks the bootstrap material of a sandbox in its Sandbox resource's pod template
+    /// ([`TemplateBreaker::break_template`]). The running pod keeps what it mounted; the next
+    /// pod the Agent Sandbox controller creates from the template (after a pod replacement, or
+    /// a stop and start) bootstraps with the broken material, as the emulated target's fault
+    /// acts at the next bootstrap. Neither the gateway nor the controller rewrites a template
+    /// it created (docs/upstream-facts.md F12.9).
+    ///
+    /// A sandbox that does not exist yet gets its first pod from the template the gateway
+    /// writes at CreateSandbox, which the controller turns into a pod at once (F12.9): the
+    /// controller is paused first ([`Self::hold_first_pod`]).
     async fn break_bootstrap(
         &self,
+        key: &str,
         fault: &str,
         resource: &str,
         material: &str,
     ) -> TargetResult<Active> {
-        let api = self.sandboxes();
-        let Some(sb) = api
+        let breaker = self.breaker();
+        let Some(sb) = breaker
+            .sandboxes()
             .get_opt(resource)
             .await
             .map_err(|e| kerr(&format!("get Sandbox {resource}"), e))?
         else {
-            return Err(TargetError::Unsupported(format!(
-                "Sandbox {resource} does not exist yet: on a real cluster the harness breaks bootstrap material in the Sandbox resource's pod template, and the Agent Sandbox controller creates the first pod from the template the gateway wrote as soon as the resource exists, before any client can change it; giving a sandbox's first pod broken material needs an admission webhook (docs/upstream-facts.md F12.9)"
-            )));
+            return self.hold_first_pod(key, fault, resource, material).await;
         };
-        let volumes = template_volumes(&sb);
-        let secret = fault_ca_secret(resource);
-        let broken = broken_volumes(resource, &volumes, material, &secret)?;
-        let with_secret = material == "certificate";
+        let journal_id = breaker.break_template(fault, &sb, material).await?;
+        Ok(Active::BootstrapBroken { journal_id })
+    }
+
+    /// The Agent Sandbox controller's workload, or Unsupported naming where it was looked for.
+    async fn controller_workload(&self, fault: &str) -> TargetResult<Workload> {
+        let (ns, name) = &self.controller;
+        gateway::find_workload(
+            &self.client,
+            ns,
+            name,
+            &format!("fault {fault}: find the Agent Sandbox controller"),
+        )
+        .await?
+        .ok_or_else(|| {
+            TargetError::Unsupported(format!(
+                "the sandbox does not exist yet, and its first pod gets broken bootstrap material only while the Agent Sandbox controller is paused, but neither Deployment nor StatefulSet {ns}/{name} exists (docs/upstream-facts.md F8.1, F12.9)"
+            ))
+        })
+    }
+
+    /// Holds the first pod of sandbox resource `resource` back: journal first, the Agent
+    /// Sandbox controller scaled to zero and its pods gone; then a task waits for the gateway to
+    /// create the resource, breaks its template and scales the controller back, so the first
+    /// pod is created from the broken template. The controller comes back on every exit path:
+    /// the task's own deadline, restore (which aborts a task still waiting), and the journal.
+    async fn hold_first_pod(
+        &self,
+        key: &str,
+        fault: &str,
+        resource: &str,
+        material: &str,
+    ) -> TargetResult<Active> {
+        let controller = self.controller_workload(fault).await?;
+        let (original, _) = gateway::replicas(&self.client, &controller).await?;
+        let original = original.max(1);
+        let pause_id = format!("agent-sandbox-controller-paused-{resource}");
         let journal_id = format!("bootstrap-credentials-{resource}");
         self.journal
             .add(Entry {
-                id: journal_id.clone(),
+                id: pause_id.clone(),
                 fault: fault.into(),
-                undo: Undo::RestorePodTemplateVolumes {
-                    api_version: self.sandbox_resource.api_version.clone(),
-                    namespace: self.sandbox_namespace.clone(),
-                    name: resource.to_string(),
-                    volumes: serde_json::Value::Array(volumes),
-                    secret: with_secret.then(|| secret.clone()),
+                undo: Undo::ScaleBack {
+                    workload: controller.clone(),
+                    replicas: original,
                 },
             })
             .await?;
-        let done = async {
-            if with_secret {
-                self.create_ca_secret(&secret).await?;
-            }
-            let rv = sb.resource_version().unwrap_or_default();
-            // The resourceVersion makes the patch fail rather than overwrite a template that
-            // changed since it was read.
-            let patch = serde_json::json!({
-                "metadata": {"resourceVersion": rv},
-                "spec": {"podTemplate": {"spec": {"volumes": broken}}},
-            });
-            api.patch(resource, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(|e| kerr(&format!("patch the pod template of Sandbox {resource}"), e))?;
-            Ok::<(), TargetError>(())
+        let task = PendingTask::default();
+        let active = Active::BootstrapPending {
+            journal_id: journal_id.clone(),
+            pause_id: pause_id.clone(),
+            task: task.clone(),
+        };
+        // Active before the scale, as the journal is: an interrupt that cancels the inject must
+        // find the controller to scale back.
+        self.active
+            .lock()
+            .await
+            .insert(key.to_string(), active.clone());
+        let paused = async {
+            gateway::scale(&self.client, &controller, 0).await?;
+            gateway::wait_workload_pods_gone(
+                &self.client,
+                &controller,
+                &format!(
+                    "fault {fault}: pause the Agent Sandbox controller ({} pods gone)",
+                    controller.label()
+                ),
+                self.deadlines.pods_gone,
+            )
+            .await
         }
         .await;
-        let active = Active::BootstrapBroken { journal_id };
-        if let Err(e) = done {
-            // Undo what was done before the failure, so nothing is left behind.
+        if let Err(e) = paused {
             if let Err(u) = self.restore_active(&active).await {
-                tracing::error!(error = %one_line(&u), "undoing a half-injected bootstrap fault failed; the journal keeps it");
+                tracing::error!(error = %one_line(&u), "resuming the Agent Sandbox controller failed; the journal keeps it");
             }
+            self.active.lock().await.remove(key);
             return Err(e);
         }
         self.observe(
-            "bootstrap-credentials.broken",
+            "bootstrap-credentials.controller-paused",
             Some(resource),
-            serde_json::json!(material),
+            serde_json::json!({"workload": controller.label(), "replicas": original}),
         );
+        let breaker = self.breaker();
+        let (fault, resource, material) = (
+            fault.to_string(),
+            resource.to_string(),
+            material.to_string(),
+        );
+        let appears = self.deadlines.sandbox_appears;
+        task.set(tokio::spawn(async move {
+            let api = breaker.sandboxes();
+            let broken = async {
+                let sb = gateway::wait_until(
+                    &format!(
+                        "fault {fault}: Sandbox {resource} created while the Agent Sandbox controller is paused"
+                    ),
+                    appears,
+                    gateway::POLL,
+                    || async {
+                        let sb = api
+                            .get_opt(&resource)
+                            .await
+                            .map_err(|e| kerr(&format!("get Sandbox {resource}"), e))?;
+                        let seen = if sb.is_some() { "there" } else { "absent" };
+                        Ok((sb, format!("Sandbox {resource} {seen}")))
+                    },
+                )
+                .await?;
+                breaker.break_template(&fault, &sb, &material).await
+            }
+            .await;
+            let resumed =
+                undo_entry(&breaker.client, &breaker.journal, &pause_id, breaker.ready).await;
+            match (&broken, &resumed) {
+                (Ok(_), Ok(())) => observe(
+                    breaker.rec.as_ref(),
+                    "bootstrap-credentials.controller-resumed",
+                    Some(&resource),
+                    serde_json::json!(controller.label()),
+                ),
+                _ => {
+                    if let Some(r) = &breaker.rec {
+                        for e in [broken.as_ref().err(), resumed.as_ref().err()]
+                            .into_iter()
+                            .flatten()
+                        {
+                            r.note(format!("fault {fault} on {resource}: {}", one_line(e)));
+                        }
+                    }
+                }
+            }
+            broken.map(|_| ()).and(resumed)
+        }));
         Ok(active)
     }
 
-    /// Creates the harness's CA Secret (replacing one a killed run left).
-    async fn create_ca_secret(&self, name: &str) -> TargetResult<()> {
-        let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.sandbox_namespace);
-        match api.delete(name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(kerr(&format!("delete an old Secret {name}"), e)),
+    /// The Agent Sandbox controller (where the injector looks for it) has its replicas, ready.
+    /// A controller that is not there was never paused.
+    async fn verify_controller_back(&self) -> TargetResult<()> {
+        let (ns, name) = &self.controller;
+        let Some(w) = gateway::find_workload(
+            &self.client,
+            ns,
+            name,
+            "verify: find the Agent Sandbox controller",
+        )
+        .await?
+        else {
+            return Ok(());
+        };
+        let (desired, ready) = gateway::replicas(&self.client, &w).await?;
+        if desired >= 1 && ready >= desired {
+            Ok(())
+        } else {
+            Err(TargetError::infra(format!(
+                "the Agent Sandbox controller {} has {ready} of {desired} replicas ready",
+                w.label()
+            )))
         }
-        let ca = unrelated_ca_pem()?;
-        let secret: Secret = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "labels": {crate::pins::RUN_LABEL: crate::pins::FAULT_LABEL_VALUE}},
-            "type": "Opaque",
-            "stringData": {"ca.crt": ca},
-        }))
-        .expect("static Secret");
-        api.create(&PostParams::default(), &secret)
-            .await
-            .map_err(|e| kerr(&format!("create the CA Secret {name}"), e))?;
-        Ok(())
     }
 
     /// The template of `resource` (if it still exists) holds none of the harness's broken
@@ -997,6 +1191,134 @@ impl FaultInjector {
             ))),
             None => Ok(()),
         }
+    }
+}
+
+/// Records an observation on the timeline, if there is one.
+fn observe(rec: Option<&Recorder>, key: &str, subject: Option<&str>, value: serde_json::Value) {
+    if let Some(r) = rec {
+        r.record(Event::Observation {
+            key: key.to_string(),
+            subject: subject.map(str::to_string),
+            value,
+        });
+    }
+}
+
+/// Undoes the journal entry `id`, if it is still there, and removes it.
+async fn undo_entry(
+    client: &Client,
+    journal: &Journal,
+    id: &str,
+    deadline: Duration,
+) -> TargetResult<()> {
+    let entries = journal.entries().await?;
+    if let Some(e) = entries.iter().find(|e| e.id == id) {
+        crate::journal::undo(client, &e.undo, deadline).await?;
+    }
+    journal.remove(id).await?;
+    Ok(())
+}
+
+/// Breaks Sandbox templates: what it needs of the injector, cloned, so that it also runs in the
+/// pending half of a bootstrap fault.
+#[derive(Clone)]
+struct TemplateBreaker {
+    client: Client,
+    journal: Journal,
+    namespace: String,
+    resource: ApiResource,
+    ready: Duration,
+    rec: Option<Recorder>,
+}
+
+impl TemplateBreaker {
+    fn sandboxes(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), &self.namespace, &self.resource)
+    }
+
+    /// Breaks `material` in the pod template of Sandbox `sb` (journal first, with the original
+    /// volumes: names, modes and an audience, no key material) and returns the journal entry's
+    /// id. A half-done break is undone before the error is returned.
+    async fn break_template(
+        &self,
+        fault: &str,
+        sb: &DynamicObject,
+        material: &str,
+    ) -> TargetResult<String> {
+        let resource = sb.name_any();
+        let resource = resource.as_str();
+        let api = self.sandboxes();
+        let volumes = template_volumes(sb);
+        let secret = fault_ca_secret(resource);
+        let broken = broken_volumes(resource, &volumes, material, &secret)?;
+        let with_secret = material == "certificate";
+        let journal_id = format!("bootstrap-credentials-{resource}");
+        self.journal
+            .add(Entry {
+                id: journal_id.clone(),
+                fault: fault.into(),
+                undo: Undo::RestorePodTemplateVolumes {
+                    api_version: self.resource.api_version.clone(),
+                    namespace: self.namespace.clone(),
+                    name: resource.to_string(),
+                    volumes: serde_json::Value::Array(volumes),
+                    secret: with_secret.then(|| secret.clone()),
+                },
+            })
+            .await?;
+        let done = async {
+            if with_secret {
+                self.create_ca_secret(&secret).await?;
+            }
+            let rv = sb.resource_version().unwrap_or_default();
+            // The resourceVersion makes the patch fail rather than overwrite a template that
+            // changed since it was read.
+            let patch = serde_json::json!({
+                "metadata": {"resourceVersion": rv},
+                "spec": {"podTemplate": {"spec": {"volumes": broken}}},
+            });
+            api.patch(resource, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| kerr(&format!("patch the pod template of Sandbox {resource}"), e))?;
+            Ok::<(), TargetError>(())
+        }
+        .await;
+        if let Err(e) = done {
+            // Undo what was done before the failure, so nothing is left behind.
+            if let Err(u) = undo_entry(&self.client, &self.journal, &journal_id, self.ready).await {
+                tracing::error!(error = %one_line(&u), "undoing a half-injected bootstrap fault failed; the journal keeps it");
+            }
+            return Err(e);
+        }
+        observe(
+            self.rec.as_ref(),
+            "bootstrap-credentials.broken",
+            Some(resource),
+            serde_json::json!(material),
+        );
+        Ok(journal_id)
+    }
+
+    /// Creates the harness's CA Secret (replacing one a killed run left).
+    async fn create_ca_secret(&self, name: &str) -> TargetResult<()> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(kerr(&format!("delete an old Secret {name}"), e)),
+        }
+        let ca = unrelated_ca_pem()?;
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {crate::pins::RUN_LABEL: crate::pins::FAULT_LABEL_VALUE}},
+            "type": "Opaque",
+            "stringData": {"ca.crt": ca},
+        }))
+        .expect("static Secret");
+        api.create(&PostParams::default(), &secret)
+            .await
+            .map_err(|e| kerr(&format!("create the CA Secret {name}"), e))?;
+        Ok(())
     }
 }
 

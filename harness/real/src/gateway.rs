@@ -48,13 +48,25 @@ pub(crate) async fn resolve(
     namespace: &str,
     name: &str,
 ) -> TargetResult<Workload> {
+    find_workload(client, namespace, name, "find the gateway")
+        .await?
+        .ok_or_else(|| {
+            TargetError::infra(format!(
+                "find the gateway: neither StatefulSet nor Deployment {namespace}/{name} exists (is OpenShell installed with fullnameOverride={name}?)"
+            ))
+        })
+}
+
+/// `StatefulSet/<name>`, else `Deployment/<name>`, else None.
+pub(crate) async fn find_workload(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    stage: &str,
+) -> TargetResult<Option<Workload>> {
     let sts: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
-    if let Some(s) = sts
-        .get_opt(name)
-        .await
-        .map_err(|e| kerr("find the gateway", e))?
-    {
-        return Ok(Workload {
+    if let Some(s) = sts.get_opt(name).await.map_err(|e| kerr(stage, e))? {
+        return Ok(Some(Workload {
             kind: WorkloadKind::StatefulSet,
             namespace: namespace.into(),
             name: name.into(),
@@ -62,15 +74,14 @@ pub(crate) async fn resolve(
                 .spec
                 .and_then(|sp| sp.selector.match_labels)
                 .unwrap_or_default(),
-        });
+        }));
     }
     let dep: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-    if let Some(d) = dep
+    Ok(dep
         .get_opt(name)
         .await
-        .map_err(|e| kerr("find the gateway", e))?
-    {
-        return Ok(Workload {
+        .map_err(|e| kerr(stage, e))?
+        .map(|d| Workload {
             kind: WorkloadKind::Deployment,
             namespace: namespace.into(),
             name: name.into(),
@@ -78,11 +89,7 @@ pub(crate) async fn resolve(
                 .spec
                 .and_then(|sp| sp.selector.match_labels)
                 .unwrap_or_default(),
-        });
-    }
-    Err(TargetError::infra(format!(
-        "find the gateway: neither StatefulSet nor Deployment {namespace}/{name} exists (is OpenShell installed with fullnameOverride={name}?)"
-    )))
+        }))
 }
 
 /// (desired, ready) replicas of the workload.
@@ -234,13 +241,23 @@ where
 
 pub(crate) const POLL: Duration = Duration::from_millis(500);
 
-/// Waits until the workload has no pods left (a scale to zero took effect).
+/// Waits until the gateway has no pods left (a scale to zero took effect).
 pub(crate) async fn wait_pods_gone(
     client: &Client,
     w: &Workload,
     deadline: Duration,
 ) -> TargetResult<()> {
-    wait_until("gateway pods gone", deadline, POLL, || async {
+    wait_workload_pods_gone(client, w, "gateway pods gone", deadline).await
+}
+
+/// Waits until workload `w` has no pods left; `stage` names the wait in its error.
+pub(crate) async fn wait_workload_pods_gone(
+    client: &Client,
+    w: &Workload,
+    stage: &str,
+    deadline: Duration,
+) -> TargetResult<()> {
+    wait_until(stage, deadline, POLL, || async {
         let p = pods(client, w).await?;
         Ok((p.is_empty().then_some(()), describe(&p)))
     })
@@ -257,7 +274,7 @@ pub(crate) async fn wait_ready(
     deadline: Duration,
 ) -> TargetResult<()> {
     wait_until(
-        &format!("gateway {} ready ({want} replicas)", w.label()),
+        &format!("{} ready ({want} replicas)", w.label()),
         deadline,
         POLL,
         || async {

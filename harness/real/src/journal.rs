@@ -253,8 +253,10 @@ impl std::fmt::Display for RestoreReport {
     }
 }
 
-/// Repairs the cluster from a journal left by a killed run: undoes every entry, removing each
-/// one that succeeds. The caller builds `client` for the journal's context
+/// Repairs the cluster from a journal left by a killed run: undoes every entry, last written
+/// first (a change made on top of another is undone before it: a Sandbox template broken while
+/// the Agent Sandbox controller was paused is put back before the controller resumes), removing
+/// each one that succeeds. The caller builds `client` for the journal's context
 /// ([`Journal::read`] tells which) after the interlock allowed it.
 pub async fn restore_from(
     path: &Path,
@@ -264,7 +266,7 @@ pub async fn restore_from(
     let file = Journal::read(path).await?;
     let journal = Journal::new(path, &file.context, file.kubeconfig.clone());
     let mut report = RestoreReport::default();
-    for e in &file.entries {
+    for e in file.entries.iter().rev() {
         let label = format!("{} ({}): {:?}", e.fault, e.id, e.undo);
         match undo(client, &e.undo, deadline).await {
             Ok(()) => {

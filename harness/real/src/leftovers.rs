@@ -1,7 +1,8 @@
 //! Leftovers of earlier runs on a reused cluster: namespaces labelled by another run, helm
 //! releases in the harness's namespace, Sandbox resources there, Secrets a fault created there
-//! (labelled with the run label), and node-access pods of a supervisor kill. They are reported,
-//! then swept or the run stops, per `--sweep-leftovers`.
+//! (labelled with the run label), node-access pods of a supervisor kill, and an Agent Sandbox
+//! controller scaled to zero (a bootstrap fault's pause). They are reported, then swept or the
+//! run stops, per `--sweep-leftovers`.
 
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, Secret};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
@@ -30,6 +31,10 @@ pub(crate) struct Leftovers {
     pub fault_secrets: Vec<String>,
     /// Node-access pods of a supervisor kill that did not get to delete them.
     pub node_pods: Vec<String>,
+    /// The Agent Sandbox controller's workload when it wants no replicas: a bootstrap fault
+    /// pauses it while it waits for a sandbox's template, and a killed run leaves it so (no
+    /// sandbox of the cluster gets a pod until it is back).
+    pub paused_controller: Option<crate::gateway::Workload>,
 }
 
 impl Leftovers {
@@ -40,6 +45,7 @@ impl Leftovers {
             && self.data_pvcs.is_empty()
             && self.fault_secrets.is_empty()
             && self.node_pods.is_empty()
+            && self.paused_controller.is_none()
     }
 }
 
@@ -54,13 +60,16 @@ impl std::fmt::Display for Leftovers {
         };
         write!(
             f,
-            "namespaces: {}; helm releases: {}; sandboxes: {}; gateway data volumes: {}; fault secrets: {}; node-access pods: {}",
+            "namespaces: {}; helm releases: {}; sandboxes: {}; gateway data volumes: {}; fault secrets: {}; node-access pods: {}; Agent Sandbox controller scaled to 0: {}",
             list(&self.namespaces),
             list(&self.releases),
             list(&self.sandboxes),
             list(&self.data_pvcs),
             list(&self.fault_secrets),
-            list(&self.node_pods)
+            list(&self.node_pods),
+            self.paused_controller
+                .as_ref()
+                .map_or("no".to_string(), |w| w.label())
         )
     }
 }
@@ -74,20 +83,22 @@ pub(crate) fn helm_list_cmd(opts: &RealOptions) -> Cmd {
 pub(crate) fn plan(opts: &RealOptions) -> Vec<Step> {
     let mut v = vec![
         Step::kube(format!(
-            "list namespaces labelled {} (not {}), and Sandbox resources, PVCs {}*, Secrets labelled {}={} and pods labelled {} in {}",
+            "list namespaces labelled {} (not {}), and Sandbox resources, PVCs {}*, Secrets labelled {}={} and pods labelled {} in {}; read the replicas of {}/{}",
             pins::RUN_LABEL,
             opts.run_id,
             data_pvc_prefix(opts),
             pins::RUN_LABEL,
             pins::FAULT_LABEL_VALUE,
             pins::NODE_ACCESS_LABEL,
-            opts.namespace
+            opts.namespace,
+            pins::AGENT_SANDBOX_NAMESPACE,
+            pins::AGENT_SANDBOX_CONTROLLER
         )),
         Step::run(helm_list_cmd(opts)),
     ];
     v.push(Step::kube(match opts.leftovers {
         LeftoverPolicy::Stop => "if any: report them and stop before changing anything (pass --sweep-leftovers to delete them)".to_string(),
-        LeftoverPolicy::Sweep => "if any: report them, delete the Sandbox resources, uninstall the releases, delete the gateway data PVCs, the fault Secrets, the node-access pods and the namespaces".to_string(),
+        LeftoverPolicy::Sweep => "if any: report them, scale a paused Agent Sandbox controller back to 1, delete the Sandbox resources, uninstall the releases, delete the gateway data PVCs, the fault Secrets, the node-access pods and the namespaces".to_string(),
     }));
     v
 }
@@ -243,7 +254,25 @@ pub(crate) async fn find(
         .into_iter()
         .map(|p| p.name_any())
         .collect();
+    let paused_controller = match crate::gateway::find_workload(
+        client,
+        pins::AGENT_SANDBOX_NAMESPACE,
+        pins::AGENT_SANDBOX_CONTROLLER,
+        "leftovers: find the Agent Sandbox controller",
+    )
+    .await
+    .map_err(|e| Error::infra_from("leftovers: find the Agent Sandbox controller", e))?
+    {
+        Some(w) => {
+            let (desired, _) = crate::gateway::replicas(client, &w)
+                .await
+                .map_err(|e| Error::infra_from("leftovers: read the controller's replicas", e))?;
+            (desired == 0).then_some(w)
+        }
+        None => None,
+    };
     Ok(Leftovers {
+        paused_controller,
         namespaces,
         releases,
         sandboxes,
@@ -281,6 +310,19 @@ async fn sweep(
     found: &Leftovers,
 ) -> Result<()> {
     tracing::warn!(%found, "sweeping leftovers of earlier runs");
+    // The controller first: the cluster's sandboxes are reconciled again while the rest goes.
+    if let Some(w) = &found.paused_controller {
+        crate::journal::undo(
+            client,
+            &crate::journal::Undo::ScaleBack {
+                workload: w.clone(),
+                replicas: 1,
+            },
+            std::time::Duration::from_secs(120),
+        )
+        .await
+        .map_err(|e| Error::infra_from("leftovers: scale the Agent Sandbox controller back", e))?;
+    }
     if let Some(version) = &found.sandbox_version {
         let api: Api<DynamicObject> = Api::namespaced_with(
             client.clone(),

@@ -248,18 +248,25 @@ pub(crate) fn phase_of(value: i32) -> Phase {
 }
 
 /// Records one sandbox as the gateway sent it, in the shape the `sandbox list` poller records
-/// (name, phase, exit code), so both observers give the checks the same states. `restarts` is
-/// the restart count recorded last for it, so a count is recorded once per change.
+/// (name, phase, exit code), and with the reason and message of its `Ready` condition, which
+/// the stream carries and the CLI's JSON does not (docs/upstream-facts.md F6.4): what the
+/// gateway reports as the cause of a failure. `restarts` is the restart count recorded last for
+/// it, so a count is recorded once per change.
 fn record(rec: &Recorder, s: &Sandbox, restarts: &mut Option<u32>) {
     let Some(name) = s.metadata.as_ref().map(|m| m.name.clone()) else {
         return;
     };
     let status = s.status.clone().unwrap_or_default();
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.r#type == conformance_core::timeline::READY_CONDITION);
+    let text = |v: &str| (!v.is_empty()).then(|| v.to_string());
     let view = SandboxView {
         name: name.clone(),
         phase: phase_of(status.phase),
-        reason: None,
-        message: None,
+        reason: ready.and_then(|c| text(&c.reason)),
+        message: ready.and_then(|c| text(&c.message)),
         exit_code: status.exit_code,
     };
     rec.observe(view.to_state());

@@ -38,6 +38,8 @@ use kube_emulator::Cluster;
 /// The audience the gateway's TokenReview asks for and the driver's projected token carries
 /// (F3.5, F12.7).
 pub(crate) const SA_TOKEN_AUDIENCE: &str = "openshell-gateway";
+/// The contract's refusal of a bootstrap token the gateway does not accept: it names the cause.
+const SA_TOKEN_REJECTED: &str = "sandbox service account token rejected: TokenReview: token is not valid for audience openshell-gateway";
 
 /// The program the kubelet runs for the gateway image.
 pub(crate) struct GatewayProgram {
@@ -609,6 +611,12 @@ impl Gateway {
                 .cluster
                 .review_token(token, &[SA_TOKEN_AUDIENCE.to_string()]);
             if review["authenticated"] != true {
+                // Contract (R14): the refusal names the rejected token, as the emulated
+                // fault's does; 0.0.111's authenticator chain falls through to a user principal
+                // and answers without the cause (F12.7).
+                if self.rules().b.diagnostics == crate::spec::Diagnostics::Named {
+                    return Err(Status::unauthenticated(SA_TOKEN_REJECTED));
+                }
                 let config = self
                     .served
                     .lock()
@@ -625,9 +633,7 @@ impl Gateway {
             .model
             .has_fault(&rec.cr_name, CredentialFault::Credentials)
         {
-            return Err(Status::unauthenticated(
-                "sandbox service account token rejected: TokenReview: token is not valid for audience openshell-gateway",
-            ));
+            return Err(Status::unauthenticated(SA_TOKEN_REJECTED));
         }
 
         Ok(format!("jwt.{sandbox_id}.{pod_uid}"))

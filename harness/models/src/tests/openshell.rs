@@ -370,7 +370,7 @@ fn replace_pod(t: &EmulatedTarget, name: &str) {
 #[case::combined("combined")]
 #[case::sidecar("sidecar")]
 #[tokio::test(start_paused = true)]
-async fn a_projected_token_of_another_audience_is_not_authenticated_by_the_gateways_token_review(
+async fn a_projected_token_of_another_audience_is_not_authenticated_by_the_gateways_token_review_and_the_contract_names_the_cause(
     #[case] topology: &str,
 ) {
     let t = setup(Selection::contract(), topology).await;
@@ -401,11 +401,13 @@ async fn a_projected_token_of_another_audience_is_not_authenticated_by_the_gatew
     replace_pod(&t, "demo");
     wait(&t, "demo Error", |t| phase_is(t, "demo", Phase::Error)).await;
     let message = view(&t, "demo").unwrap().message.unwrap_or_default();
-    // A user principal (no config file: every caller is the local-dev user) may not call a
-    // sandbox-only method once the review did not authenticate the token (F12.7).
+    // 0.0.111's chain would fall through to a user principal and answer "this method requires
+    // a sandbox principal" (F12.7); the contract (R14) names the rejected token, as the
+    // emulated fault's refusal does.
     assert!(
-        message.contains("PermissionDenied")
-            && message.contains("this method requires a sandbox principal"),
+        message.contains("Unauthenticated")
+            && message.contains("service account token rejected")
+            && !message.contains("sandbox principal"),
         "{message}"
     );
 }

@@ -72,6 +72,54 @@ async fn create_with_a_main_command_detaches_then_reads_the_phase_back() {
     );
 }
 
+/// What the 0.0.111 CLI prints when the sandbox it created enters Error or stays idle while
+/// provisioning (docs/upstream-facts.md F6.3), wrapped as miette wraps it.
+#[rstest::rstest]
+#[case::error(
+    "Error:   × sandbox entered error phase while provisioning: BootstrapFailed: Policy\n  │ fetch failed: status: PermissionDenied, message: \"this method requires a\n  │ sandbox principal\"\n"
+)]
+#[case::idle(
+    "Error:   × sandbox provisioning timed out after 300s. Last reported status: Pod\n  │ exists with phase: Failed\n"
+)]
+#[tokio::test]
+async fn a_create_whose_sandbox_does_not_provision_returns_the_created_sandbox_not_an_error(
+    #[case] said: &str,
+) {
+    let r = ScriptedRunner::new(Unscripted::Fail);
+    r.respond("openshell sandbox create", CmdOutput::failed(1, said));
+    r.load(include_str!(
+        "../../../../fixtures/recorded/openshell-0.0.111.json"
+    ))
+    .unwrap();
+    let spec = SandboxSpec {
+        name: "demo".into(),
+        command: Some(vec!["sleep".into(), "infinity".into()]),
+        ..SandboxSpec::default()
+    };
+    let v = cli(&r).create(&spec, &BTreeSet::new()).await.unwrap();
+    assert_eq!((v.name.as_str(), v.phase), ("demo", Phase::Error));
+}
+
+#[tokio::test]
+async fn a_create_that_fails_before_the_sandbox_exists_stays_an_error() {
+    let r = ScriptedRunner::new(Unscripted::Fail);
+    r.respond(
+        "openshell sandbox create",
+        CmdOutput::failed(1, "Error:   × sandbox provisioning timed out after 300s.\n"),
+    );
+    r.respond(
+        "openshell sandbox get",
+        CmdOutput::failed(1, "Error:   × Sandbox demo not found\n"),
+    );
+    let spec = SandboxSpec {
+        name: "demo".into(),
+        command: Some(vec!["sleep".into(), "infinity".into()]),
+        ..SandboxSpec::default()
+    };
+    let err = cli(&r).create(&spec, &BTreeSet::new()).await.unwrap_err();
+    assert!(err.to_string().contains("timed out"), "{err}");
+}
+
 #[tokio::test]
 async fn a_restart_policy_needs_the_flag_in_the_cli_help() {
     let r = recorded();

@@ -24,6 +24,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NS: &str = "openshell";
+/// Where the Agent Sandbox manifest puts its controller (docs/upstream-facts.md F8.1).
+const AS_NS: &str = "agent-sandbox-system";
 
 /// The resource (and pod) name of the sandbox `name` the harness creates.
 fn cr(name: &str) -> String {
@@ -35,7 +37,9 @@ type ExecSeen = (String, Vec<String>);
 
 fn cluster() -> Cluster {
     Cluster::new(ClusterConfig {
-        namespaces: ["default", "kube-system", NS].map(String::from).to_vec(),
+        namespaces: ["default", "kube-system", NS, AS_NS]
+            .map(String::from)
+            .to_vec(),
         crds: vec![
             serde_saphyr::from_str(include_str!(
                 "../../../../fixtures/crds/sandboxes.agents.x-k8s.io.yaml"
@@ -1970,7 +1974,7 @@ async fn after_a_simulated_kill_the_journal_puts_the_template_back_and_the_ca_se
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_bootstrap_fault_for_a_sandbox_that_does_not_exist_yet_is_unsupported_saying_why_and_changes_nothing()
+async fn a_bootstrap_fault_for_a_sandbox_that_does_not_exist_yet_on_a_cluster_without_the_controller_is_unsupported_saying_why_and_changes_nothing()
  {
     let c = cluster();
     let dir = tempfile::tempdir().unwrap();
@@ -1983,11 +1987,324 @@ async fn a_bootstrap_fault_for_a_sandbox_that_does_not_exist_yet_is_unsupported_
         panic!("{err:?}");
     };
     assert!(
-        why.contains("does not exist yet") && why.contains("admission webhook"),
+        why.contains("does not exist yet")
+            && why.contains("agent-sandbox-system/agent-sandbox-controller"),
         "{why}"
     );
     assert!(!dir.path().join(journal::FILE_NAME).exists());
     assert!(inj.active().await.is_empty());
+}
+
+fn deployments() -> ResourceRef {
+    ResourceRef::new("apps", "v1", "deployments")
+}
+
+const CONTROLLER: &str = "agent-sandbox-controller";
+const CONTROLLER_POD: &str = "agent-sandbox-controller-0";
+
+/// The Agent Sandbox controller's Deployment as the release manifest has it (one replica).
+fn create_controller(c: &Cluster) {
+    let labels = json!({"app": CONTROLLER});
+    c.create(
+        &deployments(),
+        Some(AS_NS),
+        json!({"metadata": {"name": CONTROLLER},
+               "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                        "template": {"metadata": {"labels": labels}, "spec": {"containers": [
+                            {"name": "agent-sandbox-controller",
+                             "image": "registry.k8s.io/agent-sandbox/agent-sandbox-controller:v0.5.0"}]}}}}),
+    )
+    .unwrap();
+}
+
+fn controller_replicas(c: &Cluster) -> i64 {
+    c.get(&deployments(), Some(AS_NS), CONTROLLER).unwrap()["spec"]["replicas"]
+        .as_i64()
+        .unwrap()
+}
+
+/// Plays the Deployment controller for the Agent Sandbox controller (one pod while it wants a
+/// replica, none at zero) and, while that pod runs, the Agent Sandbox controller itself: every
+/// Sandbox resource in `NS` without a pod gets one from its current pod template (F4.12).
+fn run_agent_sandbox_controller(c: Cluster) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let dep_uid = c.get(&deployments(), Some(AS_NS), CONTROLLER).unwrap()["metadata"]["uid"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        loop {
+            let want = controller_replicas(&c);
+            let pod = c
+                .get(&ResourceRef::pods(), Some(AS_NS), CONTROLLER_POD)
+                .ok();
+            match (want > 0, &pod) {
+                (true, None) => {
+                    c.create(
+                        &ResourceRef::pods(),
+                        Some(AS_NS),
+                        json!({"metadata": {"name": CONTROLLER_POD, "labels": {"app": CONTROLLER},
+                                            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                                                 "name": "agent-sandbox-controller-x", "uid": dep_uid, "controller": true}]},
+                               "spec": {"containers": [{"name": "manager", "image": "i:1"}]}}),
+                    )
+                    .unwrap();
+                    c.bind_pod(AS_NS, CONTROLLER_POD, "node-1").unwrap();
+                    c.patch_status(
+                        &ResourceRef::pods(),
+                        Some(AS_NS),
+                        CONTROLLER_POD,
+                        PatchKind::Merge,
+                        &json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}),
+                    )
+                    .unwrap();
+                }
+                (false, Some(_)) => {
+                    let now = kube_emulator::DeleteOptions {
+                        grace_period_seconds: Some(0),
+                        ..Default::default()
+                    };
+                    let _ = c.delete(&ResourceRef::pods(), Some(AS_NS), CONTROLLER_POD, &now);
+                }
+                _ => {}
+            }
+            let running = i64::from(want > 0 && pod.is_some());
+            let _ = c.patch_status(
+                &deployments(),
+                Some(AS_NS),
+                CONTROLLER,
+                PatchKind::Merge,
+                &json!({"status": {"replicas": running, "readyReplicas": running}}),
+            );
+            if running == 1 {
+                let (sbs, _) = c.list(&sandboxes(), Some(NS), &Default::default()).unwrap();
+                for sb in sbs {
+                    let name = sb["metadata"]["name"].as_str().unwrap();
+                    if exists(&c, &ResourceRef::pods(), name).is_none() {
+                        c.create(
+                            &ResourceRef::pods(),
+                            Some(NS),
+                            json!({"metadata": {"name": name}, "spec": sb["spec"]["podTemplate"]["spec"]}),
+                        )
+                        .unwrap();
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
+fn journal_ids(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join(journal::FILE_NAME))
+        .map(|t| {
+            serde_json::from_str::<journal::JournalFile>(&t)
+                .unwrap()
+                .entries
+                .into_iter()
+                .map(|e| e.id)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn observations(rec: &Recorder) -> Vec<String> {
+    rec.snapshot()
+        .entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Observation { key, .. } => Some(key.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[rstest::rstest]
+#[case::credentials("credentials")]
+#[case::certificate("certificate")]
+#[tokio::test(start_paused = true)]
+async fn the_first_pod_of_a_sandbox_created_while_the_fault_is_on_mounts_the_broken_material_and_the_controller_is_back_after_it(
+    #[case] what: &str,
+) {
+    let c = cluster();
+    create_controller(&c);
+    let ctl = run_agent_sandbox_controller(c.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(&c, dir.path(), in_the_workload_container());
+    let rec = Recorder::new();
+    inj.set_recorder(rec.clone());
+    let fault = bootstrap_fault(what);
+
+    inj.inject(&fault).await.unwrap();
+    assert_eq!(controller_replicas(&c), 0, "the controller is paused");
+    assert!(
+        exists_in(&c, AS_NS, CONTROLLER_POD).is_none(),
+        "its pod is gone once inject returns"
+    );
+    assert_eq!(
+        journal_ids(dir.path()),
+        [format!("agent-sandbox-controller-paused-{}", cr("demo"))],
+        "the way back is journaled while the controller is paused"
+    );
+
+    // The gateway writes the Sandbox resource (CreateSandbox).
+    create_sandbox_resource(&c, "demo");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let pod = exists(&c, &ResourceRef::pods(), &cr("demo")).expect("the first pod");
+    let mounted = &pod["spec"]["volumes"];
+    match what {
+        "credentials" => assert_eq!(
+            mounted[2]["projected"]["sources"][0]["serviceAccountToken"]["audience"],
+            "openshell-conformance-not-the-gateway",
+            "{mounted}"
+        ),
+        _ => assert_eq!(
+            mounted[1]["projected"]["sources"][1]["secret"]["name"],
+            format!("openshell-conformance-ca-{}", cr("demo")),
+            "{mounted}"
+        ),
+    }
+    assert_eq!(controller_replicas(&c), 1, "the controller is resumed");
+    assert!(exists_in(&c, AS_NS, CONTROLLER_POD).is_some());
+    assert_eq!(
+        journal_ids(dir.path()),
+        [format!("bootstrap-credentials-{}", cr("demo"))],
+        "only the template is left to restore"
+    );
+    assert_eq!(
+        observations(&rec),
+        [
+            "bootstrap-credentials.controller-paused",
+            "bootstrap-credentials.broken",
+            "bootstrap-credentials.controller-resumed"
+        ]
+    );
+
+    inj.restore(&fault).await.unwrap();
+    inj.verify_restored(&fault).await.unwrap();
+    assert_eq!(volumes_of(&c, "demo"), template_volumes());
+    assert!(!dir.path().join(journal::FILE_NAME).exists());
+    ctl.abort();
+}
+
+fn exists_in(c: &Cluster, ns: &str, name: &str) -> Option<Value> {
+    c.get(&ResourceRef::pods(), Some(ns), name).ok()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_interrupted_while_the_fault_waits_for_its_sandbox_gets_the_controller_back() {
+    let c = cluster();
+    create_controller(&c);
+    let ctl = run_agent_sandbox_controller(c.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(&c, dir.path(), in_the_workload_container());
+    let fault = bootstrap_fault("certificate");
+    inj.inject(&fault).await.unwrap();
+    assert_eq!(controller_replicas(&c), 0);
+    // SIGINT: the target restores every active fault.
+    assert!(inj.restore_all().await.is_empty());
+    assert_eq!(controller_replicas(&c), 1);
+    assert!(exists_in(&c, AS_NS, CONTROLLER_POD).is_some());
+    assert!(!dir.path().join(journal::FILE_NAME).exists());
+    inj.verify_restored(&fault).await.unwrap();
+    // The sandbox created afterwards gets the template the gateway wrote.
+    create_sandbox_resource(&c, "demo");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        exists(&c, &ResourceRef::pods(), &cr("demo")).unwrap()["spec"]["volumes"],
+        template_volumes()
+    );
+    ctl.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restore_from_the_journal_after_a_kill_between_pause_and_resume_brings_the_controller_back()
+ {
+    use crate::leftovers;
+    let c = cluster();
+    create_controller(&c);
+    let ctl = run_agent_sandbox_controller(c.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let inj = injector(&c, dir.path(), in_the_workload_container());
+    inj.inject(&bootstrap_fault("credentials")).await.unwrap();
+    inj.die().await;
+    // The gateway creates the resource; nothing makes its pod while the controller is paused.
+    create_sandbox_resource(&c, "demo");
+    tokio::time::sleep(Duration::from_secs(90)).await;
+    assert_eq!(controller_replicas(&c), 0, "nothing resumed the controller");
+    assert!(exists(&c, &ResourceRef::pods(), &cr("demo")).is_none());
+    let runner = ScriptedRunner::new(Unscripted::Succeed);
+    runner.respond("helm list", CmdOutput::ok("[]"));
+    let opts = crate::options::RealArgs {
+        cluster_name: "openshell-conformance".into(),
+        chart: "oci://x".into(),
+        chart_version: "0.0.111".into(),
+        agent_sandbox_version: "v0.5.0".into(),
+        openshell_bin: "openshell".into(),
+        run_dir: Some(dir.path().to_path_buf()),
+        ..crate::options::RealArgs::default()
+    }
+    .resolve(crate::options::Provider::Kind, "r1", "/repo")
+    .unwrap();
+    let found = leftovers::find(&c.client(), &runner, &opts).await.unwrap();
+    assert_eq!(
+        found.paused_controller.as_ref().map(|w| w.label()),
+        Some("Deployment/agent-sandbox-system/agent-sandbox-controller".to_string()),
+        "{found}"
+    );
+
+    let path = dir.path().join(journal::FILE_NAME);
+    let report = journal::restore_from(&path, &c.client(), Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(report.restored.len(), 1, "{report}");
+    assert_eq!(controller_replicas(&c), 1);
+    assert!(!path.exists(), "the journal is consumed");
+    let found = leftovers::find(&c.client(), &runner, &opts).await.unwrap();
+    assert!(found.paused_controller.is_none(), "{found}");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        exists(&c, &ResourceRef::pods(), &cr("demo")).is_some(),
+        "the resumed controller reconciles the sandbox"
+    );
+    ctl.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fault_that_never_sees_its_sandbox_resumes_the_controller_and_reports_the_stage_and_deadline()
+ {
+    let c = cluster();
+    create_controller(&c);
+    let ctl = run_agent_sandbox_controller(c.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut inj = injector(&c, dir.path(), in_the_workload_container());
+    inj.deadlines.sandbox_appears = Duration::from_secs(10);
+    let rec = Recorder::new();
+    inj.set_recorder(rec.clone());
+    let fault = bootstrap_fault("credentials");
+    inj.inject(&fault).await.unwrap();
+    assert_eq!(controller_replicas(&c), 0);
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    // Back at the deadline, before any restore.
+    assert_eq!(controller_replicas(&c), 1);
+    assert!(exists_in(&c, AS_NS, CONTROLLER_POD).is_some());
+    assert!(!dir.path().join(journal::FILE_NAME).exists());
+    let stage = format!(
+        "Sandbox {} created while the Agent Sandbox controller is paused: gave up after 10s",
+        cr("demo")
+    );
+    assert!(
+        super::notes(&rec).iter().any(|n| n.contains(&stage)),
+        "{:?}",
+        super::notes(&rec)
+    );
+    let err = inj.restore(&fault).await.unwrap_err().to_string();
+    assert!(err.contains(&stage), "{err}");
+    inj.verify_restored(&fault).await.unwrap();
+    ctl.abort();
 }
 
 #[tokio::test(start_paused = true)]

@@ -16,8 +16,9 @@ use conformance_core::timeline::{
 };
 use conformance_openshell_api::datamodel::v1::ObjectMeta;
 use conformance_openshell_api::v1::{
-    GetSandboxRequest, ListSandboxesRequest, ListSandboxesResponse, Sandbox, SandboxPhase,
-    SandboxResponse, SandboxStatus, SandboxStreamEvent, WatchSandboxRequest, sandbox_stream_event,
+    GetSandboxRequest, ListSandboxesRequest, ListSandboxesResponse, Sandbox, SandboxCondition,
+    SandboxPhase, SandboxResponse, SandboxStatus, SandboxStreamEvent, WatchSandboxRequest,
+    sandbox_stream_event,
 };
 use conformance_openshell_api::{OpenShell, OpenShellServer};
 use tokio::net::{TcpListener, TcpStream};
@@ -698,4 +699,57 @@ async fn a_restart_count_the_gateway_reports_is_recorded_once_per_change() {
         })
         .collect();
     assert_eq!(counts, [1, 2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cause_the_gateway_reports_in_the_ready_condition_reaches_the_timeline() {
+    let gw = Gateway::default();
+    let addr = serve(gw.clone(), None).await;
+    gw.put(sandbox("a", &LABEL, SandboxPhase::Provisioning));
+    let rec = Recorder::new();
+    let _obs = spawn_observer(
+        addr.port(),
+        None,
+        &rec,
+        &Expected::default(),
+        marking_fallback(&rec),
+    );
+    until("stream of a opens", || gw.streams(), |n| *n == 1).await;
+    let mut s = gw.sandboxes.lock().unwrap().get("a").cloned().unwrap();
+    let st = s.status.as_mut().unwrap();
+    st.phase = SandboxPhase::Error as i32;
+    st.conditions = vec![
+        SandboxCondition {
+            r#type: "Scheduled".into(),
+            status: "True".into(),
+            reason: "Other".into(),
+            message: "not this one".into(),
+            ..Default::default()
+        },
+        SandboxCondition {
+            r#type: "Ready".into(),
+            status: "False".into(),
+            reason: "BootstrapFailed".into(),
+            message: "token audience rejected".into(),
+            ..Default::default()
+        },
+    ];
+    gw.put(s);
+    until("the Error phase", || phases(&rec, "a"), |p| p.len() == 2).await;
+    let last = rec
+        .snapshot()
+        .entries
+        .iter()
+        .rev()
+        .find_map(|e| match &e.event {
+            Event::Object(o) if o.kind == GATEWAY_SANDBOX_KIND && o.name == "a" => Some(o.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(last.conditions.len(), 1, "{last:?}");
+    let ready = &last.conditions[0];
+    assert_eq!(ready.type_, "Ready");
+    assert_eq!(ready.status, "False");
+    assert_eq!(ready.reason.as_deref(), Some("BootstrapFailed"));
+    assert_eq!(ready.message.as_deref(), Some("token audience rejected"));
 }

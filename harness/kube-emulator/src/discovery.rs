@@ -96,6 +96,15 @@ pub(crate) fn resource_list(r: &Resources, group: &str, version: &str) -> Option
         if vd.status {
             resources.push(sub("status", d, &d.kind, None, &["get", "patch", "update"]));
         }
+        if group.is_empty() && d.plural == "serviceaccounts" {
+            resources.push(sub(
+                "token",
+                d,
+                "TokenRequest",
+                Some(("authentication.k8s.io", "v1")),
+                &["create"],
+            ));
+        }
         if group.is_empty() && d.plural == "pods" {
             resources.push(sub("binding", d, "Binding", None, &["create"]));
             resources.push(sub(

@@ -46,6 +46,6 @@ pub use pointer::{Pointer, pointer};
 pub use portforward::PortForwardHandler;
 pub use shell::ExecOutput;
 pub use store::{DeleteOptions, ListOptions};
-pub use tokens::{API_AUDIENCE, TokenRequest};
+pub use tokens::{API_AUDIENCE, BoundObject, Freshness, TokenRequest};
 pub use volumes::{MountFailure, is_api_volume, populate_volumes};
 pub use watch::{WatchEvent, WatchParams};

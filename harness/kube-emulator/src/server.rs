@@ -270,6 +270,11 @@ async fn dispatch(cluster: Cluster, req: Request) -> ApiResult<Response> {
         (Some(n), Some("log"), Method::GET) if ctx.is_pods() => ctx.logs(&n),
         (Some(n), Some("eviction"), Method::POST) if ctx.is_pods() => ctx.evict(&n, &body),
         (Some(n), Some("binding"), Method::POST) if ctx.is_pods() => ctx.bind(&n, &body),
+        (Some(n), Some("token"), Method::POST) if ctx.is_service_accounts() => {
+            let ns = ctx.ns().unwrap_or("default").to_string();
+            let out = crate::tokens::token_request(&ctx.cluster, &ns, &n, &body)?;
+            Ok(json_response(StatusCode::CREATED, &out))
+        }
         (_, None | Some("status"), m) => Err(ApiError::method_not_allowed(format!(
             "the server does not allow this method on the requested resource ({m})"
         ))),
@@ -303,6 +308,10 @@ struct Ctx {
 impl Ctx {
     fn is_pods(&self) -> bool {
         self.def.group.is_empty() && self.def.plural == "pods"
+    }
+
+    fn is_service_accounts(&self) -> bool {
+        self.def.group.is_empty() && self.def.plural == "serviceaccounts"
     }
 
     fn ns(&self) -> Option<&str> {

@@ -243,13 +243,12 @@ fn downward_files(pod: &Value, src: &Value) -> Files {
 /// volume's audience and expiry, bound to the pod and its ServiceAccount (`crate::tokens`).
 fn service_account_token(cluster: &Cluster, pod: &Value, src: &Value) -> String {
     let name = |p: &str| s(pod, p).unwrap_or_default().to_string();
+    let namespace = s(pod, "/metadata/namespace").unwrap_or("default");
+    let service_account = s(pod, "/spec/serviceAccountName").unwrap_or("default");
     cluster.issue_token(&crate::tokens::TokenRequest {
-        namespace: s(pod, "/metadata/namespace")
-            .unwrap_or("default")
-            .to_string(),
-        service_account: s(pod, "/spec/serviceAccountName")
-            .unwrap_or("default")
-            .to_string(),
+        namespace: namespace.to_string(),
+        service_account: service_account.to_string(),
+        service_account_uid: cluster.service_account_uid(namespace, service_account),
         audiences: s(src, "/audience")
             .map(str::to_string)
             .into_iter()
@@ -260,7 +259,12 @@ fn service_account_token(cluster: &Cluster, pod: &Value, src: &Value) -> String 
             .get("expirationSeconds")
             .and_then(Value::as_u64)
             .unwrap_or(3600),
-        bound_pod: Some((name("/metadata/name"), name("/metadata/uid"))),
+        bound: Some(crate::tokens::BoundObject {
+            kind: "Pod".into(),
+            name: name("/metadata/name"),
+            uid: name("/metadata/uid"),
+        }),
+        freshness: crate::tokens::Freshness::KubeletRotated,
     })
 }
 

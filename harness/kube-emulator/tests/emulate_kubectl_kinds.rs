@@ -178,6 +178,57 @@ async fn kubectl_auth_can_i_is_answered_yes_and_lists_every_rule() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_token_gets_a_pod_bound_token_that_a_token_review_authenticates() {
+    let Some(env) =
+        start("kubectl_create_token_gets_a_pod_bound_token_that_a_token_review_authenticates")
+            .await
+    else {
+        return;
+    };
+    env.ok(&["create", "serviceaccount", "sa"]).await;
+    let pod = json!({"metadata": {"name": "p"}, "spec": {"serviceAccountName": "sa", "containers": [{"name": "c", "image": "i"}]}});
+    env.cluster
+        .create(&ResourceRef::pods(), Some("default"), pod)
+        .unwrap();
+    let token = env
+        .ok(&[
+            "create",
+            "token",
+            "sa",
+            "--audience",
+            "gw",
+            "--duration",
+            "10m",
+            "--bound-object-kind",
+            "Pod",
+            "--bound-object-name",
+            "p",
+        ])
+        .await;
+    let review = env.cluster.review_token(token.trim(), &["gw".into()]);
+    assert_eq!(review["authenticated"], true, "{review}");
+    assert_eq!(
+        review["user"]["extra"]["authentication.kubernetes.io/pod-name"],
+        json!(["p"])
+    );
+    // The API server's own checks, worded as kubectl prints them from a real one.
+    let (code, _, err) = env
+        .run(&["create", "token", "sa", "--duration", "1m"])
+        .await;
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("failed to create token: TokenRequest.authentication.k8s.io \"\" is invalid: spec.expirationSeconds: Invalid value: 60: may not specify a duration less than 10 minutes"),
+        "{err}"
+    );
+    let (code, _, err) = env.run(&["create", "token", "nobody"]).await;
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("serviceaccounts \"nobody\" not found"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_creates_and_lists_the_kinds_of_the_chart_and_the_agent_sandbox_manifest() {
     let Some(env) =
         start("kubectl_creates_and_lists_the_kinds_of_the_chart_and_the_agent_sandbox_manifest")

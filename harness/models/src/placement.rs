@@ -149,7 +149,7 @@ pub(crate) fn supervisor_pod(
                 "name": rec.cr_name, "uid": cr_uid, "controller": true, "blockOwnerDeletion": true}],
         },
         "spec": {
-            "serviceAccountName": "openshell-sandbox",
+            "serviceAccountName": crate::gateway::driver::SANDBOX_SERVICE_ACCOUNT,
             "restartPolicy": "Never",
             "containers": [{
                 "name": container,
@@ -198,7 +198,7 @@ pub(crate) fn release_objects(model: &OpenShellModel) -> Vec<(ResourceRef, Value
                 "template": {
                     "metadata": {"labels": sel},
                     "spec": {
-                        "serviceAccountName": "openshell-sandbox",
+                        "serviceAccountName": crate::gateway::driver::SANDBOX_SERVICE_ACCOUNT,
                         "containers": [{
                             "name": container,
                             "image": format!("{SUPERVISOR_IMAGE_REPO}:{}", model.version),

@@ -62,6 +62,7 @@ struct Drivers {
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
 struct Kubernetes {
     topology: Option<String>,
+    service_account_name: Option<String>,
 }
 
 /// What the gateway model does with its configuration.
@@ -78,6 +79,9 @@ pub(crate) struct GatewayConfig {
     pub sandbox_namespace: Option<String>,
     /// `[openshell.drivers.kubernetes] topology` (chart `supervisor.topology`).
     pub topology: Option<String>,
+    /// `[openshell.drivers.kubernetes] service_account_name`: what sandbox pods run as, and
+    /// the only account whose tokens bootstrap (F12.7).
+    pub sandbox_service_account: Option<String>,
     /// `[openshell.gateway] client_tls_secret_name`: the Secret (CA, client certificate and
     /// key) the driver mounts into sandbox pods (F3.5, F12.8); None or empty: none.
     pub client_tls_secret: Option<String>,
@@ -93,6 +97,7 @@ impl GatewayConfig {
             allow_unauthenticated_users: false,
             sandbox_namespace: None,
             topology: None,
+            sandbox_service_account: None,
             client_tls_secret: None,
         }
     }
@@ -102,6 +107,7 @@ impl GatewayConfig {
         let file: File = toml::from_str(text)
             .map_err(|e| format!("failed to parse config file {CONFIG_PATH}: {e}"))?;
         let gw = file.openshell.gateway;
+        let kubernetes = file.openshell.drivers.kubernetes;
         // F7.7: TLS is on unless disabled, and then needs a certificate and key.
         let tls = if gw.disable_tls {
             if gw.tls.as_ref().is_some_and(|t| t.client_ca_path.is_some()) {
@@ -122,7 +128,8 @@ impl GatewayConfig {
             credentials_required: gw.gateway_jwt.is_some() || gw.oidc.is_some(),
             allow_unauthenticated_users: gw.auth.allow_unauthenticated_users,
             sandbox_namespace: gw.sandbox_namespace,
-            topology: file.openshell.drivers.kubernetes.and_then(|k| k.topology),
+            topology: kubernetes.as_ref().and_then(|k| k.topology.clone()),
+            sandbox_service_account: kubernetes.and_then(|k| k.service_account_name),
             client_tls_secret: gw.client_tls_secret_name.filter(|n| !n.is_empty()),
         })
     }

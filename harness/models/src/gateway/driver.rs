@@ -21,6 +21,9 @@ use kube_emulator::{ApiError, DeleteOptions, ListOptions, PatchKind, ResourceRef
 
 /// The Sandbox resource version the driver uses (F3.1: v1beta1 first).
 pub(crate) const SANDBOX_VERSION: &str = "v1beta1";
+/// The ServiceAccount sandbox pods run as (the chart's `service_account_name`), the only one
+/// whose tokens the gateway accepts for bootstrap (F12.7).
+pub(crate) const SANDBOX_SERVICE_ACCOUNT: &str = "openshell-sandbox";
 /// The event reason a supervisor posts when bootstrap fails for good (contract, R14).
 pub(crate) const BOOTSTRAP_FAILED_EVENT: &str = "BootstrapFailed";
 /// Where the supervisor binary lands in the workload container (F3.4).
@@ -90,7 +93,7 @@ pub(crate) fn render_sandbox(gw: &Gateway, rec: &SandboxRecord) -> Value {
     containers.extend(shape.containers);
     bootstrap_material(gw, topo, &mut volumes, &mut containers);
     let mut pod_spec = json!({
-        "serviceAccountName": "openshell-sandbox",
+        "serviceAccountName": SANDBOX_SERVICE_ACCOUNT,
         "automountServiceAccountToken": false,
         // F1.14: kubelet must not replace the canonical main-process generation.
         "restartPolicy": "Never",

@@ -12,6 +12,7 @@ pub(crate) mod config;
 pub(crate) mod core;
 pub(crate) mod driver;
 pub(crate) mod grpc;
+mod identity;
 pub(crate) mod phase;
 pub(crate) mod rpc;
 pub(crate) mod startup;
@@ -141,6 +142,16 @@ impl GatewayProgram {
             return Err(format!(
                 "configured sandbox_namespace {ns:?} is not the one this gateway model uses ({:?})",
                 super::model::NAMESPACE
+            ));
+        }
+        if let Some(sa) = config
+            .sandbox_service_account
+            .as_ref()
+            .filter(|sa| sa.as_str() != driver::SANDBOX_SERVICE_ACCOUNT)
+        {
+            return Err(format!(
+                "configured service_account_name {sa:?} is not the one this gateway model runs sandbox pods as ({:?})",
+                driver::SANDBOX_SERVICE_ACCOUNT
             ));
         }
         let tls = grpc::tls_acceptor(&config, &ctx.mounts)?;
@@ -597,7 +608,10 @@ impl Gateway {
     /// IssueSandboxToken: the projected SA token for a gateway JWT (F2.4 token bootstrap). A
     /// token the supervisor read from its projected volume is validated with a TokenReview for
     /// the audience `openshell-gateway`; one the review does not authenticate (another
-    /// audience, a pod that is gone) falls through the authenticator chain (F12.7).
+    /// audience, a pod that is gone) falls through the authenticator chain, and one it does
+    /// must name the sandbox through its pod and the pod's owning Sandbox (F12.7). The sandbox
+    /// the gateway token is for is the one the pod names, as upstream takes it from the
+    /// principal.
     pub(crate) fn issue_sandbox_token(
         &self,
         sandbox_id: &str,
@@ -606,6 +620,7 @@ impl Gateway {
     ) -> Result<String, Status> {
         self.check_alive()?;
         // Authentication comes before the handler, as the router runs the chain first.
+        let mut sandbox_id = sandbox_id.to_string();
         if let Some(token) = sa_token {
             let review = self
                 .cluster
@@ -625,9 +640,10 @@ impl Gateway {
                     .map_or_else(config::GatewayConfig::plaintext, |s| s.config.clone());
                 return Err(config.unauthenticated_bootstrap());
             }
+            sandbox_id = identity::sandbox_of(&self.cluster, &review)?;
         }
         let core = self.core();
-        let rec = Self::by_id(&core, sandbox_id)
+        let rec = Self::by_id(&core, &sandbox_id)
             .ok_or_else(|| Status::not_found(format!("sandbox {sandbox_id} not found")))?;
         if self
             .model

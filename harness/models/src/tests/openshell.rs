@@ -79,7 +79,10 @@ fn materialise(t: &EmulatedTarget) {
         let _ = t.cluster.create(
             &ResourceRef::pods(),
             Some(NAMESPACE),
-            json!({"metadata": {"name": name, "annotations": cr["spec"]["podTemplate"]["metadata"]["annotations"].clone()},
+            // The controller owns its pods (F4.11); the gateway checks the owner (F12.7).
+            json!({"metadata": {"name": name, "annotations": cr["spec"]["podTemplate"]["metadata"]["annotations"].clone(),
+                                "ownerReferences": [{"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox",
+                                    "name": name, "uid": cr["metadata"]["uid"].clone(), "controller": true}]},
                    "spec": spec}),
         );
         let _ = t.cluster.patch_status(

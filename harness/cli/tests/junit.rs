@@ -86,7 +86,7 @@ async fn junit_has_a_suite_per_case_and_a_testcase_per_stage_and_check() {
     else {
         unreachable!()
     };
-    assert_eq!(message.as_ref().unwrap().as_str(), "it held at 28s");
+    assert_eq!(message.as_ref().unwrap().as_str(), "it held at 27.001s");
     assert!(
         description
             .as_ref()

@@ -28,6 +28,26 @@ const NS: &str = "openshell";
 const AS_NS: &str = "agent-sandbox-system";
 
 /// The resource (and pod) name of the sandbox `name` the harness creates.
+/// The options of a kind run the leftovers and diagnostics tests resolve: one run directory,
+/// the rest as a user's defaults.
+fn kind_args(run_dir: impl Into<std::path::PathBuf>) -> crate::options::RealArgs {
+    crate::options::RealArgs {
+        cluster_name: "openshell-conformance".into(),
+        chart: "oci://x".into(),
+        chart_version: "0.0.111".into(),
+        agent_sandbox_version: "v0.5.0".into(),
+        openshell_bin: "openshell".into(),
+        run_dir: Some(run_dir.into()),
+        ..crate::options::RealArgs::default()
+    }
+}
+
+fn kind_options(run_dir: impl Into<std::path::PathBuf>) -> crate::options::RealOptions {
+    kind_args(run_dir)
+        .resolve(crate::options::Provider::Kind, "r1", "/repo")
+        .unwrap()
+}
+
 fn cr(name: &str) -> String {
     sandbox_resource_name(DEFAULT_WORKSPACE, name)
 }
@@ -1008,7 +1028,7 @@ async fn the_event_observer_records_events_of_the_namespace() {
 #[tokio::test(start_paused = true)]
 async fn leftovers_of_another_run_are_found_and_stop_the_run_or_are_swept() {
     use crate::leftovers;
-    use crate::options::{Provider, RealArgs};
+    use crate::options::Provider;
     let c = cluster();
     let ns = ResourceRef::new("", "v1", "namespaces");
     c.create(&ns, None, json!({"metadata": {"name": "old-run-ns", "labels": {"openshell-conformance.io/run": "old"}}})).unwrap();
@@ -1038,15 +1058,7 @@ async fn leftovers_of_another_run_are_found_and_stop_the_run_or_are_swept() {
         "helm list",
         CmdOutput::ok(r#"[{"name":"openshell","namespace":"openshell"}]"#),
     );
-    let mut args = RealArgs {
-        cluster_name: "openshell-conformance".into(),
-        chart: "oci://x".into(),
-        chart_version: "0.0.111".into(),
-        agent_sandbox_version: "v0.5.0".into(),
-        openshell_bin: "openshell".into(),
-        run_dir: Some("/run-dir".into()),
-        ..RealArgs::default()
-    };
+    let mut args = kind_args("/run-dir");
     let opts = args.resolve(Provider::Kind, "r1", "/repo").unwrap();
     let found = leftovers::find(&c.client(), &runner, &opts).await.unwrap();
     assert_eq!(found.namespaces, vec!["old-run-ns".to_string()]);
@@ -1724,7 +1736,6 @@ async fn the_traffic_block_creates_a_journaled_network_policy_that_restore_remov
 #[tokio::test(start_paused = true)]
 async fn a_diagnostics_bundle_holds_logs_objects_helm_and_cli_output_with_secrets_redacted() {
     use crate::diagnostics::{Sources, collect};
-    use crate::options::{Provider, RealArgs};
     let c = cluster();
     running_pod(&c, &cr("demo"), json!({}), None, &["agent"]);
     c.append_log(
@@ -1747,17 +1758,7 @@ async fn a_diagnostics_bundle_holds_logs_objects_helm_and_cli_output_with_secret
         CmdOutput::ok("server:\n  tls:\n    key: |\n      -----BEGIN PRIVATE KEY-----\n      MIIEsecret\n      -----END PRIVATE KEY-----\n  disableTls: false\n"),
     );
     runner.respond("helm get manifest", CmdOutput::ok("kind: StatefulSet\n"));
-    let opts = RealArgs {
-        cluster_name: "openshell-conformance".into(),
-        chart: "oci://x".into(),
-        chart_version: "0.0.111".into(),
-        agent_sandbox_version: "v0.5.0".into(),
-        openshell_bin: "openshell".into(),
-        run_dir: Some("/run-dir".into()),
-        ..RealArgs::default()
-    }
-    .resolve(Provider::Kind, "r1", "/repo")
-    .unwrap();
+    let opts = kind_options("/run-dir");
     let rec = Recorder::new();
     rec.note("a note");
     let tl = rec.snapshot();
@@ -1946,17 +1947,7 @@ async fn after_a_simulated_kill_the_journal_puts_the_template_back_and_the_ca_se
     }
     let runner = ScriptedRunner::new(Unscripted::Succeed);
     runner.respond("helm list", CmdOutput::ok("[]"));
-    let opts = crate::options::RealArgs {
-        cluster_name: "openshell-conformance".into(),
-        chart: "oci://x".into(),
-        chart_version: "0.0.111".into(),
-        agent_sandbox_version: "v0.5.0".into(),
-        openshell_bin: "openshell".into(),
-        run_dir: Some(dir.path().to_path_buf()),
-        ..crate::options::RealArgs::default()
-    }
-    .resolve(crate::options::Provider::Kind, "r1", "/repo")
-    .unwrap();
+    let opts = kind_options(dir.path());
     let found = leftovers::find(&c.client(), &runner, &opts).await.unwrap();
     assert_eq!(
         found.fault_secrets,
@@ -2237,17 +2228,7 @@ async fn a_restore_from_the_journal_after_a_kill_between_pause_and_resume_brings
     assert!(exists(&c, &ResourceRef::pods(), &cr("demo")).is_none());
     let runner = ScriptedRunner::new(Unscripted::Succeed);
     runner.respond("helm list", CmdOutput::ok("[]"));
-    let opts = crate::options::RealArgs {
-        cluster_name: "openshell-conformance".into(),
-        chart: "oci://x".into(),
-        chart_version: "0.0.111".into(),
-        agent_sandbox_version: "v0.5.0".into(),
-        openshell_bin: "openshell".into(),
-        run_dir: Some(dir.path().to_path_buf()),
-        ..crate::options::RealArgs::default()
-    }
-    .resolve(crate::options::Provider::Kind, "r1", "/repo")
-    .unwrap();
+    let opts = kind_options(dir.path());
     let found = leftovers::find(&c.client(), &runner, &opts).await.unwrap();
     assert_eq!(
         found.paused_controller.as_ref().map(|w| w.label()),

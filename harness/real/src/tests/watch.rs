@@ -656,13 +656,13 @@ async fn the_observer_stops_when_the_case_ends() {
     assert_eq!(gw.streams(), 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restart_count_the_gateway_reports_is_recorded_once_per_change() {
+/// A plaintext gateway with sandbox `a` in `phase`, and an observer whose stream of it is open.
+async fn streaming_one(phase: SandboxPhase) -> (Gateway, Recorder, Observers) {
     let gw = Gateway::default();
     let addr = serve(gw.clone(), None).await;
-    gw.put(sandbox("a", &LABEL, SandboxPhase::Ready));
+    gw.put(sandbox("a", &LABEL, phase));
     let rec = Recorder::new();
-    let _obs = spawn_observer(
+    let obs = spawn_observer(
         addr.port(),
         None,
         &rec,
@@ -670,6 +670,12 @@ async fn a_restart_count_the_gateway_reports_is_recorded_once_per_change() {
         marking_fallback(&rec),
     );
     until("stream of a opens", || gw.streams(), |n| *n == 1).await;
+    (gw, rec, obs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_count_the_gateway_reports_is_recorded_once_per_change() {
+    let (gw, rec, _obs) = streaming_one(SandboxPhase::Ready).await;
     for (phase, restarts) in [
         (SandboxPhase::Error, 1),
         (SandboxPhase::Ready, 1),
@@ -703,18 +709,7 @@ async fn a_restart_count_the_gateway_reports_is_recorded_once_per_change() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cause_the_gateway_reports_in_the_ready_condition_reaches_the_timeline() {
-    let gw = Gateway::default();
-    let addr = serve(gw.clone(), None).await;
-    gw.put(sandbox("a", &LABEL, SandboxPhase::Provisioning));
-    let rec = Recorder::new();
-    let _obs = spawn_observer(
-        addr.port(),
-        None,
-        &rec,
-        &Expected::default(),
-        marking_fallback(&rec),
-    );
-    until("stream of a opens", || gw.streams(), |n| *n == 1).await;
+    let (gw, rec, _obs) = streaming_one(SandboxPhase::Provisioning).await;
     let mut s = gw.sandboxes.lock().unwrap().get("a").cloned().unwrap();
     let st = s.status.as_mut().unwrap();
     st.phase = SandboxPhase::Error as i32;

@@ -626,19 +626,7 @@ impl Gateway {
                 .cluster
                 .review_token(token, &[SA_TOKEN_AUDIENCE.to_string()]);
             if review["authenticated"] != true {
-                // Contract (R14): the refusal names the rejected token, as the emulated
-                // fault's does; 0.0.111's authenticator chain falls through to a user principal
-                // and answers without the cause (F12.7).
-                if self.rules().b.diagnostics == crate::spec::Diagnostics::Named {
-                    return Err(Status::unauthenticated(SA_TOKEN_REJECTED));
-                }
-                let config = self
-                    .served
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .as_ref()
-                    .map_or_else(config::GatewayConfig::plaintext, |s| s.config.clone());
-                return Err(config.unauthenticated_bootstrap());
+                return Err(self.token_not_authenticated());
             }
             sandbox_id = identity::sandbox_of(&self.cluster, &review)?;
         }
@@ -649,10 +637,29 @@ impl Gateway {
             .model
             .has_fault(&rec.cr_name, CredentialFault::Credentials)
         {
-            return Err(Status::unauthenticated(SA_TOKEN_REJECTED));
+            // The emulated target's credentials fault stands for a token the review does not
+            // authenticate, and is answered as one.
+            return Err(self.token_not_authenticated());
         }
 
         Ok(format!("jwt.{sandbox_id}.{pod_uid}"))
+    }
+
+    /// The answer to a bootstrap whose ServiceAccount token the TokenReview did not
+    /// authenticate. Contract (R14): the refusal names the rejected token; 0.0.111's
+    /// authenticator chain falls through to a user principal, and a user may not call a
+    /// sandbox-only method, so the answer does not name the cause (F12.7).
+    fn token_not_authenticated(&self) -> Status {
+        if self.rules().b.diagnostics == crate::spec::Diagnostics::Named {
+            return Status::unauthenticated(SA_TOKEN_REJECTED);
+        }
+        let config = self
+            .served
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map_or_else(config::GatewayConfig::plaintext, |s| s.config.clone());
+        config.unauthenticated_bootstrap()
     }
 
     fn token_parts(token: &str) -> Option<(&str, &str)> {

@@ -217,6 +217,49 @@ async fn permanent_credential_error_fails_fast_with_its_cause_on_the_contract() 
     assert_eq!(starts(&t, "demo"), 0, "the workload never started");
 }
 
+#[rstest::rstest]
+#[case::the_contract_names_the_token(
+    Selection::contract(),
+    "Unauthenticated",
+    "sandbox service account token rejected"
+)]
+#[case::upstream_falls_through_to_a_user(
+    Selection::model(Model::OpenShell0_0_111),
+    "PermissionDenied",
+    "this method requires a sandbox principal"
+)]
+#[tokio::test(start_paused = true)]
+async fn the_credentials_fault_is_answered_as_each_model_answers_a_token_its_review_refuses(
+    #[case] sel: Selection,
+    #[case] code: &str,
+    #[case] message: &str,
+) {
+    let t = setup(sel, "combined").await;
+    t.model.set_fault(
+        &cr_name("demo"),
+        crate::model::CredentialFault::Credentials,
+        true,
+    );
+    t.client.create(&spec("demo")).unwrap();
+    let sandboxes = crate::agent_sandbox::sandboxes_in("v1beta1");
+    let id = || {
+        t.cluster
+            .get(&sandboxes, Some(NAMESPACE), &cr_name("demo"))
+            .ok()
+            .and_then(|cr| {
+                cr.pointer("/metadata/labels/openshell.ai~1sandbox-id")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            })
+    };
+    wait(&t, "the Sandbox resource", |_| id().is_some()).await;
+    let e = gateway(&t)
+        .issue_sandbox_token(&id().unwrap(), "pod-uid", None)
+        .unwrap_err();
+    assert_eq!(e.code, code, "{}", e.message);
+    assert!(e.message.starts_with(message), "{}", e.message);
+}
+
 async fn main_starts_while_the_gateway_is_blackholed(sel: Selection) -> usize {
     let t = setup(sel, "combined").await;
     t.client.create(&spec("demo")).unwrap();

@@ -746,15 +746,8 @@ impl FaultInjector {
     pub async fn verify_restored(&self, fault: &Fault) -> TargetResult<()> {
         match FaultEffect::of(fault, &self.layout()) {
             FaultEffect::GatewayScaledDown | FaultEffect::GatewayPodsDeleted => {
-                let (desired, ready) = gateway::replicas(&self.client, &self.gateway).await?;
-                if desired >= 1 && ready >= desired {
-                    Ok(())
-                } else {
-                    Err(TargetError::infra(format!(
-                        "gateway {}/{} has {ready} of {desired} replicas ready",
-                        self.gateway.namespace, self.gateway.name
-                    )))
-                }
+                let who = format!("gateway {}/{}", self.gateway.namespace, self.gateway.name);
+                replicas_back(&self.client, &self.gateway, &who).await
             }
             FaultEffect::SandboxPodDeleted { pod } => {
                 let p = self
@@ -1152,15 +1145,8 @@ impl FaultInjector {
         else {
             return Ok(());
         };
-        let (desired, ready) = gateway::replicas(&self.client, &w).await?;
-        if desired >= 1 && ready >= desired {
-            Ok(())
-        } else {
-            Err(TargetError::infra(format!(
-                "the Agent Sandbox controller {} has {ready} of {desired} replicas ready",
-                w.label()
-            )))
-        }
+        let who = format!("the Agent Sandbox controller {}", w.label());
+        replicas_back(&self.client, &w, &who).await
     }
 
     /// The template of `resource` (if it still exists) holds none of the harness's broken
@@ -1191,6 +1177,19 @@ impl FaultInjector {
             ))),
             None => Ok(()),
         }
+    }
+}
+
+/// Checks, without waiting, that workload `w` (named `who` in the error) has its replicas
+/// and they are ready.
+async fn replicas_back(client: &Client, w: &Workload, who: &str) -> TargetResult<()> {
+    let (desired, ready) = gateway::replicas(client, w).await?;
+    if desired >= 1 && ready >= desired {
+        Ok(())
+    } else {
+        Err(TargetError::infra(format!(
+            "{who} has {ready} of {desired} replicas ready"
+        )))
     }
 }
 

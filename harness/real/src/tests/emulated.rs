@@ -2017,6 +2017,15 @@ fn controller_replicas(c: &Cluster) -> i64 {
 /// Plays the Deployment controller for the Agent Sandbox controller (one pod while it wants a
 /// replica, none at zero) and, while that pod runs, the Agent Sandbox controller itself: every
 /// Sandbox resource in `NS` without a pod gets one from its current pod template (F4.12).
+/// A cluster whose Agent Sandbox controller runs (its pod up), and a run directory.
+async fn with_controller() -> (Cluster, tokio::task::JoinHandle<()>, tempfile::TempDir) {
+    let c = cluster();
+    create_controller(&c);
+    let ctl = run_agent_sandbox_controller(c.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    (c, ctl, tempfile::tempdir().unwrap())
+}
+
 fn run_agent_sandbox_controller(c: Cluster) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let dep_uid = c.get(&deployments(), Some(AS_NS), CONTROLLER).unwrap()["metadata"]["uid"]
@@ -2116,11 +2125,7 @@ fn observations(rec: &Recorder) -> Vec<String> {
 async fn the_first_pod_of_a_sandbox_created_while_the_fault_is_on_mounts_the_broken_material_and_the_controller_is_back_after_it(
     #[case] what: &str,
 ) {
-    let c = cluster();
-    create_controller(&c);
-    let ctl = run_agent_sandbox_controller(c.clone());
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let dir = tempfile::tempdir().unwrap();
+    let (c, ctl, dir) = with_controller().await;
     let inj = injector(&c, dir.path(), in_the_workload_container());
     let rec = Recorder::new();
     inj.set_recorder(rec.clone());
@@ -2184,11 +2189,7 @@ fn exists_in(c: &Cluster, ns: &str, name: &str) -> Option<Value> {
 
 #[tokio::test(start_paused = true)]
 async fn a_run_interrupted_while_the_fault_waits_for_its_sandbox_gets_the_controller_back() {
-    let c = cluster();
-    create_controller(&c);
-    let ctl = run_agent_sandbox_controller(c.clone());
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let dir = tempfile::tempdir().unwrap();
+    let (c, ctl, dir) = with_controller().await;
     let inj = injector(&c, dir.path(), in_the_workload_container());
     let fault = bootstrap_fault("certificate");
     inj.inject(&fault).await.unwrap();
@@ -2213,11 +2214,7 @@ async fn a_run_interrupted_while_the_fault_waits_for_its_sandbox_gets_the_contro
 async fn a_restore_from_the_journal_after_a_kill_between_pause_and_resume_brings_the_controller_back()
  {
     use crate::leftovers;
-    let c = cluster();
-    create_controller(&c);
-    let ctl = run_agent_sandbox_controller(c.clone());
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let dir = tempfile::tempdir().unwrap();
+    let (c, ctl, dir) = with_controller().await;
     let inj = injector(&c, dir.path(), in_the_workload_container());
     inj.inject(&bootstrap_fault("credentials")).await.unwrap();
     inj.die().await;
@@ -2256,11 +2253,7 @@ async fn a_restore_from_the_journal_after_a_kill_between_pause_and_resume_brings
 #[tokio::test(start_paused = true)]
 async fn a_fault_that_never_sees_its_sandbox_resumes_the_controller_and_reports_the_stage_and_deadline()
  {
-    let c = cluster();
-    create_controller(&c);
-    let ctl = run_agent_sandbox_controller(c.clone());
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let dir = tempfile::tempdir().unwrap();
+    let (c, ctl, dir) = with_controller().await;
     let mut inj = injector(&c, dir.path(), in_the_workload_container());
     inj.deadlines.sandbox_appears = Duration::from_secs(10);
     let rec = Recorder::new();

@@ -884,6 +884,7 @@ impl Worker {
         let exits = self.shared.exits.clone();
         let now = k.cluster.now_rfc3339();
         let restart_policy = self.restart_policy.clone();
+        let pod_ip = self.pod_ip.clone();
         let c = self.ctr_mut(i);
         c.restart_at = None;
         if c.run > 0 {
@@ -944,6 +945,8 @@ impl Worker {
         ctx.restart_count = c.restarts;
         ctx.restart_policy = restart_policy;
         ctx.image = c.image.clone();
+        ctx.spec = c.spec.clone();
+        ctx.pod_ip = pod_ip;
         ctx.ready_changed = ready_changed;
         c.ready = ready;
         let program = c.program.clone();
@@ -1150,6 +1153,9 @@ impl Worker {
         self.stage = Stage::Done;
         self.write_status();
         self.k.network.unbind_pod(&self.ns, &self.name);
+        for c in self.init.iter().chain(&self.main) {
+            c.program.pod_finished(&self.uid);
+        }
         let _ = self.k.cluster.delete(
             &ResourceRef::pods(),
             Some(&self.ns),

@@ -13,6 +13,7 @@ mod agent_sandbox;
 mod certgen;
 mod client;
 mod gateway;
+pub mod host;
 pub mod install;
 mod jobs;
 mod kube;

@@ -53,6 +53,10 @@ pub(crate) struct ContainerCtx {
     pub restart_count: u32,
     /// The pod's `restartPolicy` (`Always`, `OnFailure` or `Never`).
     pub restart_policy: String,
+    /// The pod's IP (set by the kubelet before any container starts).
+    pub pod_ip: Option<String>,
+    /// The container's entry in the pod spec (command and args apart, ports, probes, mounts).
+    pub spec: serde_json::Value,
     pub(crate) signals: watch::Receiver<Option<Signal>>,
     pub(crate) ready: Arc<AtomicBool>,
     /// Woken when `ready` flips, so the kubelet updates the pod status without polling.
@@ -90,6 +94,8 @@ impl ContainerCtx {
                 mounts,
                 restart_count: 0,
                 restart_policy: "Always".into(),
+                pod_ip: None,
+                spec: serde_json::Value::Null,
                 signals: rx,
                 ready: ready.clone(),
                 ready_changed: Arc::new(tokio::sync::Notify::new()),
@@ -139,6 +145,10 @@ impl ContainerCtx {
 #[async_trait]
 pub(crate) trait ContainerProgram: Send + Sync + 'static {
     async fn run(&self, ctx: ContainerCtx) -> i32;
+
+    /// The pod (by uid) is gone: release what the program kept for it beyond one container's
+    /// run (a host network namespace). Called once per container of the pod; idempotent.
+    fn pod_finished(&self, _pod_uid: &str) {}
 }
 
 /// The default program: runs the container's argv with the emulated shell (so `sleep 3600` or

@@ -1,0 +1,480 @@
+//! Containers whose images map to local binaries run as Linux processes (the real OpenShell
+//! gateway and supervisor on the served cluster). The kubelet model starts them like any
+//! other [`ContainerProgram`]; this program gives each one what a container runtime would:
+//! the image's files over the host's base system, its volumes as host directories, the pod's
+//! network namespace on the node's bridge, `/etc/hosts` naming the cluster's Services, the
+//! API server (a kubeconfig, see below), readiness from its probe, its output as the
+//! container log, `kubectl exec` and port-forward into it, and signals on stop and delete.
+//!
+//! Emulation gaps, on purpose: the API server is plain HTTP on the node's address and each
+//! process gets `KUBECONFIG` naming it (no in-cluster TLS; the in-cluster variables are not
+//! set, so kube-rs clients fall back to the kubeconfig); there is no DNS server, names
+//! resolve through `/etc/hosts`; exec probes, resource limits, capabilities and seccomp
+//! profiles of the pod spec are not applied; the primary group is `runAsGroup`, else the
+//! pod's `fsGroup`.
+
+mod images;
+mod probe;
+mod proxy;
+mod volumes;
+
+pub use images::{GATEWAY_BINARY, HostImage, HostImages, ImagesError, SUPERVISOR_BINARY};
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use conformance_node::net::{NodeNetwork, PodNetwork};
+use conformance_node::process::{self as node_process, Bind, ContainerSpec, Process, Stdio};
+use kube_emulator::{Cluster, ExecOutput, ExecRequest, Pointer, ResourceRef};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::task::JoinHandle;
+
+use crate::program::{ContainerCtx, ContainerProgram};
+
+/// The node's address on its bridge; pods get `10.244.0.n` (the kubelet's pod IP prefix).
+pub const NODE_IP: Ipv4Addr = Ipv4Addr::new(10, 244, 0, 1);
+/// The port the API server listens on for pods, at [`NODE_IP`].
+pub const POD_API_PORT: u16 = 6443;
+/// Where a process container finds the kubeconfig that names the API server.
+const KUBECONFIG_PATH: &str = "/var/run/kube-emulator/kubeconfig";
+/// The host directories that form every image's base system (those that exist).
+const BASE: [&str; 7] = ["/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "/etc"];
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("{0}")]
+    Node(#[from] conformance_node::NodeError),
+    #[error("{0}")]
+    Images(#[from] ImagesError),
+    #[error("{0}")]
+    Io(String),
+}
+
+/// What runs process containers for one served cluster: the node's network namespace, a
+/// state directory (layers, volumes, claims) removed with it, and the image table.
+#[derive(Clone)]
+pub struct HostRuntime {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    node: NodeNetwork,
+    state: tempfile::TempDir,
+    images: HostImages,
+    /// Pod network namespaces by pod uid, for the pod's lifetime.
+    pods: Mutex<BTreeMap<String, Arc<PodNetwork>>>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for t in lock(&self.tasks).drain(..) {
+            t.abort();
+        }
+    }
+}
+
+impl HostRuntime {
+    /// A node for `images`; fails with the reason when this machine cannot run containers as
+    /// processes (see [`conformance_node::unsupported`]).
+    pub fn start(images: HostImages) -> Result<Self, HostError> {
+        if let Some(why) = conformance_node::unsupported() {
+            return Err(conformance_node::NodeError::Unsupported(why).into());
+        }
+        let node = NodeNetwork::create(NODE_IP, 24)?;
+        let state = tempfile::Builder::new()
+            .prefix("openshell-conformance-node-")
+            .tempdir()
+            .map_err(|e| HostError::Io(format!("cannot create the node's state directory: {e}")))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                node,
+                state,
+                images,
+                pods: Mutex::default(),
+                tasks: Mutex::default(),
+            }),
+        })
+    }
+
+    pub fn images(&self) -> &HostImages {
+        &self.inner.images
+    }
+
+    fn state(&self) -> &Path {
+        self.inner.state.path()
+    }
+
+    /// Serves `cluster`'s API to pods at [`NODE_IP`]:[`POD_API_PORT`] and its Services'
+    /// ClusterIPs, until the runtime is dropped.
+    pub fn attach(&self, cluster: &Cluster) -> Result<(), HostError> {
+        let addr = SocketAddr::from((NODE_IP, POD_API_PORT));
+        let listener = self.inner.node.listen(addr)?;
+        let kubeconfig = self.state().join("kubeconfig");
+        std::fs::write(&kubeconfig, kube_emulator::serve::kubeconfig(addr))
+            .map_err(|e| HostError::Io(format!("cannot write {}: {e}", kubeconfig.display())))?;
+        let server = tokio::spawn({
+            let cluster = cluster.clone();
+            async move {
+                if let Err(e) = kube_emulator::serve::serve_on(listener, cluster).await {
+                    tracing::warn!("the API server for pods stopped: {e}");
+                }
+            }
+        });
+        let proxy = proxy::start(cluster, self.inner.node.clone());
+        lock(&self.inner.tasks).extend([server, proxy]);
+        Ok(())
+    }
+
+    /// The program for the runtime's images, to register for each of their repositories.
+    pub(crate) fn program(&self) -> Arc<HostProgram> {
+        Arc::new(HostProgram { rt: self.clone() })
+    }
+
+    fn pod_network(&self, uid: &str, ip: &str) -> Result<Arc<PodNetwork>, HostError> {
+        let mut pods = lock(&self.inner.pods);
+        if let Some(p) = pods.get(uid) {
+            return Ok(p.clone());
+        }
+        let ip: Ipv4Addr = ip
+            .parse()
+            .map_err(|_| HostError::Io(format!("pod IP {ip:?} is not an IPv4 address")))?;
+        let net = Arc::new(self.inner.node.add_pod(ip)?);
+        pods.insert(uid.to_string(), net.clone());
+        Ok(net)
+    }
+}
+
+/// Runs a container of a runtime image as a process.
+pub(crate) struct HostProgram {
+    rt: HostRuntime,
+}
+
+/// Kills the container's processes when the program's run ends early (the kubelet drops it
+/// on SIGKILL, or the cluster goes away).
+struct Running(Process);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.kill();
+    }
+}
+
+fn strings(v: Option<&Value>) -> Option<Vec<String>> {
+    v.and_then(Value::as_array).map(|a| {
+        a.iter()
+            .filter_map(|s| s.as_str().map(String::from))
+            .collect()
+    })
+}
+
+fn id(v: Option<&Value>) -> Option<u32> {
+    v.and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok())
+}
+
+/// `uid:gid` from the container's, else the pod's, security context; the primary group is
+/// `runAsGroup`, else the pod's `fsGroup` so that the process can write its volumes.
+fn user(pod: &Value, container: &Value) -> Option<(u32, u32)> {
+    let pick = |f: &str| {
+        id(container.at(&format!("/securityContext/{f}")))
+            .or_else(|| id(pod.at(&format!("/spec/securityContext/{f}"))))
+    };
+    let uid = pick("runAsUser")?;
+    let gid = pick("runAsGroup")
+        .or_else(|| id(pod.at("/spec/securityContext/fsGroup")))
+        .unwrap_or(0);
+    Some((uid, gid))
+}
+
+fn write(path: &Path, text: &str) -> Result<PathBuf, String> {
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+    }
+    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(path.to_path_buf())
+}
+
+/// The host's `/etc/<file>` with `line` added unless an entry of that name exists.
+fn with_entry(file: &str, name: &str, line: &str) -> String {
+    let mut text = std::fs::read_to_string(Path::new("/etc").join(file)).unwrap_or_default();
+    if !text.lines().any(|l| l.split(':').next() == Some(name)) {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(line);
+        text.push('\n');
+    }
+    text
+}
+
+impl HostProgram {
+    /// Everything the process needs, or why the container cannot be created.
+    fn prepare(&self, ctx: &ContainerCtx) -> Result<(ContainerSpec, Arc<PodNetwork>), String> {
+        let rt = &self.rt;
+        let image = rt.images().get(&ctx.image).cloned().unwrap_or_default();
+        let pod = ctx
+            .cluster
+            .get(&ResourceRef::pods(), Some(&ctx.namespace), &ctx.pod)
+            .map_err(|e| format!("pod {}/{}: {e}", ctx.namespace, ctx.pod))?;
+        let argv = images::argv(
+            &image,
+            strings(ctx.spec.get("command")),
+            strings(ctx.spec.get("args")),
+        );
+        if argv.is_empty() {
+            return Err("no command specified".into());
+        }
+        let ip = ctx.pod_ip.as_deref().ok_or("the pod has no IP yet")?;
+        let net = rt.pod_network(&ctx.pod_uid, ip).map_err(|e| e.to_string())?;
+        let etc = rt
+            .state()
+            .join("pods")
+            .join(&ctx.pod_uid)
+            .join("etc")
+            .join(&ctx.container);
+        let mut binds: Vec<Bind> = image
+            .files
+            .iter()
+            .map(|(target, host)| Bind {
+                host: host.clone(),
+                target: target.into(),
+                read_only: true,
+            })
+            .collect();
+        let mut file = |name: &str, target: &str, text: &str, read_only: bool| -> Result<(), String> {
+            binds.push(Bind {
+                host: write(&etc.join(name), text)?,
+                target: target.into(),
+                read_only,
+            });
+            Ok(())
+        };
+        file("hosts", "/etc/hosts", &proxy::hosts(&ctx.cluster, &ctx.namespace, &ctx.pod, Some(ip)), false)?;
+        file("hostname", "/etc/hostname", &format!("{}\n", ctx.pod), false)?;
+        file("resolv.conf", "/etc/resolv.conf", &proxy::resolv_conf(&ctx.namespace), false)?;
+        let kubeconfig = rt.state().join("kubeconfig");
+        let kubeconfig = std::fs::read_to_string(&kubeconfig).unwrap_or_default();
+        file("kubeconfig", KUBECONFIG_PATH, &kubeconfig, true)?;
+        if image.sandbox_user {
+            let u = images::SANDBOX_UID;
+            file("passwd", "/etc/passwd", &with_entry("passwd", "sandbox", &format!("sandbox:x:{u}:{u}:sandbox:/sandbox:/bin/bash")), true)?;
+            file("group", "/etc/group", &with_entry("group", "sandbox", &format!("sandbox:x:{u}:")), true)?;
+        }
+        binds.extend(volumes::binds(&ctx.cluster, rt.state(), &pod, &ctx.spec)?);
+        let mut env: Vec<(String, String)> = ctx.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        if !ctx.env.contains_key("PATH") {
+            env.push(("PATH".into(), DEFAULT_PATH.into()));
+        }
+        env.push(("HOSTNAME".into(), ctx.pod.clone()));
+        env.push(("KUBECONFIG".into(), KUBECONFIG_PATH.into()));
+        let layer = rt
+            .state()
+            .join("pods")
+            .join(&ctx.pod_uid)
+            .join("layers")
+            .join(format!("{}-{}", ctx.container, ctx.restart_count));
+        std::fs::create_dir_all(&layer).map_err(|e| format!("cannot create {}: {e}", layer.display()))?;
+        let spec = ContainerSpec {
+            argv,
+            env,
+            workdir: ctx
+                .spec
+                .get("workingDir")
+                .and_then(Value::as_str)
+                .map(String::from)
+                .or(image.workdir.clone())
+                .map(PathBuf::from),
+            hostname: Some(ctx.pod.clone()),
+            layer,
+            base: BASE.iter().map(PathBuf::from).filter(|p| p.exists()).collect(),
+            binds,
+            netns: Some(net.netns()),
+            user: user(&pod, &ctx.spec),
+        };
+        Ok((spec, net))
+    }
+}
+
+/// Copies a process's output into the container log, line by line.
+fn follow_log<R>(ctx: &ContainerCtx, stream: Option<R>) -> Option<JoinHandle<()>>
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+{
+    let stream = stream?;
+    let cluster = ctx.cluster.clone();
+    let (ns, pod, container) = (ctx.namespace.clone(), ctx.pod.clone(), ctx.container.clone());
+    Some(tokio::spawn(async move {
+        let mut lines = BufReader::new(stream).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            cluster.append_log(&ns, &pod, &container, &line);
+        }
+    }))
+}
+
+/// `kubectl exec` into a running process container: another process in its namespaces.
+fn exec_handler(pid: u32, env: Vec<(String, String)>) -> impl kube_emulator::ExecHandler {
+    move |req: ExecRequest| {
+        let env = env.clone();
+        async move {
+            let workdir = Some(PathBuf::from(&req.workdir)).filter(|w| w != Path::new("/"));
+            let mut p = match node_process::exec_in(pid, &req.argv, &env, workdir.as_deref(), Stdio::Interactive) {
+                Ok(p) => p,
+                Err(e) => {
+                    return ExecOutput {
+                        stdout: vec![],
+                        stderr: format!("OCI runtime exec failed: {e}\n").into_bytes(),
+                        exit_code: 126,
+                    };
+                }
+            };
+            if let Some(mut stdin) = p.stdin.take() {
+                let data = req.stdin.clone();
+                tokio::spawn(async move {
+                    let _ = stdin.write_all(&data).await;
+                });
+            }
+            let read = |s: Option<tokio::net::unix::pipe::Receiver>| async move {
+                let mut buf = vec![];
+                if let Some(mut s) = s {
+                    let _ = s.read_to_end(&mut buf).await;
+                }
+                buf
+            };
+            let (stdout, stderr) = tokio::join!(read(p.stdout.take()), read(p.stderr.take()));
+            let exit_code = p.wait().await;
+            ExecOutput { stdout, stderr, exit_code }
+        }
+    }
+}
+
+#[async_trait]
+impl ContainerProgram for HostProgram {
+    async fn run(&self, ctx: ContainerCtx) -> i32 {
+        let (spec, net) = match self.prepare(&ctx) {
+            Ok(p) => p,
+            Err(e) => {
+                ctx.log(&format!("container {} cannot start: {e}", ctx.container));
+                return 128;
+            }
+        };
+        let mut process = match Process::spawn(&spec, Stdio::Log) {
+            Ok(p) => p,
+            Err(e) => {
+                ctx.log(&format!("container {} cannot start: {e}", ctx.container));
+                return 128;
+            }
+        };
+        let logs = [
+            follow_log(&ctx, process.stdout.take()),
+            follow_log(&ctx, process.stderr.take()),
+        ];
+        let pid = process.pid();
+        let mut running = Running(process);
+        ctx.cluster.register_exec(
+            &ctx.namespace,
+            &ctx.pod,
+            &ctx.container,
+            exec_handler(pid, spec.env.clone()),
+        );
+        let ip = IpAddr::V4(net.ip());
+        for port in ctx
+            .spec
+            .get("ports")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.get("containerPort").and_then(Value::as_u64))
+            .filter_map(|p| u16::try_from(p).ok())
+        {
+            let node = self.rt.inner.node.clone();
+            ctx.cluster.register_port(
+                &ctx.namespace,
+                &ctx.pod,
+                port,
+                move |mut stream: tokio::io::DuplexStream| {
+                    let node = node.clone();
+                    tokio::spawn(async move {
+                        if let Ok(mut tcp) = node.connect(SocketAddr::new(ip, port)).await {
+                            let _ = tokio::io::copy_bidirectional(&mut stream, &mut tcp).await;
+                        }
+                    });
+                },
+            );
+        }
+        let probe = probe::Probe::readiness(&ctx.spec);
+        let node = self.rt.inner.node.clone();
+        let ready_ctx = (ctx.ready.clone(), ctx.ready_changed.clone());
+        let readiness = async move {
+            let set = |r: bool| {
+                if ready_ctx.0.swap(r, std::sync::atomic::Ordering::SeqCst) != r {
+                    ready_ctx.1.notify_one();
+                }
+            };
+            let Some(probe) = probe else {
+                set(true);
+                return std::future::pending::<()>().await;
+            };
+            tokio::time::sleep(probe.initial_delay).await;
+            let (mut ok, mut failed) = (0u32, 0u32);
+            loop {
+                if probe.check_once(&node, ip).await {
+                    (ok, failed) = (ok + 1, 0);
+                    if ok >= probe.success_threshold {
+                        set(true);
+                    }
+                } else {
+                    (ok, failed) = (0, failed + 1);
+                    if failed >= probe.failure_threshold {
+                        set(false);
+                    }
+                }
+                // Poll quickly until first ready, then at the probe's period.
+                let ready = ready_ctx.0.load(std::sync::atomic::Ordering::SeqCst);
+                let wait = if ready { probe.period } else { probe.period.min(std::time::Duration::from_millis(250)) };
+                tokio::time::sleep(wait).await;
+            }
+        };
+        let mut signals = ctx.signals();
+        let mut readiness = std::pin::pin!(readiness);
+        let mut terminated = false;
+        let code = loop {
+            // SIGTERM on the first signal; the kubelet drops this run (and `Running` kills the
+            // processes) when the grace period ends.
+            if !terminated && signals.borrow_and_update().is_some() {
+                running.0.terminate();
+                terminated = true;
+            }
+            tokio::select! {
+                code = running.0.wait() => break code,
+                changed = signals.changed(), if !terminated => {
+                    if changed.is_err() {
+                        running.0.terminate();
+                        terminated = true;
+                    }
+                }
+                () = &mut readiness => {}
+            }
+        };
+        for l in logs.into_iter().flatten() {
+            // The pipes close with the processes; let the last lines reach the log.
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), l).await;
+        }
+        ctx.cluster.unregister_exec(&ctx.namespace, &ctx.pod, &ctx.container);
+        code
+    }
+
+    fn pod_finished(&self, pod_uid: &str) {
+        lock(&self.rt.inner.pods).remove(pod_uid);
+        let dir = self.rt.state().join("pods").join(pod_uid);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -442,3 +442,5 @@ impl Drop for PodNetwork {
     }
 }
 
+#[cfg(test)]
+mod tests;

@@ -45,6 +45,12 @@ pub struct ServeArgs {
     /// and install the real chart (e.g. `run --target existing`).
     #[arg(long, requires = "model", conflicts_with_all = ["scenario", "agent_sandbox"])]
     pub images: bool,
+    /// With --images: run the OpenShell gateway and supervisor images as the real binaries
+    /// in this directory (`openshell-gateway`, `openshell-sandbox` of one release) instead of
+    /// the model's, each container a process in its own namespaces with its pod's network.
+    /// Needs root (namespaces, mounts, veth pairs) and iproute2's `ip`.
+    #[arg(long, requires = "images", value_name = "DIR")]
+    pub openshell_binaries: Option<PathBuf>,
 }
 
 /// Why `emulate serve` stopped or could not start.
@@ -54,6 +60,9 @@ pub enum ServeError {
     Server(#[from] kube_emulator::serve::ServeError),
     #[error("{0}")]
     Usage(String),
+    /// The machine cannot run containers as processes, or the node could not be set up.
+    #[error("{0}")]
+    Host(#[from] conformance_models::host::HostError),
 }
 
 /// Binds `listen` and makes a cluster configuration whose clock starts at the wall clock: real
@@ -89,6 +98,7 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
             &args.topology,
             args.listen,
             args.kubeconfig_out.as_deref(),
+            args.openshell_binaries.as_deref(),
         )
         .await?;
         println!(
@@ -247,6 +257,7 @@ pub async fn start_images(
     topology: &str,
     listen: SocketAddr,
     kubeconfig_out: Option<&std::path::Path>,
+    openshell_binaries: Option<&std::path::Path>,
 ) -> Result<ServedCluster, ServeError> {
     let (listener, addr, config) = bind_at_wall_clock(listen).await?;
     let sel = conformance_models::Selection::parse(model, defects, None)
@@ -255,9 +266,15 @@ pub async fn start_images(
         .get(topology)
         .map_err(|e| ServeError::Usage(e.to_string()))?
         .clone();
-    let target = std::sync::Arc::new(conformance_models::target::EmulatedTarget::start_images(
-        sel, &topology, config,
-    ));
+    let target = std::sync::Arc::new(match openshell_binaries {
+        None => conformance_models::target::EmulatedTarget::start_images(sel, &topology, config),
+        Some(dir) => {
+            let images = conformance_models::host::HostImages::openshell(dir)
+                .map_err(|e| ServeError::Usage(format!("--openshell-binaries: {e}")))?;
+            let host = conformance_models::host::HostRuntime::start(images)?;
+            conformance_models::target::EmulatedTarget::start_host(sel, &topology, config, &host)?
+        }
+    });
     let cluster = target.cluster.clone();
     let kubeconfig = match kubeconfig_out {
         Some(path) => {

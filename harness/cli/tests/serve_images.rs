@@ -101,6 +101,7 @@ async fn the_real_manifest_and_chart_install_on_the_image_models_with_real_certi
         "combined",
         "127.0.0.1:0".parse().unwrap(),
         Some(&dir.path().join("kubeconfig")),
+        None,
     )
     .await
     .unwrap();

@@ -228,7 +228,7 @@ impl EmulatedTarget {
             cfg.namespaces.push(NAMESPACE.to_string());
         }
         cfg.crds.push(crate::agent_sandbox::crd());
-        Self::start_on(selection, topology, cfg, true)
+        Self::start_on(selection, topology, cfg, true, None)
     }
 
     /// A cluster where images mean models and nothing is pre-installed: no OpenShell namespace
@@ -238,7 +238,22 @@ impl EmulatedTarget {
     /// tag; the real chart and manifest install everything else. Not a target to run cases on
     /// in-process (nothing is installed); serve it and use the real path.
     pub fn start_images(selection: Selection, topology: &Topology, cfg: ClusterConfig) -> Self {
-        Self::start_on(selection, topology, cfg, false)
+        Self::start_on(selection, topology, cfg, false, None)
+    }
+
+    /// [`Self::start_images`], except that the images `host` knows (the real OpenShell
+    /// gateway and supervisor) run as processes on this machine instead of as models; the
+    /// runtime serves the cluster's API and Services to them. The model's gateway and
+    /// supervisors are then never started.
+    pub fn start_host(
+        selection: Selection,
+        topology: &Topology,
+        cfg: ClusterConfig,
+        host: &crate::host::HostRuntime,
+    ) -> Result<Self, crate::host::HostError> {
+        let target = Self::start_on(selection, topology, cfg, false, Some(host));
+        host.attach(&target.cluster)?;
+        Ok(target)
     }
 
     fn start_on(
@@ -246,6 +261,7 @@ impl EmulatedTarget {
         topology: &Topology,
         cfg: ClusterConfig,
         agent_sandbox_in_process: bool,
+        host: Option<&crate::host::HostRuntime>,
     ) -> Self {
         let cluster = Cluster::new(cfg);
         let network = Network::new();
@@ -268,6 +284,12 @@ impl EmulatedTarget {
                 crate::agent_sandbox::CONTROLLER_IMAGE_REPO,
                 Arc::new(crate::agent_sandbox::ControllerProgram),
             );
+        }
+        if let Some(host) = host {
+            let program = host.program();
+            for repo in host.images().repositories() {
+                programs.register(repo, program.clone());
+            }
         }
         let kube = crate::kube::KubeModels::start(
             &cluster,

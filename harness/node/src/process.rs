@@ -92,3 +92,15 @@ impl Process {
         unimplemented!()
     }
 }
+
+/// Starts another process inside the namespaces of the running container whose PID 1 is
+/// host PID `pid` (`kubectl exec`).
+pub fn exec_in(
+    pid: u32,
+    argv: &[String],
+    env: &[(String, String)],
+    workdir: Option<&std::path::Path>,
+    stdio: Stdio,
+) -> Result<Process, NodeError> {
+    unimplemented!()
+}

@@ -205,6 +205,7 @@ fn serve_error(e: crate::serve::ServeError) -> Error {
             }
             Server::Serve(io) => Error::infra_from("server failed", io),
         },
+        crate::serve::ServeError::Host(h) => Error::infra(h.to_string()),
     }
 }
 

@@ -66,6 +66,12 @@ pub struct RunArgs {
         env = "OPENSHELL_CONFORMANCE_EMULATED_AGENT_SANDBOX"
     )]
     pub agent_sandbox: Option<String>,
+    /// Served target: run the OpenShell gateway and supervisor images as the real binaries in
+    /// this directory (`openshell-gateway`, `openshell-sandbox` of one release), each container
+    /// a process in its own namespaces, instead of `--model`'s; the model's expected failures
+    /// stay the expectations the verdicts are put next to. Needs root and iproute2's `ip`.
+    #[arg(long, value_name = "DIR", env = "OPENSHELL_CONFORMANCE_OPENSHELL_BINARIES")]
+    pub openshell_binaries: Option<PathBuf>,
     /// Topology to run on; repeatable (default: every topology the target supports).
     #[arg(
         long = "topology",
@@ -308,6 +314,11 @@ fn expectations_for(args: &RunArgs, info: &TargetInfo) -> Result<Expectations, E
 pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
     if !args.dry_run {
         check_outputs(&args)?;
+    }
+    if args.openshell_binaries.is_some() && args.target != TargetKind::Served {
+        return Err(Error::usage(
+            "--openshell-binaries runs the real OpenShell binaries as pods of a served cluster; use it with --target served",
+        ));
     }
     let (factory, info): (Arc<dyn TargetFactory>, TargetInfo) = match args.provider() {
         None => {

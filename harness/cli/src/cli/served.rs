@@ -34,6 +34,8 @@ pub(crate) const DEFAULT_MODEL: &str = "openshell-0.0.111";
 /// and the real-path options pointing at it.
 pub(crate) struct Plan {
     pub(crate) model: String,
+    /// The real OpenShell binaries the gateway and supervisor images run, if given.
+    pub(crate) binaries: Option<PathBuf>,
     pub(crate) defects: Vec<String>,
     pub(crate) opts: RealOptions,
 }
@@ -85,6 +87,15 @@ pub(crate) fn plan(args: &RunArgs) -> Result<Plan> {
         "--openshell-bin",
         "the openshell CLI",
     )?;
+    if let Some(dir) = &args.openshell_binaries {
+        conformance_models::host::HostImages::openshell(dir)
+            .map_err(|e| Error::usage(format!("--openshell-binaries: {e}")))?;
+        if let Some(why) = conformance_node::unsupported() {
+            return Err(Error::infra(format!(
+                "--openshell-binaries: containers cannot run as processes here: {why}"
+            )));
+        }
+    }
     check_tool("helm", "PATH", "helm 3")?;
     check_tool("kubectl", "PATH", "kubectl")?;
     let mut real = args.real.clone();
@@ -93,6 +104,7 @@ pub(crate) fn plan(args: &RunArgs) -> Result<Plan> {
     let opts = super::run::real_options(&real, Provider::Existing, &args.artifacts)?;
     Ok(Plan {
         model,
+        binaries: args.openshell_binaries.clone(),
         defects: args.defects.clone(),
         opts,
     })
@@ -188,14 +200,18 @@ impl Plan {
             &topology.name,
             "127.0.0.1:0".parse().expect("a loopback address"),
             Some(&kubeconfig),
+            self.binaries.as_deref(),
         )
         .await
         .map_err(super::serve_error)?;
+        let runs = match &self.binaries {
+            Some(dir) => format!("real OpenShell binaries from {}", dir.display()),
+            None => format!("model {}", self.model),
+        };
         eprintln!(
-            "served cluster for {} on http://{} (model {}); kubeconfig {}, context {CONTEXT}",
+            "served cluster for {} on http://{} ({runs}); kubeconfig {}, context {CONTEXT}",
             topology.name,
             served.addr,
-            self.model,
             kubeconfig.display()
         );
         let mut opts = self.opts.clone();

@@ -351,9 +351,12 @@ async fn killing_pid_1_kills_its_children() {
         .unwrap_or_else(|| panic!("PID 1 has no children: {children:?}"))
         .parse()
         .unwrap();
-    let comm = std::fs::read_to_string(format!("/proc/{sleep}/comm")).unwrap();
-    assert_eq!(comm.trim(), "sleep");
+    // PID 1's only child is the background job (it may not have exec'd sleep yet).
     let sleep_fd = pidfd_open(sleep).expect("a pidfd for the background sleep");
+    assert!(
+        !exited_within(&sleep_fd, Duration::ZERO),
+        "the background sleep (host PID {sleep}) exited before PID 1 was killed"
+    );
     p.kill();
     assert_eq!(wait(&mut p).await, 128 + 9);
     assert!(
@@ -490,4 +493,54 @@ async fn the_process_joins_the_given_network_namespace() {
         .map(str::trim)
         .collect();
     assert_eq!(interfaces, ["lo"], "{}", out.stdout);
+}
+
+/// Set in the test binary run as a harness that gets killed: the directory for its container.
+const HARNESS_CHILD: &str = "CONFORMANCE_NODE_KILLED_HARNESS_DIR";
+
+#[tokio::test]
+async fn containers_die_with_the_harness() {
+    if let Some(dir) = std::env::var_os(HARNESS_CHILD) {
+        // The harness that gets killed: it starts a container, says its PID and waits.
+        let p = Process::spawn(&spec(Path::new(&dir), &["sleep", "1000"]), Stdio::Log).unwrap();
+        println!("container-pid {}", p.pid());
+        std::future::pending::<()>().await;
+    }
+    if !supported() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut harness = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "process::tests::containers_die_with_the_harness",
+            "--nocapture",
+        ])
+        .env(HARNESS_CHILD, dir.path())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(harness.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let pid = tokio::time::timeout(DEADLINE, async {
+        while let Ok(Some(line)) = stdout.next_line().await {
+            if let Some(pid) = line.strip_prefix("container-pid ") {
+                return pid.parse::<u32>().ok();
+            }
+            seen.push(line);
+        }
+        None
+    })
+    .await;
+    let Ok(Some(pid)) = pid else {
+        panic!("awaited the killed harness's container PID; its output: {seen:?}");
+    };
+    let container = pidfd_open(pid).expect("a pidfd for the container process");
+    assert!(!exited_within(&container, Duration::ZERO));
+    harness.kill().await.unwrap();
+    assert!(
+        exited_within(&container, DEADLINE),
+        "awaited the exit of container process {pid} after its harness was killed; it runs on"
+    );
 }

@@ -1189,19 +1189,27 @@ unsafe fn runner(plan: &Plan) -> io::Result<()> {
         if joined != 0 {
             return Err(io::Error::last_os_error());
         }
+        // The container process checks this before exec: its SIGKILL-on-parent-death request
+        // is cleared when it changes user, and could come too late after the fork.
+        let runner_pidfd = libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) as c_int;
         let pid = libc::fork();
         if pid < 0 {
             return Err(io::Error::last_os_error());
         }
         if pid == 0 {
-            return container(plan);
+            return container(plan, runner_pidfd);
         }
 
         FORWARD_TO.store(pid, Ordering::SeqCst);
         report_pid(plan.report, pid);
         // Every descriptor but stdio: std's exec-error pipe and the report socket must reach
         // EOF once the container process has exec'd, and the runner needs nothing else.
-        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+        if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) != 0 {
+            // Before Linux 5.9.
+            for fd in 3..libc::sysconf(libc::_SC_OPEN_MAX).clamp(3, 65536) as c_int {
+                libc::close(fd);
+            }
+        }
         libc::sigprocmask(libc::SIG_UNBLOCK, &signals, std::ptr::null_mut());
 
         let mut info: libc::siginfo_t = std::mem::zeroed();
@@ -1232,7 +1240,7 @@ unsafe fn runner(plan: &Plan) -> io::Result<()> {
 }
 
 /// The container process: builds its root and execs, or reports the step that failed.
-unsafe fn container(plan: &Plan) -> io::Result<()> {
+unsafe fn container(plan: &Plan, runner_pidfd: c_int) -> io::Result<()> {
     // SAFETY (whole function): only async-signal-safe system calls on prepared data.
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
@@ -1252,6 +1260,20 @@ unsafe fn container(plan: &Plan) -> io::Result<()> {
                 report_failure(plan.report, n as u32, e);
                 return Err(io::Error::from_raw_os_error(e));
             }
+        }
+        // Changing user cleared the request for SIGKILL when the runner dies: make it again,
+        // then make sure the runner did not die before it took effect.
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        if runner_pidfd >= 0 {
+            let mut runner = libc::pollfd {
+                fd: runner_pidfd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            if libc::poll(&mut runner, 1, 0) != 0 {
+                libc::_exit(128 + libc::SIGKILL);
+            }
+            libc::close(runner_pidfd);
         }
         let Some(exec) = &plan.exec else {
             libc::_exit(0);

@@ -501,9 +501,15 @@ const HARNESS_CHILD: &str = "CONFORMANCE_NODE_KILLED_HARNESS_DIR";
 #[tokio::test]
 async fn containers_die_with_the_harness() {
     if let Some(dir) = std::env::var_os(HARNESS_CHILD) {
-        // The harness that gets killed: it starts a container, says its PID and waits.
-        let p = Process::spawn(&spec(Path::new(&dir), &["sleep", "1000"]), Stdio::Log).unwrap();
-        println!("container-pid {}", p.pid());
+        // The harness that gets killed: it starts a container as root and one as another user
+        // (changing user clears a process's request for a signal when its parent dies), says
+        // their PIDs and waits.
+        let root = Process::spawn(&spec(&Path::new(&dir).join("root"), &["sleep", "1000"]), Stdio::Log)
+            .unwrap();
+        let mut nobody = spec(&Path::new(&dir).join("nobody"), &["sleep", "1000"]);
+        nobody.user = Some((65534, 65534));
+        let nobody = Process::spawn(&nobody, Stdio::Log).unwrap();
+        println!("container-pids {} {}", root.pid(), nobody.pid());
         std::future::pending::<()>().await;
     }
     if !supported() {
@@ -523,24 +529,35 @@ async fn containers_die_with_the_harness() {
         .unwrap();
     let mut stdout = BufReader::new(harness.stdout.take().unwrap()).lines();
     let mut seen = Vec::new();
-    let pid = tokio::time::timeout(DEADLINE, async {
+    let pids = tokio::time::timeout(DEADLINE, async {
         while let Ok(Some(line)) = stdout.next_line().await {
-            if let Some(pid) = line.strip_prefix("container-pid ") {
-                return pid.parse::<u32>().ok();
+            if let Some(pids) = line.strip_prefix("container-pids ") {
+                return pids
+                    .split(' ')
+                    .map(str::parse::<u32>)
+                    .collect::<Result<Vec<_>, _>>()
+                    .ok();
             }
             seen.push(line);
         }
         None
     })
     .await;
-    let Ok(Some(pid)) = pid else {
-        panic!("awaited the killed harness's container PID; its output: {seen:?}");
+    let Ok(Some(pids)) = pids else {
+        panic!("awaited the killed harness's container PIDs; its output: {seen:?}");
     };
-    let container = pidfd_open(pid).expect("a pidfd for the container process");
-    assert!(!exited_within(&container, Duration::ZERO));
+    let containers: Vec<OwnedFd> = pids
+        .iter()
+        .map(|pid| pidfd_open(*pid).expect("a pidfd for a container process"))
+        .collect();
+    for (pid, container) in pids.iter().zip(&containers) {
+        assert!(!exited_within(container, Duration::ZERO), "container process {pid} is gone");
+    }
     harness.kill().await.unwrap();
-    assert!(
-        exited_within(&container, DEADLINE),
-        "awaited the exit of container process {pid} after its harness was killed; it runs on"
-    );
+    for (pid, container) in pids.iter().zip(&containers) {
+        assert!(
+            exited_within(container, DEADLINE),
+            "awaited the exit of container process {pid} after its harness was killed; it runs on"
+        );
+    }
 }

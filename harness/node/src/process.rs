@@ -82,8 +82,12 @@ fn probe() -> Option<String> {
 
 fn probe_in(dir: &Path) -> Result<(), String> {
     let lower = dir.join("lower");
-    std::fs::create_dir_all(&lower)
-        .map_err(|e| format!("cannot create the probe's directory {}: {e}", lower.display()))?;
+    std::fs::create_dir_all(&lower).map_err(|e| {
+        format!(
+            "cannot create the probe's directory {}: {e}",
+            lower.display()
+        )
+    })?;
     let spec = ContainerSpec {
         layer: dir.join("layer"),
         base: vec![lower.clone()],
@@ -222,7 +226,10 @@ impl Process {
             format!("entering the working directory {}", target.display()),
         );
         if let Some((uid, gid)) = of.user {
-            plan.push(Step::User { uid, gid }, format!("becoming user {uid}:{gid}"));
+            plan.push(
+                Step::User { uid, gid },
+                format!("becoming user {uid}:{gid}"),
+            );
         }
         plan.exec = Some(ExecPlan::new(argv, env)?);
         let launched = launch(plan, stdio.into(), what.clone())?;
@@ -403,8 +410,14 @@ enum Step {
     /// A directory, if it is not there yet.
     Mkdir(CString),
     /// A directory or empty file to mount on; a symlink there is replaced.
-    MountPoint { path: CString, dir: bool },
-    Symlink { target: CString, link: CString },
+    MountPoint {
+        path: CString,
+        dir: bool,
+    },
+    Symlink {
+        target: CString,
+        link: CString,
+    },
     Mount {
         source: CString,
         target: CString,
@@ -420,7 +433,10 @@ enum Step {
     Rmdir(CString),
     Hostname(Vec<u8>),
     JoinNet(RawFd),
-    User { uid: u32, gid: u32 },
+    User {
+        uid: u32,
+        gid: u32,
+    },
 }
 
 /// How the runner gets the container process's namespaces.
@@ -428,7 +444,10 @@ enum Step {
 enum Namespaces {
     Unshare(c_int),
     /// Joins the namespaces of a running process (its pidfd): `flags` to `setns`.
-    Join { pidfd: RawFd, flags: c_int },
+    Join {
+        pidfd: RawFd,
+        flags: c_int,
+    },
 }
 
 struct Plan {
@@ -553,7 +572,10 @@ impl ExecPlan {
 }
 
 fn invalid(what: impl Into<String>, why: impl Into<String>) -> NodeError {
-    NodeError::io(what, io::Error::new(io::ErrorKind::InvalidInput, why.into()))
+    NodeError::io(
+        what,
+        io::Error::new(io::ErrorKind::InvalidInput, why.into()),
+    )
 }
 
 fn cstr(s: &str) -> Result<CString, NodeError> {
@@ -697,7 +719,10 @@ fn container_plan(spec: &ContainerSpec, exec: bool) -> Result<Plan, NodeError> {
         Step::BindSelf(rootfs_c.clone()),
         format!("binding the root {} onto itself", rootfs.display()),
     );
-    plan.push(Step::Chdir(rootfs_c), format!("entering {}", rootfs.display()));
+    plan.push(
+        Step::Chdir(rootfs_c),
+        format!("entering {}", rootfs.display()),
+    );
     plan.push(
         Step::PivotRoot(cstr(&OLD_ROOT[1..])?),
         format!("pivot_root into {}", rootfs.display()),
@@ -793,7 +818,10 @@ fn container_plan(spec: &ContainerSpec, exec: bool) -> Result<Plan, NodeError> {
             format!("binding the host's {dir}"),
         );
         if read_only {
-            plan.push(Step::ReadOnly(cstr(dir)?), format!("making {dir} read-only"));
+            plan.push(
+                Step::ReadOnly(cstr(dir)?),
+                format!("making {dir} read-only"),
+            );
         }
     }
     plan.push(Step::Mkdir(cstr("/tmp")?), "creating /tmp".into());
@@ -891,12 +919,10 @@ fn launch(mut plan: Plan, pipes: Pipes, what: String) -> Result<Launched, NodeEr
     let (ours, theirs) = seqpacket_pair().map_err(host_io(format!("{what}: a socketpair")))?;
     plan.report = theirs.as_raw_fd();
     let steps = std::mem::take(&mut plan.what);
-    let exec_what = plan.exec.as_ref().map(|e| {
-        format!(
-            "executing {:?} (looked up in PATH {:?})",
-            e.program, e.path
-        )
-    });
+    let exec_what = plan
+        .exec
+        .as_ref()
+        .map(|e| format!("executing {:?} (looked up in PATH {:?})", e.program, e.path));
 
     // std never execs this program: the runner exits on its own and the container process execs
     // its candidates itself.
@@ -1074,8 +1100,7 @@ fn read_reports(sock: &OwnedFd) -> io::Result<Reports> {
         unsafe {
             let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
             while !cmsg.is_null() {
-                if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS
-                {
+                if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
                     let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<c_int>());
                     passed = Some(OwnedFd::from_raw_fd(fd));
                 }
@@ -1375,7 +1400,8 @@ unsafe fn run(step: &Step) -> Result<(), i32> {
                 target.as_ptr(),
                 fstype.as_ref().map_or(null, |f| f.as_ptr()),
                 *flags,
-                data.as_ref().map_or(std::ptr::null(), |d| d.as_ptr().cast()),
+                data.as_ref()
+                    .map_or(std::ptr::null(), |d| d.as_ptr().cast()),
             ) as _),
             Step::ReadOnly(path) => read_only(path),
             Step::Chmod(path, mode) => check(libc::chmod(path.as_ptr(), *mode) as _),
@@ -1384,9 +1410,7 @@ unsafe fn run(step: &Step) -> Result<(), i32> {
                 libc::rmdir(path.as_ptr());
                 Ok(())
             }
-            Step::Hostname(name) => {
-                check(libc::sethostname(name.as_ptr().cast(), name.len()) as _)
-            }
+            Step::Hostname(name) => check(libc::sethostname(name.as_ptr().cast(), name.len()) as _),
             Step::JoinNet(fd) => check(libc::setns(*fd, libc::CLONE_NEWNET) as _),
             Step::User { uid, gid } => {
                 check(libc::setgroups(0, std::ptr::null()) as _)?;

@@ -131,8 +131,12 @@ fn spawn_log(spec: &ContainerSpec) -> (Process, BufReader<tokio::net::unix::pipe
 
 /// A name no host file has.
 fn unique(prefix: &str) -> String {
-    format!("{prefix}-{}-{:?}", std::process::id(), std::thread::current().id())
-        .replace(['(', ')'], "")
+    format!(
+        "{prefix}-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    )
+    .replace(['(', ')'], "")
 }
 
 fn files_named(dir: &Path, name: &str) -> Vec<PathBuf> {
@@ -161,7 +165,11 @@ async fn the_process_is_pid_1_and_sees_a_fresh_proc() {
     // A shell builtin loop, so no other process shows up in /proc.
     let out = run(&spec(
         dir.path(),
-        &["sh", "-c", "echo $$; for d in /proc/[0-9]*; do echo ${d#/proc/}; done"],
+        &[
+            "sh",
+            "-c",
+            "echo $$; for d in /proc/[0-9]*; do echo ${d#/proc/}; done",
+        ],
     ))
     .await;
     assert_eq!(out.code, 0, "stderr: {}", out.stderr);
@@ -180,7 +188,11 @@ async fn a_bind_mounted_host_dir_appears_at_its_target_and_writes_reach_the_host
     std::fs::write(volume.join("in"), "from the host\n").unwrap();
     let mut spec = spec(
         dir.path(),
-        &["sh", "-c", "cat /data/volume/in && echo from the container > /data/volume/out"],
+        &[
+            "sh",
+            "-c",
+            "cat /data/volume/in && echo from the container > /data/volume/out",
+        ],
     );
     spec.binds.push(Bind {
         host: volume.clone(),
@@ -236,16 +248,29 @@ async fn writes_outside_binds_land_in_the_layer_and_not_on_the_host() {
     let out = run(&spec).await;
     assert_eq!(out.code, 0, "stderr: {}", out.stderr);
     assert_eq!(out.stdout, "in-etc\n");
-    assert!(!Path::new("/etc").join(&name).exists(), "the write reached the host's /etc");
-    assert!(!Path::new("/").join(&name).exists(), "the write reached the host's root");
+    assert!(
+        !Path::new("/etc").join(&name).exists(),
+        "the write reached the host's /etc"
+    );
+    assert!(
+        !Path::new("/").join(&name).exists(),
+        "the write reached the host's root"
+    );
     let in_layer = files_named(&spec.layer, &name);
     let contents: Vec<String> = in_layer
         .iter()
         .filter(|p| p.is_file())
         .map(|p| std::fs::read_to_string(p).unwrap())
         .collect();
-    assert_eq!(contents, ["in-etc\n"], "the /etc file in the layer: {in_layer:?}");
-    assert!(in_layer.iter().any(|p| p.join("f").is_file()), "{in_layer:?}");
+    assert_eq!(
+        contents,
+        ["in-etc\n"],
+        "the /etc file in the layer: {in_layer:?}"
+    );
+    assert!(
+        in_layer.iter().any(|p| p.join("f").is_file()),
+        "{in_layer:?}"
+    );
 }
 
 #[tokio::test]
@@ -254,7 +279,11 @@ async fn files_under_base_dirs_are_visible_and_output_is_captured() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let out = run(&spec(dir.path(), &["/bin/sh", "-c", "echo hi; echo oops >&2"])).await;
+    let out = run(&spec(
+        dir.path(),
+        &["/bin/sh", "-c", "echo hi; echo oops >&2"],
+    ))
+    .await;
     assert_eq!(out.code, 0);
     assert_eq!(out.stdout, "hi\n");
     assert_eq!(out.stderr, "oops\n");
@@ -268,7 +297,11 @@ async fn the_environment_is_exactly_the_given_one_and_the_hostname_and_workdir_a
     let dir = tempfile::tempdir().unwrap();
     let mut spec = spec(
         dir.path(),
-        &["sh", "-c", "pwd; cat /proc/sys/kernel/hostname; echo $GREETING; env | sort"],
+        &[
+            "sh",
+            "-c",
+            "pwd; cat /proc/sys/kernel/hostname; echo $GREETING; env | sort",
+        ],
     );
     spec.env.push(("GREETING".into(), "hello there".into()));
     spec.hostname = Some("pod-a".into());
@@ -283,7 +316,10 @@ async fn the_environment_is_exactly_the_given_one_and_the_hostname_and_workdir_a
         .copied()
         .filter(|l| !l.starts_with("PWD=") && !l.starts_with("SHLVL=") && !l.starts_with("_="))
         .collect();
-    assert_eq!(env, ["GREETING=hello there", &format!("PATH={DEFAULT_PATH}")]);
+    assert_eq!(
+        env,
+        ["GREETING=hello there", &format!("PATH={DEFAULT_PATH}")]
+    );
 }
 
 #[tokio::test]
@@ -325,7 +361,11 @@ async fn terminate_reaches_a_process_that_traps_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let (mut p, mut stdout) = spawn_log(&spec(
         dir.path(),
-        &["sh", "-c", "trap 'exit 7' TERM; echo ready; sleep 1000 & wait"],
+        &[
+            "sh",
+            "-c",
+            "trap 'exit 7' TERM; echo ready; sleep 1000 & wait",
+        ],
     ));
     await_line(&mut stdout, "ready").await;
     p.terminate();
@@ -452,8 +492,7 @@ async fn a_program_missing_from_path_is_an_error_naming_it() {
     }
     let dir = tempfile::tempdir().unwrap();
     let err = Process::spawn(&spec(dir.path(), &["no-such-program"]), Stdio::Log)
-        .err()
-        .expect("starting a missing program failed");
+        .expect_err("starting a missing program failed");
     let message = err.to_string();
     assert!(
         message.contains("no-such-program") && message.contains("/usr/local/sbin"),
@@ -504,8 +543,11 @@ async fn containers_die_with_the_harness() {
         // The harness that gets killed: it starts a container as root and one as another user
         // (changing user clears a process's request for a signal when its parent dies), says
         // their PIDs and waits.
-        let root = Process::spawn(&spec(&Path::new(&dir).join("root"), &["sleep", "1000"]), Stdio::Log)
-            .unwrap();
+        let root = Process::spawn(
+            &spec(&Path::new(&dir).join("root"), &["sleep", "1000"]),
+            Stdio::Log,
+        )
+        .unwrap();
         let mut nobody = spec(&Path::new(&dir).join("nobody"), &["sleep", "1000"]);
         nobody.user = Some((65534, 65534));
         let nobody = Process::spawn(&nobody, Stdio::Log).unwrap();
@@ -551,7 +593,10 @@ async fn containers_die_with_the_harness() {
         .map(|pid| pidfd_open(*pid).expect("a pidfd for a container process"))
         .collect();
     for (pid, container) in pids.iter().zip(&containers) {
-        assert!(!exited_within(container, Duration::ZERO), "container process {pid} is gone");
+        assert!(
+            !exited_within(container, Duration::ZERO),
+            "container process {pid} is gone"
+        );
     }
     harness.kill().await.unwrap();
     for (pid, container) in pids.iter().zip(&containers) {

@@ -328,11 +328,18 @@ async fn the_process_runs_as_the_given_user() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let mut spec = spec(dir.path(), &["sh", "-c", "id -u; id -g; id -G"]);
+    let mut spec = spec(
+        dir.path(),
+        &[
+            "sh",
+            "-c",
+            "id -u; id -g; id -G; echo x > /tmp/mine && echo /tmp is writable",
+        ],
+    );
     spec.user = Some((65534, 65533));
     let out = run(&spec).await;
     assert_eq!(out.code, 0, "stderr: {}", out.stderr);
-    assert_eq!(out.stdout, "65534\n65533\n65533\n");
+    assert_eq!(out.stdout, "65534\n65533\n65533\n/tmp is writable\n");
 }
 
 #[tokio::test]
@@ -605,4 +612,39 @@ async fn containers_die_with_the_harness() {
             "awaited the exit of container process {pid} after its harness was killed; it runs on"
         );
     }
+}
+
+#[tokio::test]
+async fn the_container_sees_the_hosts_dev_and_a_read_only_sys() {
+    if !supported() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Every mount at or under /sys (the host's has several) must be read-only.
+    let script = r#"echo to-null > /dev/null && echo dev works
+                    awk '$2 == "/sys" { n++ } END { print n " mount at /sys" }' /proc/mounts
+                    awk '$2 ~ "^/sys" && $4 !~ /^ro(,|$)/ { print "writable: " $2 }' /proc/mounts"#;
+    let out = run(&spec(dir.path(), &["sh", "-c", script])).await;
+    assert_eq!(out.code, 0, "stderr: {}", out.stderr);
+    assert_eq!(out.stdout, "dev works\n1 mount at /sys\n");
+}
+
+#[tokio::test]
+async fn base_entries_that_are_symlinks_stay_symlinks_and_bring_their_targets() {
+    if !supported() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = spec(dir.path(), &["/bin/sh", "-c", "readlink /bin; echo ran"]);
+    // Only the top-level entries: on a merged-/usr host all three are symlinks into /usr.
+    spec.base = ["/bin", "/lib", "/lib64"]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+    let out = run(&spec).await;
+    assert_eq!(out.code, 0, "stderr: {}", out.stderr);
+    let host_link = std::fs::read_link("/bin")
+        .map(|t| format!("{}\n", t.display()))
+        .unwrap_or_default();
+    assert_eq!(out.stdout, format!("{host_link}ran\n"));
 }

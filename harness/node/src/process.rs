@@ -17,8 +17,9 @@
 //!    with its status (128 + signal when it was killed by one). The runner is the harness's child,
 //!    so [`Process::wait`] waits on the runner's pidfd.
 //! 4. The container process also asks for SIGKILL when the runner dies (so killing the harness
-//!    kills the runner, which kills the container, which kills the PID namespace), builds its
-//!    root and execs. The root is the directory `rootfs` in the container's layer; it becomes `/`
+//!    kills the runner, which kills the container, which kills the PID namespace); it asks again
+//!    after changing user (a credential change clears the request) and, just before exec, checks
+//!    through a pidfd that the runner is still there. It builds its root and execs. The root is the directory `rootfs` in the container's layer; it becomes `/`
 //!    by `pivot_root` (so a later [`Process::exec_in`] that joins the mount namespace lands in
 //!    it), with the old root kept at `/.oldroot` until the mounts are done. Each base directory
 //!    is an overlay (the host directory read-only below, `overlay/<n>/{upper,work}` in the layer
@@ -191,6 +192,9 @@ impl std::fmt::Debug for Process {
 impl Process {
     /// Starts a container's main process in new mount, PID and UTS namespaces.
     pub fn spawn(spec: &ContainerSpec, stdio: Stdio) -> Result<Process, NodeError> {
+        if let Some(why) = unsupported() {
+            return Err(NodeError::Unsupported(why));
+        }
         let what = format!("starting container process {:?}", spec.argv);
         in_runtime(&what)?;
         let plan = container_plan(spec, true)?;

@@ -648,3 +648,35 @@ async fn base_entries_that_are_symlinks_stay_symlinks_and_bring_their_targets() 
         .unwrap_or_default();
     assert_eq!(out.stdout, format!("{host_link}ran\n"));
 }
+
+#[tokio::test]
+async fn a_bind_onto_a_symlink_of_the_image_replaces_it_in_the_layer_only() {
+    if !supported() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // An image directory whose file is a symlink to a path the container lacks (as
+    // /etc/resolv.conf often is), with a bind for that file.
+    let image = dir.path().join("image");
+    std::fs::create_dir(&image).unwrap();
+    std::os::unix::fs::symlink("/run/missing/resolv.conf", image.join("resolv.conf")).unwrap();
+    let file = dir.path().join("resolv.conf");
+    std::fs::write(&file, "nameserver 10.96.0.10\n").unwrap();
+    let target = image.join("resolv.conf");
+    let script = format!("cat {}", target.display());
+    let mut spec = spec(dir.path(), &["sh", "-c", &script]);
+    spec.base.push(image.clone());
+    spec.binds.push(Bind {
+        host: file,
+        target: target.clone(),
+        read_only: true,
+    });
+    let out = run(&spec).await;
+    assert_eq!(out.code, 0, "stderr: {}", out.stderr);
+    assert_eq!(out.stdout, "nameserver 10.96.0.10\n");
+    assert_eq!(
+        std::fs::read_link(&target).unwrap(),
+        Path::new("/run/missing/resolv.conf"),
+        "the image's symlink on the host is unchanged"
+    );
+}

@@ -199,6 +199,7 @@ impl Process {
         in_runtime(&what)?;
         let plan = container_plan(spec, true)?;
         let launched = launch(plan, stdio.into(), what.clone())?;
+        tracing::debug!(argv = ?spec.argv, pid = launched.pid, "container process started");
         Process::new(
             launched,
             spec.workdir.clone().unwrap_or_else(|| PathBuf::from("/")),
@@ -237,6 +238,12 @@ impl Process {
         }
         plan.exec = Some(ExecPlan::new(argv, env)?);
         let launched = launch(plan, stdio.into(), what.clone())?;
+        tracing::debug!(
+            ?argv,
+            pid = launched.pid,
+            container = of.pid,
+            "exec started"
+        );
         Process::new(launched, workdir, of.user, &what)
     }
 

@@ -321,12 +321,16 @@ where
 }
 
 /// `kubectl exec` into a running process container: another process in its namespaces.
-fn exec_handler(pid: u32, env: Vec<(String, String)>) -> impl kube_emulator::ExecHandler {
+fn exec_handler(
+    target: Arc<node_process::ExecTarget>,
+    env: Vec<(String, String)>,
+) -> impl kube_emulator::ExecHandler {
     move |req: ExecRequest| {
         let env = env.clone();
+        let target = target.clone();
         async move {
             let workdir = Some(PathBuf::from(&req.workdir)).filter(|w| w != Path::new("/"));
-            let mut p = match node_process::exec_in(pid, &req.argv, &env, workdir.as_deref(), Stdio::Interactive) {
+            let mut p = match target.exec(&req.argv, &env, workdir.as_deref(), Stdio::Interactive) {
                 Ok(p) => p,
                 Err(e) => {
                     return ExecOutput {
@@ -377,13 +381,19 @@ impl ContainerProgram for HostProgram {
             follow_log(&ctx, process.stdout.take()),
             follow_log(&ctx, process.stderr.take()),
         ];
-        let pid = process.pid();
+        let exec_target = match process.exec_target() {
+            Ok(t) => Arc::new(t),
+            Err(e) => {
+                ctx.log(&format!("container {} cannot be exec'd into: {e}", ctx.container));
+                return 128;
+            }
+        };
         let mut running = Running(process);
         ctx.cluster.register_exec(
             &ctx.namespace,
             &ctx.pod,
             &ctx.container,
-            exec_handler(pid, spec.env.clone()),
+            exec_handler(exec_target, spec.env.clone()),
         );
         let ip = IpAddr::V4(net.ip());
         for port in ctx

@@ -7,8 +7,8 @@
 //! container log, `kubectl exec` and port-forward into it, and signals on stop and delete.
 //!
 //! Emulation gaps, on purpose: the API server is plain HTTP on the node's address and each
-//! process gets `KUBECONFIG` naming it (no in-cluster TLS; the in-cluster variables are not
-//! set, so kube-rs clients fall back to the kubeconfig); there is no DNS server, names
+//! process gets `KUBECONFIG` naming it (no in-cluster TLS: the in-cluster variables name the
+//! node's address, but no CA file is mounted, so kube-rs clients fall back to the kubeconfig); there is no DNS server, names
 //! resolve through `/etc/hosts`; exec probes, resource limits, capabilities and seccomp
 //! profiles of the pod spec are not applied; the primary group is `runAsGroup`, else the
 //! pod's `fsGroup`.
@@ -216,6 +216,20 @@ fn with_entry(file: &str, name: &str, line: &str) -> String {
     text
 }
 
+fn sandbox_passwd() -> String {
+    let u = images::SANDBOX_UID;
+    format!("sandbox:x:{u}:{u}:sandbox:/sandbox:/bin/bash")
+}
+
+/// The home directory of `uid` in a passwd file, else `/`.
+fn home(passwd: &str, uid: u32) -> String {
+    passwd
+        .lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f.len() >= 6 && f[2].parse() == Ok(uid))
+        .map_or_else(|| "/".to_string(), |f| f[5].to_string())
+}
+
 impl HostProgram {
     /// Everything the process needs, or why the container cannot be created.
     fn prepare(&self, ctx: &ContainerCtx) -> Result<(ContainerSpec, Arc<PodNetwork>), String> {
@@ -266,7 +280,7 @@ impl HostProgram {
         file("kubeconfig", KUBECONFIG_PATH, &kubeconfig, true)?;
         if image.sandbox_user {
             let u = images::SANDBOX_UID;
-            file("passwd", "/etc/passwd", &with_entry("passwd", "sandbox", &format!("sandbox:x:{u}:{u}:sandbox:/sandbox:/bin/bash")), true)?;
+            file("passwd", "/etc/passwd", &with_entry("passwd", "sandbox", &sandbox_passwd()), true)?;
             file("group", "/etc/group", &with_entry("group", "sandbox", &format!("sandbox:x:{u}:")), true)?;
         }
         binds.extend(volumes::binds(&ctx.cluster, rt.state(), &pod, &ctx.spec)?);
@@ -275,7 +289,22 @@ impl HostProgram {
             env.push(("PATH".into(), DEFAULT_PATH.into()));
         }
         env.push(("HOSTNAME".into(), ctx.pod.clone()));
+        let user = user(&pod, &ctx.spec);
+        if !ctx.env.contains_key("HOME") {
+            // As runc does: the user's home from the image's passwd, else `/`.
+            let passwd = if image.sandbox_user {
+                with_entry("passwd", "sandbox", &sandbox_passwd())
+            } else {
+                std::fs::read_to_string("/etc/passwd").unwrap_or_default()
+            };
+            env.push(("HOME".into(), home(&passwd, user.map_or(0, |u| u.0))));
+        }
         env.push(("KUBECONFIG".into(), KUBECONFIG_PATH.into()));
+        // Every kubelet sets these (the `kubernetes` Service); OpenShell's gateway detects its
+        // Kubernetes driver by them (F12.12). Without the in-cluster CA file, kube-rs clients
+        // then take the kubeconfig.
+        env.push(("KUBERNETES_SERVICE_HOST".into(), NODE_IP.to_string()));
+        env.push(("KUBERNETES_SERVICE_PORT".into(), POD_API_PORT.to_string()));
         let layer = rt
             .state()
             .join("pods")
@@ -298,7 +327,7 @@ impl HostProgram {
             base: BASE.iter().map(PathBuf::from).filter(|p| p.exists()).collect(),
             binds,
             netns: Some(net.netns()),
-            user: user(&pod, &ctx.spec),
+            user,
         };
         Ok((spec, net))
     }

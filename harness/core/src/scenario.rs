@@ -370,22 +370,30 @@ pub struct CaseInfo {
 }
 
 impl CaseInfo {
-    /// A sandbox name unique to this case and role, valid as a DNS label once OpenShell adds
-    /// its `<workspace>--` prefix (63 characters at most, docs/upstream-facts.md F3.2).
+    /// A sandbox name unique to this case and role that OpenShell accepts: a DNS label of at
+    /// most 19 characters without consecutive hyphens, so that `<workspace>--<name>` and the
+    /// gateway's other routable names fit one DNS label (docs/upstream-facts.md F3.2, F12.13).
+    /// A readable prefix of the scenario and role, then a hash of the case and role.
     pub fn sandbox_name(&self, role: &str) -> String {
-        let hash = fnv1a(self.case_id.as_bytes());
-        let mut base: String = format!("{}-{role}", self.scenario)
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_lowercase()
-                } else {
-                    '-'
-                }
-            })
-            .collect();
-        base.truncate(40);
-        format!("{}-{hash:08x}", base.trim_end_matches('-'))
+        let hash = fnv1a(format!("{}/{role}", self.case_id).as_bytes());
+        let mut base = String::new();
+        for c in format!("{}-{role}", self.scenario).chars() {
+            let c = if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            };
+            if !(c == '-' && (base.is_empty() || base.ends_with('-'))) {
+                base.push(c);
+            }
+        }
+        base.truncate(MAX_SANDBOX_NAME - 9);
+        let base = base.trim_end_matches('-');
+        if base.is_empty() {
+            format!("s-{hash:08x}")
+        } else {
+            format!("{base}-{hash:08x}")
+        }
     }
 
     /// The Kubernetes name of a sandbox's resources: the Sandbox resource and its pod are
@@ -404,6 +412,9 @@ impl CaseInfo {
         )
     }
 }
+
+/// The longest sandbox name OpenShell accepts (docs/upstream-facts.md F12.13).
+pub const MAX_SANDBOX_NAME: usize = 19;
 
 fn fnv1a(bytes: &[u8]) -> u32 {
     bytes.iter().fold(0x811c_9dc5u32, |h, b| {
@@ -934,4 +945,53 @@ pub(crate) async fn restore_fault(
             crate::error::one_line(&e)
         )
     })
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+
+    fn info(case_id: &str, scenario: &str) -> CaseInfo {
+        CaseInfo {
+            case_id: case_id.into(),
+            scenario: scenario.into(),
+            topology: crate::topology::Topologies::builtin()
+                .get("combined")
+                .unwrap()
+                .clone(),
+            params: Params::default(),
+            target: TargetInfo::default(),
+        }
+    }
+
+    fn accepted_by_openshell(name: &str) -> bool {
+        name.len() <= MAX_SANDBOX_NAME
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !name.starts_with('-')
+            && !name.ends_with('-')
+            && !name.contains("--")
+    }
+
+    #[test]
+    fn sandbox_names_are_labels_openshell_accepts_even_for_long_or_odd_scenario_names() {
+        for (case, scenario) in [
+            ("permanent-bootstrap-error[combined,variant=certificate]", "permanent-bootstrap-error"),
+            ("x[combined]", "Weird__Name--with  spaces"),
+            ("y[combined]", "---"),
+        ] {
+            for role in ["main", "second-sandbox"] {
+                let name = info(case, scenario).sandbox_name(role);
+                assert!(accepted_by_openshell(&name), "{name:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn two_roles_of_one_case_get_different_names_though_their_prefixes_are_cut_alike() {
+        let i = info("stopped-through-outage[combined]", "stopped-through-outage");
+        assert_ne!(i.sandbox_name("main"), i.sandbox_name("main-two"));
+        assert!(i.sandbox_name("main").starts_with("stopped-th"));
+    }
 }

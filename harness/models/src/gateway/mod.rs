@@ -390,12 +390,14 @@ impl Gateway {
     // client RPCs (F1.8-F1.12)
     // -------------------------------------------------------------------------------------
 
-    /// CreateSandbox: persists Provisioning, then asks the driver (F1.8).
+    /// CreateSandbox: validates the name (F12.13), persists Provisioning, then asks the
+    /// driver (F1.8).
     pub fn create_sandbox(&self, spec: &SandboxSpec) -> Result<SandboxView, Status> {
         self.check_alive()?;
         if spec.name.is_empty() {
             return Err(Status::new("InvalidArgument", "sandbox name is required"));
         }
+        validate_sandbox_name(&spec.name)?;
         if spec.restart_policy.is_some() && !self.model.behaviour.restart_policy {
             return Err(Status::new(
                 "InvalidArgument",
@@ -863,5 +865,47 @@ impl Gateway {
                 epoch: r.starts,
             })
             .collect())
+    }
+}
+
+/// The gateway's name rules for a sandbox (docs/upstream-facts.md F12.13): at most 19
+/// characters, a DNS-1123 label without consecutive hyphens; the first broken rule answers.
+fn validate_sandbox_name(name: &str) -> Result<(), Status> {
+    const MAX: usize = conformance_core::scenario::MAX_SANDBOX_NAME;
+    let refuse = |m: String| Err(Status::new("InvalidArgument", m));
+    if name.len() > MAX {
+        return refuse(format!("name exceeds maximum length ({} > {MAX})", name.len()));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    {
+        return refuse("name must contain only lowercase alphanumeric characters or hyphens".into());
+    }
+    if name.starts_with('-') || name.ends_with('-') {
+        return refuse("name must not start or end with a hyphen".into());
+    }
+    if name.contains("--") {
+        return refuse("name must not contain consecutive hyphens".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::validate_sandbox_name;
+
+    #[test]
+    fn the_gateway_refuses_sandbox_names_as_openshell_does() {
+        assert!(validate_sandbox_name("gateway-re-1a2b3c4d").is_ok());
+        for (name, message) in [
+            ("openshell-conformance-abcd", "name exceeds maximum length (26 > 19)"),
+            ("Upper", "name must contain only lowercase alphanumeric characters or hyphens"),
+            ("-lead", "name must not start or end with a hyphen"),
+            ("a--b", "name must not contain consecutive hyphens"),
+        ] {
+            let err = validate_sandbox_name(name).unwrap_err();
+            assert_eq!((err.code, err.message.as_str()), ("InvalidArgument", message));
+        }
     }
 }

@@ -977,7 +977,10 @@ mod name_tests {
     #[test]
     fn sandbox_names_are_labels_openshell_accepts_even_for_long_or_odd_scenario_names() {
         for (case, scenario) in [
-            ("permanent-bootstrap-error[combined,variant=certificate]", "permanent-bootstrap-error"),
+            (
+                "permanent-bootstrap-error[combined,variant=certificate]",
+                "permanent-bootstrap-error",
+            ),
             ("x[combined]", "Weird__Name--with  spaces"),
             ("y[combined]", "---"),
         ] {

@@ -223,11 +223,19 @@ impl ExecTarget {
             format!("entering the working directory {}", target.display()),
         );
         if let Some((uid, gid)) = self.user {
-            plan.push(Step::User { uid, gid }, format!("becoming user {uid}:{gid}"));
+            plan.push(
+                Step::User { uid, gid },
+                format!("becoming user {uid}:{gid}"),
+            );
         }
         plan.exec = Some(ExecPlan::new(argv, env)?);
         let launched = launch(plan, stdio.into(), what.clone())?;
-        tracing::debug!(?argv, pid = launched.pid, container = self.pid, "exec started");
+        tracing::debug!(
+            ?argv,
+            pid = launched.pid,
+            container = self.pid,
+            "exec started"
+        );
         Process::new(launched, workdir, self.user, &what)
     }
 }
@@ -268,10 +276,12 @@ impl Process {
     /// waiter owns it): its own pidfd, working directory and user.
     pub fn exec_target(&self) -> Result<ExecTarget, NodeError> {
         Ok(ExecTarget {
-            target: self
-                .target
-                .try_clone()
-                .map_err(|e| NodeError::io(format!("duplicating the pidfd of container process {}", self.pid), e))?,
+            target: self.target.try_clone().map_err(|e| {
+                NodeError::io(
+                    format!("duplicating the pidfd of container process {}", self.pid),
+                    e,
+                )
+            })?,
             pid: self.pid,
             workdir: self.workdir.clone(),
             user: self.user,
@@ -870,6 +880,24 @@ fn container_plan(spec: &ContainerSpec, exec: bool) -> Result<Plan, NodeError> {
     plan.push(
         Step::Chmod(cstr("/tmp")?, 0o1777),
         "making /tmp world-writable".into(),
+    );
+    // The rest of a minimal image's top level (Alpine's): programs expect `/run` (iproute2
+    // makes `/run/netns` there, and `/var/run` names it), `/var/tmp`, and home directories.
+    for dir in [
+        "/run", "/var", "/var/tmp", "/root", "/home", "/opt", "/mnt", "/srv",
+    ] {
+        plan.push(Step::Mkdir(cstr(dir)?), format!("creating {dir}"));
+    }
+    plan.push(
+        Step::Chmod(cstr("/var/tmp")?, 0o1777),
+        "making /var/tmp world-writable".into(),
+    );
+    plan.push(
+        Step::Symlink {
+            target: cstr("/run")?,
+            link: cstr("/var/run")?,
+        },
+        "creating the symlink /var/run -> /run".into(),
     );
 
     for bind in &spec.binds {

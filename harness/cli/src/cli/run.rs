@@ -70,7 +70,11 @@ pub struct RunArgs {
     /// this directory (`openshell-gateway`, `openshell-sandbox` of one release), each container
     /// a process in its own namespaces, instead of `--model`'s; the model's expected failures
     /// stay the expectations the verdicts are put next to. Needs root and iproute2's `ip`.
-    #[arg(long, value_name = "DIR", env = "OPENSHELL_CONFORMANCE_OPENSHELL_BINARIES")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "OPENSHELL_CONFORMANCE_OPENSHELL_BINARIES"
+    )]
     pub openshell_binaries: Option<PathBuf>,
     /// Topology to run on; repeatable (default: every topology the target supports).
     #[arg(

@@ -874,13 +874,18 @@ fn validate_sandbox_name(name: &str) -> Result<(), Status> {
     const MAX: usize = conformance_core::scenario::MAX_SANDBOX_NAME;
     let refuse = |m: String| Err(Status::new("InvalidArgument", m));
     if name.len() > MAX {
-        return refuse(format!("name exceeds maximum length ({} > {MAX})", name.len()));
+        return refuse(format!(
+            "name exceeds maximum length ({} > {MAX})",
+            name.len()
+        ));
     }
     if !name
         .chars()
         .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
     {
-        return refuse("name must contain only lowercase alphanumeric characters or hyphens".into());
+        return refuse(
+            "name must contain only lowercase alphanumeric characters or hyphens".into(),
+        );
     }
     if name.starts_with('-') || name.ends_with('-') {
         return refuse("name must not start or end with a hyphen".into());
@@ -899,13 +904,22 @@ mod name_tests {
     fn the_gateway_refuses_sandbox_names_as_openshell_does() {
         assert!(validate_sandbox_name("gateway-re-1a2b3c4d").is_ok());
         for (name, message) in [
-            ("openshell-conformance-abcd", "name exceeds maximum length (26 > 19)"),
-            ("Upper", "name must contain only lowercase alphanumeric characters or hyphens"),
+            (
+                "openshell-conformance-abcd",
+                "name exceeds maximum length (26 > 19)",
+            ),
+            (
+                "Upper",
+                "name must contain only lowercase alphanumeric characters or hyphens",
+            ),
             ("-lead", "name must not start or end with a hyphen"),
             ("a--b", "name must not contain consecutive hyphens"),
         ] {
             let err = validate_sandbox_name(name).unwrap_err();
-            assert_eq!((err.code, err.message.as_str()), ("InvalidArgument", message));
+            assert_eq!(
+                (err.code, err.message.as_str()),
+                ("InvalidArgument", message)
+            );
         }
     }
 }

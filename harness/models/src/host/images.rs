@@ -104,8 +104,7 @@ impl HostImages {
     /// The image for `image` (a reference with or without tag or digest), if it runs as a
     /// process.
     pub fn get(&self, image: &str) -> Option<&HostImage> {
-        self.by_repository
-            .get(crate::program::repository(image))
+        self.by_repository.get(crate::program::repository(image))
     }
 
     pub fn repositories(&self) -> impl Iterator<Item = &str> {
@@ -115,17 +114,16 @@ impl HostImages {
 
 /// The argv Kubernetes runs for a container: `command` replaces the entrypoint and drops the
 /// image's CMD; `args` replaces the CMD.
-pub(crate) fn argv(image: &HostImage, command: Option<Vec<String>>, args: Option<Vec<String>>) -> Vec<String> {
+pub(crate) fn argv(
+    image: &HostImage,
+    command: Option<Vec<String>>,
+    args: Option<Vec<String>>,
+) -> Vec<String> {
     match (command, args) {
         (Some(c), Some(a)) => c.into_iter().chain(a).collect(),
         (Some(c), None) => c,
         (None, Some(a)) => image.entrypoint.iter().cloned().chain(a).collect(),
-        (None, None) => image
-            .entrypoint
-            .iter()
-            .chain(&image.cmd)
-            .cloned()
-            .collect(),
+        (None, None) => image.entrypoint.iter().chain(&image.cmd).cloned().collect(),
     }
 }
 
@@ -152,13 +150,19 @@ mod tests {
 
     #[test]
     fn args_replace_the_images_cmd_but_keep_its_entrypoint() {
-        assert_eq!(argv(&gateway(), None, v(&["--config", "c"])), ["/gw", "--config", "c"]);
+        assert_eq!(
+            argv(&gateway(), None, v(&["--config", "c"])),
+            ["/gw", "--config", "c"]
+        );
     }
 
     #[test]
     fn a_command_replaces_the_entrypoint_and_drops_the_images_cmd() {
         assert_eq!(argv(&gateway(), v(&["sh"]), None), ["sh"]);
-        assert_eq!(argv(&gateway(), v(&["sh"]), v(&["-c", "x"])), ["sh", "-c", "x"]);
+        assert_eq!(
+            argv(&gateway(), v(&["sh"]), v(&["-c", "x"])),
+            ["sh", "-c", "x"]
+        );
     }
 
     #[test]
@@ -178,7 +182,9 @@ mod tests {
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
         let images = HostImages::openshell(dir.path()).unwrap();
-        let gw = images.get("ghcr.io/nvidia/openshell/gateway:0.0.111").unwrap();
+        let gw = images
+            .get("ghcr.io/nvidia/openshell/gateway:0.0.111")
+            .unwrap();
         assert_eq!(gw.entrypoint, ["/usr/local/bin/openshell-gateway"]);
         assert!(images.get("busybox:1.37.0").is_none());
     }

@@ -178,7 +178,8 @@ fn strings(v: Option<&Value>) -> Option<Vec<String>> {
 }
 
 fn id(v: Option<&Value>) -> Option<u32> {
-    v.and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok())
+    v.and_then(Value::as_u64)
+        .and_then(|n| u32::try_from(n).ok())
 }
 
 /// `uid:gid` from the container's, else the pod's, security context; the primary group is
@@ -248,7 +249,9 @@ impl HostProgram {
             return Err("no command specified".into());
         }
         let ip = ctx.pod_ip.as_deref().ok_or("the pod has no IP yet")?;
-        let net = rt.pod_network(&ctx.pod_uid, ip).map_err(|e| e.to_string())?;
+        let net = rt
+            .pod_network(&ctx.pod_uid, ip)
+            .map_err(|e| e.to_string())?;
         let etc = rt
             .state()
             .join("pods")
@@ -264,27 +267,58 @@ impl HostProgram {
                 read_only: true,
             })
             .collect();
-        let mut file = |name: &str, target: &str, text: &str, read_only: bool| -> Result<(), String> {
-            binds.push(Bind {
-                host: write(&etc.join(name), text)?,
-                target: target.into(),
-                read_only,
-            });
-            Ok(())
-        };
-        file("hosts", "/etc/hosts", &proxy::hosts(&ctx.cluster, &ctx.namespace, &ctx.pod, Some(ip)), false)?;
-        file("hostname", "/etc/hostname", &format!("{}\n", ctx.pod), false)?;
-        file("resolv.conf", "/etc/resolv.conf", &proxy::resolv_conf(&ctx.namespace), false)?;
+        let mut file =
+            |name: &str, target: &str, text: &str, read_only: bool| -> Result<(), String> {
+                binds.push(Bind {
+                    host: write(&etc.join(name), text)?,
+                    target: target.into(),
+                    read_only,
+                });
+                Ok(())
+            };
+        file(
+            "hosts",
+            "/etc/hosts",
+            &proxy::hosts(&ctx.cluster, &ctx.namespace, &ctx.pod, Some(ip)),
+            false,
+        )?;
+        file(
+            "hostname",
+            "/etc/hostname",
+            &format!("{}\n", ctx.pod),
+            false,
+        )?;
+        file(
+            "resolv.conf",
+            "/etc/resolv.conf",
+            &proxy::resolv_conf(&ctx.namespace),
+            false,
+        )?;
         let kubeconfig = rt.state().join("kubeconfig");
         let kubeconfig = std::fs::read_to_string(&kubeconfig).unwrap_or_default();
         file("kubeconfig", KUBECONFIG_PATH, &kubeconfig, true)?;
         if image.sandbox_user {
             let u = images::SANDBOX_UID;
-            file("passwd", "/etc/passwd", &with_entry("passwd", "sandbox", &sandbox_passwd()), true)?;
-            file("group", "/etc/group", &with_entry("group", "sandbox", &format!("sandbox:x:{u}:")), true)?;
+            // Writable, as in an image's layer: the supervisor rewrites /etc/passwd.
+            file(
+                "passwd",
+                "/etc/passwd",
+                &with_entry("passwd", "sandbox", &sandbox_passwd()),
+                false,
+            )?;
+            file(
+                "group",
+                "/etc/group",
+                &with_entry("group", "sandbox", &format!("sandbox:x:{u}:")),
+                false,
+            )?;
         }
         binds.extend(volumes::binds(&ctx.cluster, rt.state(), &pod, &ctx.spec)?);
-        let mut env: Vec<(String, String)> = ctx.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut env: Vec<(String, String)> = ctx
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         if !ctx.env.contains_key("PATH") {
             env.push(("PATH".into(), DEFAULT_PATH.into()));
         }
@@ -311,7 +345,8 @@ impl HostProgram {
             .join(&ctx.pod_uid)
             .join("layers")
             .join(format!("{}-{}", ctx.container, ctx.restart_count));
-        std::fs::create_dir_all(&layer).map_err(|e| format!("cannot create {}: {e}", layer.display()))?;
+        std::fs::create_dir_all(&layer)
+            .map_err(|e| format!("cannot create {}: {e}", layer.display()))?;
         let spec = ContainerSpec {
             argv,
             env,
@@ -324,7 +359,11 @@ impl HostProgram {
                 .map(PathBuf::from),
             hostname: Some(ctx.pod.clone()),
             layer,
-            base: BASE.iter().map(PathBuf::from).filter(|p| p.exists()).collect(),
+            base: BASE
+                .iter()
+                .map(PathBuf::from)
+                .filter(|p| p.exists())
+                .collect(),
             binds,
             netns: Some(net.netns()),
             user,
@@ -340,7 +379,11 @@ where
 {
     let stream = stream?;
     let cluster = ctx.cluster.clone();
-    let (ns, pod, container) = (ctx.namespace.clone(), ctx.pod.clone(), ctx.container.clone());
+    let (ns, pod, container) = (
+        ctx.namespace.clone(),
+        ctx.pod.clone(),
+        ctx.container.clone(),
+    );
     Some(tokio::spawn(async move {
         let mut lines = BufReader::new(stream).lines();
         while let Ok(Some(line)) = lines.next_line().await {
@@ -384,7 +427,11 @@ fn exec_handler(
             };
             let (stdout, stderr) = tokio::join!(read(p.stdout.take()), read(p.stderr.take()));
             let exit_code = p.wait().await;
-            ExecOutput { stdout, stderr, exit_code }
+            ExecOutput {
+                stdout,
+                stderr,
+                exit_code,
+            }
         }
     }
 }
@@ -413,7 +460,10 @@ impl ContainerProgram for HostProgram {
         let exec_target = match process.exec_target() {
             Ok(t) => Arc::new(t),
             Err(e) => {
-                ctx.log(&format!("container {} cannot be exec'd into: {e}", ctx.container));
+                ctx.log(&format!(
+                    "container {} cannot be exec'd into: {e}",
+                    ctx.container
+                ));
                 return 128;
             }
         };
@@ -478,7 +528,11 @@ impl ContainerProgram for HostProgram {
                 }
                 // Poll quickly until first ready, then at the probe's period.
                 let ready = ready_ctx.0.load(std::sync::atomic::Ordering::SeqCst);
-                let wait = if ready { probe.period } else { probe.period.min(std::time::Duration::from_millis(250)) };
+                let wait = if ready {
+                    probe.period
+                } else {
+                    probe.period.min(std::time::Duration::from_millis(250))
+                };
                 tokio::time::sleep(wait).await;
             }
         };
@@ -507,7 +561,8 @@ impl ContainerProgram for HostProgram {
             // The pipes close with the processes; let the last lines reach the log.
             let _ = tokio::time::timeout(std::time::Duration::from_secs(1), l).await;
         }
-        ctx.cluster.unregister_exec(&ctx.namespace, &ctx.pod, &ctx.container);
+        ctx.cluster
+            .unregister_exec(&ctx.namespace, &ctx.pod, &ctx.container);
         code
     }
 

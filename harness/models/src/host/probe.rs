@@ -53,7 +53,11 @@ impl Probe {
         let check = if let Some(h) = p.get("httpGet") {
             Check::Http {
                 port: port_of(container, h.get("port")?)?,
-                path: h.get("path").and_then(Value::as_str).unwrap_or("/").to_string(),
+                path: h
+                    .get("path")
+                    .and_then(Value::as_str)
+                    .unwrap_or("/")
+                    .to_string(),
             }
         } else {
             Check::Tcp {
@@ -65,8 +69,16 @@ impl Probe {
             initial_delay: secs(p, "initialDelaySeconds", 0),
             period: secs(p, "periodSeconds", 10).max(Duration::from_secs(1)),
             timeout: secs(p, "timeoutSeconds", 1).max(Duration::from_secs(1)),
-            success_threshold: p.get("successThreshold").and_then(Value::as_u64).unwrap_or(1).max(1) as u32,
-            failure_threshold: p.get("failureThreshold").and_then(Value::as_u64).unwrap_or(3).max(1) as u32,
+            success_threshold: p
+                .get("successThreshold")
+                .and_then(Value::as_u64)
+                .unwrap_or(1)
+                .max(1) as u32,
+            failure_threshold: p
+                .get("failureThreshold")
+                .and_then(Value::as_u64)
+                .unwrap_or(3)
+                .max(1) as u32,
         })
     }
 
@@ -93,13 +105,17 @@ impl Probe {
                 }
             }
         };
-        tokio::time::timeout(self.timeout, run).await.unwrap_or(false)
+        tokio::time::timeout(self.timeout, run)
+            .await
+            .unwrap_or(false)
     }
 }
 
 /// `HTTP/1.x NNN` with 200 ≤ NNN < 400.
 fn http_ok(head: &[u8]) -> bool {
-    let Ok(text) = std::str::from_utf8(head) else { return false };
+    let Ok(text) = std::str::from_utf8(head) else {
+        return false;
+    };
     text.starts_with("HTTP/1.")
         && text
             .get(9..12)
@@ -117,8 +133,17 @@ mod tests {
         let c = json!({"ports": [{"name": "health", "containerPort": 8081}],
                        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "health"}}});
         let p = Probe::readiness(&c).unwrap();
-        assert_eq!(p.check, Check::Http { port: 8081, path: "/readyz".into() });
-        assert_eq!((p.period, p.failure_threshold, p.success_threshold), (Duration::from_secs(10), 3, 1));
+        assert_eq!(
+            p.check,
+            Check::Http {
+                port: 8081,
+                path: "/readyz".into()
+            }
+        );
+        assert_eq!(
+            (p.period, p.failure_threshold, p.success_threshold),
+            (Duration::from_secs(10), 3, 1)
+        );
     }
 
     #[test]

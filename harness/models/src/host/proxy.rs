@@ -6,8 +6,8 @@
 use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr};
 
-use conformance_node::net::NodeNetwork;
 use conformance_core::timeline::READY_CONDITION as READY;
+use conformance_node::net::NodeNetwork;
 use kube_emulator::{Cluster, ListOptions, Pointer, ResourceRef, WeakCluster};
 use serde_json::Value;
 use tokio::task::JoinHandle;
@@ -60,7 +60,9 @@ pub(crate) fn resolv_conf(ns: &str) -> String {
 
 fn labels_match(selector: &serde_json::Map<String, Value>, pod: &Value) -> bool {
     let labels = pod.at("/metadata/labels").and_then(Value::as_object);
-    selector.iter().all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+    selector
+        .iter()
+        .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
 }
 
 fn ready(pod: &Value) -> bool {
@@ -111,7 +113,11 @@ fn endpoint(cluster: &Cluster, ns: &str, service: &str, port: u16) -> Option<Soc
     pods.iter()
         .filter(|p| labels_match(&selector, p) && ready(p))
         .find_map(|p| {
-            let ip = p.at("/status/podIP").and_then(Value::as_str)?.parse().ok()?;
+            let ip = p
+                .at("/status/podIP")
+                .and_then(Value::as_str)?
+                .parse()
+                .ok()?;
             Some(SocketAddr::new(ip, target_port(p, &target)?))
         })
 }
@@ -212,7 +218,8 @@ mod tests {
 
     #[test]
     fn a_named_target_port_is_the_pods_container_port_of_that_name() {
-        let pod = json!({"spec": {"containers": [{"ports": [{"name": "grpc", "containerPort": 8080}]}]}});
+        let pod =
+            json!({"spec": {"containers": [{"ports": [{"name": "grpc", "containerPort": 8080}]}]}});
         assert_eq!(target_port(&pod, &json!("grpc")), Some(8080));
         assert_eq!(target_port(&pod, &json!(9000)), Some(9000));
         assert_eq!(target_port(&pod, &json!("metrics")), None);
@@ -220,6 +227,9 @@ mod tests {
 
     #[test]
     fn the_resolver_searches_the_pods_namespace_first() {
-        assert!(resolv_conf("openshell").starts_with("search openshell.svc.cluster.local svc.cluster.local"));
+        assert!(
+            resolv_conf("openshell")
+                .starts_with("search openshell.svc.cluster.local svc.cluster.local")
+        );
     }
 }

@@ -28,7 +28,9 @@ pub(crate) fn export(volume: &Volume, dst: &Path) -> Result<(), String> {
             let rel = format!("{dir}/{name}");
             let host = dst.join(rel.trim_start_matches('/'));
             match volume.read(&rel) {
-                Some(data) => std::fs::write(&host, data).map_err(|e| io("cannot write", &host, e))?,
+                Some(data) => {
+                    std::fs::write(&host, data).map_err(|e| io("cannot write", &host, e))?
+                }
                 None => {
                     std::fs::create_dir_all(&host).map_err(|e| io("cannot create", &host, e))?;
                     todo.push(rel);
@@ -66,8 +68,14 @@ pub(crate) fn binds(
     pod: &Value,
     container: &Value,
 ) -> Result<Vec<Bind>, String> {
-    let ns = pod.at("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
-    let uid = pod.at("/metadata/uid").and_then(Value::as_str).unwrap_or("");
+    let ns = pod
+        .at("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    let uid = pod
+        .at("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     let cname = container.get("name").and_then(Value::as_str).unwrap_or("");
     let fs_group = pod
         .at("/spec/securityContext/fsGroup")
@@ -96,7 +104,9 @@ pub(crate) fn binds(
             .iter()
             .find(|v| v.get("name").and_then(Value::as_str) == Some(name))
         else {
-            return Err(format!("volume mount {name}: no volume of that name in the pod"));
+            return Err(format!(
+                "volume mount {name}: no volume of that name in the pod"
+            ));
         };
         let api = kube_emulator::is_api_volume(vol);
         let mut host = if let Some(claim) = vol
@@ -104,9 +114,16 @@ pub(crate) fn binds(
             .and_then(Value::as_str)
         {
             let pvc = cluster
-                .get(&ResourceRef::new("", "v1", "persistentvolumeclaims"), Some(ns), claim)
+                .get(
+                    &ResourceRef::new("", "v1", "persistentvolumeclaims"),
+                    Some(ns),
+                    claim,
+                )
                 .map_err(|e| format!("volume {name}: claim {claim}: {e}"))?;
-            let claim_uid = pvc.at("/metadata/uid").and_then(Value::as_str).unwrap_or(claim);
+            let claim_uid = pvc
+                .at("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or(claim);
             dir(state.join("claims").join(claim_uid), fs_group)?
         } else if api {
             // A fresh copy per container start: the kubelet's snapshot of the objects then.
@@ -120,9 +137,15 @@ pub(crate) fn binds(
         } else {
             dir(pod_dir.join("empty").join(name), fs_group)?
         };
-        if let Some(sub) = m.get("subPath").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+        if let Some(sub) = m
+            .get("subPath")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+        {
             if sub.split('/').any(|c| c == "..") || sub.starts_with('/') {
-                return Err(format!("volume mount {name}: subPath {sub:?} must be a relative path without '..'"));
+                return Err(format!(
+                    "volume mount {name}: subPath {sub:?} must be a relative path without '..'"
+                ));
             }
             host = host.join(sub);
             if !host.exists() {
@@ -154,6 +177,9 @@ mod tests {
         export(&v, &out).unwrap();
         assert_eq!(std::fs::read(out.join("tls.crt")).unwrap(), b"cert");
         assert_eq!(std::fs::read(out.join("sub/ca.crt")).unwrap(), b"ca");
-        assert!(!out.join("stale").exists(), "a new snapshot replaces the old one");
+        assert!(
+            !out.join("stale").exists(),
+            "a new snapshot replaces the old one"
+        );
     }
 }

@@ -680,3 +680,22 @@ async fn a_bind_onto_a_symlink_of_the_image_replaces_it_in_the_layer_only() {
         "the image's symlink on the host is unchanged"
     );
 }
+
+#[tokio::test]
+async fn a_container_has_the_top_level_directories_of_a_minimal_image() {
+    if !supported() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(&spec(
+        dir.path(),
+        &[
+            "/bin/sh",
+            "-c",
+            "mkdir /run/netns && touch /var/tmp/x && ls -d /var/run/netns /root /home",
+        ],
+    ))
+    .await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.stdout, "/home\n/root\n/var/run/netns\n");
+}

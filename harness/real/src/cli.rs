@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use conformance_openshell_api::v1::{Sandbox, SandboxPhase};
 use serde::Deserialize;
 
 use crate::command::{Cmd, CmdOutput, CommandRunner};
@@ -64,6 +65,23 @@ impl SandboxJson {
             .or_else(|| self.status.as_ref().and_then(|s| s.restart_count))
     }
 
+    /// The sandbox as `sandbox get|list -o json` prints it (`sandbox_to_json`,
+    /// docs/upstream-facts.md F6.4), for reads the harness makes over gRPC: its id, name,
+    /// workspace, labels and phase; no exit code or restart count, which the CLI prints
+    /// neither, and no creation time, which v0.0.111 sends in a field the harness does not
+    /// declare (F7.6).
+    pub(crate) fn from_sandbox(s: &Sandbox) -> Self {
+        let meta = s.metadata.clone().unwrap_or_default();
+        Self {
+            id: meta.id,
+            name: meta.name,
+            workspace: Some(meta.workspace),
+            labels: meta.labels.into_iter().collect(),
+            phase: printed_phase(s.status.as_ref().map_or(0, |st| st.phase)),
+            ..Self::default()
+        }
+    }
+
     pub(crate) fn view(&self) -> SandboxView {
         SandboxView {
             name: self.name.clone(),
@@ -72,6 +90,16 @@ impl SandboxJson {
             message: None,
             exit_code: self.exit_code(),
         }
+    }
+}
+
+/// The phase the CLI prints for the wire's value: its name, and `Unknown` for a value the
+/// protocol does not declare (`phase_name`, docs/upstream-facts.md F1.1); the watcher maps the
+/// declared values the same way (`watch::phase_of`).
+pub(crate) fn printed_phase(value: i32) -> Phase {
+    match SandboxPhase::try_from(value) {
+        Ok(_) => crate::watch::phase_of(value),
+        Err(_) => Phase::Unknown,
     }
 }
 
@@ -404,10 +432,23 @@ impl OpenShellCli {
         }
     }
 
+    /// `sandbox create`, reading back through the CLI itself.
+    #[cfg(test)]
     pub(crate) async fn create(
         &self,
         spec: &SandboxSpec,
         caps: &BTreeSet<Capability>,
+    ) -> TargetResult<SandboxView> {
+        self.create_reading(spec, caps, self).await
+    }
+
+    /// `sandbox create`, reading the sandbox back through `reads` where the CLI prints no state
+    /// (a main command, or a sandbox created but not Ready).
+    pub(crate) async fn create_reading(
+        &self,
+        spec: &SandboxSpec,
+        caps: &BTreeSet<Capability>,
+        reads: &impl ReadSandbox,
     ) -> TargetResult<SandboxView> {
         let out = self.call(self.create_cmd(spec, caps)?).await?;
         if !out.success() {
@@ -416,7 +457,7 @@ impl OpenShellCli {
             // the same, in the state the gateway reports (docs/upstream-facts.md F6.3). Creating
             // it is what this action does: whether it provisions is the checks' to judge.
             if created_but_not_ready(&out.stderr)
-                && let Some(view) = self.get(&spec.name).await?
+                && let Some(view) = reads.read(&spec.name).await?
             {
                 tracing::info!(sandbox = %spec.name, said = %crate::command::last_lines(&out.stderr, 3), "created, not Ready");
                 return Ok(view);
@@ -426,7 +467,7 @@ impl OpenShellCli {
         if spec.command.is_none() {
             return parse_get(&out.stdout).map(|s| s.view());
         }
-        self.get(&spec.name).await?.ok_or_else(|| {
+        reads.read(&spec.name).await?.ok_or_else(|| {
             TargetError::infra(format!(
                 "sandbox {} was created but `sandbox get` does not find it",
                 spec.name
@@ -547,6 +588,18 @@ impl OpenShellCli {
             version,
             capabilities: capabilities_from_help(&help.stdout),
         })
+    }
+}
+
+/// A read of one sandbox as `sandbox get -o json` shows it: by the CLI itself, or by the
+/// harness's gRPC reads (`reads.rs`), which answer the same.
+pub(crate) trait ReadSandbox: Sync {
+    fn read(&self, name: &str) -> impl Future<Output = TargetResult<Option<SandboxView>>> + Send;
+}
+
+impl ReadSandbox for OpenShellCli {
+    async fn read(&self, name: &str) -> TargetResult<Option<SandboxView>> {
+        self.get(name).await
     }
 }
 

@@ -35,6 +35,7 @@ mod pins;
 pub mod plan;
 mod portforward;
 mod private;
+mod reads;
 pub mod target;
 mod watch;
 mod workspace;

@@ -32,6 +32,7 @@ use crate::options::RealOptions;
 use crate::pins;
 use crate::plan::Step;
 use crate::portforward::GatewayForward;
+use crate::reads::GatewayReads;
 use crate::watch;
 use conformance_core::error::{Error, Result, one_line};
 use conformance_core::scenario::DEFAULT_WORKSPACE;
@@ -165,6 +166,13 @@ pub(crate) fn observe_plan(opts: &RealOptions, topology: &str) -> Vec<Step> {
         Step::run_when(
             run_sandboxes_cmd(&cli, opts),
             "every 2s, as the phase poller, if the gateway refuses the stream",
+        ),
+        Step::grpc(
+            "read sandboxes (the case's reads, the snapshot, the teardown's checks) with GetSandbox and ListSandboxes over the same connection; actions stay on the CLI",
+        ),
+        Step::run_when(
+            cli.cmd(["sandbox", "get", "$NAME", "-o", "json"]),
+            "instead of those reads, if the gateway refuses them (as `sandbox list` above)",
         ),
     ]
 }
@@ -398,6 +406,8 @@ struct Installed {
     _guard: RestoreGuard,
     sandbox_version: &'static str,
     setup: Arc<Setup>,
+    /// The case's reads of the gateway's sandboxes (gRPC, else the CLI).
+    reads: Arc<GatewayReads>,
 }
 
 /// One case on a real cluster.
@@ -571,8 +581,13 @@ impl RealTarget {
     }
 
     /// Whether an installation can serve another case: no case marked it unusable, its gateway
-    /// is ready, and the gateway lets the harness in. Err says why not.
-    async fn usable(&self, s: &Setup) -> std::result::Result<(), String> {
+    /// is ready, and the gateway lets the harness in (asked through the case's `reads` when
+    /// there are, else the CLI). Err says why not.
+    async fn usable(
+        &self,
+        s: &Setup,
+        reads: Option<&GatewayReads>,
+    ) -> std::result::Result<(), String> {
         if let Some(why) = s.unusable.lock().expect("unusable lock").clone() {
             return Err(why);
         }
@@ -582,11 +597,12 @@ impl RealTarget {
         gateway::wait_ready(&self.client, &s.workload, want.max(1), &[], REUSE_READY)
             .await
             .map_err(|e| one_line(&e))?;
-        s.access
-            .cli
-            .check_access(&format!("{}={}", pins::RUN_LABEL, self.opts.run_id))
-            .await
-            .map_err(|e| one_line(&e))
+        let selector = format!("{}={}", pins::RUN_LABEL, self.opts.run_id);
+        match reads {
+            Some(r) => r.check_access(&selector).await,
+            None => s.access.cli.check_access(&selector).await,
+        }
+        .map_err(|e| one_line(&e))
     }
 
     /// Deletes the case's sandboxes through the CLI and waits until neither the gateway nor
@@ -621,7 +637,7 @@ impl RealTarget {
             || async {
                 let mut left = Vec::new();
                 for n in &names {
-                    if i.cli.get(n).await?.is_some() {
+                    if i.reads.get(n).await?.is_some() {
                         left.push(format!("gateway sandbox {n}"));
                     }
                     let cr = sandbox_resource_name(DEFAULT_WORKSPACE, n);
@@ -731,6 +747,23 @@ impl RealTarget {
     }
 }
 
+/// How the harness's own gRPC client reaches the gateway: the CLI's port-forward, presenting
+/// what the CLI presents (the client certificate written for it). Err says why it cannot.
+fn gateway_endpoint(
+    access: &Access,
+    tls: bool,
+) -> std::result::Result<watch::GatewayEndpoint, String> {
+    let tls = if tls {
+        Some(watch::ClientCert::read(&access.cli.mtls_dir())?)
+    } else {
+        None
+    };
+    Ok(watch::GatewayEndpoint {
+        port: access.forward.port(),
+        tls,
+    })
+}
+
 fn infra(e: Error) -> TargetError {
     TargetError::from(e)
 }
@@ -749,7 +782,7 @@ impl Target for RealTarget {
         let setup = {
             let mut cur = self.shared.lock().await;
             let reuse = match cur.as_ref() {
-                Some(s) if s.topology == topology.name => match self.usable(s).await {
+                Some(s) if s.topology == topology.name => match self.usable(s, None).await {
                     Ok(()) => true,
                     Err(why) => {
                         self.rec.note(format!(
@@ -828,7 +861,15 @@ impl Target for RealTarget {
             info.capabilities
                 .extend(detected.capabilities.iter().copied());
         }
+        let reads = GatewayReads::open(
+            gateway_endpoint(&setup.access, setup.install.tls),
+            &format!("{}={}", pins::RUN_LABEL, o.run_id),
+            setup.access.cli.clone(),
+            self.rec.clone(),
+        )
+        .await;
         *self.installed.lock().await = Some(Arc::new(Installed {
+            reads: Arc::new(reads),
             install: setup.install.clone(),
             cli: setup.access.cli.clone(),
             access: setup.access.clone(),
@@ -878,21 +919,12 @@ impl Target for RealTarget {
         let selector = format!("{}={}", pins::RUN_LABEL, self.opts.run_id);
         let every = Duration::from_secs(2);
         let fallback = poll_fallback(i.cli.clone(), selector.clone(), rec.clone(), every);
-        // The stream presents what the CLI presents: the client certificate written for it.
-        let tls = if i.install.tls {
-            match watch::ClientCert::read(&i.cli.mtls_dir()) {
-                Ok(c) => Some(c),
-                Err(why) => {
-                    obs.push(tokio::spawn(fallback(why)));
-                    return Ok(obs);
-                }
+        let endpoint = match gateway_endpoint(&i.access, i.install.tls) {
+            Ok(e) => e,
+            Err(why) => {
+                obs.push(tokio::spawn(fallback(why)));
+                return Ok(obs);
             }
-        } else {
-            None
-        };
-        let endpoint = watch::GatewayEndpoint {
-            port: i.access.forward.port(),
-            tls,
         };
         obs.push(tokio::spawn(watch::observe_phases(
             endpoint,
@@ -915,7 +947,7 @@ impl Target for RealTarget {
             .await
             .map_err(|e| TargetError::infra_from("snapshot: list the observed objects", e))?;
         let selector = format!("{}={}", pins::RUN_LABEL, self.opts.run_id);
-        if let Ok(list) = i.cli.list(Some(&selector)).await {
+        if let Ok(list) = i.reads.list(&selector).await {
             v.extend(list.iter().map(|s| s.view().to_state()));
         }
         Ok(v)
@@ -936,11 +968,11 @@ impl Target for RealTarget {
             .remove(&spec.name);
         self.expected.expect(&spec.name);
         let caps = self.info().capabilities;
-        i.cli.create(&spec, &caps).await
+        i.cli.create_reading(&spec, &caps, &*i.reads).await
     }
 
     async fn get_sandbox(&self, name: &str) -> TargetResult<Option<SandboxView>> {
-        self.installed().await?.cli.get(name).await
+        self.installed().await?.reads.get(name).await
     }
 
     async fn exec(&self, sandbox: &str, argv: &[String]) -> TargetResult<ExecResult> {
@@ -1038,7 +1070,7 @@ impl Target for RealTarget {
             // gateway that is not back) makes the next case of the topology reinstall rather
             // than fail for it; the installation itself goes after the topology's last case.
             let why = if deleted.is_empty() {
-                self.usable(&i.setup).await.err()
+                self.usable(&i.setup, Some(&i.reads)).await.err()
             } else {
                 Some(deleted.join("; "))
             };

@@ -211,12 +211,12 @@ fn is_refusal(code: Code) -> bool {
 }
 
 /// A status as one line: code and message.
-fn status_line(s: &Status) -> String {
+pub(crate) fn status_line(s: &Status) -> String {
     format!("{:?}: {}", s.code(), s.message())
 }
 
 /// An error and its sources on one line (a TLS failure is several levels down).
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut src = e.source();
     while let Some(s) = src {

@@ -5,6 +5,7 @@
 mod cli;
 mod cluster;
 mod emulated;
+mod reads;
 mod real_tools;
 mod watch;
 

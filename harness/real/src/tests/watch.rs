@@ -3,7 +3,7 @@
 //! gateway restart cuts it): phases recorded as they arrive, reconnection after a break, the
 //! fallback to the `sandbox list` poller on a refusal, mutual TLS, and the end of observation.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,6 +15,9 @@ use conformance_core::timeline::{
     Event, GATEWAY_SANDBOX_KIND, GATEWAY_UNREACHABLE_REASON, Recorder,
 };
 use conformance_openshell_api::datamodel::v1::ObjectMeta;
+use conformance_openshell_api::sandbox::v1::{
+    GetSandboxConfigRequest, GetSandboxConfigResponse, PolicySource,
+};
 use conformance_openshell_api::v1::{
     GetSandboxRequest, ListSandboxesRequest, ListSandboxesResponse, Sandbox, SandboxCondition,
     SandboxPhase, SandboxResponse, SandboxStatus, SandboxStreamEvent, WatchSandboxRequest,
@@ -27,29 +30,33 @@ use tokio::task::JoinSet;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::codegen::BoxStream;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Response, Status};
 
 use crate::command::{CmdOutput, ScriptedRunner, Unscripted};
 use crate::watch::{
     ClientCert, Expected, Fallback, GatewayEndpoint, STREAM_NOTE, WatchSettings, observe_phases,
 };
 
-const RUN: &str = "openshell-conformance.io/run=r1";
+pub(super) const RUN: &str = "openshell-conformance.io/run=r1";
 /// Deadline of every wait in these tests.
 const DEADLINE: Duration = Duration::from_secs(20);
 
 /// A gateway holding sandboxes in memory; every change is sent to the streams of that sandbox,
 /// and a removed sandbox ends them, as the v0.0.111 gateway does (docs/upstream-facts.md F7.8).
 #[derive(Clone, Default)]
-struct Gateway {
-    sandboxes: Arc<Mutex<BTreeMap<String, Sandbox>>>,
+pub(super) struct Gateway {
+    pub(super) sandboxes: Arc<Mutex<BTreeMap<String, Sandbox>>>,
     /// Per sandbox id: the changes (None = removed).
     buses: Arc<Mutex<HashMap<String, broadcast::Sender<Option<Sandbox>>>>>,
     refuse_watch: Arc<AtomicBool>,
     open_streams: Arc<AtomicUsize>,
+    /// Statuses GetSandbox answers, first first, before it answers from the store again.
+    pub(super) get_answers: Arc<Mutex<VecDeque<(Code, String)>>>,
+    pub(super) get_calls: Arc<AtomicUsize>,
+    pub(super) list_calls: Arc<AtomicUsize>,
 }
 
-fn sandbox(name: &str, labels: &[(&str, &str)], phase: SandboxPhase) -> Sandbox {
+pub(super) fn sandbox(name: &str, labels: &[(&str, &str)], phase: SandboxPhase) -> Sandbox {
     Sandbox {
         metadata: Some(ObjectMeta {
             id: format!("id-{name}"),
@@ -78,7 +85,7 @@ impl Gateway {
             .clone()
     }
 
-    fn put(&self, s: Sandbox) {
+    pub(super) fn put(&self, s: Sandbox) {
         let meta = s.metadata.clone().unwrap();
         self.sandboxes
             .lock()
@@ -87,7 +94,7 @@ impl Gateway {
         let _ = self.bus(&meta.id).send(Some(s));
     }
 
-    fn set_phase(&self, name: &str, phase: SandboxPhase) {
+    pub(super) fn set_phase(&self, name: &str, phase: SandboxPhase) {
         let mut s = self.sandboxes.lock().unwrap().get(name).cloned().unwrap();
         s.status.as_mut().unwrap().phase = phase as i32;
         self.put(s);
@@ -125,6 +132,7 @@ impl OpenShell for Gateway {
         &self,
         request: Request<ListSandboxesRequest>,
     ) -> Result<Response<ListSandboxesResponse>, Status> {
+        self.list_calls.fetch_add(1, Ordering::SeqCst);
         let selector = request.into_inner().label_selector;
         let sandboxes = self
             .sandboxes
@@ -144,6 +152,10 @@ impl OpenShell for Gateway {
         &self,
         request: Request<GetSandboxRequest>,
     ) -> Result<Response<SandboxResponse>, Status> {
+        self.get_calls.fetch_add(1, Ordering::SeqCst);
+        if let Some((code, message)) = self.get_answers.lock().unwrap().pop_front() {
+            return Err(Status::new(code, message));
+        }
         let name = request.into_inner().name;
         match self.sandboxes.lock().unwrap().get(&name) {
             Some(s) => Ok(Response::new(SandboxResponse {
@@ -151,6 +163,26 @@ impl OpenShell for Gateway {
             })),
             None => Err(Status::not_found("sandbox not found")),
         }
+    }
+
+    /// What the CLI's `sandbox get` asks after GetSandbox (the policy's revision and source).
+    async fn get_sandbox_config(
+        &self,
+        request: Request<GetSandboxConfigRequest>,
+    ) -> Result<Response<GetSandboxConfigResponse>, Status> {
+        // The CLI sends the sandbox's id here; the gateway takes a name too.
+        let wanted = request.into_inner().name;
+        let known = self.sandboxes.lock().unwrap().values().any(|s| {
+            let m = s.metadata.as_ref().unwrap();
+            m.name == wanted || m.id == wanted
+        });
+        if !known {
+            return Err(Status::not_found("sandbox not found"));
+        }
+        Ok(Response::new(GetSandboxConfigResponse {
+            version: 0,
+            policy_source: PolicySource::Sandbox as i32,
+        }))
     }
 
     async fn watch_sandbox(
@@ -208,7 +240,7 @@ where
 }
 
 /// Serves `gw` on a local port, with TLS when given.
-async fn serve(gw: Gateway, tls: Option<ServerTlsConfig>) -> SocketAddr {
+pub(super) async fn serve(gw: Gateway, tls: Option<ServerTlsConfig>) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let mut server = tonic::transport::Server::builder();
@@ -223,14 +255,14 @@ async fn serve(gw: Gateway, tls: Option<ServerTlsConfig>) -> SocketAddr {
 /// The port-forward's part: relays local connections to the gateway; while cut, it drops
 /// every connection and closes new ones at once, as a port-forward to a gateway that is
 /// restarting does.
-struct Relay {
-    port: u16,
+pub(super) struct Relay {
+    pub(super) port: u16,
     cut: Arc<AtomicBool>,
     conns: Arc<Mutex<JoinSet<()>>>,
 }
 
 impl Relay {
-    async fn start(to: SocketAddr) -> Relay {
+    pub(super) async fn start(to: SocketAddr) -> Relay {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let cut = Arc::new(AtomicBool::new(false));
@@ -255,12 +287,12 @@ impl Relay {
         Relay { port, cut, conns }
     }
 
-    fn cut(&self) {
+    pub(super) fn cut(&self) {
         self.cut.store(true, Ordering::SeqCst);
         self.conns.lock().unwrap().abort_all();
     }
 
-    fn heal(&self) {
+    pub(super) fn heal(&self) {
         self.cut.store(false, Ordering::SeqCst);
     }
 }
@@ -369,7 +401,7 @@ fn spawn_observer(
     obs
 }
 
-const LABEL: [(&str, &str); 1] = [("openshell-conformance.io/run", "r1")];
+pub(super) const LABEL: [(&str, &str); 1] = [("openshell-conformance.io/run", "r1")];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn phases_arrive_in_order_and_are_recorded_on_the_timeline() {
@@ -523,14 +555,14 @@ async fn an_unimplemented_watch_sandbox_falls_back_to_polling_and_the_note_says_
 
 /// A CA, a gateway certificate for 127.0.0.1 (an IP subjectAltName, as the chart's certgen
 /// issues for port-forwarded access) and a client certificate, as PEM.
-struct Pki {
+pub(super) struct Pki {
     ca: String,
     server_cert: String,
     server_key: String,
-    client: ClientCert,
+    pub(super) client: ClientCert,
 }
 
-fn pki() -> Pki {
+pub(super) fn pki() -> Pki {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -560,7 +592,7 @@ fn pki() -> Pki {
 }
 
 /// TLS that demands a client certificate from the CA, as the chart's gateway does with mTLS.
-fn server_tls(p: &Pki) -> ServerTlsConfig {
+pub(super) fn server_tls(p: &Pki) -> ServerTlsConfig {
     ServerTlsConfig::new()
         .identity(Identity::from_pem(&p.server_cert, &p.server_key))
         .client_ca_root(Certificate::from_pem(&p.ca))

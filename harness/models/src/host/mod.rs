@@ -159,6 +159,19 @@ pub(crate) struct HostProgram {
     rt: HostRuntime,
 }
 
+/// Removes a container's exec handler when its run ends, also when the kubelet drops the run.
+struct ExecRegistration {
+    cluster: Cluster,
+    key: (String, String, String),
+}
+
+impl Drop for ExecRegistration {
+    fn drop(&mut self) {
+        let (ns, pod, container) = &self.key;
+        self.cluster.unregister_exec(ns, pod, container);
+    }
+}
+
 /// Kills the container's processes when the program's run ends early (the kubelet drops it
 /// on SIGKILL, or the cluster goes away).
 struct Running(Process);
@@ -392,25 +405,46 @@ where
     }))
 }
 
-/// `kubectl exec` into a running process container: another process in its namespaces.
+/// How long an exec waits for its container's process to have started: the kubelet reports a
+/// container running as it starts it, and a client may exec at once.
+const EXEC_START_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
+fn exec_failed(message: String) -> ExecOutput {
+    ExecOutput {
+        stdout: vec![],
+        stderr: format!("OCI runtime exec failed: {message}\n").into_bytes(),
+        exit_code: 126,
+    }
+}
+
+/// `kubectl exec` into a process container: another process in its namespaces, once the
+/// container's process has started (`target` holds it then).
 fn exec_handler(
-    target: Arc<node_process::ExecTarget>,
+    target: tokio::sync::watch::Receiver<Option<Arc<node_process::ExecTarget>>>,
     env: Vec<(String, String)>,
 ) -> impl kube_emulator::ExecHandler {
     move |req: ExecRequest| {
         let env = env.clone();
-        let target = target.clone();
+        let mut target = target.clone();
         async move {
+            let started = tokio::time::timeout(EXEC_START_DEADLINE, async {
+                target.wait_for(Option::is_some).await.map(|t| t.clone())
+            })
+            .await;
+            let target = match started {
+                Ok(Ok(Some(t))) => t,
+                Ok(Ok(None)) => return exec_failed("the container has not started".into()),
+                Ok(Err(_)) => return exec_failed("the container has stopped".into()),
+                Err(_) => {
+                    return exec_failed(format!(
+                        "the container's process had not started after {EXEC_START_DEADLINE:?}"
+                    ));
+                }
+            };
             let workdir = Some(PathBuf::from(&req.workdir)).filter(|w| w != Path::new("/"));
             let mut p = match target.exec(&req.argv, &env, workdir.as_deref(), Stdio::Interactive) {
                 Ok(p) => p,
-                Err(e) => {
-                    return ExecOutput {
-                        stdout: vec![],
-                        stderr: format!("OCI runtime exec failed: {e}\n").into_bytes(),
-                        exit_code: 126,
-                    };
-                }
+                Err(e) => return exec_failed(e.to_string()),
             };
             if let Some(mut stdin) = p.stdin.take() {
                 let data = req.stdin.clone();
@@ -446,6 +480,23 @@ impl ContainerProgram for HostProgram {
                 return 128;
             }
         };
+        // Registered before the process starts (an exec waits for it) and removed however this
+        // run ends, so an exec never reaches an earlier container of the same name.
+        let (exec_tx, exec_rx) = tokio::sync::watch::channel(None);
+        ctx.cluster.register_exec(
+            &ctx.namespace,
+            &ctx.pod,
+            &ctx.container,
+            exec_handler(exec_rx, spec.env.clone()),
+        );
+        let _exec = ExecRegistration {
+            cluster: ctx.cluster.clone(),
+            key: (
+                ctx.namespace.clone(),
+                ctx.pod.clone(),
+                ctx.container.clone(),
+            ),
+        };
         let mut process = match Process::spawn(&spec, Stdio::Log) {
             Ok(p) => p,
             Err(e) => {
@@ -457,23 +508,16 @@ impl ContainerProgram for HostProgram {
             follow_log(&ctx, process.stdout.take()),
             follow_log(&ctx, process.stderr.take()),
         ];
-        let exec_target = match process.exec_target() {
-            Ok(t) => Arc::new(t),
-            Err(e) => {
-                ctx.log(&format!(
-                    "container {} cannot be exec'd into: {e}",
-                    ctx.container
-                ));
-                return 128;
+        match process.exec_target() {
+            Ok(t) => {
+                exec_tx.send_replace(Some(Arc::new(t)));
             }
-        };
+            Err(e) => ctx.log(&format!(
+                "container {} cannot be exec'd into: {e}",
+                ctx.container
+            )),
+        }
         let mut running = Running(process);
-        ctx.cluster.register_exec(
-            &ctx.namespace,
-            &ctx.pod,
-            &ctx.container,
-            exec_handler(exec_target, spec.env.clone()),
-        );
         let ip = IpAddr::V4(net.ip());
         for port in ctx
             .spec
@@ -561,8 +605,6 @@ impl ContainerProgram for HostProgram {
             // The pipes close with the processes; let the last lines reach the log.
             let _ = tokio::time::timeout(std::time::Duration::from_secs(1), l).await;
         }
-        ctx.cluster
-            .unregister_exec(&ctx.namespace, &ctx.pod, &ctx.container);
         code
     }
 

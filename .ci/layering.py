@@ -21,12 +21,15 @@ ALLOWED = {
     "conformance-testtools": set(),
     # OpenShell's gRPC schema and generated code; holds no harness logic.
     "conformance-openshell-api": set(),
+    # Containers as host processes: the OS side only (namespaces, mounts, links), no cluster.
+    "conformance-node": set(),
     "conformance-observe": {"conformance-core"},
     "conformance-models": {
         "conformance-core",
         "kube-emulator",
         "conformance-observe",
         "conformance-openshell-api",
+        "conformance-node",
     },
     "conformance-real": {"conformance-core", "conformance-observe", "conformance-openshell-api"},
     "conformance-catalog": {"conformance-core"},
@@ -37,12 +40,14 @@ ALLOWED = {
         "conformance-models",
         "conformance-real",
         "conformance-observe",
+        "conformance-node",
     },
 }
 # Crates that must not be reached at all, even transitively, through normal dependencies.
 FORBIDDEN_TRANSITIVE = {
     "conformance-core": {"kube", "k8s-openapi", "kube-client", "kube-runtime"},
     "conformance-catalog": {"kube", "k8s-openapi", "kube-client", "kube-runtime"},
+    "conformance-node": {"kube", "k8s-openapi", "kube-client", "kube-runtime"},
 }
 # Crates whose tests (dev-dependencies) must not reach a harness crate either.
 NO_HARNESS_IN_TESTS = {"kube-emulator"}

@@ -225,6 +225,8 @@ pub struct ServedCluster {
     pub cluster: Cluster,
     server: tokio::task::JoinHandle<Result<(), kube_emulator::serve::ServeError>>,
     _target: std::sync::Arc<conformance_models::target::EmulatedTarget>,
+    /// The runtime of the real binaries' processes, with `--openshell-binaries`.
+    host: Option<conformance_models::host::HostRuntime>,
 }
 
 impl ServedCluster {
@@ -243,6 +245,17 @@ impl ServedCluster {
 
 impl Drop for ServedCluster {
     fn drop(&mut self) {
+        if let Some(host) = &self.host {
+            // Each one is a fidelity bug of the served cluster (issue: drive the count to zero).
+            let unserved = host.unserved();
+            eprintln!(
+                "API requests of the real OpenShell processes the served cluster could not serve: {}",
+                unserved.len()
+            );
+            for u in unserved {
+                eprintln!("  {u}");
+            }
+        }
         self.server.abort();
     }
 }
@@ -266,13 +279,18 @@ pub async fn start_images(
         .get(topology)
         .map_err(|e| ServeError::Usage(e.to_string()))?
         .clone();
+    let mut host = None;
     let target = std::sync::Arc::new(match openshell_binaries {
         None => conformance_models::target::EmulatedTarget::start_images(sel, &topology, config),
         Some(dir) => {
             let images = conformance_models::host::HostImages::openshell(dir)
                 .map_err(|e| ServeError::Usage(format!("--openshell-binaries: {e}")))?;
-            let host = conformance_models::host::HostRuntime::start(images)?;
-            conformance_models::target::EmulatedTarget::start_host(sel, &topology, config, &host)?
+            let rt = conformance_models::host::HostRuntime::start(images)?;
+            let target = conformance_models::target::EmulatedTarget::start_host(
+                sel, &topology, config, &rt,
+            )?;
+            host = Some(rt);
+            target
         }
     });
     let cluster = target.cluster.clone();
@@ -295,6 +313,7 @@ pub async fn start_images(
         cluster,
         server,
         _target: target,
+        host,
     })
 }
 

@@ -32,7 +32,10 @@ fn binaries(test: &str, dir: &Path) -> Option<PathBuf> {
     // One release directory, wherever the two were found.
     let out = dir.join("openshell-release");
     std::fs::create_dir_all(&out).unwrap();
-    for (from, name) in [(gateway, "openshell-gateway"), (supervisor, "openshell-sandbox")] {
+    for (from, name) in [
+        (gateway, "openshell-gateway"),
+        (supervisor, "openshell-sandbox"),
+    ] {
         std::os::unix::fs::symlink(&from, out.join(name)).unwrap();
     }
     Some(out)
@@ -60,9 +63,16 @@ async fn real_openshell_v0_0_111_on_combined_gives_the_models_verdicts_and_repro
         return;
     };
     let cases = ["provisioning", "gateway-restart", "bootstrap-outage*"];
-    let mut common: Vec<String> = ["--model", MODEL, "--topology", "combined", "--outage", "30s"]
-        .map(String::from)
-        .to_vec();
+    let mut common: Vec<String> = [
+        "--model",
+        MODEL,
+        "--topology",
+        "combined",
+        "--outage",
+        "30s",
+    ]
+    .map(String::from)
+    .to_vec();
     for c in cases {
         common.extend(["--scenario".into(), c.into()]);
     }
@@ -86,7 +96,13 @@ async fn real_openshell_v0_0_111_on_combined_gives_the_models_verdicts_and_repro
 
     let emulated_artifacts = dir.path().join("emulated");
     let emulated = std::process::Command::new(env!("CARGO_BIN_EXE_openshell-conformance"))
-        .args(["run", "--target", "emulated", "--agent-sandbox", AGENT_SANDBOX])
+        .args([
+            "run",
+            "--target",
+            "emulated",
+            "--agent-sandbox",
+            AGENT_SANDBOX,
+        ])
         .args(&common)
         .arg("--artifacts")
         .arg(&emulated_artifacts)
@@ -96,7 +112,11 @@ async fn real_openshell_v0_0_111_on_combined_gives_the_models_verdicts_and_repro
 
     // Case by case, real v0.0.111 gives the verdicts the model expects of it.
     let real = summary_verdicts(&out);
-    assert_eq!(real.len(), 3, "three cases ran against real OpenShell:\n{out}");
+    assert_eq!(
+        real.len(),
+        3,
+        "three cases ran against real OpenShell:\n{out}"
+    );
     assert_eq!(
         real,
         summary_verdicts(&emulated_out),
@@ -108,8 +128,18 @@ async fn real_openshell_v0_0_111_on_combined_gives_the_models_verdicts_and_repro
         "same exit code:\n{out}"
     );
     assert!(
-        real.iter().any(|(c, v)| c.starts_with("bootstrap-outage") && v == "xfail"),
+        real.iter()
+            .any(|(c, v)| c.starts_with("bootstrap-outage") && v == "xfail"),
         "{real:?}"
+    );
+
+    // Every request the real gateway, certgen and supervisors made was served: one that is not
+    // is a gap of the served cluster, named here.
+    assert!(
+        out.contains(
+            "API requests of the real OpenShell processes the served cluster could not serve: 0"
+        ),
+        "the served cluster failed requests of the real binaries:\n{out}"
     );
 
     // The first report, from upstream's own code: the replacement pod, started while the

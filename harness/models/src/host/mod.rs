@@ -73,6 +73,8 @@ struct Inner {
     /// Pod network namespaces by pod uid, for the pod's lifetime.
     pods: Mutex<BTreeMap<String, Arc<PodNetwork>>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Requests from pods the API server could not serve (see [`HostRuntime::unserved`]).
+    unserved: Arc<Mutex<Vec<String>>>,
 }
 
 impl Drop for Inner {
@@ -102,6 +104,7 @@ impl HostRuntime {
                 images,
                 pods: Mutex::default(),
                 tasks: Mutex::default(),
+                unserved: Arc::default(),
             }),
         })
     }
@@ -122,17 +125,33 @@ impl HostRuntime {
         let kubeconfig = self.state().join("kubeconfig");
         std::fs::write(&kubeconfig, kube_emulator::serve::kubeconfig(addr))
             .map_err(|e| HostError::Io(format!("cannot write {}: {e}", kubeconfig.display())))?;
-        let server = tokio::spawn({
-            let cluster = cluster.clone();
-            async move {
-                if let Err(e) = kube_emulator::serve::serve_on(listener, cluster).await {
-                    tracing::warn!("the API server for pods stopped: {e}");
+        let unserved = self.inner.unserved.clone();
+        let router = cluster.router().layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let unserved = unserved.clone();
+                async move {
+                    let what = format!("{} {}", req.method(), req.uri());
+                    let resp = next.run(req).await;
+                    unserved_request(&unserved, &what, resp).await
                 }
+            },
+        ));
+        let server = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, router).await {
+                tracing::warn!("the API server for pods stopped: {e}");
             }
         });
         let proxy = proxy::start(cluster, self.inner.node.clone());
         lock(&self.inner.tasks).extend([server, proxy]);
         Ok(())
+    }
+
+    /// The requests from pods (the real gateway, certgen, supervisors) that the API server
+    /// could not serve: an unknown path or resource, a method it does not allow, or a server
+    /// error. Each is a fidelity bug of the emulated cluster; answers about objects (404 of a
+    /// missing object, 409, 422) are the API's and not counted.
+    pub fn unserved(&self) -> Vec<String> {
+        lock(&self.inner.unserved).clone()
     }
 
     /// The program for the runtime's images, to register for each of their repositories.
@@ -152,6 +171,41 @@ impl HostRuntime {
         pods.insert(uid.to_string(), net.clone());
         Ok(net)
     }
+}
+
+/// Records `what` in `unserved` when the response says the API server could not serve it
+/// (see [`HostRuntime::unserved`]); passes the response on unchanged.
+async fn unserved_request(
+    unserved: &Mutex<Vec<String>>,
+    what: &str,
+    resp: axum::response::Response,
+) -> axum::response::Response {
+    let status = resp.status().as_u16();
+    if !matches!(status, 404 | 405 | 415 | 500..=599) {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let bytes = axum::body::to_bytes(body, 1 << 20)
+        .await
+        .unwrap_or_default();
+    // A 404 about a named object is an answer; one about the path is a gap.
+    let gap = status != 404 || {
+        let text = String::from_utf8_lossy(&bytes);
+        text.contains("the server could not find the requested resource")
+            || !text.contains("\"reason\":\"NotFound\"")
+    };
+    if gap {
+        let line = format!(
+            "{what} -> {status}: {}",
+            String::from_utf8_lossy(&bytes)
+                .chars()
+                .take(200)
+                .collect::<String>()
+        );
+        tracing::warn!("a pod's API request was not served: {line}");
+        lock(unserved).push(line);
+    }
+    axum::response::Response::from_parts(parts, axum::body::Body::from(bytes))
 }
 
 /// Runs a container of a runtime image as a process.
@@ -420,7 +474,7 @@ fn exec_failed(message: String) -> ExecOutput {
 /// `kubectl exec` into a process container: another process in its namespaces, once the
 /// container's process has started (`target` holds it then).
 fn exec_handler(
-    target: tokio::sync::watch::Receiver<Option<Arc<node_process::ExecTarget>>>,
+    target: kube_emulator::sync::watch::Receiver<Option<Arc<node_process::ExecTarget>>>,
     env: Vec<(String, String)>,
 ) -> impl kube_emulator::ExecHandler {
     move |req: ExecRequest| {
@@ -482,7 +536,7 @@ impl ContainerProgram for HostProgram {
         };
         // Registered before the process starts (an exec waits for it) and removed however this
         // run ends, so an exec never reaches an earlier container of the same name.
-        let (exec_tx, exec_rx) = tokio::sync::watch::channel(None);
+        let (exec_tx, exec_rx) = kube_emulator::sync::watch::channel(None);
         ctx.cluster.register_exec(
             &ctx.namespace,
             &ctx.pod,

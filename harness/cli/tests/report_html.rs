@@ -43,11 +43,11 @@ async fn the_report_marks_the_fault_window_the_failing_check_and_the_last_states
         "<b>sandbox never Error during the outage</b> [R9] in window 27.001s .. 60.001s"
     ));
     assert!(html.contains("observed: it held at 27.001s"));
-    assert!(html.contains("<code>OpenShellSandbox/outage-dem-"));
+    assert!(html.contains("<code>OpenShellSandbox/main-outag-"));
     assert!(html.contains("class=\"check-window\""));
     assert!(html.contains("href=\"bundles/outage-demo.tar.gz\""));
     // One swimlane per object: the gateway's view, and the gateway workload.
-    assert!(html.contains(">sandbox (gateway) outage-dem-"));
+    assert!(html.contains(">sandbox (gateway) main-outag-"));
     assert!(html.contains(">statefulset openshell<"));
     // The summary names both cases with their outcomes.
     assert!(html.contains("<td class=\"o-failed\">failed</td>"));

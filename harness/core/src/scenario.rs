@@ -373,11 +373,12 @@ impl CaseInfo {
     /// A sandbox name unique to this case and role that OpenShell accepts: a DNS label of at
     /// most 19 characters without consecutive hyphens, so that `<workspace>--<name>` and the
     /// gateway's other routable names fit one DNS label (docs/upstream-facts.md F3.2, F12.13).
-    /// A readable prefix of the scenario and role, then a hash of the case and role.
+    /// A readable prefix of the role and the scenario (the role first, so a case's sandboxes
+    /// stay apart to the eye), then a hash of the case and role.
     pub fn sandbox_name(&self, role: &str) -> String {
         let hash = fnv1a(format!("{}/{role}", self.case_id).as_bytes());
         let mut base = String::new();
-        for c in format!("{}-{role}", self.scenario).chars() {
+        for c in format!("{role}-{}", self.scenario).chars() {
             let c = if c.is_ascii_alphanumeric() {
                 c.to_ascii_lowercase()
             } else {
@@ -995,6 +996,7 @@ mod name_tests {
     fn two_roles_of_one_case_get_different_names_though_their_prefixes_are_cut_alike() {
         let i = info("stopped-through-outage[combined]", "stopped-through-outage");
         assert_ne!(i.sandbox_name("main"), i.sandbox_name("main-two"));
-        assert!(i.sandbox_name("main").starts_with("stopped-th"));
+        assert!(i.sandbox_name("main").starts_with("main-stopp"));
+        assert!(i.sandbox_name("sweep-2").starts_with("sweep-2-st"));
     }
 }

@@ -60,7 +60,7 @@ async fn a_sandbox_left_in_error_fails_with_the_stage_deadline_and_last_state() 
     let Outcome::Failed(reason) = &r.outcome else {
         panic!("expected a product failure, got {:?}", r.outcome)
     };
-    let name = r.timeline.run_info().map(|_| "outage-dem-").unwrap();
+    let name = r.timeline.run_info().map(|_| "main-outag-").unwrap();
     assert!(
         reason.starts_with(&format!("verify: gave up waiting for sandbox {name}")),
         "{reason}"
@@ -284,7 +284,7 @@ async fn a_shell_that_fails_on_a_ready_sandbox_is_a_product_failure_naming_its_r
         panic!("expected a product failure, got {:?}", r.outcome)
     };
     assert!(
-        reason.starts_with("[R6] could not write sentinel s1 into outage-dem-"),
+        reason.starts_with("[R6] could not write sentinel s1 into main-outag-"),
         "{reason}"
     );
     assert!(
@@ -587,7 +587,7 @@ fn scenario_waits(t: &Timeline) -> Vec<(String, serde_json::Value)> {
 #[case::in_time(Quirk::None, &[("outage", 30_000), ("sleep", 7_000)])]
 #[case::waited_out(
     Quirk::ErrorOnOutage,
-    &[("outage", 30_000), ("sleep", 7_000), ("deadline: sandbox outage-dem-", 120_000)]
+    &[("outage", 30_000), ("sleep", 7_000), ("deadline: sandbox main-outag-", 120_000)]
 )]
 #[tokio::test(start_paused = true)]
 async fn the_waits_a_scenario_mandates_are_on_its_timeline(

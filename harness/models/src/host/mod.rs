@@ -645,6 +645,7 @@ impl ContainerProgram for HostProgram {
                 terminated = true;
             }
             tokio::select! {
+                biased;
                 code = running.0.wait() => break code,
                 changed = signals.changed(), if !terminated => {
                     if changed.is_err() {

@@ -19,6 +19,33 @@ fn services() -> ResourceRef {
     ResourceRef::new("", "v1", "services")
 }
 
+/// Every Service with a ClusterIP: (name, namespace, address).
+fn cluster_ips(cluster: &Cluster) -> Vec<(String, String, Ipv4Addr, std::sync::Arc<Value>)> {
+    let list = cluster
+        .list_shared(&services(), None, &ListOptions::default())
+        .map(|l| l.0)
+        .unwrap_or_default();
+    list.into_iter()
+        .filter_map(|svc| {
+            let name = svc
+                .at("/metadata/name")
+                .and_then(Value::as_str)?
+                .to_string();
+            let ns = svc
+                .at("/metadata/namespace")
+                .and_then(Value::as_str)?
+                .to_string();
+            // Headless Services ("None") have no address.
+            let ip = svc
+                .at("/spec/clusterIP")
+                .and_then(Value::as_str)?
+                .parse()
+                .ok()?;
+            Some((name, ns, ip, svc))
+        })
+        .collect()
+}
+
 /// `/etc/hosts` for a pod: localhost, the pod itself, and every Service with a ClusterIP
 /// under its short (same namespace), `name.ns`, `name.ns.svc` and full names.
 pub(crate) fn hosts(cluster: &Cluster, ns: &str, pod: &str, pod_ip: Option<&str>) -> String {
@@ -26,25 +53,11 @@ pub(crate) fn hosts(cluster: &Cluster, ns: &str, pod: &str, pod_ip: Option<&str>
     if let Some(ip) = pod_ip {
         out.push_str(&format!("{ip}\t{pod}\n"));
     }
-    let list = cluster
-        .list_shared(&services(), None, &ListOptions::default())
-        .map(|l| l.0)
-        .unwrap_or_default();
-    for svc in list {
-        let (Some(name), Some(sns), Some(ip)) = (
-            svc.at("/metadata/name").and_then(Value::as_str),
-            svc.at("/metadata/namespace").and_then(Value::as_str),
-            svc.at("/spec/clusterIP").and_then(Value::as_str),
-        ) else {
-            continue;
-        };
-        if ip.parse::<Ipv4Addr>().is_err() {
-            continue; // headless ("None")
-        }
+    for (name, sns, ip, _) in cluster_ips(cluster) {
         let full = format!("{name}.{sns}.svc.{CLUSTER_DOMAIN}");
         let mut names = vec![full, format!("{name}.{sns}.svc"), format!("{name}.{sns}")];
         if sns == ns {
-            names.push(name.to_string());
+            names.push(name.clone());
         }
         out.push_str(&format!("{ip}\t{}\n", names.join(" ")));
     }
@@ -132,20 +145,7 @@ pub(crate) fn start(cluster: &Cluster, node: NodeNetwork) -> JoinHandle<()> {
         let mut listeners: Vec<JoinHandle<()>> = vec![];
         loop {
             let Some(cluster) = weak.upgrade() else { break };
-            let list = cluster
-                .list_shared(&services(), None, &ListOptions::default())
-                .map(|l| l.0)
-                .unwrap_or_default();
-            for svc in list {
-                let (Some(name), Some(ns), Some(ip)) = (
-                    svc.at("/metadata/name").and_then(Value::as_str),
-                    svc.at("/metadata/namespace").and_then(Value::as_str),
-                    svc.at("/spec/clusterIP")
-                        .and_then(Value::as_str)
-                        .and_then(|s| s.parse::<Ipv4Addr>().ok()),
-                ) else {
-                    continue;
-                };
+            for (name, ns, ip, svc) in cluster_ips(&cluster) {
                 for port in svc
                     .at("/spec/ports")
                     .and_then(Value::as_array)
@@ -154,7 +154,7 @@ pub(crate) fn start(cluster: &Cluster, node: NodeNetwork) -> JoinHandle<()> {
                     .filter_map(|p| p.get("port").and_then(Value::as_u64))
                     .filter_map(|p| u16::try_from(p).ok())
                 {
-                    let key = (ns.to_string(), name.to_string(), port);
+                    let key = (ns.clone(), name.clone(), port);
                     if served.contains(&key) {
                         continue;
                     }
@@ -223,6 +223,36 @@ mod tests {
         assert_eq!(target_port(&pod, &json!("grpc")), Some(8080));
         assert_eq!(target_port(&pod, &json!(9000)), Some(9000));
         assert_eq!(target_port(&pod, &json!("metrics")), None);
+    }
+
+    #[tokio::test]
+    async fn every_service_with_a_cluster_ip_is_named_in_the_pods_hosts_file() {
+        let cluster = Cluster::new(kube_emulator::ClusterConfig::default());
+        for (name, ip) in [("api", None), ("headless", Some("None"))] {
+            let mut svc = json!({"metadata": {"name": name}, "spec": {"ports": [{"port": 80}]}});
+            if let Some(ip) = ip {
+                svc["spec"]["clusterIP"] = json!(ip);
+            }
+            cluster.create(&services(), Some("default"), svc).unwrap();
+        }
+        let ip = cluster_ips(&cluster)[0].2;
+        let hosts = hosts(&cluster, "default", "p", Some("10.244.0.7"));
+        assert!(hosts.contains("10.244.0.7\tp\n"), "{hosts}");
+        assert!(
+            hosts.contains(&format!(
+                "{ip}\tapi.default.svc.cluster.local api.default.svc api.default api\n"
+            )),
+            "{hosts}"
+        );
+        assert!(
+            !hosts.contains("headless"),
+            "a headless Service has no address: {hosts}"
+        );
+        let other = super::hosts(&cluster, "openshell", "p", None);
+        assert!(
+            !other.contains(" api\n"),
+            "short names only in the Service's namespace: {other}"
+        );
     }
 
     #[test]

@@ -21,13 +21,39 @@ use conformance_core::topology::SupervisorPlacement;
 /// The role of the one sandbox most scenarios work with.
 pub(crate) const MAIN: &str = "main";
 
-/// Step: create the main sandbox running the workload, wait until Ready, write a sentinel.
+/// Step: create the main sandbox running the workload, wait until Ready and until the
+/// workload has started, write a sentinel.
 pub(crate) fn seed_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = create_ready(ctx, MAIN, None).await?;
+        wait_workload_started(ctx, &name).await;
         ctx.write_sentinel(&name, "before-fault").await?;
         Ok(())
     })
+}
+
+/// How long a Ready sandbox's workload may take to start.
+pub(crate) const WORKLOAD_START: Duration = Duration::from_secs(30);
+
+/// Waits until the target reports the workload's first start. Real OpenShell v0.0.111 reports
+/// Ready when its supervisor's session connects and starts the workload after that (seen on
+/// the served cluster: a fault injected 0.4 s after Ready met a pod whose workload had not
+/// started), so a fault injected at once would make the verdict depend on that order. A
+/// target that cannot tell starts is not waited for; a deadline ends the wait with a note and
+/// the checks judge what was seen.
+pub(crate) async fn wait_workload_started(ctx: &Ctx, name: &str) {
+    let started = ctx
+        .wait_for("the workload's first start", WORKLOAD_START, || async {
+            sample_starts(ctx, name).await;
+            Ok(match ctx.rec.main_process_starts(name) {
+                StartCount::Known(0) => None,
+                StartCount::Known(_) | StartCount::Unknown(_) => Some(()),
+            })
+        })
+        .await;
+    if let Err(e) = started {
+        ctx.rec.note(format!("{e}"));
+    }
 }
 
 /// Step: delete the main sandbox and wait until the gateway forgets it.

@@ -950,6 +950,7 @@ impl Worker {
         ctx.ready_changed = ready_changed;
         c.ready = ready;
         let program = c.program.clone();
+        program.on_start(&ctx);
         let name = c.name.clone();
         let task = tokio::spawn({
             let name = name.clone();

@@ -146,6 +146,11 @@ impl ContainerCtx {
 pub(crate) trait ContainerProgram: Send + Sync + 'static {
     async fn run(&self, ctx: ContainerCtx) -> i32;
 
+    /// Called by the kubelet as it starts the container, before the container is reported
+    /// running and before [`ContainerProgram::run`]: what must exist by the time a client
+    /// can see the container running (an exec handler) is set up here.
+    fn on_start(&self, _ctx: &ContainerCtx) {}
+
     /// The pod (by uid) is gone: release what the program kept for it beyond one container's
     /// run (a host network namespace). Called once per container of the pod; idempotent.
     fn pod_finished(&self, _pod_uid: &str) {}

@@ -156,7 +156,10 @@ impl HostRuntime {
 
     /// The program for the runtime's images, to register for each of their repositories.
     pub(crate) fn program(&self) -> Arc<HostProgram> {
-        Arc::new(HostProgram { rt: self.clone() })
+        Arc::new(HostProgram {
+            rt: self.clone(),
+            pending: Mutex::default(),
+        })
     }
 
     fn pod_network(&self, uid: &str, ip: &str) -> Result<Arc<PodNetwork>, HostError> {
@@ -211,6 +214,9 @@ async fn unserved_request(
 /// Runs a container of a runtime image as a process.
 pub(crate) struct HostProgram {
     rt: HostRuntime,
+    /// Exec slots set up by `on_start`, by (pod uid, container, restart count), until `run`
+    /// takes them.
+    pending: Mutex<BTreeMap<(String, String, u32), ExecSlotSender>>,
 }
 
 /// Removes a container's exec handler when its run ends, also when the kubelet drops the run.
@@ -459,6 +465,14 @@ where
     }))
 }
 
+/// What an exec handler waits for: the container's process and its environment.
+type ExecSlot = kube_emulator::sync::watch::Receiver<
+    Option<(Arc<node_process::ExecTarget>, Vec<(String, String)>)>,
+>;
+type ExecSlotSender = kube_emulator::sync::watch::Sender<
+    Option<(Arc<node_process::ExecTarget>, Vec<(String, String)>)>,
+>;
+
 /// How long an exec waits for its container's process to have started: the kubelet reports a
 /// container running as it starts it, and a client may exec at once.
 const EXEC_START_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
@@ -473,19 +487,15 @@ fn exec_failed(message: String) -> ExecOutput {
 
 /// `kubectl exec` into a process container: another process in its namespaces, once the
 /// container's process has started (`target` holds it then).
-fn exec_handler(
-    target: kube_emulator::sync::watch::Receiver<Option<Arc<node_process::ExecTarget>>>,
-    env: Vec<(String, String)>,
-) -> impl kube_emulator::ExecHandler {
+fn exec_handler(target: ExecSlot) -> impl kube_emulator::ExecHandler {
     move |req: ExecRequest| {
-        let env = env.clone();
         let mut target = target.clone();
         async move {
             let started = tokio::time::timeout(EXEC_START_DEADLINE, async {
                 target.wait_for(Option::is_some).await.map(|t| t.clone())
             })
             .await;
-            let target = match started {
+            let (target, env) = match started {
                 Ok(Ok(Some(t))) => t,
                 Ok(Ok(None)) => return exec_failed("the container has not started".into()),
                 Ok(Err(_)) => return exec_failed("the container has stopped".into()),
@@ -534,15 +544,15 @@ impl ContainerProgram for HostProgram {
                 return 128;
             }
         };
-        // Registered before the process starts (an exec waits for it) and removed however this
-        // run ends, so an exec never reaches an earlier container of the same name.
-        let (exec_tx, exec_rx) = kube_emulator::sync::watch::channel(None);
-        ctx.cluster.register_exec(
-            &ctx.namespace,
-            &ctx.pod,
-            &ctx.container,
-            exec_handler(exec_rx, spec.env.clone()),
+        // Registered by `on_start`, before the kubelet reported the container running (an
+        // exec waits for the process), and removed however this run ends, so an exec never
+        // reaches an earlier container of the same name or the emulated shell.
+        let key = (
+            ctx.pod_uid.clone(),
+            ctx.container.clone(),
+            ctx.restart_count,
         );
+        let exec_tx = lock(&self.pending).remove(&key);
         let _exec = ExecRegistration {
             cluster: ctx.cluster.clone(),
             key: (
@@ -564,7 +574,9 @@ impl ContainerProgram for HostProgram {
         ];
         match process.exec_target() {
             Ok(t) => {
-                exec_tx.send_replace(Some(Arc::new(t)));
+                if let Some(tx) = &exec_tx {
+                    tx.send_replace(Some((Arc::new(t), spec.env.clone())));
+                }
             }
             Err(e) => ctx.log(&format!(
                 "container {} cannot be exec'd into: {e}",
@@ -663,7 +675,22 @@ impl ContainerProgram for HostProgram {
         code
     }
 
+    fn on_start(&self, ctx: &ContainerCtx) {
+        let (tx, rx) = kube_emulator::sync::watch::channel(None);
+        ctx.cluster
+            .register_exec(&ctx.namespace, &ctx.pod, &ctx.container, exec_handler(rx));
+        lock(&self.pending).insert(
+            (
+                ctx.pod_uid.clone(),
+                ctx.container.clone(),
+                ctx.restart_count,
+            ),
+            tx,
+        );
+    }
+
     fn pod_finished(&self, pod_uid: &str) {
+        lock(&self.pending).retain(|(uid, _, _), _| uid != pod_uid);
         lock(&self.rt.inner.pods).remove(pod_uid);
         let dir = self.rt.state().join("pods").join(pod_uid);
         let _ = std::fs::remove_dir_all(dir);

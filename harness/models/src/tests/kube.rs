@@ -1399,3 +1399,52 @@ async fn deleting_the_sandbox_removes_its_pod_and_pvc() {
     })
     .await;
 }
+
+/// Records, when the kubelet starts it, whether its pod already said the container runs.
+struct SeesItsStart {
+    running_at_start: Arc<std::sync::Mutex<Vec<bool>>>,
+}
+
+#[async_trait]
+impl ContainerProgram for SeesItsStart {
+    async fn run(&self, ctx: ContainerCtx) -> i32 {
+        ctx.set_ready(true);
+        std::future::pending::<i32>().await
+    }
+
+    fn on_start(&self, ctx: &ContainerCtx) {
+        let pod = ctx
+            .cluster
+            .get(&ResourceRef::pods(), Some(&ctx.namespace), &ctx.pod)
+            .unwrap();
+        let running = pod
+            .pointer("/status/containerStatuses/0/state/running")
+            .is_some();
+        self.running_at_start.lock().unwrap().push(running);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_program_prepares_its_container_before_the_pod_says_it_runs() {
+    let seen = Arc::new(std::sync::Mutex::new(vec![]));
+    let mut programs = Programs::new();
+    programs.register(
+        "sees-its-start",
+        Arc::new(SeesItsStart {
+            running_at_start: seen.clone(),
+        }),
+    );
+    let env = start_with(programs, KubeConfig::default());
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "early"},
+        "spec": {"containers": [{"name": "main", "image": "sees-its-start:1"}]}
+    }))
+    .unwrap();
+    create_pod(&env, pod).await;
+    env.pod_until("default", "early", "Ready", |p| {
+        cond_status(p, "Ready") == "True"
+    })
+    .await;
+    // An exec handler set up then exists before any client can see the container running.
+    assert_eq!(*seen.lock().unwrap(), [false]);
+}

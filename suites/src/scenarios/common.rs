@@ -32,6 +32,39 @@ pub(crate) fn seed_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     })
 }
 
+/// How long the sandbox pod may still be seen running once the gateway says Stopped: the two
+/// reach the timeline through different observers (the gateway's stream, the pod watch).
+pub(crate) const POD_STOP_SKEW: Duration = Duration::from_secs(30);
+
+/// Waits until the timeline no longer shows `sandbox`'s pod running, so that a window that
+/// starts "once Stopped" does not begin inside the observers' skew. A pod still running after
+/// [`POD_STOP_SKEW`] ends the wait with a note; the checks then see it running.
+pub(crate) async fn pod_seen_stopped(ctx: &Ctx, sandbox: &str) {
+    let pod = ctx.case.resource_name(sandbox);
+    let running = || {
+        ctx.rec.last_states().into_iter().find(|s| {
+            s.kind == "Pod" && s.name == pod && !s.deleted && s.phase.as_deref() == Some("Running")
+        })
+    };
+    let Some(seen) = running() else { return };
+    let wake = conformance_core::timeline::ObjectRef {
+        kind: seen.kind.clone(),
+        namespace: seen.namespace.clone(),
+        name: seen.name.clone(),
+    };
+    let stopped = ctx
+        .wait_for_waking(
+            "the sandbox pod seen not running",
+            POD_STOP_SKEW,
+            Some(&wake),
+            || async { Ok(running().is_none().then_some(())) },
+        )
+        .await;
+    if let Err(e) = stopped {
+        ctx.rec.note(format!("{e}"));
+    }
+}
+
 /// How long a Ready sandbox's workload may take to start.
 pub(crate) const WORKLOAD_START: Duration = Duration::from_secs(30);
 

@@ -151,6 +151,7 @@ fn seed_and_stop(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         ctx.stop_sandbox(&name).await?;
         ctx.wait_phase(&name, &[Phase::Stopped], Duration::from_secs(120))
             .await?;
+        pod_seen_stopped(ctx, &name).await;
         ctx.mark(&STOPPED);
         Ok(())
     })

@@ -232,16 +232,6 @@ impl Drop for ExecRegistration {
     }
 }
 
-/// Kills the container's processes when the program's run ends early (the kubelet drops it
-/// on SIGKILL, or the cluster goes away).
-struct Running(Process);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.0.kill();
-    }
-}
-
 fn strings(v: Option<&Value>) -> Option<Vec<String>> {
     v.and_then(Value::as_array).map(|a| {
         a.iter()
@@ -583,7 +573,9 @@ impl ContainerProgram for HostProgram {
                 ctx.container
             )),
         }
-        let mut running = Running(process);
+        // A `Process` dropped before it was waited for is killed: when the kubelet drops this
+        // run (SIGKILL after the grace period) or the cluster goes away, so do its processes.
+        let mut running = process;
         let ip = IpAddr::V4(net.ip());
         for port in ctx
             .spec
@@ -650,18 +642,18 @@ impl ContainerProgram for HostProgram {
         let mut readiness = std::pin::pin!(readiness);
         let mut terminated = false;
         let code = loop {
-            // SIGTERM on the first signal; the kubelet drops this run (and `Running` kills the
+            // SIGTERM on the first signal; the kubelet drops this run (and the dropped `Process` kills the
             // processes) when the grace period ends.
             if !terminated && signals.borrow_and_update().is_some() {
-                running.0.terminate();
+                running.terminate();
                 terminated = true;
             }
             tokio::select! {
                 biased;
-                code = running.0.wait() => break code,
+                code = running.wait() => break code,
                 changed = signals.changed(), if !terminated => {
                     if changed.is_err() {
-                        running.0.terminate();
+                        running.terminate();
                         terminated = true;
                     }
                 }

@@ -305,11 +305,11 @@ async fn the_environment_is_exactly_the_given_one_and_the_hostname_and_workdir_a
     );
     spec.env.push(("GREETING".into(), "hello there".into()));
     spec.hostname = Some("pod-a".into());
-    spec.workdir = Some("/work/dir".into());
+    spec.workdir = Some("/srv/app".into());
     let out = run(&spec).await;
     assert_eq!(out.code, 0, "stderr: {}", out.stderr);
     let lines: Vec<&str> = out.stdout.lines().collect();
-    assert_eq!(lines[..3], ["/work/dir", "pod-a", "hello there"]);
+    assert_eq!(lines[..3], ["/srv/app", "pod-a", "hello there"]);
     // The shell adds PWD (and may add SHLVL and _); nothing of the harness's environment leaks.
     let env: Vec<&str> = lines[3..]
         .iter()

@@ -1208,16 +1208,7 @@ async fn the_workspace_is_read_in_the_running_sandbox_container_without_a_reader
     assert_eq!(read(".starts").await.unwrap().as_deref(), Some("3"));
     assert_eq!(read("missing").await.unwrap(), None);
     assert!(read("../etc/passwd").await.is_err());
-    let (pods, _) = c
-        .list(&ResourceRef::pods(), Some(NS), &Default::default())
-        .unwrap();
-    assert!(
-        pods.iter().all(|p| !p["metadata"]["name"]
-            .as_str()
-            .unwrap()
-            .ends_with("-ws-reader")),
-        "{pods:?}"
-    );
+    assert_no_reader_pods(&c);
 }
 
 /// Once the sandbox's container no longer runs (stopped, failed), the workspace is read through
@@ -1253,16 +1244,7 @@ async fn the_workspace_of_a_sandbox_whose_container_stopped_is_read_through_a_re
     assert!(read("../etc/passwd").await.is_err());
     // Every reader pod is removed again.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let (pods, _) = c
-        .list(&ResourceRef::pods(), Some(NS), &Default::default())
-        .unwrap();
-    assert!(
-        pods.iter().all(|p| !p["metadata"]["name"]
-            .as_str()
-            .unwrap()
-            .ends_with("-ws-reader")),
-        "{pods:?}"
-    );
+    assert_no_reader_pods(&c);
     kubelet.abort();
 }
 
@@ -2307,4 +2289,18 @@ async fn a_template_without_client_tls_cannot_get_a_wrong_ca_and_says_so() {
         "{err:?}"
     );
     assert!(!dir.path().join(journal::FILE_NAME).exists());
+}
+
+/// No workspace reader pod is left in the namespace.
+fn assert_no_reader_pods(c: &Cluster) {
+    let (pods, _) = c
+        .list(&ResourceRef::pods(), Some(NS), &Default::default())
+        .unwrap();
+    assert!(
+        pods.iter().all(|p| !p["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .ends_with("-ws-reader")),
+        "{pods:?}"
+    );
 }

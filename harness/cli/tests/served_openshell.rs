@@ -11,22 +11,36 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use conformance_testtools::{Tool, require_all};
+use rstest::rstest;
+use serde_json::Value;
 use served_support::{Harness, MODEL, Tools, summary_verdicts};
 
 /// The Agent Sandbox release of the real manifest (the emulated side models the same one).
 const AGENT_SANDBOX: &str = "v0.5.0";
 
 /// A directory holding the real gateway and supervisor binaries, or `None` after saying why
-/// the test is skipped (a failure in CI).
-fn binaries(test: &str, dir: &Path) -> Option<PathBuf> {
+/// the test is skipped (a failure in CI). Sidecar also needs `nft` on the machine: the
+/// supervisor image's network-init loads its ruleset with it (F12.12).
+fn binaries(test: &str, topology: &str, dir: &Path) -> Option<PathBuf> {
     let [gateway, supervisor] =
         require_all([Tool::OpenshellGateway, Tool::OpenshellSandbox], test)?;
-    if let Some(why) = conformance_node::unsupported() {
+    let nft = Path::new("/usr/sbin/nft");
+    let why = conformance_node::unsupported()
+        .map(|why| format!("containers cannot run as processes here: {why}"))
+        .or_else(|| {
+            (topology == "sidecar" && !nft.is_file()).then(|| {
+                format!(
+                    "{} is missing (Debian's nftables; `.ci/run` installs it)",
+                    nft.display()
+                )
+            })
+        });
+    if let Some(why) = why {
         assert!(
             std::env::var("CI").as_deref() != Ok("true"),
-            "{test}: containers cannot run as processes here: {why}; CI must run this test"
+            "{test}: {why}; CI must run this test"
         );
-        eprintln!("SKIPPED {test}: containers cannot run as processes here: {why}");
+        eprintln!("SKIPPED {test}: {why}");
         return None;
     }
     // One release directory, wherever the two were found.
@@ -41,6 +55,29 @@ fn binaries(test: &str, dir: &Path) -> Option<PathBuf> {
     Some(out)
 }
 
+/// The timeline of `case` as its events.
+fn events(artifacts: &Path, case: &str) -> Vec<Value> {
+    timeline(artifacts, case)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// When (ms) the first `logs` event of `container` holding `text` was recorded.
+fn logged_at(events: &[Value], container: &str, text: &str) -> Option<u64> {
+    events
+        .iter()
+        .find(|e| {
+            e["type"] == "logs"
+                && e["container"] == container
+                && e["lines"].as_array().is_some_and(|l| {
+                    l.iter()
+                        .any(|l| l.as_str().is_some_and(|l| l.contains(text)))
+                })
+        })
+        .and_then(|e| e["at_ms"].as_u64())
+}
+
 fn timeline(artifacts: &Path, case: &str) -> String {
     let dir = artifacts.join("timelines");
     let file = std::fs::read_dir(&dir)
@@ -51,28 +88,76 @@ fn timeline(artifacts: &Path, case: &str) -> String {
     std::fs::read_to_string(file.path()).unwrap()
 }
 
+/// The first report, from upstream's own code: the replacement pod, started while the gateway
+/// is away, gives up before the gateway returns, and the timeline holds the supervisors' own
+/// words for it. On combined the supervisor exits 1 after five policy fetches; on sidecar the
+/// network side does that, and the process side gives up after its 120 s wait for the network
+/// side's control socket (F12.12).
+fn assert_bootstrap_report(topology: &str, events: &[Value], tl: &str) {
+    let policy_container = if topology == "sidecar" {
+        "openshell-supervisor-network"
+    } else {
+        "agent"
+    };
+    assert!(
+        logged_at(
+            events,
+            policy_container,
+            "Policy fetch failed after 5 attempts"
+        )
+        .is_some(),
+        "{policy_container} gives up fetching its policy:\n{tl}"
+    );
+    assert!(
+        tl.contains(r#""name":"agent","state":"terminated","reason":"Error","exit_code":1"#),
+        "the workload container ends with exit code 1:\n{tl}"
+    );
+    if topology == "sidecar" {
+        let replaced = events
+            .iter()
+            .find(|e| e["type"] == "fault" && e["id"] == "pod-replace" && e["phase"] == "ended")
+            .and_then(|e| e["at_ms"].as_u64())
+            .expect("the pod-replace fault ended");
+        let gave_up = logged_at(
+            events,
+            "agent",
+            "timed out waiting for sidecar control socket",
+        )
+        .unwrap_or_else(|| panic!("the process side gives up waiting:\n{tl}"));
+        assert!(
+            gave_up - replaced >= 120_000,
+            "the process side waited its 120 s: replaced at {replaced} ms, gave up at {gave_up} ms"
+        );
+    }
+}
+
+#[rstest]
+#[case::combined("combined")]
+#[case::sidecar("sidecar")]
 #[tokio::test(flavor = "multi_thread")]
-async fn real_openshell_v0_0_111_on_combined_gives_the_models_verdicts_and_reproduces_the_bootstrap_report()
- {
-    let test = "real_openshell_v0_0_111_on_combined";
+async fn real_openshell_v0_0_111_gives_the_models_verdicts_and_reproduces_the_bootstrap_report(
+    #[case] topology: &str,
+) {
+    let test = format!("real_openshell_v0_0_111_on_{topology}");
+    let test = test.as_str();
     let Some(tools) = Tools::require(test) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let Some(release) = binaries(test, dir.path()) else {
+    let Some(release) = binaries(test, topology, dir.path()) else {
         return;
     };
-    let cases = ["provisioning", "gateway-restart", "bootstrap-outage*"];
-    let mut common: Vec<String> = [
-        "--model",
-        MODEL,
-        "--topology",
-        "combined",
-        "--outage",
-        "30s",
-    ]
-    .map(String::from)
-    .to_vec();
+    // Ready, exec through the real CLI and delete (every case); a workspace file that survives
+    // stop and start (stopped-through-outage); the first report (bootstrap-outage).
+    let cases = [
+        "provisioning",
+        "gateway-restart",
+        "stopped-through-outage*",
+        "bootstrap-outage*",
+    ];
+    let mut common: Vec<String> = ["--model", MODEL, "--topology", topology, "--outage", "30s"]
+        .map(String::from)
+        .to_vec();
     for c in cases {
         common.extend(["--scenario".into(), c.into()]);
     }
@@ -91,7 +176,7 @@ async fn real_openshell_v0_0_111_on_combined_gives_the_models_verdicts_and_repro
         dir.path().join("private").display().to_string(),
     ]);
     let (code, out) = Harness::spawn(&tools, &args)
-        .finish(Duration::from_secs(600))
+        .finish(Duration::from_secs(900))
         .await;
 
     let emulated_artifacts = dir.path().join("emulated");
@@ -114,8 +199,8 @@ async fn real_openshell_v0_0_111_on_combined_gives_the_models_verdicts_and_repro
     let real = summary_verdicts(&out);
     assert_eq!(
         real.len(),
-        3,
-        "three cases ran against real OpenShell:\n{out}"
+        cases.len(),
+        "every case ran against real OpenShell:\n{out}"
     );
     assert_eq!(
         real,
@@ -127,11 +212,16 @@ async fn real_openshell_v0_0_111_on_combined_gives_the_models_verdicts_and_repro
         emulated.status.code().unwrap_or(-1),
         "same exit code:\n{out}"
     );
-    assert!(
-        real.iter()
-            .any(|(c, v)| c.starts_with("bootstrap-outage") && v == "xfail"),
-        "{real:?}"
-    );
+    for (case, verdict) in [
+        ("stopped-through-outage", "pass"),
+        ("bootstrap-outage", "xfail"),
+    ] {
+        assert!(
+            real.iter()
+                .any(|(c, v)| c.starts_with(case) && v == verdict),
+            "{case}: {verdict} expected: {real:?}"
+        );
+    }
 
     // Every request the real gateway, certgen and supervisors made was served: one that is not
     // is a gap of the served cluster, named here.
@@ -142,13 +232,6 @@ async fn real_openshell_v0_0_111_on_combined_gives_the_models_verdicts_and_repro
         "the served cluster failed requests of the real binaries:\n{out}"
     );
 
-    // The first report, from upstream's own code: the replacement pod, started while the
-    // gateway is away, gives up (its supervisor exits 1 after five policy fetches) before the
-    // gateway returns, and the timeline holds the supervisor's own words for it.
     let tl = timeline(&real_artifacts, "bootstrap-outage");
-    assert!(
-        tl.contains(r#""name":"agent","state":"terminated","reason":"Error","exit_code":1"#)
-            && tl.contains("Policy fetch failed after 5 attempts"),
-        "the timeline shows the supervisor giving up:\n{tl}"
-    );
+    assert_bootstrap_report(topology, &events(&real_artifacts, "bootstrap-outage"), &tl);
 }

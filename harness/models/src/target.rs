@@ -251,6 +251,7 @@ impl EmulatedTarget {
         cfg: ClusterConfig,
         host: &crate::host::HostRuntime,
     ) -> Result<Self, crate::host::HostError> {
+        host.check_topology(topology)?;
         let target = Self::start_on(selection, topology, cfg, false, Some(host));
         host.attach(&target.cluster)?;
         Ok(target)

@@ -37,6 +37,12 @@
 //! [`Process::exec_in`] works the same way, except that the runner joins the namespaces of the
 //! container's PID 1 (mount, UTS, network and PID, through its pidfd) instead of making new ones.
 //!
+//! A pod with `shareProcessNamespace` has one PID namespace for all its containers
+//! ([`PodPidNs`]): a pause process is its PID 1, and each container's runner joins it (through
+//! the pause's pidfd) instead of unsharing one, so the container's main process is not PID 1
+//! and `SO_PEERCRED` between containers reports PIDs that each side can see (OpenShell's
+//! sidecar control socket checks exactly that).
+//!
 //! Cgroups are not used (machines without a cgroup v2 controller hierarchy are common in CI):
 //! the PID namespace is what bounds a container's processes.
 
@@ -147,6 +153,9 @@ pub struct ContainerSpec {
     pub binds: Vec<Bind>,
     /// The pod's network namespace (the host's when unset).
     pub netns: Option<Arc<NetNs>>,
+    /// The pod's shared PID namespace (`shareProcessNamespace`); unset, the container's process
+    /// is PID 1 of a namespace of its own.
+    pub pid_ns: Option<Arc<PodPidNs>>,
     /// `uid:gid` to run as (root when unset).
     pub user: Option<(u32, u32)>,
 }
@@ -160,7 +169,7 @@ pub enum Stdio {
     Interactive,
 }
 
-/// A running container process (PID 1 of its own PID namespace).
+/// A running container process (PID 1 of its own PID namespace, or a process of the pod's).
 ///
 /// Dropping a `Process` that has not been waited for kills it.
 pub struct Process {
@@ -240,8 +249,39 @@ impl ExecTarget {
     }
 }
 
+/// The PID namespace a pod's containers share (`shareProcessNamespace`). As on a real node, its
+/// PID 1 is a pause process, so each container's main process has another PID there and sees
+/// the others' processes. The namespace lasts while the pause process runs; dropping this kills
+/// it, and with it every process still in the namespace.
+#[derive(Debug)]
+pub struct PodPidNs {
+    pause: Process,
+}
+
+impl PodPidNs {
+    pub fn create() -> Result<Self, NodeError> {
+        if let Some(why) = unsupported() {
+            return Err(NodeError::Unsupported(why));
+        }
+        let what = "starting a pod's pause process".to_string();
+        in_runtime(&what)?;
+        let mut plan = Plan::new(Namespaces::Unshare(libc::CLONE_NEWPID));
+        plan.pause = true;
+        let launched = launch(plan, Pipes::None, what.clone())?;
+        Ok(Self {
+            pause: Process::new(launched, PathBuf::from("/"), None, &what)?,
+        })
+    }
+
+    /// Host PID of the pause process.
+    pub fn pid(&self) -> u32 {
+        self.pause.pid
+    }
+}
+
 impl Process {
-    /// Starts a container's main process in new mount, PID and UTS namespaces.
+    /// Starts a container's main process in new mount and UTS namespaces, and a new PID
+    /// namespace unless the spec names the pod's.
     pub fn spawn(spec: &ContainerSpec, stdio: Stdio) -> Result<Process, NodeError> {
         if let Some(why) = unsupported() {
             return Err(NodeError::Unsupported(why));
@@ -342,7 +382,7 @@ impl Process {
         }
     }
 
-    /// Host PID of the container's PID 1.
+    /// Host PID of the container's main process.
     pub fn pid(&self) -> u32 {
         self.pid
     }
@@ -353,7 +393,9 @@ impl Process {
         let _ = pidfd_send_signal(&self.target, libc::SIGTERM);
     }
 
-    /// SIGKILL to every process of the container (its PID namespace).
+    /// SIGKILL to the container's main process: every process of the container when it is
+    /// PID 1 of its own namespace. In a pod's shared namespace ([`PodPidNs`]) the processes it
+    /// started stay until the pod's pause process goes (there are no cgroups to find them by).
     pub fn kill(&self) {
         // Killing a PID namespace's init kills every process in it.
         let _ = pidfd_send_signal(&self.target, libc::SIGKILL);
@@ -495,6 +537,12 @@ enum Step {
 #[derive(Clone, Copy)]
 enum Namespaces {
     Unshare(c_int),
+    /// Unshares `flags` and joins the PID namespace of a running process (its pidfd), so the
+    /// container process forked next is in it.
+    UnshareInPid {
+        flags: c_int,
+        pid_of: RawFd,
+    },
     /// Joins the namespaces of a running process (its pidfd): `flags` to `setns`.
     Join {
         pidfd: RawFd,
@@ -509,6 +557,8 @@ struct Plan {
     what: Vec<String>,
     /// `None`: exit 0 after the steps (the probe).
     exec: Option<ExecPlan>,
+    /// Instead of exiting or exec'ing: stay, as a PID namespace's pause process.
+    pause: bool,
     /// The runner's and container process's end of the report socket.
     report: RawFd,
     /// The harness's PID: the runner checks it is still its parent.
@@ -522,6 +572,7 @@ impl Plan {
             steps: Vec::new(),
             what: Vec::new(),
             exec: None,
+            pause: false,
             report: -1,
             parent: std::process::id() as libc::pid_t,
         }
@@ -686,9 +737,14 @@ fn host_io(what: impl Into<String>) -> impl FnOnce(io::Error) -> NodeError {
 
 /// The steps that build a container's root and start its program (`exec`: false for the probe).
 fn container_plan(spec: &ContainerSpec, exec: bool) -> Result<Plan, NodeError> {
-    let mut plan = Plan::new(Namespaces::Unshare(
-        libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWUTS,
-    ));
+    let mut plan = Plan::new(match &spec.pid_ns {
+        // The spec (and so the pause's pidfd) outlives the launch, which borrows it.
+        Some(pid_ns) => Namespaces::UnshareInPid {
+            flags: libc::CLONE_NEWNS | libc::CLONE_NEWUTS,
+            pid_of: pid_ns.pause.target.as_raw_fd(),
+        },
+        None => Namespaces::Unshare(libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWUTS),
+    });
     if exec {
         plan.exec = Some(ExecPlan::new(&spec.argv, &spec.env)?);
     }
@@ -1279,6 +1335,10 @@ unsafe fn runner(plan: &Plan) -> io::Result<()> {
 
         let joined = match plan.namespaces {
             Namespaces::Unshare(flags) => libc::unshare(flags),
+            Namespaces::UnshareInPid { flags, pid_of } => match libc::unshare(flags) {
+                0 => libc::setns(pid_of, libc::CLONE_NEWPID),
+                failed => failed,
+            },
             Namespaces::Join { pidfd, flags } => libc::setns(pidfd, flags),
         };
         if joined != 0 {
@@ -1370,12 +1430,33 @@ unsafe fn container(plan: &Plan, runner_pidfd: c_int) -> io::Result<()> {
             }
             libc::close(runner_pidfd);
         }
+        if plan.pause {
+            pause();
+        }
         let Some(exec) = &plan.exec else {
             libc::_exit(0);
         };
         let e = execute(exec);
         report_failure(plan.report, plan.steps.len() as u32, e);
         Err(io::Error::from_raw_os_error(e))
+    }
+}
+
+/// A pod's pause process: PID 1 of the pod's PID namespace, holding it. It closes every
+/// descriptor (it never execs, and the launch waits for EOF on the report socket), lets the
+/// kernel reap the orphans it inherits (SIGCHLD ignored) and sleeps until it is killed.
+unsafe fn pause() -> ! {
+    // SAFETY: async-signal-safe system calls only.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) != 0 {
+            for fd in 3..libc::sysconf(libc::_SC_OPEN_MAX).clamp(3, 65536) as c_int {
+                libc::close(fd);
+            }
+        }
+        libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+        loop {
+            libc::pause();
+        }
     }
 }
 

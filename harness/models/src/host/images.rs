@@ -27,6 +27,9 @@ pub struct HostImage {
     pub files: Vec<(String, PathBuf)>,
     /// The image defines the `sandbox` user and group (UID/GID [`SANDBOX_UID`]).
     pub sandbox_user: bool,
+    /// Programs the image installs that come from the host's base system here, with the
+    /// package that provides them.
+    pub host_programs: Vec<(String, String)>,
 }
 
 /// Images by repository (tags do not matter, as for the models).
@@ -82,6 +85,8 @@ impl HostImages {
             HostImage {
                 entrypoint: vec!["/openshell-sandbox".into()],
                 files: vec![("/openshell-sandbox".into(), supervisor)],
+                // Alpine's nftables: sidecar's network-init loads its ruleset with `nft`.
+                host_programs: vec![("/usr/sbin/nft".into(), "nftables".into())],
                 ..HostImage::default()
             },
         );
@@ -105,6 +110,18 @@ impl HostImages {
     /// process.
     pub fn get(&self, image: &str) -> Option<&HostImage> {
         self.by_repository.get(crate::program::repository(image))
+    }
+
+    /// What the image `repository` needs of this machine and it lacks: each program it would
+    /// take from the host's base system that is not there, with the package to install.
+    pub fn missing_host_programs(&self, repository: &str) -> Vec<String> {
+        self.by_repository
+            .get(repository)
+            .into_iter()
+            .flat_map(|i| &i.host_programs)
+            .filter(|(path, _)| !Path::new(path).is_file())
+            .map(|(path, package)| format!("{path} (package {package})"))
+            .collect()
     }
 
     pub fn repositories(&self) -> impl Iterator<Item = &str> {
@@ -187,5 +204,25 @@ mod tests {
             .unwrap();
         assert_eq!(gw.entrypoint, ["/usr/local/bin/openshell-gateway"]);
         assert!(images.get("busybox:1.37.0").is_none());
+    }
+
+    #[test]
+    fn a_program_the_image_takes_from_the_host_is_reported_missing_with_its_package() {
+        let mut images = HostImages::default();
+        images.insert(
+            "example/tools",
+            HostImage {
+                host_programs: vec![
+                    ("/nonexistent/sbin/nft".into(), "nftables".into()),
+                    ("/bin/sh".into(), "dash".into()),
+                ],
+                ..HostImage::default()
+            },
+        );
+        assert_eq!(
+            images.missing_host_programs("example/tools"),
+            ["/nonexistent/sbin/nft (package nftables)"]
+        );
+        assert!(images.missing_host_programs("example/other").is_empty());
     }
 }

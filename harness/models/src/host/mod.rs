@@ -11,7 +11,13 @@
 //! node's address, but no CA file is mounted, so kube-rs clients fall back to the kubeconfig); there is no DNS server, names
 //! resolve through `/etc/hosts`; exec probes, resource limits, capabilities and seccomp
 //! profiles of the pod spec are not applied; the primary group is `runAsGroup`, else the
-//! pod's `fsGroup`.
+//! pod's `fsGroup`; projected ServiceAccount tokens are written when a container starts and
+//! not rotated, and no ServiceAccount admission adds volumes the spec does not name.
+//!
+//! A pod with `shareProcessNamespace` gets one PID namespace for its containers, held by a
+//! pause process (OpenShell's sidecar supervisor checks its peer's PID across containers,
+//! F12.12). Without cgroups, the processes a container started there outlive it until the pod
+//! ends.
 
 mod images;
 mod probe;
@@ -27,7 +33,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use conformance_node::net::{NodeNetwork, PodNetwork};
-use conformance_node::process::{self as node_process, Bind, ContainerSpec, Process, Stdio};
+use conformance_node::process::{
+    self as node_process, Bind, ContainerSpec, PodPidNs, Process, Stdio,
+};
 use kube_emulator::{Cluster, ExecOutput, ExecRequest, Pointer, ResourceRef};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -70,8 +78,8 @@ struct Inner {
     node: NodeNetwork,
     state: tempfile::TempDir,
     images: HostImages,
-    /// Pod network namespaces by pod uid, for the pod's lifetime.
-    pods: Mutex<BTreeMap<String, Arc<PodNetwork>>>,
+    /// What a pod's containers share, by pod uid, for the pod's lifetime.
+    pods: Mutex<BTreeMap<String, PodShared>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Requests from pods the API server could not serve (see [`HostRuntime::unserved`]).
     unserved: Arc<Mutex<Vec<String>>>,
@@ -107,6 +115,35 @@ impl HostRuntime {
                 unserved: Arc::default(),
             }),
         })
+    }
+
+    /// Refuses `topology` when its sandbox pods would run an image whose programs this machine
+    /// lacks: a sidecar supervisor runs the supervisor image, whose network-init needs `nft`
+    /// (F12.12), and process containers take such programs from the host's base system.
+    pub fn check_topology(
+        &self,
+        topology: &conformance_core::topology::Topology,
+    ) -> Result<(), HostError> {
+        use conformance_core::topology::SupervisorPlacement;
+        if !matches!(
+            topology.supervisor,
+            SupervisorPlacement::SidecarContainer { .. }
+        ) {
+            return Ok(());
+        }
+        let missing = self
+            .images()
+            .missing_host_programs(crate::model::SUPERVISOR_IMAGE_REPO);
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(conformance_node::NodeError::Unsupported(format!(
+            "topology {}: the supervisor image's programs come from this machine's base system, \
+             which lacks {}; install it",
+            topology.name,
+            missing.join(", ")
+        ))
+        .into())
     }
 
     pub fn images(&self) -> &HostImages {
@@ -162,7 +199,9 @@ impl HostRuntime {
         })
     }
 
-    fn pod_network(&self, uid: &str, ip: &str) -> Result<Arc<PodNetwork>, HostError> {
+    /// The pod's network namespace and, with `shareProcessNamespace`, its PID namespace,
+    /// made by its first container.
+    fn pod_shared(&self, uid: &str, ip: &str, share_pids: bool) -> Result<PodShared, HostError> {
         let mut pods = lock(&self.inner.pods);
         if let Some(p) = pods.get(uid) {
             return Ok(p.clone());
@@ -170,10 +209,23 @@ impl HostRuntime {
         let ip: Ipv4Addr = ip
             .parse()
             .map_err(|_| HostError::Io(format!("pod IP {ip:?} is not an IPv4 address")))?;
-        let net = Arc::new(self.inner.node.add_pod(ip)?);
-        pods.insert(uid.to_string(), net.clone());
-        Ok(net)
+        let shared = PodShared {
+            net: Arc::new(self.inner.node.add_pod(ip)?),
+            pids: share_pids
+                .then(|| PodPidNs::create().map(Arc::new))
+                .transpose()?,
+        };
+        pods.insert(uid.to_string(), shared.clone());
+        Ok(shared)
     }
+}
+
+/// What a pod's containers share: its network namespace and, with `shareProcessNamespace`, its
+/// PID namespace (held by a pause process, as on a real node).
+#[derive(Clone)]
+struct PodShared {
+    net: Arc<PodNetwork>,
+    pids: Option<Arc<PodPidNs>>,
 }
 
 /// Records `what` in `unserved` when the response says the API server could not serve it
@@ -312,9 +364,14 @@ impl HostProgram {
             return Err("no command specified".into());
         }
         let ip = ctx.pod_ip.as_deref().ok_or("the pod has no IP yet")?;
-        let net = rt
-            .pod_network(&ctx.pod_uid, ip)
+        let share_pids = pod
+            .at("/spec/shareProcessNamespace")
+            .and_then(Value::as_bool)
+            == Some(true);
+        let shared = rt
+            .pod_shared(&ctx.pod_uid, ip, share_pids)
             .map_err(|e| e.to_string())?;
+        let net = shared.net.clone();
         let etc = rt
             .state()
             .join("pods")
@@ -429,6 +486,7 @@ impl HostProgram {
                 .collect(),
             binds,
             netns: Some(net.netns()),
+            pid_ns: shared.pids,
             user,
         };
         Ok((spec, net))

@@ -699,3 +699,46 @@ async fn a_container_has_the_top_level_directories_of_a_minimal_image() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert_eq!(out.stdout, "/home\n/root\n/var/run/netns\n");
 }
+
+#[tokio::test]
+async fn containers_of_a_pod_that_shares_its_pid_namespace_see_each_other_behind_a_pause_process() {
+    if !supported() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pod = Arc::new(PodPidNs::create().expect("a pod PID namespace"));
+    let mut first = spec(
+        &dir.path().join("first"),
+        &["sh", "-c", "echo $$; exec sleep 60"],
+    );
+    first.pid_ns = Some(pod.clone());
+    let (mut sleeper, mut sleeper_out) = spawn_log(&first);
+    let mut own_pid = String::new();
+    tokio::time::timeout(DEADLINE, sleeper_out.read_line(&mut own_pid))
+        .await
+        .expect("the first container says its PID")
+        .unwrap();
+    let own_pid = own_pid.trim().to_string();
+    assert_ne!(own_pid, "1", "PID 1 is the pod's pause process");
+
+    let mut second = spec(
+        &dir.path().join("second"),
+        &[
+            "sh",
+            "-c",
+            "for d in /proc/[0-9]*; do echo ${d#/proc/}; done",
+        ],
+    );
+    second.pid_ns = Some(pod.clone());
+    let out = run(&second).await;
+    assert_eq!(out.code, 0, "stderr: {}", out.stderr);
+    let pids: Vec<&str> = out.stdout.lines().collect();
+    assert!(
+        pids.contains(&"1") && pids.contains(&own_pid.as_str()),
+        "the second container sees the pause process and the first container's {own_pid}: {pids:?}"
+    );
+
+    // The namespace ends with the pod: what is left in it is killed.
+    drop((first, second, pod));
+    assert_eq!(wait(&mut sleeper).await, 128 + libc::SIGKILL);
+}

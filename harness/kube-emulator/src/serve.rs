@@ -44,6 +44,12 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 
 /// Serves `cluster` on `listener` until the task is dropped or the listener fails.
 pub async fn serve_on(listener: TcpListener, cluster: Cluster) -> Result<(), ServeError> {
+    use axum::serve::ListenerExt;
+    // Watch events and port-forward frames are small writes: with Nagle's algorithm one waits
+    // for the client's delayed ACK (about 40 ms) behind the one before.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, cluster.router())
         .await
         .map_err(ServeError::Serve)

@@ -266,6 +266,8 @@ impl NodeNetwork {
         let socket = answer
             .await
             .map_err(|_| io::Error::other(node_thread_gone(self.node.ip)))??;
+        // It carries port-forward and proxied traffic: small frames must not wait for an ACK.
+        socket.set_nodelay(true)?;
         socket.connect(addr).await
     }
 

@@ -136,6 +136,8 @@ impl GatewayForward {
                 let Ok((sock, _)) = listener.accept().await else {
                     continue;
                 };
+                // gRPC's small frames (a WatchSandbox event) must not wait for a delayed ACK.
+                let _ = sock.set_nodelay(true);
                 let (client, workload, st) = (client.clone(), workload.clone(), st.clone());
                 tokio::spawn(async move {
                     if let Err(e) =

@@ -234,6 +234,9 @@ pub(crate) fn normal_close() -> Message {
     }))
 }
 
+/// How long an exec without stdin takes to start before its first frame (see [`serve_ws`]).
+const EXEC_START: std::time::Duration = std::time::Duration::from_millis(20);
+
 fn frame(channel: u8, data: &[u8]) -> Message {
     let mut v = Vec::with_capacity(data.len() + 1);
     v.push(channel);
@@ -267,6 +270,13 @@ pub(crate) async fn serve_ws(
                 _ => {}
             }
         }
+    }
+    if !streams.stdin {
+        // kubectl (client-go) starts reading frames as the upgrade completes and creates its
+        // stream readers just after; a frame that comes first is dropped ("Unknown stream id").
+        // A real exec is never that quick (the runtime starts a process); with TCP_NODELAY
+        // ours would be.
+        tokio::time::sleep(EXEC_START).await;
     }
     let argv = req.argv.clone();
     let out = run(&cluster, req).await;

@@ -716,6 +716,27 @@ impl Ctx {
         .await
     }
 
+    /// Waits until the gateway no longer reports the sandbox in `phase` (another phase, or no
+    /// sandbox at all); a gateway that cannot answer has not said so.
+    pub async fn wait_phase_left(
+        &self,
+        name: &str,
+        phase: &Phase,
+        deadline: Duration,
+    ) -> Result<Option<SandboxView>, StepError> {
+        let what = format!("sandbox {name} to leave {}", phase.name());
+        let object = Self::gateway_sandbox(name);
+        self.wait_for_waking(&what, deadline, Some(&object), || async {
+            match self.get_sandbox(name).await {
+                Ok(Some(v)) if &v.phase == phase => Ok(None),
+                Ok(v) => Ok(Some(v)),
+                Err(TargetError::Refused { .. }) | Err(TargetError::Infra { .. }) => Ok(None),
+                Err(e) => Err(e.into()),
+            }
+        })
+        .await
+    }
+
     /// Like [`Ctx::wait_phase`], but a timeout is not an error: it returns None and leaves the
     /// verdict to the checks, which name the broken requirement.
     pub async fn settle_phase(

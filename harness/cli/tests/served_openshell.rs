@@ -13,7 +13,7 @@ use std::time::Duration;
 use conformance_testtools::{Tool, require_all};
 use rstest::rstest;
 use serde_json::Value;
-use served_support::{Harness, MODEL, Tools, summary_verdicts};
+use served_support::{Harness, MODEL, Tools, assert_same_check_verdicts, summary_verdicts};
 
 /// The Agent Sandbox release of the real manifest (the emulated side models the same one).
 const AGENT_SANDBOX: &str = "v0.5.0";
@@ -212,6 +212,7 @@ async fn real_openshell_v0_0_111_gives_the_models_verdicts_and_reproduces_the_bo
         emulated.status.code().unwrap_or(-1),
         "same exit code:\n{out}"
     );
+    assert_same_check_verdicts(&real_artifacts, &emulated_artifacts);
     for (case, verdict) in [
         ("stopped-through-outage", "pass"),
         ("bootstrap-outage", "xfail"),

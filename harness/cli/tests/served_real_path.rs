@@ -12,7 +12,9 @@ mod served_support;
 use std::path::Path;
 use std::time::Duration;
 
-use served_support::{Harness, MODEL, ServeProc, Tools, summary_verdicts};
+use served_support::{
+    Harness, MODEL, ServeProc, Tools, assert_same_check_verdicts, summary_verdicts,
+};
 
 fn bin() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_openshell-conformance"))
@@ -311,6 +313,9 @@ async fn smoke(model: &str, topology: &str, scenarios: &[&str]) {
         "exit codes differ\n--- served:\n{}\n--- emulated:\n{}",
         served.out, emulated.out
     );
+    // And check by check: a check that passes on one side only is a harness bug even where
+    // the case verdicts agree (supervisor-restart's "Ready again" was one).
+    assert_same_check_verdicts(&dir.path().join("served"), &dir.path().join("emulated"));
     // One registration per topology per run, reused by every case: a second `gateway add` of
     // the name is refused by the CLI (docs/upstream-facts.md F6.2), so a run that registered per
     // case would error from its second case on.

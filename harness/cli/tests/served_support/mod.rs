@@ -385,3 +385,61 @@ pub fn summary_verdicts(output: &str) -> Vec<(String, String)> {
     }
     rows
 }
+
+/// Every check's verdict in the timelines under `artifacts`, by case file and check name, with
+/// its message (so a disagreement says what each side saw).
+pub fn check_verdicts(
+    artifacts: &Path,
+) -> std::collections::BTreeMap<(String, String), (bool, String)> {
+    let dir = artifacts.join("timelines");
+    let mut verdicts = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+    {
+        let case = entry.file_name().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(entry.path()).unwrap();
+        for line in text.lines() {
+            let event: serde_json::Value = serde_json::from_str(line).unwrap();
+            if event["type"] == "check" {
+                verdicts.insert(
+                    (
+                        case.clone(),
+                        event["name"].as_str().unwrap_or_default().into(),
+                    ),
+                    (
+                        event["passed"].as_bool().unwrap_or(false),
+                        event["message"].as_str().unwrap_or_default().into(),
+                    ),
+                );
+            }
+        }
+    }
+    verdicts
+}
+
+/// Panics naming each check whose verdict differs between two runs of the same cases (the
+/// case verdicts alike can hide a check that passes on one side only).
+pub fn assert_same_check_verdicts(served: &Path, emulated: &Path) {
+    let (served, emulated) = (check_verdicts(served), check_verdicts(emulated));
+    assert!(!emulated.is_empty(), "no checks on the emulated side");
+    let keys: std::collections::BTreeSet<_> = served.keys().chain(emulated.keys()).collect();
+    let differ: Vec<String> = keys
+        .into_iter()
+        .filter(|k| served.get(*k).map(|v| v.0) != emulated.get(*k).map(|v| v.0))
+        .map(|k| {
+            format!(
+                "{} / {}: served {:?}, emulated {:?}",
+                k.0,
+                k.1,
+                served.get(k),
+                emulated.get(k)
+            )
+        })
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "checks whose verdicts differ:\n{}",
+        differ.join("\n")
+    );
+}

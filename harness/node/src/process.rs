@@ -272,11 +272,6 @@ impl PodPidNs {
             pause: Process::new(launched, PathBuf::from("/"), None, &what)?,
         })
     }
-
-    /// Host PID of the pause process.
-    pub fn pid(&self) -> u32 {
-        self.pause.pid
-    }
 }
 
 impl Process {

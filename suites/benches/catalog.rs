@@ -17,6 +17,10 @@ use conformance_core::topology::Topologies;
 use conformance_models::spec::{DEFECTS, Model, Selection};
 use conformance_models::target::EmulatedFactory;
 
+// As the binary's (docs/dependencies.md D12): the figures are the ones `run` gives.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The selections of the proof: the three models, then each defect switch on `contract`.
 fn proof_selections() -> Vec<Selection> {
     [

@@ -13,6 +13,11 @@ use conformance_models::spec::{DEFECTS, Model, Selection};
 use conformance_models::target::EmulatedFactory;
 use rstest::rstest;
 
+// These tests run the catalog over a thousand times; the binary's allocator (docs/dependencies.md
+// D12) makes that about a tenth cheaper.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn all_topologies() -> Vec<Topology> {
     Topologies::builtin().all().cloned().collect()
 }

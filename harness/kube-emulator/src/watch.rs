@@ -38,12 +38,15 @@ pub struct WatchEvent {
     pub object: Arc<Value>,
 }
 
-/// The wire form of a watch event, borrowed (keys in the order `json!` would give them).
+/// The wire form of a watch event, borrowed. `type` comes first, as the real API server writes
+/// it: a client's adjacently tagged decoder (kube's `WatchEvent`) then decodes the object
+/// straight into its type, where `object` first would make it buffer the whole object and
+/// decode it twice.
 #[derive(Serialize)]
 struct WireEvent<'a> {
-    object: &'a Value,
     #[serde(rename = "type")]
     type_: &'a str,
+    object: &'a Value,
 }
 
 impl WatchEvent {

@@ -7,7 +7,7 @@
 use conformance_core::timeline::READY_CONDITION;
 use kube_emulator::Pointer;
 use std::any::Any;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
@@ -20,6 +20,19 @@ type Endpoint = Arc<dyn Any + Send + Sync>;
 struct Inner {
     endpoints: BTreeMap<(String, String, u16), Endpoint>,
     blocked: BTreeSet<(String, String)>,
+    /// What `(namespace, service, port)` resolved to in the store at a resourceVersion: the
+    /// models connect on nearly every step, mostly while the store has not changed, and
+    /// resolving reads the Service and scans the namespace's pods.
+    resolved: HashMap<(String, String, u16), (u64, Resolved)>,
+}
+
+/// A Service port resolved against the store: the ready backing pods by name with the pod port
+/// the target resolves to, or why there are none.
+#[derive(Clone)]
+enum Resolved {
+    Backends(Vec<(String, u16)>),
+    NoSuchHost,
+    Refused,
 }
 
 #[derive(Clone, Default)]
@@ -109,54 +122,11 @@ impl Network {
         {
             return Err(NetError::Blackholed(addr));
         }
-        // Read in place: connections are made on every call the models make.
-        let (selector, target) = cluster
-            .inspect(
-                &ResourceRef::new("", "v1", "services"),
-                Some(&ns),
-                &svc,
-                |service| {
-                    let selector: BTreeMap<String, String> = service
-                        .at("/spec/selector")
-                        .and_then(Value::as_object)
-                        .and_then(|m| {
-                            m.iter()
-                                .map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    let target = service
-                        .at("/spec/ports")
-                        .and_then(Value::as_array)
-                        .and_then(|ps| {
-                            ps.iter().find(|p| {
-                                p.get("port").and_then(Value::as_u64) == Some(u64::from(port))
-                            })
-                        })
-                        .map(|p| p.get("targetPort").cloned().unwrap_or(Value::from(port)));
-                    (selector, target)
-                },
-            )
-            .map_err(|_| NetError::NoSuchHost(host.to_string()))?;
-        let target = target.ok_or_else(|| NetError::Refused(addr.clone()))?;
-        if selector.is_empty() {
-            return Err(NetError::Refused(addr));
-        }
-        // The ready backing pods, by name, with the port the service's target resolves to.
-        let backends = cluster
-            .scan(
-                &ResourceRef::pods(),
-                Some(&ns),
-                &ListOptions::default(),
-                |pod| {
-                    if !(selects(&selector, pod) && is_ready(pod)) {
-                        return None;
-                    }
-                    let name = pod.at("/metadata/name").and_then(Value::as_str)?;
-                    Some((name.to_string(), resolve_port(pod, &target)?))
-                },
-            )
-            .unwrap_or_default();
+        let backends = match self.resolve(cluster, &ns, &svc, port) {
+            Resolved::Backends(b) => b,
+            Resolved::NoSuchHost => return Err(NetError::NoSuchHost(host.to_string())),
+            Resolved::Refused => return Err(NetError::Refused(addr)),
+        };
         let inner = lock(&self.inner);
         for (name, pod_port) in backends {
             if let Some(ep) = inner.endpoints.get(&(ns.clone(), name, pod_port))
@@ -167,6 +137,78 @@ impl Network {
         }
         Err(NetError::Refused(addr))
     }
+
+    /// `ns/svc:port` resolved against the store, from the cache while the store's
+    /// resourceVersion is the one it was resolved at.
+    fn resolve(&self, cluster: &Cluster, ns: &str, svc: &str, port: u16) -> Resolved {
+        let key = (ns.to_string(), svc.to_string(), port);
+        let rv = cluster.resource_version();
+        if let Some((at, r)) = lock(&self.inner).resolved.get(&key)
+            && *at == rv
+        {
+            return r.clone();
+        }
+        let r = resolve_in(cluster, ns, svc, port);
+        // Cached only if nothing was written while it was read.
+        if cluster.resource_version() == rv {
+            lock(&self.inner).resolved.insert(key, (rv, r.clone()));
+        }
+        r
+    }
+}
+
+/// Reads the Service in place and scans the namespace's pods (see [`Network::connect`]).
+fn resolve_in(cluster: &Cluster, ns: &str, svc: &str, port: u16) -> Resolved {
+    let Ok((selector, target)) = cluster.inspect(
+        &ResourceRef::new("", "v1", "services"),
+        Some(ns),
+        svc,
+        |service| {
+            let selector: BTreeMap<String, String> = service
+                .at("/spec/selector")
+                .and_then(Value::as_object)
+                .and_then(|m| {
+                    m.iter()
+                        .map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let target = service
+                .at("/spec/ports")
+                .and_then(Value::as_array)
+                .and_then(|ps| {
+                    ps.iter()
+                        .find(|p| p.get("port").and_then(Value::as_u64) == Some(u64::from(port)))
+                })
+                .map(|p| p.get("targetPort").cloned().unwrap_or(Value::from(port)));
+            (selector, target)
+        },
+    ) else {
+        return Resolved::NoSuchHost;
+    };
+    let Some(target) = target else {
+        return Resolved::Refused;
+    };
+    if selector.is_empty() {
+        return Resolved::Refused;
+    }
+    // The ready backing pods, by name, with the port the service's target resolves to.
+    Resolved::Backends(
+        cluster
+            .scan(
+                &ResourceRef::pods(),
+                Some(ns),
+                &ListOptions::default(),
+                |pod| {
+                    if !(selects(&selector, pod) && is_ready(pod)) {
+                        return None;
+                    }
+                    let name = pod.at("/metadata/name").and_then(Value::as_str)?;
+                    Some((name.to_string(), resolve_port(pod, &target)?))
+                },
+            )
+            .unwrap_or_default(),
+    )
 }
 
 fn selects(selector: &BTreeMap<String, String>, pod: &Value) -> bool {

@@ -164,23 +164,21 @@ pub fn container_mounts(cluster: &Cluster, req: &ExecRequest) -> Mounts {
         cluster.container_root(&req.pod_uid, &req.container),
         false,
     );
-    let Ok(pod) = cluster.get(&ResourceRef::pods(), Some(&req.namespace), &req.pod) else {
+    // Shared, not copied: every exec resolves its mounts.
+    let Ok(pod) = cluster.get_shared(&ResourceRef::pods(), Some(&req.namespace), &req.pod) else {
         return mounts;
     };
-    let volumes: Vec<Value> = pod
+    let volumes: &[Value] = pod
         .at("/spec/volumes")
         .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+        .map_or(&[], Vec::as_slice);
     let container = ["containers", "initContainers"]
         .iter()
         .filter_map(|l| pod.at(&format!("/spec/{l}")).and_then(Value::as_array))
         .flatten()
-        .find(|c| c.get("name").and_then(Value::as_str) == Some(req.container.as_str()))
-        .cloned()
-        .unwrap_or(Value::Null);
+        .find(|c| c.get("name").and_then(Value::as_str) == Some(req.container.as_str()));
     for m in container
-        .get("volumeMounts")
+        .and_then(|c| c.get("volumeMounts"))
         .and_then(Value::as_array)
         .into_iter()
         .flatten()

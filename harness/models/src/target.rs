@@ -376,7 +376,7 @@ impl EmulatedTarget {
     fn gateway_ready(&self) -> Result<(), String> {
         let sts = self
             .cluster
-            .get(
+            .get_shared(
                 &ResourceRef::new("apps", "v1", "statefulsets"),
                 Some(NAMESPACE),
                 "openshell",

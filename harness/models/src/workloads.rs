@@ -66,8 +66,10 @@ pub(crate) fn safe_encode(n: u32) -> String {
         .collect()
 }
 
-fn template_hash(template: &Value) -> String {
-    safe_encode(fnv1a32(template.to_string().as_bytes()))
+fn template_hash(template: Option<&Value>) -> String {
+    // An absent template hashes as `{}`.
+    let text = template.map_or_else(|| "{}".to_string(), Value::to_string);
+    safe_encode(fnv1a32(text.as_bytes()))
 }
 
 pub(crate) fn is_deleting(v: &Value) -> bool {
@@ -110,9 +112,10 @@ pub(crate) fn owner_ref(api_version: &str, kind: &str, owner: &Value) -> Value {
     }])
 }
 
-pub(crate) fn list(cluster: &Cluster, r: &ResourceRef) -> Vec<Value> {
+/// Shared, not copied: the controllers list on every change to the store.
+pub(crate) fn list(cluster: &Cluster, r: &ResourceRef) -> Vec<Arc<Value>> {
     cluster
-        .list(r, None, &ListOptions::default())
+        .list_shared(r, None, &ListOptions::default())
         .map(|(items, _)| items)
         .unwrap_or_default()
 }
@@ -242,8 +245,7 @@ impl WorkloadControllers {
             .unwrap_or(1)
             .max(0);
         let ordered = s(sts, "/spec/podManagementPolicy") != Some("Parallel");
-        let template = sts.at("/spec/template").cloned().unwrap_or(json!({}));
-        let revision = format!("{name}-{}", template_hash(&template));
+        let revision = format!("{name}-{}", template_hash(sts.at("/spec/template")));
         let pods = self.pods_in(ns);
         let owned = |p: &PodView| p.owner.as_deref() == Some(uid);
         let ordinal = |pname: &str| -> Option<i64> {
@@ -479,8 +481,7 @@ impl WorkloadControllers {
             .and_then(Value::as_i64)
             .unwrap_or(1)
             .max(0);
-        let template = d.at("/spec/template").cloned().unwrap_or(json!({}));
-        let hash = template_hash(&template);
+        let hash = template_hash(d.at("/spec/template"));
         let rs_name = format!("{name}-{hash}");
         let owned: Vec<Arc<Value>> = self
             .cluster
@@ -501,6 +502,7 @@ impl WorkloadControllers {
             .find(|rs| s(rs, "/metadata/name") == Some(&rs_name))
         {
             None => {
+                let template = d.at("/spec/template").cloned().unwrap_or(json!({}));
                 let mut labels = obj_map(template.at("/metadata/labels"));
                 labels.insert("pod-template-hash".into(), json!(hash));
                 let mut selector = d.at("/spec/selector").cloned().unwrap_or(json!({}));

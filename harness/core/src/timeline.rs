@@ -217,6 +217,35 @@ pub struct ObjectState {
 }
 
 impl ObjectState {
+    /// Equal but for the resourceVersion: a write that changed nothing the timeline shows.
+    /// Compared in place (the observers compare every state they see).
+    fn same_but_version(&self, other: &Self) -> bool {
+        // Destructured so that a new field cannot be left out of the comparison.
+        let Self {
+            kind,
+            namespace,
+            name,
+            uid,
+            resource_version: _,
+            phase,
+            conditions,
+            containers,
+            replicas,
+            labels,
+            deleted,
+        } = self;
+        *kind == other.kind
+            && *namespace == other.namespace
+            && *name == other.name
+            && *uid == other.uid
+            && *phase == other.phase
+            && *conditions == other.conditions
+            && *containers == other.containers
+            && *replicas == other.replicas
+            && *labels == other.labels
+            && *deleted == other.deleted
+    }
+
     pub fn new(kind: &str, namespace: Option<&str>, name: &str) -> Self {
         Self {
             kind: kind.to_string(),
@@ -733,14 +762,12 @@ impl Recorder {
     fn observe_as(&self, state: ObjectState, watched: bool) -> bool {
         let mut inner = self.lock();
         let key = state.object_ref();
-        if let Some(prev) = inner.last_state.get(&key) {
-            let mut a = prev.clone();
-            a.resource_version = None;
-            let mut b = state.clone();
-            b.resource_version = None;
-            if a == b {
-                return false;
-            }
+        if inner
+            .last_state
+            .get(&key)
+            .is_some_and(|prev| prev.same_but_version(&state))
+        {
+            return false;
         }
         inner.last_state.insert(key, state.clone());
         Self::push(&mut inner, Event::Object(state), watched);

@@ -477,6 +477,53 @@ pub fn spawn(client: Client, spec: &ObserveSpec) -> impl FnOnce(Recorder) -> Obs
 /// Lines kept from a container's log when it terminates.
 const CAPTURED_LOG_LINES: i64 = 200;
 
+/// What the container-log watcher reads of a pod: its name, uid and container statuses. The
+/// rest (the spec above all) is skipped unparsed: this watcher sees every change of every pod,
+/// beside [`pump`]'s watcher that reads pods whole, and building a second typed copy of each
+/// was most of what it cost.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+struct PodExits {
+    metadata: kube::api::ObjectMeta,
+    #[serde(default)]
+    status: Option<PodExitsStatus>,
+}
+
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+struct PodExitsStatus {
+    #[serde(default, rename = "containerStatuses")]
+    container_statuses: Option<Vec<ContainerStatus>>,
+}
+
+/// The same resource as [`Pod`]: requests go to the same URLs.
+impl Resource for PodExits {
+    type DynamicType = ();
+    type Scope = <Pod as Resource>::Scope;
+
+    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+        <Pod as Resource>::kind(dt)
+    }
+
+    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+        <Pod as Resource>::group(dt)
+    }
+
+    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+        <Pod as Resource>::version(dt)
+    }
+
+    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+        <Pod as Resource>::plural(dt)
+    }
+
+    fn meta(&self) -> &kube::api::ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut kube::api::ObjectMeta {
+        &mut self.metadata
+    }
+}
+
 /// The subject of the [`API_SERVER_REACHABLE_KEY`] observations of the container-log watcher.
 pub const LOGS_SUBJECT: &str = "Pod/log";
 
@@ -487,7 +534,12 @@ pub const LOGS_SUBJECT: &str = "Pod/log";
 /// the API server answers again, if the pod is still there.
 async fn capture_logs(api: Api<Pod>, rec: Recorder) {
     let mut seen: BTreeSet<(String, String, i32, u32)> = BTreeSet::new();
-    let mut follow = Follow::new(api.clone());
+    // The same pods as `api`'s, read slim.
+    let client = api.clone().into_client();
+    let mut follow = Follow::new(match api.namespace() {
+        Some(ns) => Api::<PodExits>::namespaced(client, ns),
+        None => Api::<PodExits>::all(client),
+    });
     loop {
         let pods = match follow.next().await {
             Seen::Listed { items, after_gap } => {

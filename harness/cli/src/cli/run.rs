@@ -622,8 +622,6 @@ fn finish(
         .collect();
     let mut links = Vec::new();
     for r in &finished {
-        let path = tl_dir.join(format!("{}.jsonl", sanitize(&r.case_id)));
-        super::write_file(&path, &r.timeline.to_jsonl())?;
         let mut l = vec![(
             "timeline".to_string(),
             format!("timelines/{}.jsonl", sanitize(&r.case_id)),
@@ -638,8 +636,6 @@ fn finish(
         links.push(l);
     }
     let junit = args.junit_path();
-    crate::junit::write(&junit, "openshell-conformance", reports)
-        .map_err(|e| Error::usage_from(format!("cannot write {}", junit.display()), e))?;
     let html_path = args.html_path();
     let views: Vec<crate::report::CaseView<'_>> = finished
         .iter()
@@ -656,7 +652,21 @@ fn finish(
     if let Some(why) = interrupted {
         title.push_str(&format!(" (interrupted by {why})"));
     }
-    super::write_file(&html_path, &crate::report::render(&title, &views))?;
+    // The HTML report renders on a thread of its own while the timelines and the JUnit are
+    // written: the run's cases are done, so the machine's other cores are idle.
+    let html = std::thread::scope(|s| -> Result<String, Error> {
+        let render = s.spawn(|| crate::report::render(&title, &views));
+        for r in &finished {
+            let path = tl_dir.join(format!("{}.jsonl", sanitize(&r.case_id)));
+            super::write_file(&path, &r.timeline.to_jsonl())?;
+        }
+        crate::junit::write(&junit, "openshell-conformance", reports)
+            .map_err(|e| Error::usage_from(format!("cannot write {}", junit.display()), e))?;
+        Ok(render
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    })?;
+    super::write_file(&html_path, &html)?;
 
     print!("{}", summary::table(reports, &verdicts, wall));
     println!(

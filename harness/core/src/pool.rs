@@ -46,7 +46,13 @@ pub fn run_paused_mixed(
     observer: &dyn CaseObserver,
 ) -> Vec<CaseReport> {
     let n = work.len();
-    let queue = Mutex::new(work.into_iter().enumerate().collect::<VecDeque<_>>());
+    // Longest first, so that no thread is left with one long case while the others idle at the
+    // end (reports still come back in the order given). The time a case's faults are planned
+    // to hold is what sets its length: a seeded sweep's twenty minutes of outages cost several
+    // times what a single fault's case does.
+    let mut work: Vec<_> = work.into_iter().enumerate().collect();
+    work.sort_by_key(|(_, (_, case))| std::cmp::Reverse(planned_fault_time(case)));
+    let queue = Mutex::new(work.into_iter().collect::<VecDeque<_>>());
     let results = Mutex::new(Vec::with_capacity(n));
     std::thread::scope(|s| {
         for _ in 0..jobs.clamp(1, n.max(1)) {
@@ -151,6 +157,18 @@ pub async fn run_shared(
         }
     }
     in_order(out)
+}
+
+/// How long a case's faults are planned to hold: its outage and its schedule's.
+fn planned_fault_time(case: &Case) -> std::time::Duration {
+    let scheduled = case
+        .params
+        .schedule
+        .iter()
+        .flat_map(|s| &s.faults)
+        .map(|f| f.outage)
+        .sum::<std::time::Duration>();
+    case.params.outage.unwrap_or_default() + scheduled
 }
 
 fn in_order(mut reports: Vec<(usize, CaseReport)>) -> Vec<CaseReport> {

@@ -51,7 +51,7 @@ pub fn run_paused_mixed(
     // to hold is what sets its length: a seeded sweep's twenty minutes of outages cost several
     // times what a single fault's case does.
     let mut work: Vec<_> = work.into_iter().enumerate().collect();
-    work.sort_by_key(|(_, (_, case))| std::cmp::Reverse(planned_fault_time(case)));
+    work.sort_by_key(|(_, (_, case))| std::cmp::Reverse(case.params.requested_holds()));
     let queue = Mutex::new(work.into_iter().collect::<VecDeque<_>>());
     let results = Mutex::new(Vec::with_capacity(n));
     std::thread::scope(|s| {
@@ -157,18 +157,6 @@ pub async fn run_shared(
         }
     }
     in_order(out)
-}
-
-/// How long a case's faults are planned to hold: its outage and its schedule's.
-fn planned_fault_time(case: &Case) -> std::time::Duration {
-    let scheduled = case
-        .params
-        .schedule
-        .iter()
-        .flat_map(|s| &s.faults)
-        .map(|f| f.outage)
-        .sum::<std::time::Duration>();
-    case.params.outage.unwrap_or_default() + scheduled
 }
 
 fn in_order(mut reports: Vec<(usize, CaseReport)>) -> Vec<CaseReport> {

@@ -22,7 +22,8 @@ struct Inner {
     blocked: BTreeSet<(String, String)>,
     /// What `(namespace, service, port)` resolved to in the store at a resourceVersion: the
     /// models connect on nearly every step, mostly while the store has not changed, and
-    /// resolving reads the Service and scans the namespace's pods.
+    /// resolving reads the Service and scans the namespace's pods. Keyed by resourceVersion
+    /// alone, which holds because a network serves one cluster (every caller builds it so).
     resolved: HashMap<(String, String, u16), (u64, Resolved)>,
 }
 

@@ -358,6 +358,32 @@ where
     }
 }
 
+/// More that a watcher does with the objects it sees, on the same watch: the pod watcher reads
+/// the logs of containers that ended ([`LogTap`]), so pods are watched once.
+trait Tap<K>: Send {
+    /// After a listing (every object) or a change (one). An error means the API server could
+    /// not be reached: the watcher then loses it ([`Seen::Lost`]) and lists afresh, which brings
+    /// the objects back here.
+    fn seen(
+        &mut self,
+        rec: &Recorder,
+        objects: &[K],
+    ) -> impl std::future::Future<Output = Result<(), String>> + Send;
+    /// The watcher lost the API server (once per gap).
+    fn lost(&mut self, rec: &Recorder);
+    /// The watcher's relist after a gap is complete.
+    fn regained(&mut self, rec: &Recorder);
+}
+
+/// Nothing more.
+impl<K: Sync> Tap<K> for () {
+    async fn seen(&mut self, _: &Recorder, _: &[K]) -> Result<(), String> {
+        Ok(())
+    }
+    fn lost(&mut self, _: &Recorder) {}
+    fn regained(&mut self, _: &Recorder) {}
+}
+
 /// Feeds one watch on objects of `kind` into the recorder. A relist does not tell what
 /// vanished meanwhile, so the objects missing from it are recorded as deleted.
 ///
@@ -367,14 +393,34 @@ where
 /// knew ([`ObjectState::api_unreachable`]), so no check goes on judging the last states seen.
 /// It then lists afresh until the server answers, and once the relist is complete records
 /// `true`: the relisted states end the gap.
-async fn pump<K>(kind: &str, api: Api<K>, rec: Recorder, to_state: impl Fn(&K) -> ObjectState)
-where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+async fn pump<K, T>(
+    kind: &str,
+    api: Api<K>,
+    rec: Recorder,
+    to_state: impl Fn(&K) -> ObjectState,
+    mut tap: T,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    T: Tap<K>,
 {
     let mut known: BTreeSet<ObjectRef> = BTreeSet::new();
     let mut follow = Follow::new(api);
+    let lost = |known: &BTreeSet<ObjectRef>, tap: &mut T, why: String| {
+        tracing::debug!(kind, error = %why, "the API server cannot be reached; listing again once it answers");
+        reachable(&rec, kind, false);
+        tap.lost(&rec);
+        // An Event is a record of something that happened, not a state that can go
+        // stale; the relist brings the ones missed.
+        for r in known.iter().filter(|_| kind != EVENT_KIND) {
+            if let Some(last) = rec.last_state(r)
+                && !last.deleted
+            {
+                rec.observe(last.api_unreachable());
+            }
+        }
+    };
     loop {
-        match follow.next().await {
+        let tapped = match follow.next().await {
             Seen::Listed { items, after_gap } => {
                 let mut relisted = BTreeSet::new();
                 for o in &items {
@@ -391,32 +437,32 @@ where
                 known = relisted;
                 if after_gap {
                     reachable(&rec, kind, true);
+                    tap.regained(&rec);
                 }
+                tap.seen(&rec, &items).await
             }
             Seen::Apply(o) => {
                 let s = to_state(&o);
                 known.insert(s.object_ref());
                 rec.observe(s);
+                tap.seen(&rec, std::slice::from_ref(&o)).await
             }
             Seen::Delete(o) => {
                 let mut s = to_state(&o);
                 known.remove(&s.object_ref());
                 s.deleted = true;
                 rec.observe(s);
+                Ok(())
             }
             Seen::Lost(why) => {
-                tracing::debug!(kind, error = %why, "the API server cannot be reached; listing again once it answers");
-                reachable(&rec, kind, false);
-                // An Event is a record of something that happened, not a state that can go
-                // stale; the relist brings the ones missed.
-                for r in known.iter().filter(|_| kind != EVENT_KIND) {
-                    if let Some(last) = rec.last_state(r)
-                        && !last.deleted
-                    {
-                        rec.observe(last.api_unreachable());
-                    }
-                }
+                lost(&known, &mut tap, why);
+                Ok(())
             }
+        };
+        if let Err(why) = tapped
+            && let Some(Seen::Lost(why)) = follow.lose(why)
+        {
+            lost(&known, &mut tap, why);
         }
     }
 }
@@ -436,39 +482,41 @@ pub fn spawn(client: Client, spec: &ObserveSpec) -> impl FnOnce(Recorder) -> Obs
     move |rec: Recorder| {
         let ns = spec.namespace.as_str();
         let mut obs = Observers::default();
+        let pods = Api::<Pod>::namespaced(client.clone(), ns);
         obs.push(tokio::spawn(pump(
             "Pod",
-            Api::<Pod>::namespaced(client.clone(), ns),
+            pods.clone(),
             rec.clone(),
             pod_state,
+            LogTap::new(pods),
         )));
         obs.push(tokio::spawn(pump(
             "PersistentVolumeClaim",
             Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns),
             rec.clone(),
             pvc_state,
+            (),
         )));
         obs.push(tokio::spawn(pump(
             "StatefulSet",
             Api::<StatefulSet>::namespaced(client.clone(), ns),
             rec.clone(),
             statefulset_state,
+            (),
         )));
         obs.push(tokio::spawn(pump(
             "Deployment",
             Api::<Deployment>::namespaced(client.clone(), ns),
             rec.clone(),
             deployment_state,
-        )));
-        obs.push(tokio::spawn(capture_logs(
-            Api::<Pod>::namespaced(client.clone(), ns),
-            rec.clone(),
+            (),
         )));
         obs.push(tokio::spawn(pump(
             "Sandbox",
             Api::<DynamicObject>::namespaced_with(client, ns, &spec.sandbox_resource),
             rec,
             sandbox_state,
+            (),
         )));
         obs
     }
@@ -477,87 +525,34 @@ pub fn spawn(client: Client, spec: &ObserveSpec) -> impl FnOnce(Recorder) -> Obs
 /// Lines kept from a container's log when it terminates.
 const CAPTURED_LOG_LINES: i64 = 200;
 
-/// What the container-log watcher reads of a pod: its name, uid and container statuses. The
-/// rest (the spec above all) is skipped unparsed: this watcher sees every change of every pod,
-/// beside [`pump`]'s watcher that reads pods whole, and building a second typed copy of each
-/// was most of what it cost.
-#[derive(Clone, Debug, Default, serde::Deserialize)]
-struct PodExits {
-    metadata: kube::api::ObjectMeta,
-    #[serde(default)]
-    status: Option<PodExitsStatus>,
-}
-
-#[derive(Clone, Debug, Default, serde::Deserialize)]
-struct PodExitsStatus {
-    #[serde(default, rename = "containerStatuses")]
-    container_statuses: Option<Vec<ContainerStatus>>,
-}
-
-/// The same resource as [`Pod`]: requests go to the same URLs.
-impl Resource for PodExits {
-    type DynamicType = ();
-    type Scope = <Pod as Resource>::Scope;
-
-    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
-        <Pod as Resource>::kind(dt)
-    }
-
-    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
-        <Pod as Resource>::group(dt)
-    }
-
-    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
-        <Pod as Resource>::version(dt)
-    }
-
-    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
-        <Pod as Resource>::plural(dt)
-    }
-
-    fn meta(&self) -> &kube::api::ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut kube::api::ObjectMeta {
-        &mut self.metadata
-    }
-}
-
 /// The subject of the [`API_SERVER_REACHABLE_KEY`] observations of the container-log watcher.
 pub const LOGS_SUBJECT: &str = "Pod/log";
 
 /// Records a container's log on the timeline when the container terminates: that is when its
 /// last words (a bootstrap giving up, a supervisor exiting) matter, and a pod deleted later
-/// takes its logs with it. It loses and regains the API server like [`pump`] and records its
-/// gaps the same way (subject [`LOGS_SUBJECT`]); a log it could not read in a gap is read once
-/// the API server answers again, if the pod is still there.
-async fn capture_logs(api: Api<Pod>, rec: Recorder) {
-    let mut seen: BTreeSet<(String, String, i32, u32)> = BTreeSet::new();
-    // The same pods as `api`'s, read slim.
-    let client = api.clone().into_client();
-    let mut follow = Follow::new(match api.namespace() {
-        Some(ns) => Api::<PodExits>::namespaced(client, ns),
-        None => Api::<PodExits>::all(client),
-    });
-    loop {
-        let pods = match follow.next().await {
-            Seen::Listed { items, after_gap } => {
-                if after_gap {
-                    reachable(&rec, LOGS_SUBJECT, true);
-                }
-                items
-            }
-            Seen::Apply(p) => vec![p],
-            Seen::Delete(_) => continue,
-            Seen::Lost(why) => {
-                tracing::debug!(error = %why, "the API server cannot be reached; container logs wait");
-                reachable(&rec, LOGS_SUBJECT, false);
-                continue;
-            }
-        };
-        'pods: for pod in pods {
-            let (Some(name), Some(uid)) = (pod.metadata.name.clone(), pod.metadata.uid.clone())
+/// takes its logs with it. It taps the pod watcher (one watch on pods, not two) and records the
+/// pod watcher's gaps again under its own subject ([`LOGS_SUBJECT`]), since a log can be
+/// missed in them; a log it could not read in a gap is read once the API server answers again
+/// and the relist brings the pod back, if the pod is still there.
+struct LogTap {
+    api: Api<Pod>,
+    /// (pod uid, container, exit code, restarts) of the terminations already read.
+    read: BTreeSet<(String, String, i32, u32)>,
+}
+
+impl LogTap {
+    fn new(api: Api<Pod>) -> Self {
+        Self {
+            api,
+            read: BTreeSet::new(),
+        }
+    }
+}
+
+impl Tap<Pod> for LogTap {
+    async fn seen(&mut self, rec: &Recorder, pods: &[Pod]) -> Result<(), String> {
+        for pod in pods {
+            let (Some(name), Some(uid)) = (pod.metadata.name.as_ref(), pod.metadata.uid.as_ref())
             else {
                 continue;
             };
@@ -571,7 +566,7 @@ async fn capture_logs(api: Api<Pod>, rec: Recorder) {
                 };
                 let restarts = u32::try_from(c.restart_count).unwrap_or(0);
                 let key = (uid.clone(), c.name.clone(), t.exit_code, restarts);
-                if seen.contains(&key) {
+                if self.read.contains(&key) {
                     continue;
                 }
                 let params = kube::api::LogParams {
@@ -579,29 +574,20 @@ async fn capture_logs(api: Api<Pod>, rec: Recorder) {
                     tail_lines: Some(CAPTURED_LOG_LINES),
                     ..Default::default()
                 };
-                let text = match tokio::time::timeout(STALL_DEADLINE, api.logs(&name, &params))
+                let text = match tokio::time::timeout(STALL_DEADLINE, self.api.logs(name, &params))
                     .await
                 {
                     Ok(Ok(text)) => text,
                     Ok(Err(e)) if !api_unreachable(&e) => {
                         tracing::debug!(pod = %name, error = %e, "cannot read a container log");
-                        seen.insert(key);
+                        self.read.insert(key);
                         continue;
                     }
                     // Not read: the relist after the gap brings the pod back here.
-                    failed => {
-                        let why = match failed {
-                            Ok(Err(e)) => e.to_string(),
-                            _ => format!("a log got no answer within {STALL_DEADLINE:?}"),
-                        };
-                        if let Some(Seen::Lost(why)) = follow.lose(why) {
-                            tracing::debug!(error = %why, "the API server cannot be reached; container logs wait");
-                            reachable(&rec, LOGS_SUBJECT, false);
-                        }
-                        break 'pods;
-                    }
+                    Ok(Err(e)) => return Err(e.to_string()),
+                    Err(_) => return Err(format!("a log got no answer within {STALL_DEADLINE:?}")),
                 };
-                seen.insert(key);
+                self.read.insert(key);
                 if !text.trim().is_empty() {
                     rec.record_watched(conformance_core::timeline::Event::Logs(
                         conformance_core::timeline::LogExcerpt {
@@ -614,6 +600,15 @@ async fn capture_logs(api: Api<Pod>, rec: Recorder) {
                 }
             }
         }
+        Ok(())
+    }
+
+    fn lost(&mut self, rec: &Recorder) {
+        reachable(rec, LOGS_SUBJECT, false);
+    }
+
+    fn regained(&mut self, rec: &Recorder) {
+        reachable(rec, LOGS_SUBJECT, true);
     }
 }
 
@@ -654,6 +649,7 @@ pub fn spawn_events(client: Client, namespace: &str, rec: Recorder) -> tokio::ta
         Api::<k8s_openapi::api::core::v1::Event>::namespaced(client, namespace),
         rec,
         event_state,
+        (),
     ))
 }
 

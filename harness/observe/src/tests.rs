@@ -177,6 +177,7 @@ async fn a_watcher_that_loses_the_api_server_records_a_gap_that_ends_when_it_rel
         Api::<Pod>::namespaced(client, NS),
         rec.clone(),
         pod_state,
+        (),
     ));
     tokio::time::sleep(Duration::from_secs(1)).await;
     let seen = rec.last_state(&pod_ref()).expect("the pod was seen");
@@ -244,6 +245,7 @@ async fn a_watcher_whose_api_server_answers_records_no_gap() {
         Api::<Pod>::namespaced(cluster.client(), NS),
         rec.clone(),
         pod_state,
+        (),
     ));
     tokio::time::sleep(Duration::from_secs(1)).await;
     set_phase(&cluster, "Succeeded");
@@ -301,6 +303,7 @@ async fn a_watcher_whose_watch_hangs_records_a_gap_within_the_stall_deadline_and
         Api::<Pod>::namespaced(kube::Client::new(flaky.clone(), NS), NS),
         rec.clone(),
         pod_state,
+        (),
     ));
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(rec.last_state(&pod_ref()).is_some(), "the pod was seen");
@@ -339,13 +342,18 @@ async fn a_watcher_whose_watch_hangs_records_a_gap_within_the_stall_deadline_and
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_log_watcher_records_a_hang_as_a_gap_and_reads_the_log_it_missed_afterwards() {
+async fn the_pod_watcher_records_a_hang_as_a_gap_in_the_logs_too_and_reads_the_log_it_missed_afterwards()
+ {
     let cluster = cluster();
     let flaky = Flaky::new(&cluster);
     let rec = Recorder::new();
-    let task = tokio::spawn(capture_logs(
-        Api::<Pod>::namespaced(kube::Client::new(flaky.clone(), NS), NS),
+    let pods = Api::<Pod>::namespaced(kube::Client::new(flaky.clone(), NS), NS);
+    let task = tokio::spawn(pump(
+        "Pod",
+        pods.clone(),
         rec.clone(),
+        pod_state,
+        LogTap::new(pods),
     ));
     tokio::time::sleep(Duration::from_secs(1)).await;
     flaky.hang();
@@ -375,8 +383,17 @@ async fn the_log_watcher_records_a_hang_as_a_gap_and_reads_the_log_it_missed_aft
             _ => None,
         })
         .collect();
-    let subject = Some(LOGS_SUBJECT.to_string());
-    assert_eq!(gaps, [(subject.clone(), false), (subject, true)]);
+    let logs_subject = Some(LOGS_SUBJECT.to_string());
+    let pod_subject = Some("Pod".to_string());
+    assert_eq!(
+        gaps,
+        [
+            (pod_subject.clone(), false),
+            (logs_subject.clone(), false),
+            (pod_subject, true),
+            (logs_subject, true)
+        ]
+    );
     let logs: Vec<String> = rec
         .snapshot()
         .entries

@@ -74,9 +74,11 @@ e2e-served:
 tools:
 	bash .ci/tools.sh
 
-## test: the project's tests (the README's test command)
+## test: the project's tests (the README's test command): the virtual-time and quick ones, then
+## the real path on served clusters, which waits in real time (minutes)
 test:
 	$(CARGO) nextest run --workspace --profile ci
+	$(CARGO) nextest run --workspace --profile ci-real-time
 
 ## lint: formatting and clippy, as CI checks them
 lint:

@@ -78,7 +78,52 @@ fn container(c: &ContainerStatus) -> ContainerState {
     }
 }
 
-pub fn pod_state(p: &Pod) -> ObjectState {
+/// A pod as the observers read it: its metadata and status. The spec (containers, volumes,
+/// environment) is skipped unparsed: the pod watcher sees every change of every pod, and building
+/// typed specs that nothing reads was over half of what parsing a pod cost.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+pub struct PodSeen {
+    pub metadata: kube::api::ObjectMeta,
+    #[serde(default)]
+    pub status: Option<k8s_openapi::api::core::v1::PodStatus>,
+}
+
+/// The same resource as [`Pod`]: requests go to the same URLs.
+impl Resource for PodSeen {
+    type DynamicType = ();
+    type Scope = <Pod as Resource>::Scope;
+
+    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+        <Pod as Resource>::kind(dt)
+    }
+
+    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+        <Pod as Resource>::group(dt)
+    }
+
+    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+        <Pod as Resource>::version(dt)
+    }
+
+    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+        <Pod as Resource>::plural(dt)
+    }
+
+    fn meta(&self) -> &kube::api::ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut kube::api::ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// Pods in a namespace, read as [`PodSeen`].
+fn pods_seen(client: Client, ns: &str) -> Api<PodSeen> {
+    Api::namespaced(client, ns)
+}
+
+pub fn pod_state(p: &PodSeen) -> ObjectState {
     let mut s = base("Pod", p);
     if let Some(st) = &p.status {
         s.phase = st.phase.clone();
@@ -482,13 +527,12 @@ pub fn spawn(client: Client, spec: &ObserveSpec) -> impl FnOnce(Recorder) -> Obs
     move |rec: Recorder| {
         let ns = spec.namespace.as_str();
         let mut obs = Observers::default();
-        let pods = Api::<Pod>::namespaced(client.clone(), ns);
         obs.push(tokio::spawn(pump(
             "Pod",
-            pods.clone(),
+            pods_seen(client.clone(), ns),
             rec.clone(),
             pod_state,
-            LogTap::new(pods),
+            LogTap::new(Api::<Pod>::namespaced(client.clone(), ns)),
         )));
         obs.push(tokio::spawn(pump(
             "PersistentVolumeClaim",
@@ -549,8 +593,8 @@ impl LogTap {
     }
 }
 
-impl Tap<Pod> for LogTap {
-    async fn seen(&mut self, rec: &Recorder, pods: &[Pod]) -> Result<(), String> {
+impl Tap<PodSeen> for LogTap {
+    async fn seen(&mut self, rec: &Recorder, pods: &[PodSeen]) -> Result<(), String> {
         for pod in pods {
             let (Some(name), Some(uid)) = (pod.metadata.name.as_ref(), pod.metadata.uid.as_ref())
             else {
@@ -669,7 +713,7 @@ where
 pub async fn snapshot(client: Client, spec: &ObserveSpec) -> kube::Result<Vec<ObjectState>> {
     let ns = spec.namespace.as_str();
     let mut out: Vec<ObjectState> = Vec::new();
-    out.extend(list_states(Api::<Pod>::namespaced(client.clone(), ns), pod_state).await?);
+    out.extend(list_states(pods_seen(client.clone(), ns), pod_state).await?);
     out.extend(
         list_states(
             Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns),
@@ -709,7 +753,7 @@ mod tests;
 mod mapping_tests {
     use super::*;
 
-    fn pod(json: serde_json::Value) -> Pod {
+    fn pod(json: serde_json::Value) -> PodSeen {
         serde_json::from_value(json).unwrap()
     }
 

@@ -174,7 +174,7 @@ async fn a_watcher_that_loses_the_api_server_records_a_gap_that_ends_when_it_rel
     let rec = Recorder::new();
     let task = tokio::spawn(pump(
         "Pod",
-        Api::<Pod>::namespaced(client, NS),
+        pods_seen(client, NS),
         rec.clone(),
         pod_state,
         (),
@@ -242,7 +242,7 @@ async fn a_watcher_whose_api_server_answers_records_no_gap() {
     let rec = Recorder::new();
     let task = tokio::spawn(pump(
         "Pod",
-        Api::<Pod>::namespaced(cluster.client(), NS),
+        pods_seen(cluster.client(), NS),
         rec.clone(),
         pod_state,
         (),
@@ -300,7 +300,7 @@ async fn a_watcher_whose_watch_hangs_records_a_gap_within_the_stall_deadline_and
     let rec = Recorder::new();
     let task = tokio::spawn(pump(
         "Pod",
-        Api::<Pod>::namespaced(kube::Client::new(flaky.clone(), NS), NS),
+        pods_seen(kube::Client::new(flaky.clone(), NS), NS),
         rec.clone(),
         pod_state,
         (),
@@ -347,13 +347,13 @@ async fn the_pod_watcher_records_a_hang_as_a_gap_in_the_logs_too_and_reads_the_l
     let cluster = cluster();
     let flaky = Flaky::new(&cluster);
     let rec = Recorder::new();
-    let pods = Api::<Pod>::namespaced(kube::Client::new(flaky.clone(), NS), NS);
+    let client = kube::Client::new(flaky.clone(), NS);
     let task = tokio::spawn(pump(
         "Pod",
-        pods.clone(),
+        pods_seen(client.clone(), NS),
         rec.clone(),
         pod_state,
-        LogTap::new(pods),
+        LogTap::new(Api::<Pod>::namespaced(client, NS)),
     ));
     tokio::time::sleep(Duration::from_secs(1)).await;
     flaky.hang();

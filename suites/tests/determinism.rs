@@ -1,20 +1,14 @@
 //! The determinism promise on the emulated target: the same model, defects, seed and selection
 //! give byte-identical timelines, whatever the number of cases run at once and however often.
 
-use std::sync::Arc;
-
 use conformance_catalog::catalog::{self, Selection as Pick};
-use conformance_core::engine::{CaseReport, EngineOptions, Outcome};
-use conformance_core::pool;
-use conformance_core::scenario::Case;
-use conformance_core::target::TargetFactory;
+use conformance_core::engine::Outcome;
 use conformance_core::topology::{Topologies, Topology};
 use conformance_models::spec::{Model, Selection};
-use conformance_models::target::EmulatedFactory;
 use rstest::rstest;
 
 mod common;
-use common::assert_same_timelines;
+use common::{assert_same_timelines, run};
 
 // These tests run the catalog over a thousand times; the binary's allocator (docs/dependencies.md
 // D12) makes that about a tenth cheaper.
@@ -23,11 +17,6 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn all_topologies() -> Vec<Topology> {
     Topologies::builtin().all().cloned().collect()
-}
-
-fn run(selection: &Selection, cases: Vec<Case>, jobs: usize) -> Vec<CaseReport> {
-    let factory: Arc<dyn TargetFactory> = Arc::new(EmulatedFactory::new(selection.clone()));
-    pool::run_paused(factory, EngineOptions::default(), cases, jobs, &())
 }
 
 /// Runs the whole catalog on every topology once with one case at a time and once with

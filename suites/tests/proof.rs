@@ -5,18 +5,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::Arc;
 
 use conformance_catalog::catalog::{self, Selection as Pick};
-use conformance_core::engine::{CaseReport, EngineOptions, Outcome};
+use conformance_core::engine::{CaseReport, Outcome};
 use conformance_core::phase::Phase;
-use conformance_core::pool;
 use conformance_core::scenario::Case;
-use conformance_core::target::TargetFactory;
 use conformance_core::timeline::{Event, Timeline};
 use conformance_core::topology::{Topologies, Topology};
 use conformance_models::spec::{DEFECTS, Model, Selection};
-use conformance_models::target::EmulatedFactory;
 use rstest::rstest;
 
 mod common;
@@ -37,9 +33,8 @@ fn all_topologies() -> Vec<Topology> {
 
 /// Runs cases on a model through the engine's paused-time pool, spread over the machine's cores.
 fn run_cases(selection: Selection, cases: Vec<Case>) -> Vec<CaseReport> {
-    let factory: Arc<dyn TargetFactory> = Arc::new(EmulatedFactory::new(selection));
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    pool::run_paused(factory, EngineOptions::default(), cases, threads, &())
+    common::run(&selection, cases, threads)
 }
 
 /// What did not pass, described.
@@ -242,8 +237,7 @@ fn every_defect_is_caught_by_some_scenario_naming_the_broken_requirement(
         &[topology("gateway"), topology("supervisor-pod")],
         &Pick::default(),
     );
-    let factory: Arc<dyn TargetFactory> = Arc::new(EmulatedFactory::new(selection));
-    let one_at_a_time = pool::run_paused(factory, EngineOptions::default(), again, 1, &());
+    let one_at_a_time = common::run(&selection, again, 1);
     assert!(
         one_at_a_time.len() > 10,
         "{}: the cases of two topologies",

@@ -1,6 +1,20 @@
 //! What the catalog's test binaries share.
 
-use conformance_core::engine::CaseReport;
+use std::sync::Arc;
+
+use conformance_core::engine::{CaseReport, EngineOptions};
+use conformance_core::pool;
+use conformance_core::scenario::Case;
+use conformance_core::target::TargetFactory;
+use conformance_models::spec::Selection;
+use conformance_models::target::EmulatedFactory;
+
+/// Runs cases on a model through the engine's paused-time pool, `jobs` at a time; reports come
+/// back in the order given.
+pub fn run(selection: &Selection, cases: Vec<Case>, jobs: usize) -> Vec<CaseReport> {
+    let factory: Arc<dyn TargetFactory> = Arc::new(EmulatedFactory::new(selection.clone()));
+    pool::run_paused(factory, EngineOptions::default(), cases, jobs, &())
+}
 
 /// Panics naming the first case whose timeline differs, and the first line where it does.
 pub fn assert_same_timelines(what: &str, a: &[CaseReport], b: &[CaseReport]) {

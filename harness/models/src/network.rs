@@ -7,7 +7,7 @@
 use conformance_core::timeline::READY_CONDITION;
 use kube_emulator::Pointer;
 use std::any::Any;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
@@ -16,15 +16,70 @@ use kube_emulator::{Cluster, ListOptions, ResourceRef};
 
 type Endpoint = Arc<dyn Any + Send + Sync>;
 
+/// Looked up by borrowed names on every connect (13 k a run), so kept as short lists searched
+/// in place rather than maps keyed by owned strings: a network holds a handful of each.
 #[derive(Default)]
 struct Inner {
-    endpoints: BTreeMap<(String, String, u16), Endpoint>,
+    endpoints: Vec<((String, String, u16), Endpoint)>,
     blocked: BTreeSet<(String, String)>,
     /// What `(namespace, service, port)` resolved to in the store at a resourceVersion: the
     /// models connect on nearly every step, mostly while the store has not changed, and
     /// resolving reads the Service and scans the namespace's pods. Keyed by resourceVersion
     /// alone, which holds because a network serves one cluster (every caller builds it so).
-    resolved: HashMap<(String, String, u16), (u64, Resolved)>,
+    resolved: Vec<((String, String, u16), u64, Resolved)>,
+}
+
+impl Inner {
+    fn endpoint(&self, ns: &str, pod: &str, port: u16) -> Option<&Endpoint> {
+        self.endpoints
+            .iter()
+            .find(|((n, p, o), _)| n == ns && p == pod && *o == port)
+            .map(|(_, ep)| ep)
+    }
+
+    fn cached(&self, ns: &str, svc: &str, port: u16, rv: u64) -> Option<&Resolved> {
+        self.resolved
+            .iter()
+            .find(|((n, s, p), at, _)| n == ns && s == svc && *p == port && *at == rv)
+            .map(|(_, _, r)| r)
+    }
+
+    fn remember(&mut self, ns: &str, svc: &str, port: u16, rv: u64, r: Resolved) {
+        match self
+            .resolved
+            .iter_mut()
+            .find(|((n, s, p), _, _)| n == ns && s == svc && *p == port)
+        {
+            Some(entry) => (entry.1, entry.2) = (rv, r),
+            None => self
+                .resolved
+                .push(((ns.to_string(), svc.to_string(), port), rv, r)),
+        }
+    }
+
+    /// The endpoint of the first backend, by name, that listens on its port.
+    fn pick<T: Send + Sync + 'static>(
+        &self,
+        r: &Resolved,
+        ns: &str,
+        host: &str,
+        port: u16,
+    ) -> Result<Arc<T>, NetError> {
+        let backends = match r {
+            Resolved::Backends(b) => b,
+            Resolved::NoSuchHost => return Err(NetError::NoSuchHost(host.to_string())),
+            Resolved::Refused => return Err(NetError::Refused(format!("{host}:{port}"))),
+        };
+        backends
+            .iter()
+            .find_map(|(name, pod_port)| {
+                self.endpoint(ns, name, *pod_port)?
+                    .clone()
+                    .downcast::<T>()
+                    .ok()
+            })
+            .ok_or_else(|| NetError::Refused(format!("{host}:{port}")))
+    }
 }
 
 /// A Service port resolved against the store: the ready backing pods by name with the pod port
@@ -65,22 +120,26 @@ impl Network {
 
     /// Listens on a pod port with an endpoint object (any type; clients ask for that type).
     pub fn bind<T: Send + Sync + 'static>(&self, ns: &str, pod: &str, port: u16, endpoint: Arc<T>) {
-        lock(&self.inner)
+        let mut inner = lock(&self.inner);
+        inner
             .endpoints
-            .insert((ns.to_string(), pod.to_string(), port), endpoint);
+            .retain(|((n, p, o), _)| !(n == ns && p == pod && *o == port));
+        inner
+            .endpoints
+            .push(((ns.to_string(), pod.to_string(), port), endpoint));
     }
 
     pub(crate) fn unbind(&self, ns: &str, pod: &str, port: u16) {
         lock(&self.inner)
             .endpoints
-            .remove(&(ns.to_string(), pod.to_string(), port));
+            .retain(|((n, p, o), _)| !(n == ns && p == pod && *o == port));
     }
 
     /// Drops every endpoint of a pod (its containers stopped or it was deleted).
     pub(crate) fn unbind_pod(&self, ns: &str, pod: &str) {
         lock(&self.inner)
             .endpoints
-            .retain(|(n, p, _), _| !(n == ns && p == pod));
+            .retain(|((n, p, _), _)| !(n == ns && p == pod));
     }
 
     /// Forgets every endpoint: the programs behind them hold the network, so a network that
@@ -114,47 +173,28 @@ impl Network {
         port: u16,
     ) -> Result<Arc<T>, NetError> {
         let mut parts = host.split('.');
-        let svc = parts.next().unwrap_or_default().to_string();
-        let ns = parts.next().unwrap_or(from_ns).to_string();
-        let addr = format!("{host}:{port}");
-        if lock(&self.inner)
-            .blocked
-            .contains(&(ns.clone(), svc.clone()))
+        let svc = parts.next().unwrap_or_default();
+        let ns = parts.next().unwrap_or(from_ns);
+        let rv = cluster.resource_version();
         {
-            return Err(NetError::Blackholed(addr));
-        }
-        let backends = match self.resolve(cluster, &ns, &svc, port) {
-            Resolved::Backends(b) => b,
-            Resolved::NoSuchHost => return Err(NetError::NoSuchHost(host.to_string())),
-            Resolved::Refused => return Err(NetError::Refused(addr)),
-        };
-        let inner = lock(&self.inner);
-        for (name, pod_port) in backends {
-            if let Some(ep) = inner.endpoints.get(&(ns.clone(), name, pod_port))
-                && let Ok(ep) = ep.clone().downcast::<T>()
-            {
-                return Ok(ep);
+            let inner = lock(&self.inner);
+            if inner.blocked.iter().any(|(n, s)| n == ns && s == svc) {
+                return Err(NetError::Blackholed(format!("{host}:{port}")));
+            }
+            // Resolved from the cache while the store's resourceVersion is the one it was
+            // resolved at.
+            if let Some(r) = inner.cached(ns, svc, port, rv) {
+                return inner.pick(r, ns, host, port);
             }
         }
-        Err(NetError::Refused(addr))
-    }
-
-    /// `ns/svc:port` resolved against the store, from the cache while the store's
-    /// resourceVersion is the one it was resolved at.
-    fn resolve(&self, cluster: &Cluster, ns: &str, svc: &str, port: u16) -> Resolved {
-        let key = (ns.to_string(), svc.to_string(), port);
-        let rv = cluster.resource_version();
-        if let Some((at, r)) = lock(&self.inner).resolved.get(&key)
-            && *at == rv
-        {
-            return r.clone();
-        }
         let r = resolve_in(cluster, ns, svc, port);
+        let mut inner = lock(&self.inner);
+        let picked = inner.pick(&r, ns, host, port);
         // Cached only if nothing was written while it was read.
         if cluster.resource_version() == rv {
-            lock(&self.inner).resolved.insert(key, (rv, r.clone()));
+            inner.remember(ns, svc, port, rv, r);
         }
-        r
+        picked
     }
 }
 

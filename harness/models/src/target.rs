@@ -2,6 +2,7 @@
 //! OpenShell model installed on it. Scenarios see it only through [`Target`].
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -462,23 +463,39 @@ impl Target for EmulatedTarget {
             let views = views.clone();
             self.model
                 .on_gateway_views(Arc::new(move |vs: &[SandboxView]| {
-                    // What a client could not have read is not what the gateway showed.
+                    // What a client could not have read is not what the gateway showed; it is
+                    // listed once the gateway can be reached again.
                     if client.connect().is_ok() {
                         views.seen(vs);
+                    } else {
+                        views.missed.store(true, Ordering::Relaxed);
                     }
                 }));
         }
         // Whether the gateway can be reached follows its pod's readiness (a store change, so
-        // wake on each) and network faults (the tick).
+        // wake on each) and network faults (the tick). While it stays reachable the hook has
+        // recorded every write, so the gateway is listed only when it becomes reachable or a
+        // write went unrecorded: listing on every store change was a top item of the proof's
+        // profile.
         let client = self.client.clone();
         let mut changes = self.cluster.subscribe();
         let every = self.timings.view_poll;
         obs.push(tokio::spawn(async move {
+            let mut current = false;
             loop {
-                match client.list() {
-                    Ok(vs) => views.seen(&vs),
-                    Err(e) => views.unreachable(&e.to_string()),
-                }
+                let missed = views.missed.swap(false, Ordering::Relaxed);
+                let listed = match client.connect() {
+                    Ok(_) if current && !missed => Ok(()),
+                    Ok(_) => client.list().map(|vs| views.seen(&vs)),
+                    Err(e) => Err(e),
+                };
+                current = match listed {
+                    Ok(()) => true,
+                    Err(e) => {
+                        views.unreachable(&e.to_string());
+                        false
+                    }
+                };
                 tokio::select! {
                     biased;
                     r = changes.changed() => {
@@ -690,6 +707,8 @@ impl Drop for EmulatedTarget {
 struct GatewayViews {
     rec: Recorder,
     known: Arc<Mutex<BTreeSet<String>>>,
+    /// A write of the gateway's store went unrecorded (the gateway could not be reached).
+    missed: Arc<AtomicBool>,
 }
 
 impl GatewayViews {
@@ -697,6 +716,7 @@ impl GatewayViews {
         Self {
             rec,
             known: Arc::default(),
+            missed: Arc::default(),
         }
     }
 

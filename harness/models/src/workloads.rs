@@ -20,8 +20,8 @@
 //! policy `Delete`, ControllerRevision objects, Deployment progress deadlines.
 
 use kube_emulator::Pointer;
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value, json};
 use tokio::task::JoinHandle;
@@ -167,11 +167,38 @@ fn obj_map(v: Option<&Value>) -> Map<String, Value> {
 /// The StatefulSet, Deployment and ReplicaSet controllers.
 pub(crate) struct WorkloadControllers {
     cluster: Cluster,
+    /// Template hashes by workload uid, with the generation they were computed at.
+    hashes: Mutex<HashMap<String, (i64, String)>>,
 }
 
 impl WorkloadControllers {
     pub(crate) fn new(cluster: Cluster) -> Self {
-        Self { cluster }
+        Self {
+            cluster,
+            hashes: Mutex::default(),
+        }
+    }
+
+    /// The workload's template hash, computed once per generation: the template is spec, which
+    /// changes only with a new generation, and hashing serialises the whole template (every
+    /// pass hashed every workload, 2 % of the proof's instructions).
+    fn template_hash_of(&self, workload: &Value) -> String {
+        let template = workload.at("/spec/template");
+        let (Some(uid), Some(generation)) = (
+            s(workload, "/metadata/uid"),
+            workload.at("/metadata/generation").and_then(Value::as_i64),
+        ) else {
+            return template_hash(template);
+        };
+        let mut hashes = self.hashes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((at, hash)) = hashes.get(uid)
+            && *at == generation
+        {
+            return hash.clone();
+        }
+        let hash = template_hash(template);
+        hashes.insert(uid.to_string(), (generation, hash.clone()));
+        hash
     }
 
     /// Runs until the task is aborted.
@@ -245,7 +272,7 @@ impl WorkloadControllers {
             .unwrap_or(1)
             .max(0);
         let ordered = s(sts, "/spec/podManagementPolicy") != Some("Parallel");
-        let revision = format!("{name}-{}", template_hash(sts.at("/spec/template")));
+        let revision = format!("{name}-{}", self.template_hash_of(sts));
         let pods = self.pods_in(ns);
         let owned = |p: &PodView| p.owner.as_deref() == Some(uid);
         let ordinal = |pname: &str| -> Option<i64> {
@@ -481,7 +508,7 @@ impl WorkloadControllers {
             .and_then(Value::as_i64)
             .unwrap_or(1)
             .max(0);
-        let hash = template_hash(d.at("/spec/template"));
+        let hash = self.template_hash_of(d);
         let rs_name = format!("{name}-{hash}");
         let owned: Vec<Arc<Value>> = self
             .cluster

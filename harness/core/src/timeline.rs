@@ -300,33 +300,35 @@ impl ObjectState {
 
     /// A one-line summary for failure messages: `Pod/ns/name uid=… phase=Failed Ready=False(PodFailed) agent=terminated(1)`.
     pub fn summary(&self) -> String {
+        use std::fmt::Write;
+        // Written in place: the report summarises every state it draws.
         let mut s = self.object_ref().to_string();
         if let Some(uid) = &self.uid {
-            s.push_str(&format!(" uid={uid}"));
+            let _ = write!(s, " uid={uid}");
         }
         if self.deleted {
             s.push_str(" deleted");
         }
         if let Some(p) = &self.phase {
-            s.push_str(&format!(" phase={p}"));
+            let _ = write!(s, " phase={p}");
         }
         for c in &self.conditions {
-            s.push_str(&format!(" {}={}", c.type_, c.status));
+            let _ = write!(s, " {}={}", c.type_, c.status);
             if let Some(r) = &c.reason {
-                s.push_str(&format!("({r})"));
+                let _ = write!(s, "({r})");
             }
         }
         for c in &self.containers {
-            s.push_str(&format!(" {}={}", c.name, c.state));
+            let _ = write!(s, " {}={}", c.name, c.state);
             if let Some(code) = c.exit_code {
-                s.push_str(&format!("({code})"));
+                let _ = write!(s, "({code})");
             }
             if let Some(n) = c.restart_count.filter(|n| *n > 0) {
-                s.push_str(&format!(" restarts={n}"));
+                let _ = write!(s, " restarts={n}");
             }
         }
         if let Some(r) = &self.replicas {
-            s.push_str(&format!(" replicas={}/{}", r.ready, r.desired));
+            let _ = write!(s, " replicas={}/{}", r.ready, r.desired);
         }
         s
     }
@@ -601,31 +603,41 @@ impl Timeline {
     }
 }
 
-/// The latest known state of every object, as of some point in a timeline.
+/// The latest known state of every object, as of some point in a timeline. It borrows the
+/// timeline's states: the checks replay a timeline into a world for every check, and copying
+/// each state was a top item of the proof's profile.
 #[derive(Clone, Debug, Default)]
-pub struct World {
-    objects: BTreeMap<ObjectRef, ObjectState>,
+pub struct World<'t> {
+    /// By kind, namespace and name: the order of [`ObjectRef`].
+    objects: BTreeMap<(&'t str, Option<&'t str>, &'t str), &'t ObjectState>,
 }
 
-impl World {
-    pub fn apply(&mut self, event: &Event) {
+impl<'t> World<'t> {
+    pub fn apply(&mut self, event: &'t Event) {
         if let Event::Object(state) = event {
-            self.objects.insert(state.object_ref(), state.clone());
+            self.objects.insert(
+                (&state.kind, state.namespace.as_deref(), &state.name),
+                state,
+            );
         }
     }
 
-    pub fn get(&self, r: &ObjectRef) -> Option<&ObjectState> {
-        self.objects.get(r)
+    pub fn get(&self, r: &ObjectRef) -> Option<&'t ObjectState> {
+        // Keys of a shorter lifetime look up the same map (it is covariant in its keys).
+        let objects: &BTreeMap<(&str, Option<&str>, &str), &'t ObjectState> = &self.objects;
+        objects
+            .get(&(r.kind.as_str(), r.namespace.as_deref(), r.name.as_str()))
+            .copied()
     }
 
     /// Every object ever seen, deleted ones included (with `deleted` set).
-    pub fn all(&self) -> impl Iterator<Item = &ObjectState> {
-        self.objects.values()
+    pub fn all(&self) -> impl Iterator<Item = &'t ObjectState> + '_ {
+        self.objects.values().copied()
     }
 
     /// Objects that currently exist.
-    pub fn live(&self) -> impl Iterator<Item = &ObjectState> {
-        self.objects.values().filter(|o| !o.deleted)
+    pub fn live(&self) -> impl Iterator<Item = &'t ObjectState> + '_ {
+        self.all().filter(|o| !o.deleted)
     }
 }
 

@@ -304,9 +304,15 @@ pub(crate) async fn delete(ctx: &Ctx, sandbox: &str) -> Result<(), StepError> {
     let what = format!("nothing of the deleted sandbox {sandbox} to be left");
     let r = ctx
         .wait_for(&what, CLEANUP, || async {
+            let states: Vec<Event> = ctx
+                .rec
+                .last_states()
+                .into_iter()
+                .map(Event::Object)
+                .collect();
             let mut world = World::default();
-            for state in ctx.rec.last_states() {
-                world.apply(&Event::Object(state));
+            for state in &states {
+                world.apply(state);
             }
             Ok(gone.holds(&world).then_some(()))
         })

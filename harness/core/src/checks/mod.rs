@@ -560,7 +560,7 @@ pub fn fmt_ms(ms: u64) -> String {
     }
 }
 
-fn world_through(t: &Timeline, idx: usize) -> World {
+fn world_through(t: &Timeline, idx: usize) -> World<'_> {
     let mut w = World::default();
     for e in &t.entries[..=idx] {
         w.apply(&e.event);
@@ -638,15 +638,19 @@ fn eval_eventually(t: &Timeline, p: &Predicate, after: &Anchor, within_ms: u64) 
 
 /// Walks the window, calling `bad` on the world at the window start and after every entry in
 /// it; returns the first instant at which `bad` is true.
-struct Scan {
+struct Scan<'t> {
     window: WindowMs,
     /// When `bad` first held, and the world then.
-    first_bad: Option<(u64, World)>,
+    first_bad: Option<(u64, World<'t>)>,
     /// The world at the end of the window.
-    end: World,
+    end: World<'t>,
 }
 
-fn scan_window(t: &Timeline, w: &Window, bad: impl Fn(&World) -> bool) -> Result<Scan, Verdict> {
+fn scan_window<'t>(
+    t: &'t Timeline,
+    w: &Window,
+    bad: impl Fn(&World) -> bool,
+) -> Result<Scan<'t>, Verdict> {
     let i = w.from.resolve(t).ok_or_else(|| missing_anchor(&w.from))?;
     let k = w.to.resolve(t).ok_or_else(|| missing_anchor(&w.to))?;
     let window = WindowMs {

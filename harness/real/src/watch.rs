@@ -485,6 +485,11 @@ async fn watch_one(
                     tracing::debug!(sandbox = %name, error = %detail, "WatchSandbox stream broke; reconnecting");
                     broken.get_or_insert(detail);
                 } else {
+                    // However the stream was lost (a break, or an end the gateway could not
+                    // be asked about), a gap on the timeline is said when it is back.
+                    if established {
+                        broken.get_or_insert(detail.clone());
+                    }
                     rec.observe(SandboxView::unreachable_state(&name, &detail));
                 }
             }

@@ -493,6 +493,15 @@ impl Ctx {
         self.rec.mark(marker.as_str());
     }
 
+    /// Marks `marker` after every state the observers have recorded: within a millisecond the
+    /// timeline puts the harness's own entries before what observers saw
+    /// ([`crate::timeline::Recorder::snapshot`]), so a mark that means "once this was seen",
+    /// placed in the millisecond the state was seen, would come before that state.
+    pub async fn mark_after_observed(&self, marker: &Marker) {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        self.mark(marker);
+    }
+
     pub fn observe_value(&self, key: &str, subject: Option<&str>, value: serde_json::Value) {
         self.rec.record(Event::Observation {
             key: key.to_string(),

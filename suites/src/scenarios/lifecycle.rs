@@ -912,14 +912,16 @@ fn kill_supervisor(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         // alone it could count the Ready of before the kill, which the gateway reports until it
         // notices (in virtual time the two share a millisecond, and upstream's model, whose
         // sandbox never recovers, passed that check). A supervisor back before anyone noticed
-        // leaves the sandbox Ready throughout: then the mark comes at the wait's end.
+        // leaves the sandbox Ready throughout: then the mark comes at the wait's end. The mark
+        // follows the state that ended the wait on the timeline too, or "Ready again" would be
+        // judged from the Ready the gateway reported before it noticed.
         if let Err(e) = ctx
             .wait_phase_left(&name, &Phase::Ready, LOSS_NOTICED)
             .await
         {
             ctx.rec.note(format!("not reached: {e}"));
         }
-        ctx.mark(&SUPERVISOR_LOST);
+        ctx.mark_after_observed(&SUPERVISOR_LOST).await;
         Ok(())
     })
 }

@@ -343,6 +343,7 @@ impl EmulatedTarget {
         mut cond: impl FnMut(&Self) -> Result<(), String>,
     ) -> TargetResult<()> {
         let deadline = tokio::time::Instant::now() + self.timings.fault_deadline;
+        let mut changes = self.cluster.subscribe();
         loop {
             match cond(self) {
                 Ok(()) => return Ok(()),
@@ -352,8 +353,23 @@ impl EmulatedTarget {
                         self.timings.fault_deadline.as_secs()
                     )));
                 }
-                Err(_) => tokio::time::sleep(self.timings.poll).await,
+                Err(_) => self.next_change(&mut changes).await,
             }
+        }
+    }
+
+    /// Until the store changes (or a poll interval passes, for what the store does not show,
+    /// such as the network). Waking on the change itself makes a wait end at the instant its
+    /// condition holds, whatever order the models' tasks ran in within that instant.
+    async fn next_change(&self, changes: &mut kube_emulator::sync::watch::Receiver<u64>) {
+        tokio::select! {
+            biased;
+            r = changes.changed() => {
+                if r.is_err() {
+                    tokio::time::sleep(self.timings.poll).await;
+                }
+            }
+            () = tokio::time::sleep(self.timings.poll) => {}
         }
     }
 
@@ -421,6 +437,7 @@ impl Target for EmulatedTarget {
         crate::install::install(&self.cluster, &self.model)
             .map_err(|e| TargetError::infra(format!("install: {}", e.message)))?;
         let deadline = tokio::time::Instant::now() + self.timings.install_deadline;
+        let mut changes = self.cluster.subscribe();
         loop {
             match self.gateway_ready() {
                 Ok(()) => return Ok(()),
@@ -430,7 +447,7 @@ impl Target for EmulatedTarget {
                         self.timings.install_deadline.as_secs()
                     )));
                 }
-                Err(_) => tokio::time::sleep(self.timings.poll).await,
+                Err(_) => self.next_change(&mut changes).await,
             }
         }
     }

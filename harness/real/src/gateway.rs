@@ -209,8 +209,11 @@ fn describe(pods: &[Pod]) -> String {
         .join("; ")
 }
 
-/// Polls `probe` every `every` until it returns Some, or fails at `deadline` with an error
-/// naming the stage, the deadline and the last state seen.
+/// Polls `probe` until it returns Some, or fails at `deadline` with an error naming the stage,
+/// the deadline and the last state seen. The first probes come quickly (after
+/// [`FIRST_POLL`], doubling) and the interval grows to `every`: most of the harness's waits
+/// hold for well under a second, and polling them at `every` from the start made a short case
+/// spend more time waiting out the interval than on what it waited for.
 pub(crate) async fn wait_until<T, F, Fut>(
     stage: &str,
     deadline: Duration,
@@ -222,6 +225,7 @@ where
     Fut: std::future::Future<Output = TargetResult<(Option<T>, String)>>,
 {
     let end = tokio::time::Instant::now() + deadline;
+    let mut interval = FIRST_POLL.min(every);
     let mut last;
     loop {
         match probe().await {
@@ -235,11 +239,17 @@ where
                 humantime::format_duration(deadline)
             )));
         }
-        tokio::time::sleep(every).await;
+        tokio::time::sleep(interval).await;
+        interval = (interval * 2).min(every);
     }
 }
 
+/// The longest interval between two probes of a wait on the cluster.
 pub(crate) const POLL: Duration = Duration::from_millis(500);
+
+/// The first interval of a wait: 50, 100, 200, 400 ms, then [`POLL`] (or the wait's own
+/// interval), so a wait's API load stays at two requests a second once it lasts.
+pub(crate) const FIRST_POLL: Duration = Duration::from_millis(50);
 
 /// Waits until the gateway has no pods left (a scale to zero took effect).
 pub(crate) async fn wait_pods_gone(

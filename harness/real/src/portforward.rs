@@ -42,14 +42,11 @@ where
     stats.connections.fetch_add(1, Ordering::Relaxed);
     // A short wait rides over a rollout; a stopped gateway refuses connections like a real
     // outage would, instead of hanging the CLI.
-    let pod = match gateway::wait_until(
+    let pod = match gateway::await_ready_pod(
+        client,
+        workload,
         "port-forward: resolve a ready gateway pod",
         resolve_wait,
-        Duration::from_millis(250),
-        || async {
-            let p = gateway::ready_pod(client, workload).await?;
-            Ok((p, "no ready gateway pod".to_string()))
-        },
     )
     .await
     {

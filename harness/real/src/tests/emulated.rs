@@ -382,10 +382,11 @@ async fn gateway_stop_scales_to_zero_journals_first_and_restores_the_original_re
         1
     );
     assert!(
-        gateway::ready_pod(&c.client(), &workload())
+        gateway::pods(&c.client(), &workload())
             .await
             .unwrap()
-            .is_some()
+            .iter()
+            .any(gateway::pod_ready)
     );
     assert!(
         !dir.path().join(journal::FILE_NAME).exists(),
@@ -435,10 +436,11 @@ async fn after_a_simulated_kill_the_journal_restores_the_stopped_gateway() {
         1
     );
     assert!(
-        gateway::ready_pod(&c.client(), &workload())
+        gateway::pods(&c.client(), &workload())
             .await
             .unwrap()
-            .is_some()
+            .iter()
+            .any(gateway::pod_ready)
     );
     assert!(!path.exists());
     // Running it again finds nothing to do.

@@ -208,15 +208,15 @@ pub(crate) async fn await_ready_pod(
                 Err(e) => error = Some(e.to_string()),
             }
             if let Some(p) = seen.values().find(|p| owned_by_workload(p) && pod_ready(p)) {
-                return p.name_any();
+                return Some(p.name_any());
             }
         }
-        String::new()
+        None
     })
     .await;
     match found {
-        Ok(pod) if !pod.is_empty() => Ok(pod),
-        _ => {
+        Ok(Some(pod)) => Ok(pod),
+        Ok(None) | Err(_) => {
             let pods: Vec<Pod> = seen.into_values().filter(owned_by_workload).collect();
             let mut last = format!("no ready gateway pod ({})", describe(&pods));
             if let Some(e) = error {

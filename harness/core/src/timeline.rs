@@ -615,11 +615,16 @@ pub struct World<'t> {
 impl<'t> World<'t> {
     pub fn apply(&mut self, event: &'t Event) {
         if let Event::Object(state) = event {
-            self.objects.insert(
-                (&state.kind, state.namespace.as_deref(), &state.name),
-                state,
-            );
+            self.insert(state);
         }
+    }
+
+    /// Takes `state` as its object's latest.
+    pub fn insert(&mut self, state: &'t ObjectState) {
+        self.objects.insert(
+            (&state.kind, state.namespace.as_deref(), &state.name),
+            state,
+        );
     }
 
     pub fn get(&self, r: &ObjectRef) -> Option<&'t ObjectState> {

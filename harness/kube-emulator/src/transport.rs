@@ -44,10 +44,7 @@ impl tower::Service<http::Request<kube::client::Body>> for InMemory {
     fn call(&mut self, req: http::Request<kube::client::Body>) -> Self::Future {
         let router = self.router.clone();
         if !req.headers().contains_key(http::header::UPGRADE) {
-            return Box::pin(async move {
-                let resp = router.oneshot(req.map(Body::new)).await?;
-                Ok(resp)
-            });
+            return Box::pin(async move { Ok(router.oneshot(req.map(Body::new)).await?) });
         }
         Box::pin(async move {
             let (client_io, server_io) = tokio::io::duplex(64 * 1024);

@@ -29,18 +29,23 @@ struct Inner {
     resolved: Vec<((String, String, u16), u64, Resolved)>,
 }
 
+/// Whether an owned `(namespace, name, port)` key is the one named by borrowed parts.
+fn is_key(key: &(String, String, u16), ns: &str, name: &str, port: u16) -> bool {
+    key.0 == ns && key.1 == name && key.2 == port
+}
+
 impl Inner {
     fn endpoint(&self, ns: &str, pod: &str, port: u16) -> Option<&Endpoint> {
         self.endpoints
             .iter()
-            .find(|((n, p, o), _)| n == ns && p == pod && *o == port)
+            .find(|(key, _)| is_key(key, ns, pod, port))
             .map(|(_, ep)| ep)
     }
 
     fn cached(&self, ns: &str, svc: &str, port: u16, rv: u64) -> Option<&Resolved> {
         self.resolved
             .iter()
-            .find(|((n, s, p), at, _)| n == ns && s == svc && *p == port && *at == rv)
+            .find(|(key, at, _)| is_key(key, ns, svc, port) && *at == rv)
             .map(|(_, _, r)| r)
     }
 
@@ -48,7 +53,7 @@ impl Inner {
         match self
             .resolved
             .iter_mut()
-            .find(|((n, s, p), _, _)| n == ns && s == svc && *p == port)
+            .find(|(key, _, _)| is_key(key, ns, svc, port))
         {
             Some(entry) => (entry.1, entry.2) = (rv, r),
             None => self
@@ -123,7 +128,7 @@ impl Network {
         let mut inner = lock(&self.inner);
         inner
             .endpoints
-            .retain(|((n, p, o), _)| !(n == ns && p == pod && *o == port));
+            .retain(|(key, _)| !is_key(key, ns, pod, port));
         inner
             .endpoints
             .push(((ns.to_string(), pod.to_string(), port), endpoint));
@@ -132,7 +137,7 @@ impl Network {
     pub(crate) fn unbind(&self, ns: &str, pod: &str, port: u16) {
         lock(&self.inner)
             .endpoints
-            .retain(|((n, p, o), _)| !(n == ns && p == pod && *o == port));
+            .retain(|(key, _)| !is_key(key, ns, pod, port));
     }
 
     /// Drops every endpoint of a pod (its containers stopped or it was deleted).

@@ -353,23 +353,8 @@ impl EmulatedTarget {
                         self.timings.fault_deadline.as_secs()
                     )));
                 }
-                Err(_) => self.next_change(&mut changes).await,
+                Err(_) => next_change(&mut changes, self.timings.poll).await,
             }
-        }
-    }
-
-    /// Until the store changes (or a poll interval passes, for what the store does not show,
-    /// such as the network). Waking on the change itself makes a wait end at the instant its
-    /// condition holds, whatever order the models' tasks ran in within that instant.
-    async fn next_change(&self, changes: &mut kube_emulator::sync::watch::Receiver<u64>) {
-        tokio::select! {
-            biased;
-            r = changes.changed() => {
-                if r.is_err() {
-                    tokio::time::sleep(self.timings.poll).await;
-                }
-            }
-            () = tokio::time::sleep(self.timings.poll) => {}
         }
     }
 
@@ -447,7 +432,7 @@ impl Target for EmulatedTarget {
                         self.timings.install_deadline.as_secs()
                     )));
                 }
-                Err(_) => self.next_change(&mut changes).await,
+                Err(_) => next_change(&mut changes, self.timings.poll).await,
             }
         }
     }
@@ -513,15 +498,7 @@ impl Target for EmulatedTarget {
                         false
                     }
                 };
-                tokio::select! {
-                    biased;
-                    r = changes.changed() => {
-                        if r.is_err() {
-                            tokio::time::sleep(every).await;
-                        }
-                    }
-                    _ = tokio::time::sleep(every) => {}
-                }
+                next_change(&mut changes, every).await;
             }
         }));
         Ok(obs)
@@ -760,6 +737,21 @@ impl GatewayViews {
             self.rec
                 .observe(SandboxView::unreachable_state(name, detail));
         }
+    }
+}
+
+/// Until the store changes, or `every` passes (for what the store does not show, such as the
+/// network). Waking on the change itself makes a wait end at the instant its condition holds,
+/// whatever order the models' tasks ran in within that instant.
+async fn next_change(changes: &mut kube_emulator::sync::watch::Receiver<u64>, every: Duration) {
+    tokio::select! {
+        biased;
+        r = changes.changed() => {
+            if r.is_err() {
+                tokio::time::sleep(every).await;
+            }
+        }
+        () = tokio::time::sleep(every) => {}
     }
 }
 

@@ -296,7 +296,7 @@ pub(crate) const POLL: Duration = Duration::from_millis(500);
 
 /// The first interval of a wait: 50, 100, 200, 400 ms, then [`POLL`] (or the wait's own
 /// interval), so a wait's API load stays at two requests a second once it lasts.
-pub(crate) const FIRST_POLL: Duration = Duration::from_millis(50);
+const FIRST_POLL: Duration = Duration::from_millis(50);
 
 /// Waits until the gateway has no pods left (a scale to zero took effect).
 pub(crate) async fn wait_pods_gone(

@@ -15,7 +15,7 @@ use conformance_core::target::{
     Fault, RestartPolicy, START_MARK, SandboxSpec, TargetError, count_start_marks,
     workspace_pvc_name,
 };
-use conformance_core::timeline::{Event, GATEWAY_SANDBOX_KIND, StartCount, World};
+use conformance_core::timeline::{GATEWAY_SANDBOX_KIND, StartCount, World};
 use conformance_core::topology::SupervisorPlacement;
 
 /// The role of the one sandbox most scenarios work with.
@@ -304,15 +304,10 @@ pub(crate) async fn delete(ctx: &Ctx, sandbox: &str) -> Result<(), StepError> {
     let what = format!("nothing of the deleted sandbox {sandbox} to be left");
     let r = ctx
         .wait_for(&what, CLEANUP, || async {
-            let states: Vec<Event> = ctx
-                .rec
-                .last_states()
-                .into_iter()
-                .map(Event::Object)
-                .collect();
+            let states = ctx.rec.last_states();
             let mut world = World::default();
             for state in &states {
-                world.apply(state);
+                world.insert(state);
             }
             Ok(gone.holds(&world).then_some(()))
         })

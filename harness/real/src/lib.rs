@@ -13,6 +13,7 @@
 //! [`cluster::provider`] (`cluster up|down`), [`journal::restore_from`] and
 //! [`diagnostics::collect`].
 
+mod apiclient;
 mod cli;
 pub mod cluster;
 pub mod command;

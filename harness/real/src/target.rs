@@ -74,7 +74,7 @@ pub(crate) async fn client_for(kubeconfig: Option<&Path>, context: &str) -> Resu
     let cfg = Config::from_custom_kubeconfig(kc, &opts)
         .await
         .map_err(|e| Error::infra_from(format!("context {context}"), e))?;
-    Client::try_from(cfg).map_err(|e| Error::infra_from(format!("context {context}"), e))
+    crate::apiclient::client(cfg).map_err(|e| Error::infra_from(format!("context {context}"), e))
 }
 
 /// Checks that the API server answers.

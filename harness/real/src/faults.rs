@@ -259,6 +259,7 @@ impl FaultInjector {
                 &format!("fault {fault}: pod {name} deleted"),
                 self.deadlines.pods_gone,
                 gateway::POLL,
+                gateway::Wake::on(api.clone(), gateway::named(name)),
                 || async {
                     let p = api.get_opt(name).await.map_err(|e| kerr("get pod", e))?;
                     let uid = p.as_ref().and_then(|p| p.uid());
@@ -508,6 +509,7 @@ impl FaultInjector {
             &format!("fault {fault}: container {container} of pod {cr} stopped or restarted"),
             self.deadlines.replacement,
             gateway::POLL,
+            gateway::Wake::on(api.clone(), gateway::named(cr)),
             || async {
                 let Some(p) = api.get_opt(cr).await.map_err(|e| kerr("get pod", e))? else {
                     return Ok((Some(()), format!("pod {cr} absent")));
@@ -587,6 +589,7 @@ impl FaultInjector {
                 &format!("fault {fault}: node-access pod {name} running on {node}"),
                 self.deadlines.replacement,
                 gateway::POLL,
+                gateway::Wake::on(api.clone(), gateway::named(&name)),
                 || async {
                     let p = api.get(&name).await.map_err(|e| kerr("get pod", e))?;
                     let phase = p.status.and_then(|s| s.phase).unwrap_or_default();
@@ -694,6 +697,7 @@ impl FaultInjector {
                         &format!("replacement of pod {name}"),
                         self.deadlines.replacement,
                         gateway::POLL,
+                        gateway::Wake::on(api.clone(), gateway::named(name)),
                         || async {
                             let p = api.get_opt(name).await.map_err(|e| kerr("get pod", e))?;
                             let uid = p.as_ref().and_then(|p| p.uid());
@@ -1093,6 +1097,7 @@ impl FaultInjector {
                     ),
                     appears,
                     gateway::POLL,
+                    gateway::Wake::on(api.clone(), gateway::named(&resource)),
                     || async {
                         let sb = api
                             .get_opt(&resource)
@@ -1432,6 +1437,7 @@ pub(crate) async fn delete_node_pod(
         &format!("node-access pod {ns}/{name} deleted"),
         deadline,
         gateway::POLL,
+        gateway::Wake::on(api.clone(), gateway::named(name)),
         || async {
             let p = api.get_opt(name).await.map_err(|e| kerr("get pod", e))?;
             Ok(match p {

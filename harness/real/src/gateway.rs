@@ -256,15 +256,50 @@ fn describe(pods: &[Pod]) -> String {
         .join("; ")
 }
 
-/// Polls `probe` until it returns Some, or fails at `deadline` with an error naming the stage,
-/// the deadline and the last state seen. The first probes come quickly (after
-/// [`FIRST_POLL`], doubling) and the interval grows to `every`: most of the harness's waits
-/// hold for well under a second, and polling them at `every` from the start made a short case
-/// spend more time waiting out the interval than on what it waited for.
+/// What a wait watches: when it changes, the wait probes again at once instead of waiting out
+/// its interval. A gateway that turned ready was seen up to half a second late by polling,
+/// which moved the end of every gateway fault (and the recovery times measured from it) by as
+/// much.
+pub(crate) struct Wake(futures::stream::BoxStream<'static, ()>);
+
+impl Wake {
+    /// Any change of the objects `api` and `cfg` select (the watcher lists first, then follows
+    /// changes; it retries a broken watch with backoff, and the wait still polls meanwhile).
+    pub(crate) fn on<K>(api: Api<K>, cfg: kube::runtime::watcher::Config) -> Self
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        Self(watcher(api, cfg).default_backoff().map(|_| ()).boxed())
+    }
+
+    /// Either's changes.
+    pub(crate) fn or(self, other: Self) -> Self {
+        Self(Box::pin(futures::stream::select(self.0, other.0)))
+    }
+
+    /// Until the next change, taking every change already there with it (one probe for a
+    /// burst). A stream that ended never wakes again.
+    async fn next(&mut self) {
+        use futures::{FutureExt, StreamExt};
+        if self.0.next().await.is_none() {
+            self.0 = Box::pin(futures::stream::pending());
+            return std::future::pending().await;
+        }
+        while let Some(Some(())) = self.0.next().now_or_never() {}
+    }
+}
+
+/// Probes until `probe` returns Some, or fails at `deadline` with an error naming the stage,
+/// the deadline and the last state seen. It probes again as soon as `wake` sees a change, and
+/// otherwise polls: the first probes come quickly (after [`FIRST_POLL`], doubling) and the
+/// interval grows to `every`, in case the watch is broken or misses what the probe reads.
 pub(crate) async fn wait_until<T, F, Fut>(
     stage: &str,
     deadline: Duration,
     every: Duration,
+    mut wake: Wake,
     mut probe: F,
 ) -> TargetResult<T>
 where
@@ -286,8 +321,13 @@ where
                 humantime::format_duration(deadline)
             )));
         }
-        tokio::time::sleep(interval).await;
-        interval = (interval * 2).min(every);
+        tokio::select! {
+            biased;
+            () = wake.next() => {}
+            () = tokio::time::sleep_until(end.min(tokio::time::Instant::now() + interval)) => {
+                interval = (interval * 2).min(every);
+            }
+        }
     }
 }
 
@@ -314,11 +354,41 @@ pub(crate) async fn wait_workload_pods_gone(
     stage: &str,
     deadline: Duration,
 ) -> TargetResult<()> {
-    wait_until(stage, deadline, POLL, || async {
+    wait_until(stage, deadline, POLL, pods_wake(client, w), || async {
         let p = pods(client, w).await?;
         Ok((p.is_empty().then_some(()), describe(&p)))
     })
     .await
+}
+
+/// A watch of the one object named `name`.
+pub(crate) fn named(name: &str) -> kube::runtime::watcher::Config {
+    kube::runtime::watcher::Config::default().fields(&format!("metadata.name={name}"))
+}
+
+/// Changes of the workload's pods.
+fn pods_wake(client: &Client, w: &Workload) -> Wake {
+    Wake::on(
+        Api::<Pod>::namespaced(client.clone(), &w.namespace),
+        kube::runtime::watcher::Config::default()
+            .labels(&conformance_core::effect::label_selector(&w.selector)),
+    )
+}
+
+/// Changes of the workload's pods and of the workload itself (its ready count).
+fn workload_wake(client: &Client, w: &Workload) -> Wake {
+    let cfg = named(&w.name);
+    let own = match w.kind {
+        WorkloadKind::StatefulSet => Wake::on(
+            Api::<StatefulSet>::namespaced(client.clone(), &w.namespace),
+            cfg,
+        ),
+        WorkloadKind::Deployment => Wake::on(
+            Api::<Deployment>::namespaced(client.clone(), &w.namespace),
+            cfg,
+        ),
+    };
+    pods_wake(client, w).or(own)
 }
 
 /// Waits until `want` replicas are ready, none terminating, and (if given) none of the pods
@@ -334,6 +404,7 @@ pub(crate) async fn wait_ready(
         &format!("{} ready ({want} replicas)", w.label()),
         deadline,
         POLL,
+        workload_wake(client, w),
         || async {
             let p = pods(client, w).await?;
             let ready = p

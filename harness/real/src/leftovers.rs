@@ -166,6 +166,10 @@ pub(crate) async fn delete_data_pvcs(
         "teardown: wait for the gateway data PVCs to be deleted",
         deadline,
         std::time::Duration::from_secs(1),
+        crate::gateway::Wake::on(
+            Api::<PersistentVolumeClaim>::namespaced(client.clone(), &opts.namespace),
+            Default::default(),
+        ),
         || async {
             let left = data_pvcs(client, opts)
                 .await

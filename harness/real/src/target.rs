@@ -634,6 +634,7 @@ impl RealTarget {
             "teardown: the case's sandboxes gone from the gateway and the cluster",
             self.opts.timeouts.cli_lifecycle,
             gateway::POLL,
+            gateway::Wake::on(resources.clone(), Default::default()),
             || async {
                 let mut left = Vec::new();
                 for n in &names {

@@ -109,6 +109,7 @@ pub(crate) async fn read(
             &format!("read workspace: reader pod {name} running"),
             deadline,
             gateway::POLL,
+            gateway::Wake::on(pods.clone(), gateway::named(&name)),
             || async {
                 let p = pods.get(&name).await.map_err(|e| {
                     TargetError::infra_from(format!("read workspace: get reader pod {name}"), e)

@@ -314,6 +314,45 @@ async fn the_port_forward_resolves_the_gateway_pod_again_for_each_connection() {
     ctl.abort();
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_wait_on_the_cluster_ends_when_what_it_watches_changes_not_a_poll_later() {
+    let c = cluster();
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(c.client(), NS);
+    let start = tokio::time::Instant::now();
+    let maker = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1000)).await;
+            running_pod(&c, "late", json!({}), None, &["x"]);
+        })
+    };
+    let probes = AtomicU32::new(0);
+    gateway::wait_until(
+        "pod late there",
+        Duration::from_secs(10),
+        gateway::POLL,
+        gateway::Wake::on(pods.clone(), gateway::named("late")),
+        || async {
+            probes.fetch_add(1, Ordering::SeqCst);
+            let p = pods.get_opt("late").await.map_err(|e| {
+                conformance_core::target::TargetError::infra_from("get pod late", e)
+            })?;
+            Ok((p.map(|_| ()), "absent".to_string()))
+        },
+    )
+    .await
+    .unwrap();
+    // Polling alone probes at 0, 50, 150, 350, 750 and 1250 ms: the pod made at 1000 ms would
+    // be seen 250 ms late.
+    let waited = start.elapsed();
+    assert!(
+        waited < Duration::from_millis(1010),
+        "seen after {waited:?}, {} probes",
+        probes.load(Ordering::SeqCst)
+    );
+    maker.await.unwrap();
+}
+
 fn injector(c: &Cluster, dir: &std::path::Path, placement: SupervisorPlacement) -> FaultInjector {
     FaultInjector::new(
         c.client(),

@@ -441,6 +441,17 @@ pub(crate) struct ActiveFault {
     pub fault: Fault,
 }
 
+/// What a wait probes again on, besides its poll ([`Ctx::wait_for_waking`]).
+#[derive(Clone, Copy, Debug)]
+pub enum WakeOn<'a> {
+    /// Only its poll.
+    Poll,
+    /// A new state of this object recorded by an observer.
+    Object(&'a ObjectRef),
+    /// A new state of any object recorded by an observer.
+    AnyObject,
+}
+
 /// The context a step runs in.
 pub struct Ctx {
     pub target: Arc<dyn Target>,
@@ -635,17 +646,19 @@ impl Ctx {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<Option<T>, StepError>>,
     {
-        self.wait_for_waking(what, deadline, None, probe).await
+        self.wait_for_waking(what, deadline, WakeOn::Poll, probe)
+            .await
     }
 
-    /// [`Ctx::wait_for`] that also probes as soon as an observer records a new state of
-    /// `wake_on`: the object whose state the probe asks the target about, so the wait ends
-    /// when the change is seen rather than up to a poll later.
+    /// [`Ctx::wait_for`] that also probes as soon as an observer records a new state of what
+    /// `wake_on` names: the object whose state the probe asks the target about, or any object
+    /// for a probe over several, so the wait ends when the change is seen rather than up to a
+    /// poll later.
     pub async fn wait_for_waking<T, F, Fut>(
         &self,
         what: &str,
         deadline: Duration,
-        wake_on: Option<&ObjectRef>,
+        wake_on: WakeOn<'_>,
         mut probe: F,
     ) -> Result<T, StepError>
     where
@@ -655,7 +668,11 @@ impl Ctx {
         let until = tokio::time::Instant::now() + deadline;
         loop {
             // Before the probe, so that a state recorded while it runs wakes the next one.
-            let changed = wake_on.map(|o| self.rec.next_watched_state(o));
+            let changed = match wake_on {
+                WakeOn::Poll => None,
+                WakeOn::Object(o) => Some(self.rec.next_watched_state(Some(o))),
+                WakeOn::AnyObject => Some(self.rec.next_watched_state(None)),
+            };
             if let Some(v) = probe().await? {
                 return Ok(v);
             }
@@ -713,7 +730,7 @@ impl Ctx {
         let phase_names: Vec<&str> = phases.iter().map(Phase::name).collect();
         let what = format!("sandbox {name} to be {}", phase_names.join(" or "));
         let object = Self::gateway_sandbox(name);
-        self.wait_for_waking(&what, deadline, Some(&object), || async {
+        self.wait_for_waking(&what, deadline, WakeOn::Object(&object), || async {
             match self.get_sandbox(name).await {
                 Ok(Some(v)) if phases.contains(&v.phase) => Ok(Some(v)),
                 Ok(_) => Ok(None),
@@ -735,7 +752,7 @@ impl Ctx {
     ) -> Result<Option<SandboxView>, StepError> {
         let what = format!("sandbox {name} to leave {}", phase.name());
         let object = Self::gateway_sandbox(name);
-        self.wait_for_waking(&what, deadline, Some(&object), || async {
+        self.wait_for_waking(&what, deadline, WakeOn::Object(&object), || async {
             match self.get_sandbox(name).await {
                 Ok(Some(v)) if &v.phase == phase => Ok(None),
                 Ok(v) => Ok(Some(v)),
@@ -783,7 +800,7 @@ impl Ctx {
         self.wait_for_waking(
             &format!("sandbox {name} to be deleted"),
             deadline,
-            Some(&Self::gateway_sandbox(name)),
+            WakeOn::Object(&Self::gateway_sandbox(name)),
             || async {
                 match self.get_sandbox(name).await {
                     Ok(None) => Ok(Some(())),

@@ -664,9 +664,9 @@ struct RecorderInner {
     last_state: BTreeMap<ObjectRef, ObjectState>,
     /// Told about every entry as it is recorded (progress display).
     listener: Option<Listener>,
-    /// Steps waiting for an observer to record the next state of an object
-    /// ([`Recorder::next_watched_state`]); each is told once.
-    state_waiters: Vec<(ObjectRef, tokio::sync::oneshot::Sender<()>)>,
+    /// Steps waiting for an observer to record the next state of an object (None: of any
+    /// object) ([`Recorder::next_watched_state`]); each is told once.
+    state_waiters: Vec<(Option<ObjectRef>, tokio::sync::oneshot::Sender<()>)>,
 }
 
 /// Called with every entry as it is recorded.
@@ -733,7 +733,7 @@ impl Recorder {
             // In the order they began to wait, so that emulated runs stay deterministic.
             let waiters = std::mem::take(&mut inner.state_waiters);
             for (of, tx) in waiters {
-                if of == key {
+                if of.as_ref().is_none_or(|of| *of == key) {
                     let _ = tx.send(());
                 } else if !tx.is_closed() {
                     inner.state_waiters.push((of, tx));
@@ -752,12 +752,13 @@ impl Recorder {
     /// harness's own reads do not count): a step that polls for a state wakes on it at once
     /// instead of at its next poll. Registered when called, not when first polled, so a state
     /// recorded in between is not missed.
+    /// `object` None: a state of any object.
     pub fn next_watched_state(
         &self,
-        object: &ObjectRef,
+        object: Option<&ObjectRef>,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.lock().state_waiters.push((object.clone(), tx));
+        self.lock().state_waiters.push((object.cloned(), tx));
         async move {
             // A recorder dropped first ends the wait too; the caller's poll still bounds it.
             let _ = rx.await;

@@ -10,7 +10,7 @@ use conformance_core::keys::{FaultKey, Marker};
 use conformance_core::phase::Phase;
 use futures::future::BoxFuture;
 
-use conformance_core::scenario::{CaseInfo, Ctx, StepError, StepResult};
+use conformance_core::scenario::{CaseInfo, Ctx, StepError, StepResult, WakeOn};
 use conformance_core::target::{
     Fault, RestartPolicy, START_MARK, SandboxSpec, TargetError, count_start_marks,
     workspace_pvc_name,
@@ -56,7 +56,7 @@ pub(crate) async fn pod_seen_stopped(ctx: &Ctx, sandbox: &str) {
         .wait_for_waking(
             "the sandbox pod seen not running",
             POD_STOP_SKEW,
-            Some(&wake),
+            WakeOn::Object(&wake),
             || async { Ok(running().is_none().then_some(())) },
         )
         .await;
@@ -302,8 +302,9 @@ pub(crate) async fn delete(ctx: &Ctx, sandbox: &str) -> Result<(), StepError> {
     // time is not a leak.
     let gone = leaks_gone(&ctx.case, sandbox);
     let what = format!("nothing of the deleted sandbox {sandbox} to be left");
+    // Several objects go: any of them seen gone may be the last.
     let r = ctx
-        .wait_for(&what, CLEANUP, || async {
+        .wait_for_waking(&what, CLEANUP, WakeOn::AnyObject, || async {
             let states = ctx.rec.last_states();
             let mut world = World::default();
             for state in &states {

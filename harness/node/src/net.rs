@@ -33,6 +33,9 @@ use crate::{NetNs, NodeError};
 
 /// The node bridge's name inside the node namespace.
 const BRIDGE: &str = "br0";
+/// The bridge's MAC: locally administered, fixed (each node has a namespace of its own, so no
+/// two bridges share a link).
+const BRIDGE_MAC: &str = "02:00:0a:f4:00:01";
 /// The pod side of every veth pair, inside the pod namespace.
 const POD_LINK: &str = "eth0";
 
@@ -207,7 +210,11 @@ impl NodeNetwork {
             &ns,
             &[
                 "link set lo up",
-                &format!("link add {BRIDGE} type bridge"),
+                // An address of its own: a bridge without one takes the lowest MAC of its
+                // ports, so a pod's veth leaving or joining could change it, and every pod's
+                // cached ARP entry for the node (its default route) pointed at a MAC nobody
+                // answered until the entry expired, 30-60 s without a route out.
+                &format!("link add {BRIDGE} address {BRIDGE_MAC} type bridge"),
                 &format!("addr add {node_ip}/{prefix} dev {BRIDGE}"),
                 &format!("link set {BRIDGE} up"),
             ],

@@ -279,6 +279,35 @@ async fn dropping_a_pod_network_removes_its_veth_pair() {
     assert!(pod_links.contains(" lo:"), "{pod_links}");
 }
 
+/// The MAC of the node's bridge (its address as the pods' default route sees it).
+fn bridge_mac(node: &NodeNetwork) -> String {
+    let out = run_ip(ip_program().unwrap(), &node.node.ns, &["link show br0"]).unwrap();
+    out.split_whitespace()
+        .skip_while(|w| *w != "link/ether")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no MAC in {out:?}"))
+        .to_string()
+}
+
+#[test]
+fn the_node_keeps_its_mac_while_pods_come_and_go_so_no_pod_loses_its_route() {
+    if !supported() {
+        return;
+    }
+    let node = node(NODE_IP);
+    let first = bridge_mac(&node);
+    // Each veth has a random MAC; a bridge that took the lowest of its ports' would change
+    // with nearly every pod that joins or leaves.
+    let mut pods = Vec::new();
+    for i in 0..12u8 {
+        pods.push(pod(&node, Ipv4Addr::new(10, 244, 0, 10 + i)));
+        if i % 3 == 2 {
+            pods.remove(0);
+        }
+        assert_eq!(bridge_mac(&node), first, "after pod change {i}");
+    }
+}
+
 #[test]
 fn a_pod_address_outside_the_node_subnet_or_on_the_node_is_refused() {
     if !supported() {

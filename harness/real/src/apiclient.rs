@@ -15,9 +15,8 @@ use tower::{BoxError, ServiceBuilder, retry::RetryLayer};
 
 /// A client for `cfg` with the layers kube's `Client::try_from` stacks (base URI, retry of
 /// server errors when the config asks, authentication, extra headers, a trace span per
-/// request) and its timeouts, over
-/// `TCP_NODELAY` connections. A config that goes through a proxy keeps kube's own client,
-/// which knows how to tunnel.
+/// request) and its timeouts, over `TCP_NODELAY` connections. A config that goes through a
+/// proxy keeps kube's own client, which knows how to tunnel.
 pub(crate) fn client(cfg: Config) -> kube::Result<Client> {
     if cfg.proxy_url.is_some() {
         return Client::try_from(cfg);

@@ -174,8 +174,8 @@ pub(crate) async fn pods(client: &Client, w: &Workload) -> TargetResult<Vec<Pod>
     Ok(v)
 }
 
-/// A ready pod of workload `w`, waiting up to `within` for one. The wait follows a watch of the
-/// workload's pods, so it ends the moment a pod turns ready: the observers' gRPC streams
+/// A ready pod of workload `w`, waiting up to `within` for one. The wait wakes on a watch of
+/// the workload's pods, so it ends the moment a pod turns ready: the observers' gRPC streams
 /// reconnect through the port-forward while the gateway restarts, and polling for the pod added
 /// up to its interval to the first phase seen after every restart.
 pub(crate) async fn await_ready_pod(
@@ -184,50 +184,12 @@ pub(crate) async fn await_ready_pod(
     stage: &str,
     within: Duration,
 ) -> TargetResult<String> {
-    use futures::StreamExt;
-    use kube::runtime::{WatchStreamExt, watcher};
-    let api = Api::<Pod>::namespaced(client.clone(), &w.namespace);
-    let cfg =
-        watcher::Config::default().labels(&conformance_core::effect::label_selector(&w.selector));
-    let mut seen: BTreeMap<String, Pod> = BTreeMap::new();
-    let mut error = None;
-    let found = tokio::time::timeout(within, async {
-        // The watcher lists first (Init, InitApply..., InitDone), then follows changes; it
-        // retries a broken watch with backoff.
-        let mut events = std::pin::pin!(watcher(api, cfg).default_backoff());
-        while let Some(event) = events.next().await {
-            match event {
-                Ok(watcher::Event::Init) => seen.clear(),
-                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
-                    seen.insert(p.name_any(), p);
-                }
-                Ok(watcher::Event::Delete(p)) => {
-                    seen.remove(&p.name_any());
-                }
-                Ok(watcher::Event::InitDone) => {}
-                Err(e) => error = Some(e.to_string()),
-            }
-            if let Some(p) = seen.values().find(|p| owned_by_workload(p) && pod_ready(p)) {
-                return Some(p.name_any());
-            }
-        }
-        None
+    wait_until(stage, within, POLL, pods_wake(client, w), || async {
+        let p = pods(client, w).await?;
+        let ready = p.iter().find(|p| pod_ready(p)).map(|p| p.name_any());
+        Ok((ready, format!("no ready gateway pod ({})", describe(&p))))
     })
-    .await;
-    match found {
-        Ok(Some(pod)) => Ok(pod),
-        Ok(None) | Err(_) => {
-            let pods: Vec<Pod> = seen.into_values().filter(owned_by_workload).collect();
-            let mut last = format!("no ready gateway pod ({})", describe(&pods));
-            if let Some(e) = error {
-                last.push_str(&format!("; watch error: {e}"));
-            }
-            Err(TargetError::infra(format!(
-                "{stage}: gave up after {}; last seen: {last}",
-                humantime::format_duration(within)
-            )))
-        }
-    }
+    .await
 }
 
 fn describe(pods: &[Pod]) -> String {

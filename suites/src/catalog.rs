@@ -1,81 +1,23 @@
 //! The catalog: every scenario with the parameter variants it runs with, expanded into cases
 //! for the chosen topologies.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use conformance_core::checks::Check;
-use conformance_core::scenario::{Case, Params, Scenario};
+use conformance_core::scenario::{Case, Params};
 use conformance_core::target::TargetInfo;
 use conformance_core::timeline::RunInfo;
 use conformance_core::topology::Topologies;
 use conformance_core::topology::Topology;
 
-use crate::scenarios::lifecycle::{BadMaterial, Completed, Trigger, Via};
-use crate::scenarios::{lifecycle, outages, sweep};
+use crate::scenarios;
+use crate::scenarios::seeded_sweep;
 
-/// A scenario and the parameter sets it runs with.
-pub struct Entry {
-    pub scenario: Arc<Scenario>,
-    pub variants: Vec<Params>,
-    /// Its variants run the fault schedule generated from the run's seed.
-    pub seeded: bool,
-}
+pub use crate::scenarios::common::Entry;
 
-fn outages_of(secs: &[u64]) -> Vec<Params> {
-    secs.iter()
-        .map(|s| Params::default().with_outage(Duration::from_secs(*s)))
-        .collect()
-}
-
-fn one() -> Vec<Params> {
-    vec![Params::default()]
-}
-
-/// Every scenario with its default variants.
+/// Every scenario with its default variants, in catalog order (listed in `scenarios/mod.rs`).
 pub fn entries() -> Vec<Entry> {
-    let e = |s: Scenario, variants: Vec<Params>| Entry {
-        scenario: Arc::new(s),
-        variants,
-        seeded: false,
-    };
-    vec![
-        e(lifecycle::provisioning(), one()),
-        // Longer than the policy-fetch retry window (11 s) and than the sidecar wait (120 s).
-        e(outages::bootstrap_outage(), outages_of(&[30, 150])),
-        e(
-            lifecycle::permanent_bootstrap_error(),
-            [BadMaterial::Credentials, BadMaterial::Certificate]
-                .map(|w| Params::default().with_variant(w))
-                .to_vec(),
-        ),
-        e(outages::gateway_restart(), one()),
-        // The last is longer than a watch's 290 s idle timeout.
-        e(outages::gateway_outage(), outages_of(&[30, 150, 330])),
-        e(lifecycle::stopped_through_outage(), outages_of(&[30])),
-        e(
-            lifecycle::completed_workload(),
-            [0, 1]
-                .into_iter()
-                .flat_map(|exit| {
-                    [Via::GatewayRestart, Via::SupervisorRestart]
-                        .map(|via| Params::default().with_variant(Completed { exit, via }))
-                })
-                .collect(),
-        ),
-        e(lifecycle::error_recovery(), one()),
-        e(
-            lifecycle::restart_policy_always(),
-            [Trigger::MainKill, Trigger::GatewayRestart]
-                .map(|t| Params::default().with_variant(t))
-                .to_vec(),
-        ),
-        e(lifecycle::supervisor_restart(), one()),
-        Entry {
-            seeded: true,
-            ..e(sweep::seeded_sweep(), one())
-        },
-    ]
+    scenarios::entries()
 }
 
 /// What to run.
@@ -100,9 +42,9 @@ pub fn cases(topologies: &[Topology], sel: &Selection) -> Vec<Case> {
             variants = vec![Params::default().with_outage(o)];
         }
         if entry.seeded {
-            let seed = sel.seed.unwrap_or(sweep::DEFAULT_SEED);
+            let seed = sel.seed.unwrap_or(seeded_sweep::DEFAULT_SEED);
             for v in &mut variants {
-                v.schedule = Some(sweep::schedule_for(seed));
+                v.schedule = Some(seeded_sweep::schedule_for(seed));
             }
         }
         for topology in topologies {

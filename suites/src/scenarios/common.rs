@@ -1,8 +1,9 @@
 //! What every scenario does the same way: a workload that marks its own starts in its
 //! workspace (a sentinel of its own; the starts themselves are counted from what the target
 //! reports), sentinels, a real command through the sandbox shell, deletion with a leak check,
-//! and the checks that go with them.
+//! and the checks that go with them; and what each scenario file hands the catalog ([`Entry`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use conformance_core::checks::{Anchor, Check, Cmp, Counted, Predicate, Selector, Window};
@@ -10,13 +11,43 @@ use conformance_core::keys::{FaultKey, Marker};
 use conformance_core::phase::Phase;
 use futures::future::BoxFuture;
 
-use conformance_core::scenario::{CaseInfo, Ctx, StepError, StepResult, WakeOn};
+use conformance_core::scenario::{CaseInfo, Ctx, Params, Scenario, StepError, StepResult, WakeOn};
 use conformance_core::target::{
     Fault, RestartPolicy, START_MARK, SandboxSpec, TargetError, count_start_marks,
     workspace_pvc_name,
 };
 use conformance_core::timeline::{GATEWAY_SANDBOX_KIND, StartCount, World};
 use conformance_core::topology::SupervisorPlacement;
+
+/// A scenario and the parameter sets it runs with.
+pub struct Entry {
+    pub scenario: Arc<Scenario>,
+    pub variants: Vec<Params>,
+    /// Its variants run the fault schedule generated from the run's seed.
+    pub seeded: bool,
+}
+
+impl Entry {
+    pub(crate) fn new(scenario: Scenario, variants: Vec<Params>) -> Self {
+        Self {
+            scenario: Arc::new(scenario),
+            variants,
+            seeded: false,
+        }
+    }
+}
+
+/// One variant per outage length, in seconds.
+pub(crate) fn outages_of(secs: &[u64]) -> Vec<Params> {
+    secs.iter()
+        .map(|s| Params::default().with_outage(Duration::from_secs(*s)))
+        .collect()
+}
+
+/// The scenario's one variant, without parameters.
+pub(crate) fn one() -> Vec<Params> {
+    vec![Params::default()]
+}
 
 /// The role of the one sandbox most scenarios work with.
 pub(crate) const MAIN: &str = "main";
@@ -591,4 +622,94 @@ pub(crate) fn pod_incarnations(
 /// The window from a fault's start to a marker set once the scenario has verified recovery.
 pub(crate) fn fault_until(fault: &FaultKey, marker: &Marker) -> Window {
     Window::new(Anchor::fault_start(fault), Anchor::marker(marker))
+}
+
+// ---- shared by several scenarios ------------------------------------------------------------
+
+pub(crate) fn with_leaks(mut checks: Vec<Check>, case: &CaseInfo) -> Vec<Check> {
+    checks.extend(no_leaks(case, MAIN));
+    checks
+}
+
+/// For scenarios that start from a Ready sandbox: that it got there comes first.
+pub(crate) fn from_ready(mut checks: Vec<Check>, case: &CaseInfo) -> Vec<Check> {
+    checks.insert(0, provisioned(case, MAIN));
+    with_leaks(checks, case)
+}
+
+/// Step shared by gateway-restart and gateway-outage: the sandbox is Ready again and usable.
+pub(crate) fn verify_ready(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        ctx.settle_phase(&name, &[Phase::Ready], RECOVERY).await;
+        // Shared by the restart and the outage: only the fault this case injected resolves.
+        for fault in [&GATEWAY_OUTAGE, &GATEWAY_RESTART] {
+            record_recovery(ctx, &Anchor::fault_end(fault), &name);
+        }
+        check_shell(ctx, &name).await;
+        ctx.read_sentinel(&name, "before-fault").await;
+        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+        observe_start_marks(ctx, &name).await;
+        ctx.mark(&VERIFIED);
+        Ok(())
+    })
+}
+
+/// A Ready sandbox goes through `fault` on the gateway unharmed.
+pub(crate) fn ready_sandbox_checks(case: &CaseInfo, fault: &FaultKey) -> Vec<Check> {
+    let pod = Selector::named("Pod", &case.resource_name(&case.sandbox_name(MAIN)));
+    let mut checks = vec![
+        provisioned(case, MAIN),
+        ready_within(
+            "the sandbox returns to Ready once the gateway is back",
+            &["R9"],
+            case,
+            MAIN,
+            Anchor::fault_end(fault),
+            RECOVERY,
+        ),
+        never(
+            "the sandbox never turns terminal",
+            &["R9"],
+            case,
+            MAIN,
+            &[Phase::Error, Phase::Stopped, Phase::Completed],
+            fault_until(fault, &VERIFIED),
+        ),
+        Check::count(
+            "the sandbox pod keeps running: it is never replaced",
+            &["R9"],
+            conformance_core::checks::Counted::Incarnations {
+                object: pod.clone(),
+            },
+            Some(Window::new(
+                Anchor::fault_start(fault),
+                Anchor::marker(&VERIFIED),
+            )),
+            conformance_core::checks::Cmp::Eq,
+            1,
+        ),
+        Check::never(
+            "the sandbox pod's containers are never restarted",
+            &["R9"],
+            Predicate::RestartsAbove {
+                object: pod,
+                max: 0,
+            },
+            fault_until(fault, &VERIFIED),
+        ),
+        starts_eq(
+            "the running workload is not started again",
+            &["R7", "R9"],
+            case,
+            MAIN,
+            "starts",
+            1,
+        ),
+        shell_usable(case, MAIN, &["R9"]),
+        sentinels(),
+        start_marks_kept(case, MAIN),
+    ];
+    checks.extend(no_leaks(case, MAIN));
+    checks
 }

@@ -21,6 +21,14 @@ pub(crate) fn schedule_for(seed: u64) -> FaultSchedule {
     FaultSchedule::generate(seed, &ScheduleSpec::default())
 }
 
+/// The catalog's entry: this scenario, its variants drawing their schedule from the run's seed.
+pub(crate) fn entry() -> Entry {
+    Entry {
+        seeded: true,
+        ..Entry::new(seeded_sweep(), one())
+    }
+}
+
 pub(crate) fn seeded_sweep() -> Scenario {
     Scenario {
         id: "seeded-sweep".into(),

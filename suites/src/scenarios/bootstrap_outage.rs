@@ -1,9 +1,9 @@
-//! Gateway outages and restarts: during bootstrap (bug 1) and with Ready sandboxes (bug 3).
+//! The gateway is stopped, the sandbox pod is replaced so that bootstrap runs while the gateway
+//! is away, and the gateway returns after the outage (bug 1; docs/upstream-facts.md F9.5, F9.6).
 
 use std::time::Duration;
 
 use conformance_core::checks::{Anchor, Check, Predicate, Selector, Window};
-use conformance_core::keys::FaultKey;
 use conformance_core::phase::Phase;
 use conformance_core::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepResult};
 use conformance_core::target::{Capability, Fault};
@@ -11,10 +11,12 @@ use futures::future::BoxFuture;
 
 use super::common::*;
 
-// ---- bootstrap outage ---------------------------------------------------------------------
+/// The catalog's entry: this scenario and the parameter sets it runs with.
+pub(crate) fn entry() -> Entry {
+    // Longer than the policy-fetch retry window (11 s) and than the sidecar wait (120 s).
+    Entry::new(bootstrap_outage(), outages_of(&[30, 150]))
+}
 
-/// The gateway is stopped, the sandbox pod is replaced so that bootstrap runs while the gateway
-/// is away, and the gateway returns after the outage (bug 1; docs/upstream-facts.md F9.5, F9.6).
 pub(crate) fn bootstrap_outage() -> Scenario {
     Scenario {
         id: "bootstrap-outage".into(),
@@ -168,154 +170,6 @@ fn bootstrap_outage_checks(case: &CaseInfo) -> Vec<Check> {
                 1
             },
         ),
-    ];
-    checks.extend(no_leaks(case, MAIN));
-    checks
-}
-
-// ---- gateway restart and outage with Ready sandboxes ----------------------------------------
-
-/// The gateway pod is deleted while sandboxes are Ready (bug 3; docs/upstream-facts.md F1.15,
-/// F9.6).
-pub(crate) fn gateway_restart() -> Scenario {
-    Scenario {
-        id: "gateway-restart".into(),
-        title: "Ready sandbox through a gateway restart".into(),
-        requirements: ["R6", "R7", "R9", "R13"].map(String::from).to_vec(),
-        requires: vec![Capability::MainCommand, Capability::GatewayRestart],
-        steps: vec![
-            Step::new(
-                Stage::Seed,
-                "create a Ready sandbox and write a sentinel",
-                seed_main,
-            ),
-            Step::new(Stage::Fault, "restart the gateway", restart_fault),
-            Step::new(Stage::Verify, "wait for Ready and read back", verify_ready),
-            Step::new(Stage::Verify, "delete the sandbox", delete_main),
-        ],
-        checks: gateway_restart_checks,
-    }
-}
-
-/// The gateway is scaled to zero for the outage, then back (bug 3).
-pub(crate) fn gateway_outage() -> Scenario {
-    Scenario {
-        id: "gateway-outage".into(),
-        title: "Ready sandbox through a gateway outage".into(),
-        requirements: ["R6", "R7", "R9", "R13"].map(String::from).to_vec(),
-        requires: vec![Capability::MainCommand, Capability::GatewayStop],
-        steps: vec![
-            Step::new(
-                Stage::Seed,
-                "create a Ready sandbox and write a sentinel",
-                seed_main,
-            ),
-            Step::new(
-                Stage::Fault,
-                "stop the gateway for the outage",
-                outage_fault,
-            ),
-            Step::new(Stage::Verify, "wait for Ready and read back", verify_ready),
-            Step::new(Stage::Verify, "delete the sandbox", delete_main),
-        ],
-        checks: gateway_outage_checks,
-    }
-}
-
-fn restart_fault(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
-    Box::pin(async move {
-        ctx.inject(&GATEWAY_RESTART, Fault::GatewayRestart).await?;
-        ctx.restore(&GATEWAY_RESTART).await
-    })
-}
-
-fn outage_fault(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
-    Box::pin(async move {
-        let outage = ctx.params().outage.unwrap_or(Duration::from_secs(30));
-        ctx.outage(&GATEWAY_OUTAGE, outage).await?;
-        Ok(())
-    })
-}
-
-fn verify_ready(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
-    Box::pin(async move {
-        let name = ctx.sandbox_name(MAIN);
-        ctx.settle_phase(&name, &[Phase::Ready], RECOVERY).await;
-        // Shared by the restart and the outage: only the fault this case injected resolves.
-        for fault in [&GATEWAY_OUTAGE, &GATEWAY_RESTART] {
-            record_recovery(ctx, &Anchor::fault_end(fault), &name);
-        }
-        check_shell(ctx, &name).await;
-        ctx.read_sentinel(&name, "before-fault").await;
-        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
-        observe_start_marks(ctx, &name).await;
-        ctx.mark(&VERIFIED);
-        Ok(())
-    })
-}
-
-fn gateway_restart_checks(case: &CaseInfo) -> Vec<Check> {
-    ready_sandbox_checks(case, &GATEWAY_RESTART)
-}
-
-fn gateway_outage_checks(case: &CaseInfo) -> Vec<Check> {
-    ready_sandbox_checks(case, &GATEWAY_OUTAGE)
-}
-
-/// A Ready sandbox goes through `fault` on the gateway unharmed.
-fn ready_sandbox_checks(case: &CaseInfo, fault: &FaultKey) -> Vec<Check> {
-    let pod = Selector::named("Pod", &case.resource_name(&case.sandbox_name(MAIN)));
-    let mut checks = vec![
-        provisioned(case, MAIN),
-        ready_within(
-            "the sandbox returns to Ready once the gateway is back",
-            &["R9"],
-            case,
-            MAIN,
-            Anchor::fault_end(fault),
-            RECOVERY,
-        ),
-        never(
-            "the sandbox never turns terminal",
-            &["R9"],
-            case,
-            MAIN,
-            &[Phase::Error, Phase::Stopped, Phase::Completed],
-            fault_until(fault, &VERIFIED),
-        ),
-        Check::count(
-            "the sandbox pod keeps running: it is never replaced",
-            &["R9"],
-            conformance_core::checks::Counted::Incarnations {
-                object: pod.clone(),
-            },
-            Some(Window::new(
-                Anchor::fault_start(fault),
-                Anchor::marker(&VERIFIED),
-            )),
-            conformance_core::checks::Cmp::Eq,
-            1,
-        ),
-        Check::never(
-            "the sandbox pod's containers are never restarted",
-            &["R9"],
-            Predicate::RestartsAbove {
-                object: pod,
-                max: 0,
-            },
-            fault_until(fault, &VERIFIED),
-        ),
-        starts_eq(
-            "the running workload is not started again",
-            &["R7", "R9"],
-            case,
-            MAIN,
-            "starts",
-            1,
-        ),
-        shell_usable(case, MAIN, &["R9"]),
-        sentinels(),
-        start_marks_kept(case, MAIN),
     ];
     checks.extend(no_leaks(case, MAIN));
     checks

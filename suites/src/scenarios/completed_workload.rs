@@ -1,0 +1,175 @@
+//! A main process that exits (0 or non-zero) stays finished through a gateway restart or a
+//! supervisor restart: nothing replays it (bug 3; #2884, #3117).
+
+use conformance_core::checks::{Anchor, Check, Window};
+use conformance_core::keys::{FaultKey, Marker};
+use conformance_core::phase::Phase;
+use conformance_core::scenario::{
+    CaseInfo, Ctx, Params, Scenario, Stage, Step, StepResult, Variant,
+};
+use conformance_core::target::{Capability, Fault};
+use futures::future::BoxFuture;
+
+use super::common::*;
+
+/// The catalog's entry: this scenario and the parameter sets it runs with.
+pub(crate) fn entry() -> Entry {
+    Entry::new(
+        completed_workload(),
+        [0, 1]
+            .into_iter()
+            .flat_map(|exit| {
+                [Via::GatewayRestart, Via::SupervisorRestart]
+                    .map(|via| Params::default().with_variant(Completed { exit, via }))
+            })
+            .collect(),
+    )
+}
+
+/// A completed-workload case: the main process's exit code, and what ends its supervision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Completed {
+    pub exit: i32,
+    pub via: Via,
+}
+
+/// How a completed workload loses its supervision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Via {
+    GatewayRestart,
+    SupervisorRestart,
+}
+
+impl Variant for Completed {
+    fn label(&self) -> Vec<(&'static str, String)> {
+        let via = match self.via {
+            Via::GatewayRestart => "gateway-restart",
+            Via::SupervisorRestart => "supervisor-restart",
+        };
+        vec![("exit", self.exit.to_string()), ("via", via.to_string())]
+    }
+
+    fn requires(&self) -> Vec<Capability> {
+        vec![match self.via {
+            Via::GatewayRestart => Capability::GatewayRestart,
+            Via::SupervisorRestart => Capability::SupervisorKill,
+        }]
+    }
+}
+
+const COMPLETED: Marker = Marker::new("completed");
+/// The fault that ends a completed workload's supervision (a gateway restart or a supervisor
+/// kill, by variant).
+const TRIGGER: FaultKey = FaultKey::new("trigger");
+
+pub(crate) fn completed_workload() -> Scenario {
+    Scenario {
+        id: "completed-workload".into(),
+        title: "Completed workload through a gateway or supervisor restart".into(),
+        requirements: ["R7", "R13"].map(String::from).to_vec(),
+        requires: vec![Capability::MainCommand],
+        steps: vec![
+            Step::new(
+                Stage::Seed,
+                "run a workload to completion",
+                run_to_completion,
+            ),
+            Step::new(
+                Stage::Fault,
+                "restart the gateway or the supervisor",
+                completed_fault,
+            ),
+            Step::new(
+                Stage::Verify,
+                "count the workload's starts",
+                count_completed,
+            ),
+            Step::new(Stage::Verify, "delete the sandbox", delete_main),
+        ],
+        checks: completed_checks,
+    }
+}
+
+/// Phases in which a finished main process may rest.
+const TERMINAL: &[Phase] = &[Phase::Completed, Phase::Error];
+
+fn run_to_completion(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let exit = ctx.variant::<Completed>()?.exit;
+        let spec = spec(ctx, MAIN, completing_command(exit), None);
+        ctx.create_sandbox(&spec).await?;
+        ctx.wait_phase(&spec.name, TERMINAL, PROVISION_TIMEOUT)
+            .await?;
+        ctx.mark(&COMPLETED);
+        Ok(())
+    })
+}
+
+fn completed_fault(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        // The variant declared the capability, so the engine skipped the case without it.
+        let fault = match ctx.variant::<Completed>()?.via {
+            Via::SupervisorRestart => Fault::SupervisorKill { sandbox: name },
+            Via::GatewayRestart => Fault::GatewayRestart,
+        };
+        ctx.inject(&TRIGGER, fault).await?;
+        ctx.restore(&TRIGGER).await?;
+        ctx.sleep(SETTLE).await;
+        ctx.mark(&SETTLED);
+        Ok(())
+    })
+}
+
+fn count_completed(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        ctx.get_sandbox(&name).await.ok();
+        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+        Ok(())
+    })
+}
+
+fn completed_checks(case: &CaseInfo) -> Vec<Check> {
+    with_leaks(
+        vec![
+            Check::eventually(
+                "the workload runs to completion within the provisioning timeout",
+                &["R11"],
+                phase_is(case, MAIN, TERMINAL),
+                Anchor::action_end("create"),
+                PROVISION_TIMEOUT,
+            ),
+            never(
+                "the finished workload is not brought back",
+                &["R7"],
+                case,
+                MAIN,
+                &[
+                    Phase::Ready,
+                    Phase::Starting,
+                    Phase::Restarting,
+                    Phase::Provisioning,
+                ],
+                Window::new(Anchor::marker(&COMPLETED), Anchor::marker(&SETTLED)),
+            ),
+            starts_eq(
+                "the completed command ran exactly once",
+                &["R7"],
+                case,
+                MAIN,
+                "starts",
+                1,
+            ),
+            // A restart that replaces the finished pod replays its command (R7).
+            pod_incarnations(
+                "the finished workload's pod is not replaced",
+                &["R7"],
+                case,
+                MAIN,
+                1,
+            ),
+        ],
+        case,
+    )
+}

@@ -1,0 +1,179 @@
+//! A sandbox in terminal bootstrap Error is recovered by the documented path (stop, then start)
+//! with its workspace (bug 1; #2179, #3308; docs/upstream-facts.md F1.10, F9.5).
+
+use std::time::Duration;
+
+use conformance_core::checks::{Anchor, Check, Cmp, Counted, Window};
+use conformance_core::keys::Marker;
+use conformance_core::phase::Phase;
+use conformance_core::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepResult};
+use conformance_core::target::{Capability, Fault, TargetError};
+use conformance_core::timeline::ActionStatus;
+use futures::future::BoxFuture;
+
+use super::common::*;
+
+/// The catalog's entry: this scenario and the parameter sets it runs with.
+pub(crate) fn entry() -> Entry {
+    Entry::new(error_recovery(), one())
+}
+
+const RECOVERING: Marker = Marker::new("recovering");
+const RECOVERED: Marker = Marker::new("recovered");
+
+pub(crate) fn error_recovery() -> Scenario {
+    Scenario {
+        id: "error-recovery".into(),
+        title: "Recovery of a sandbox in bootstrap Error by stop then start".into(),
+        requirements: ["R4", "R6", "R7", "R8", "R13"].map(String::from).to_vec(),
+        requires: vec![
+            Capability::MainCommand,
+            Capability::BootstrapCredentialFault,
+            Capability::SandboxPodReplace,
+            Capability::SupervisorKill,
+        ],
+        steps: vec![
+            Step::new(
+                Stage::Seed,
+                "create a Ready sandbox and write a sentinel",
+                seed_main,
+            ),
+            Step::new(
+                Stage::Fault,
+                "break bootstrap so the sandbox ends in Error",
+                into_error,
+            ),
+            Step::new(Stage::Verify, "recover by stop then start", recover),
+            Step::new(Stage::Verify, "delete the sandbox", delete_main),
+        ],
+        checks: recovery_checks,
+    }
+}
+
+fn into_error(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        ctx.inject(
+            &BAD_CREDENTIALS,
+            Fault::BootstrapCredentials {
+                sandbox: name.clone(),
+                what: "credentials".into(),
+            },
+        )
+        .await?;
+        ctx.inject(&POD_REPLACE, rebootstrap(ctx, &name)).await?;
+        ctx.restore(&POD_REPLACE).await?;
+        ctx.settle_phase(&name, &[Phase::Error], Duration::from_secs(120))
+            .await;
+        // The cause is fixed; what remains is the sandbox's terminal state.
+        ctx.restore(&BAD_CREDENTIALS).await?;
+        ctx.mark(&RECOVERING);
+        Ok(())
+    })
+}
+
+fn recover(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        match ctx.stop_sandbox(&name).await {
+            Ok(()) => {
+                ctx.settle_phase(&name, &[Phase::Stopped], Duration::from_secs(120))
+                    .await;
+            }
+            Err(TargetError::Refused { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        match ctx.start_sandbox(&name).await {
+            Ok(()) => {
+                ctx.settle_phase(&name, &[Phase::Ready], PROVISION_TIMEOUT)
+                    .await;
+            }
+            Err(TargetError::Refused { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        check_shell(ctx, &name).await;
+        ctx.read_sentinel(&name, "before-fault").await;
+        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+        observe_start_marks(ctx, &name).await;
+        ctx.mark(&RECOVERED);
+        Ok(())
+    })
+}
+
+fn recovery_checks(case: &CaseInfo) -> Vec<Check> {
+    let refused = |name: &str, action: &str| {
+        Check::count(
+            name,
+            &["R8"],
+            Counted::Actions {
+                name: action.into(),
+                status: Some(ActionStatus::Refused),
+            },
+            None,
+            Cmp::Eq,
+            0,
+        )
+    };
+    from_ready(
+        vec![
+            Check::eventually(
+                "a bootstrap that cannot authenticate ends in Error",
+                &["R4"],
+                phase_is(case, MAIN, &[Phase::Error]),
+                Anchor::fault_start(&POD_REPLACE),
+                Duration::from_secs(120),
+            ),
+            refused("stop is accepted for a sandbox in Error", "stop"),
+            refused("start is accepted after the stop", "start"),
+            ready_within(
+                "the sandbox is Ready again after stop and start",
+                &["R8"],
+                case,
+                MAIN,
+                Anchor::marker(&RECOVERING),
+                PROVISION_TIMEOUT,
+            ),
+            shell_usable(case, MAIN, &["R8"]),
+            sentinels(),
+            // Once at creation and once after the user's start: a bootstrap that cannot
+            // authenticate starts nothing (R3), and nothing else may start it (R7).
+            {
+                let (counted, upto) = starts_upto(case, MAIN, "starts");
+                Check::count(
+                    "the workload started only at creation and at the user's start",
+                    &["R3", "R7"],
+                    counted,
+                    Some(upto),
+                    Cmp::AtMost,
+                    2,
+                )
+            },
+            start_marks_kept(case, MAIN),
+            nothing_runs_while_stopped(
+                "no workload runs while the sandbox is Stopped",
+                case,
+                MAIN,
+                Window::new(Anchor::marker(&RECOVERING), Anchor::marker(&RECOVERED)),
+            ),
+            pod_incarnations(
+                "the sandbox pod is replaced only by the scenario's fault and the user's stop and start",
+                &["R8"],
+                case,
+                MAIN,
+                error_recovery_pods(case),
+            ),
+        ],
+        case,
+    )
+}
+
+/// The sandbox pod's incarnations in an error-recovery case: the one created, the one the
+/// fault puts in its place (only where the supervisor lives in the sandbox pod, see
+/// `rebootstrap`), and the one the user's start creates after the stop removed it.
+fn error_recovery_pods(case: &CaseInfo) -> u64 {
+    if case.topology.supervisor_in_sandbox_pod() {
+        3
+    } else {
+        2
+    }
+}

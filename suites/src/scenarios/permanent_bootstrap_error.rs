@@ -1,0 +1,159 @@
+//! Bad credentials, or a gateway certificate the sandbox must reject: the sandbox fails fast and
+//! says why, never becomes Ready, and leaves nothing behind (bug 1 acceptance; bug 2 leaks).
+
+use conformance_core::checks::{Anchor, Check, Predicate, Window};
+use conformance_core::phase::Phase;
+use conformance_core::scenario::{
+    CaseInfo, Ctx, Params, Scenario, Stage, Step, StepResult, Variant,
+};
+use conformance_core::target::{Capability, Fault};
+use conformance_core::timeline::READY_CONDITION;
+use futures::future::BoxFuture;
+
+use super::common::*;
+
+/// The catalog's entry: this scenario and the parameter sets it runs with.
+pub(crate) fn entry() -> Entry {
+    Entry::new(
+        permanent_bootstrap_error(),
+        [BadMaterial::Credentials, BadMaterial::Certificate]
+            .map(|w| Params::default().with_variant(w))
+            .to_vec(),
+    )
+}
+
+/// Which bootstrap material a permanent-bootstrap-error case breaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BadMaterial {
+    /// The gateway rejects the sandbox's credentials.
+    Credentials,
+    /// The gateway presents a certificate the sandbox cannot verify.
+    Certificate,
+}
+
+impl BadMaterial {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Credentials => "credentials",
+            Self::Certificate => "certificate",
+        }
+    }
+}
+
+impl Variant for BadMaterial {
+    fn label(&self) -> Vec<(&'static str, String)> {
+        vec![("what", self.name().to_string())]
+    }
+}
+
+pub(crate) fn permanent_bootstrap_error() -> Scenario {
+    Scenario {
+        id: "permanent-bootstrap-error".into(),
+        title: "Permanent bootstrap error: explicit, bounded, diagnosable, no leaks".into(),
+        requirements: ["R4", "R13", "R14"].map(String::from).to_vec(),
+        requires: vec![
+            Capability::MainCommand,
+            Capability::BootstrapCredentialFault,
+        ],
+        steps: vec![
+            Step::new(
+                Stage::Seed,
+                "create a sandbox with broken bootstrap",
+                create_broken,
+            ),
+            Step::new(Stage::Fault, "wait for the failure", wait_failure),
+            Step::new(Stage::Verify, "delete the sandbox", delete_broken),
+        ],
+        checks: permanent_checks,
+    }
+}
+
+fn create_broken(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let what = ctx.variant::<BadMaterial>()?.name().to_string();
+        let spec = spec(ctx, MAIN, workload_command(), None);
+        ctx.inject(
+            &BAD_CREDENTIALS,
+            Fault::BootstrapCredentials {
+                sandbox: spec.name.clone(),
+                what,
+            },
+        )
+        .await?;
+        ctx.create_sandbox(&spec).await?;
+        Ok(())
+    })
+}
+
+fn wait_failure(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        ctx.settle_phase(&name, &[Phase::Error], PROVISION_TIMEOUT)
+            .await;
+        observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+        Ok(())
+    })
+}
+
+fn delete_broken(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name(MAIN);
+        delete(ctx, &name).await?;
+        // Put the credentials back only after the checks' window: the engine restores them.
+        Ok(())
+    })
+}
+
+fn permanent_checks(case: &CaseInfo) -> Vec<Check> {
+    let words: Vec<String> = match case.params.variant() {
+        Some(BadMaterial::Certificate) => ["certificate", "tls", "x509"],
+        Some(BadMaterial::Credentials) | None => ["unauthenticated", "credential", "token"],
+    }
+    .map(String::from)
+    .to_vec();
+    with_leaks(
+        vec![
+            Check::eventually(
+                "the sandbox fails explicitly within a bounded time",
+                &["R4"],
+                phase_is(case, MAIN, &[Phase::Error]),
+                Anchor::action_end("create"),
+                PERMANENT_ERROR_BOUND,
+            ),
+            Check::never(
+                "the sandbox never becomes Ready with bootstrap that must fail (TLS validation kept)",
+                &["R4"],
+                phase_is(case, MAIN, &[Phase::Ready]),
+                Window::whole_run(),
+            ),
+            starts_eq(
+                "the workload never starts without bootstrap",
+                &["R3", "R4"],
+                case,
+                MAIN,
+                "starts",
+                0,
+            ),
+            Check::eventually(
+                "the reported status names the cause",
+                &["R14"],
+                Predicate::ConditionMentions {
+                    object: gateway_view(case, MAIN),
+                    type_: READY_CONDITION.into(),
+                    any_of: words,
+                },
+                Anchor::action_end("create"),
+                PERMANENT_ERROR_BOUND,
+            ),
+            // Failing fast means one pod that fails, not a loop of replacements retrying it.
+            pod_incarnations(
+                "the failing sandbox's pod is not replaced",
+                &["R4"],
+                case,
+                MAIN,
+                1,
+            ),
+        ],
+        case,
+    )
+}

@@ -1,5 +1,5 @@
 //! The restore journal: before the harness changes something that will not heal by itself (a
-//! gateway scaled to zero, a blocking NetworkPolicy), it writes how to undo it to a file, and
+//! gateway scaled to zero, a broken pod template), it writes how to undo it to a file, and
 //! removes the entry once restored. If the process is killed in between, `openshell-conformance
 //! restore` reads the file and repairs the cluster.
 
@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Client;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
@@ -23,8 +22,6 @@ use conformance_core::error::{Error, Result, one_line};
 pub enum Undo {
     /// Scale the workload back to its original replica count and wait until ready.
     ScaleBack { workload: Workload, replicas: i32 },
-    /// Delete a NetworkPolicy the harness created.
-    DeleteNetworkPolicy { namespace: String, name: String },
     /// Put a Sandbox resource's pod template volumes back (they hold Secret names, modes and a
     /// token audience, no key material) and delete the harness's Secret, if it made one. A
     /// Sandbox that is gone needs no template.
@@ -166,17 +163,6 @@ pub async fn undo(client: &Client, u: &Undo, deadline: Duration) -> Result<()> {
                     )
                 })
         }
-        Undo::DeleteNetworkPolicy { namespace, name } => {
-            let api: Api<NetworkPolicy> = Api::namespaced(client.clone(), namespace);
-            match api.delete(name, &DeleteParams::default()).await {
-                Ok(_) => Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                Err(e) => Err(Error::infra_from(
-                    format!("restore: delete NetworkPolicy {namespace}/{name}"),
-                    e,
-                )),
-            }
-        }
         Undo::RestorePodTemplateVolumes {
             api_version,
             namespace,
@@ -222,7 +208,7 @@ pub async fn undo(client: &Client, u: &Undo, deadline: Duration) -> Result<()> {
             Ok(())
         }
         Undo::DeletePod { namespace, name } => {
-            crate::faults::delete_node_pod(client, namespace, name, deadline)
+            crate::faults::node_pod::delete_node_pod(client, namespace, name, deadline)
                 .await
                 .map_err(|e| {
                     Error::infra_from(format!("restore: delete pod {namespace}/{name}"), e)

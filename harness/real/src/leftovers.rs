@@ -370,7 +370,7 @@ async fn sweep(
         }
     }
     for n in &found.node_pods {
-        crate::faults::delete_node_pod(
+        crate::faults::node_pod::delete_node_pod(
             client,
             &opts.namespace,
             n,

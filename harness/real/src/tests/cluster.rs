@@ -292,11 +292,11 @@ async fn the_journal_keeps_entries_until_removed_and_then_disappears() {
     .await
     .unwrap();
     j.add(Entry {
-        id: "np".into(),
-        fault: "gateway-traffic-block".into(),
-        undo: Undo::DeleteNetworkPolicy {
+        id: "node-kill".into(),
+        fault: "supervisor-kill".into(),
+        undo: Undo::DeletePod {
             namespace: "openshell".into(),
-            name: "block".into(),
+            name: "node-kill".into(),
         },
     })
     .await
@@ -306,7 +306,7 @@ async fn the_journal_keeps_entries_until_removed_and_then_disappears() {
     assert_eq!(f.entries.len(), 2);
     j.remove("gateway-stop-openshell").await.unwrap();
     assert_eq!(Journal::read(&path).await.unwrap().entries.len(), 1);
-    j.remove("np").await.unwrap();
+    j.remove("node-kill").await.unwrap();
     assert!(!path.exists(), "an empty journal is removed");
     assert!(Journal::read(&path).await.unwrap().entries.is_empty());
 }

@@ -776,7 +776,7 @@ async fn a_pid_1_supervisor_without_node_access_is_killed_from_a_host_pid_pod_th
     running_pod(&c, &cr("demo"), json!({}), None, &["agent"]);
     with_container_ids(&c, &cr("demo"));
     let kubelet = run_node_pod_kubelet(c.clone());
-    let node_pod = crate::faults::node_pod_name("id-agent");
+    let node_pod = crate::faults::node_pod::node_pod_name("id-agent");
     // The node-access pod as the exec found it, and the exec's argv.
     type Seen = Vec<(Value, Vec<String>)>;
     let seen: Arc<std::sync::Mutex<Seen>> = Default::default();
@@ -841,7 +841,7 @@ async fn a_node_access_kill_that_finds_no_process_is_an_error_and_still_removes_
     running_pod(&c, &cr("demo"), json!({}), None, &["agent"]);
     with_container_ids(&c, &cr("demo"));
     let kubelet = run_node_pod_kubelet(c.clone());
-    let node_pod = crate::faults::node_pod_name("id-agent");
+    let node_pod = crate::faults::node_pod::node_pod_name("id-agent");
     c.register_exec(NS, &node_pod, "node-access", move |_req: ExecRequest| {
         Box::pin(async {
             ExecOutput {
@@ -1728,32 +1728,6 @@ async fn sigterm_restores_the_active_faults_before_the_process_exits() {
     );
     assert!(!dir.path().join(journal::FILE_NAME).exists());
     ctl.abort();
-}
-
-#[tokio::test(start_paused = true)]
-async fn the_traffic_block_creates_a_journaled_network_policy_that_restore_removes() {
-    let c = cluster();
-    let dir = tempfile::tempdir().unwrap();
-    let inj = injector(&c, dir.path(), in_the_workload_container());
-    inj.block_gateway_traffic().await.unwrap();
-    let np = ResourceRef::new("networking.k8s.io", "v1", "networkpolicies");
-    let p = exists(&c, &np, "openshell-conformance-block-gateway").expect("the policy exists");
-    assert_eq!(p["spec"]["policyTypes"], json!(["Egress"]));
-    assert_eq!(
-        p["spec"]["podSelector"]["matchExpressions"][0]["key"],
-        "agents.x-k8s.io/sandbox-name-hash"
-    );
-    assert_eq!(
-        Journal::read(&dir.path().join(journal::FILE_NAME))
-            .await
-            .unwrap()
-            .entries
-            .len(),
-        1
-    );
-    assert!(inj.restore_all().await.is_empty());
-    assert!(exists(&c, &np, "openshell-conformance-block-gateway").is_none());
-    assert!(!dir.path().join(journal::FILE_NAME).exists());
 }
 
 #[tokio::test(start_paused = true)]

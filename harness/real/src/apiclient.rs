@@ -5,13 +5,21 @@
 //! `openshell` CLI writes as one WebSocket message on such a connection, and a gRPC call is a
 //! few small writes: the second waited for the API server's delayed ACK, 40 ms per call on
 //! Linux. Every CLI action went through it (docs/dependencies.md D1).
+//!
+//! [`client_for`] makes one for a kubeconfig context: the target, the journal's restore and the
+//! doctor all connect through it.
+
+use std::path::Path;
 
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use kube::client::ConfigExt;
 use kube::client::retry::RetryPolicy;
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use tower::{BoxError, ServiceBuilder, retry::RetryLayer};
+
+use conformance_core::error::{Error, Result};
 
 /// A client for `cfg` with the layers kube's `Client::try_from` stacks (base URI, retry of
 /// server errors when the config asks, authentication, extra headers, a trace span per
@@ -50,6 +58,35 @@ fn connector() -> HttpConnector {
     http.enforce_http(false);
     http.set_nodelay(true);
     http
+}
+
+/// A client for a kubeconfig context. An unknown context is a usage error; an unreadable
+/// kubeconfig an infrastructure one.
+pub(crate) async fn client_for(kubeconfig: Option<&Path>, context: &str) -> Result<Client> {
+    let kc = match kubeconfig {
+        Some(p) => Kubeconfig::read_from(p)
+            .map_err(|e| Error::infra_from(format!("kubeconfig {}", p.display()), e))?,
+        None => Kubeconfig::read().map_err(|e| Error::infra_from("default kubeconfig", e))?,
+    };
+    if !kc.contexts.iter().any(|c| c.name == context) {
+        let known: Vec<&str> = kc.contexts.iter().map(|c| c.name.as_str()).collect();
+        return Err(Error::usage(format!(
+            "context `{context}` is not in the kubeconfig; known contexts: {}",
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        )));
+    }
+    let opts = KubeConfigOptions {
+        context: Some(context.to_string()),
+        ..Default::default()
+    };
+    let cfg = Config::from_custom_kubeconfig(kc, &opts)
+        .await
+        .map_err(|e| Error::infra_from(format!("context {context}"), e))?;
+    client(cfg).map_err(|e| Error::infra_from(format!("context {context}"), e))
 }
 
 #[cfg(test)]

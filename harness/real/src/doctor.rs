@@ -349,7 +349,7 @@ pub async fn run_for(
     let client = if opts.kubeconfig.is_some() && kubeconfig.is_none() {
         None
     } else {
-        crate::target::client_for(kubeconfig, &opts.context)
+        crate::apiclient::client_for(kubeconfig, &opts.context)
             .await
             .ok()
     };

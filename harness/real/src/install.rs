@@ -8,7 +8,7 @@ use crate::cluster::infra;
 use crate::command::{Cmd, CommandRunner, run_ok};
 use crate::options::{ChartSource, RealOptions};
 use crate::pins;
-use crate::plan::Step;
+use crate::steps::Step;
 use conformance_core::error::{Error, Result};
 use conformance_core::topology::{Topology, deep_merge};
 

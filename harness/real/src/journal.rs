@@ -296,6 +296,6 @@ pub async fn restore(
         return Ok(RestoreReport::default());
     }
     crate::interlock::check(&file.context, allow_contexts)?;
-    let client = crate::target::client_for(file.kubeconfig.as_deref(), &file.context).await?;
+    let client = crate::apiclient::client_for(file.kubeconfig.as_deref(), &file.context).await?;
     restore_from(path, &client, deadline).await
 }

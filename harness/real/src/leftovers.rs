@@ -11,7 +11,7 @@ use kube::{Client, ResourceExt};
 use crate::command::{Cmd, CommandRunner, run_ok};
 use crate::options::{LeftoverPolicy, RealOptions};
 use crate::pins;
-use crate::plan::Step;
+use crate::steps::Step;
 use conformance_core::error::{Error, Result};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

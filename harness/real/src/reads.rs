@@ -23,7 +23,7 @@ use tonic::transport::Channel;
 use tonic::{Code, Response, Status};
 
 use crate::cli::{OpenShellCli, SandboxJson};
-use crate::watch::{GatewayEndpoint, error_chain, status_line};
+use crate::watch::{ConnectError, GatewayEndpoint, error_chain, status_line};
 
 /// Key of the timeline observation (subject [`GATEWAY_SANDBOX_KIND`]) that names the source of
 /// the pure reads: [`GRPC_SOURCE`], or the CLI with the reason ([`cli_source`]).
@@ -87,7 +87,7 @@ impl GatewayReads {
     /// on any failure the CLI serves the case's reads. `endpoint` is Err with the reason when
     /// the client has no way to reach the gateway (an unreadable client certificate).
     pub(crate) async fn open(
-        endpoint: Result<GatewayEndpoint, String>,
+        endpoint: Result<GatewayEndpoint, ConnectError>,
         selector: &str,
         cli: OpenShellCli,
         rec: Recorder,
@@ -99,9 +99,9 @@ impl GatewayReads {
                     Ok(_) => Path::Grpc(channel),
                     Err(s) => Path::Cli(format!("ListSandboxes: {}", status_line(&s))),
                 },
-                Err(why) => Path::Cli(why),
+                Err(why) => Path::Cli(why.reason()),
             },
-            Err(why) => Path::Cli(why),
+            Err(why) => Path::Cli(why.reason()),
         };
         let reads = Self {
             path: Mutex::new(path.clone()),

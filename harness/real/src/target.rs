@@ -15,9 +15,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
 
 use super::{interlock, interlock::Allowed};
 use crate::cli::{OpenShellCli, app_version_from_helm_list};
@@ -30,9 +29,9 @@ use crate::journal::{self, Journal};
 use crate::leftovers;
 use crate::options::RealOptions;
 use crate::pins;
-use crate::plan::Step;
 use crate::portforward::GatewayForward;
 use crate::reads::GatewayReads;
+use crate::steps::Step;
 use crate::watch;
 use conformance_core::error::{Error, Result, one_line};
 use conformance_core::scenario::DEFAULT_WORKSPACE;
@@ -47,35 +46,6 @@ use conformance_core::timeline::{
 };
 use conformance_core::topology::Topology;
 use conformance_observe::{self as observe, ObserveSpec};
-
-/// A client for a kubeconfig context. An unknown context is a usage error; an unreadable
-/// kubeconfig an infrastructure one.
-pub(crate) async fn client_for(kubeconfig: Option<&Path>, context: &str) -> Result<Client> {
-    let kc = match kubeconfig {
-        Some(p) => Kubeconfig::read_from(p)
-            .map_err(|e| Error::infra_from(format!("kubeconfig {}", p.display()), e))?,
-        None => Kubeconfig::read().map_err(|e| Error::infra_from("default kubeconfig", e))?,
-    };
-    if !kc.contexts.iter().any(|c| c.name == context) {
-        let known: Vec<&str> = kc.contexts.iter().map(|c| c.name.as_str()).collect();
-        return Err(Error::usage(format!(
-            "context `{context}` is not in the kubeconfig; known contexts: {}",
-            if known.is_empty() {
-                "none".to_string()
-            } else {
-                known.join(", ")
-            }
-        )));
-    }
-    let opts = KubeConfigOptions {
-        context: Some(context.to_string()),
-        ..Default::default()
-    };
-    let cfg = Config::from_custom_kubeconfig(kc, &opts)
-        .await
-        .map_err(|e| Error::infra_from(format!("context {context}"), e))?;
-    crate::apiclient::client(cfg).map_err(|e| Error::infra_from(format!("context {context}"), e))
-}
 
 /// Checks that the API server answers.
 pub async fn reachable(client: &Client, context: &str) -> Result<String> {
@@ -318,7 +288,7 @@ impl RealFactory {
         cluster::create_private_dir(o)?;
         let provider = cluster::provider(o);
         let up = provider.up(&*self.runner).await?;
-        let client = client_for(up.kubeconfig.as_deref(), &up.context).await?;
+        let client = crate::apiclient::client_for(up.kubeconfig.as_deref(), &up.context).await?;
         reachable(&client, &up.context).await?;
         if up.reused {
             let found = leftovers::find(&client, &*self.runner, o).await?;
@@ -753,7 +723,7 @@ impl RealTarget {
 fn gateway_endpoint(
     access: &Access,
     tls: bool,
-) -> std::result::Result<watch::GatewayEndpoint, String> {
+) -> std::result::Result<watch::GatewayEndpoint, watch::ConnectError> {
     let tls = if tls {
         Some(watch::ClientCert::read(&access.cli.mtls_dir())?)
     } else {
@@ -923,7 +893,7 @@ impl Target for RealTarget {
         let endpoint = match gateway_endpoint(&i.access, i.install.tls) {
             Ok(e) => e,
             Err(why) => {
-                obs.push(tokio::spawn(fallback(why)));
+                obs.push(tokio::spawn(fallback(why.reason())));
                 return Ok(obs);
             }
         };

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -79,12 +79,53 @@ impl std::fmt::Debug for ClientCert {
     }
 }
 
+/// Why the harness's own gRPC client cannot reach the gateway; the run then reads through
+/// the CLI and records [`ConnectError::reason`] as why.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConnectError {
+    #[error("read the client certificate {}", path.display())]
+    Certificate {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("gateway URL {url}")]
+    Url {
+        url: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("TLS settings for {url}")]
+    Tls {
+        url: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("connect to {url}")]
+    Connect {
+        url: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("connect to {url}: no connection within {within:?}")]
+    Timeout { url: String, within: Duration },
+}
+
+impl ConnectError {
+    /// The error and its causes on one line (a TLS failure is several levels down).
+    pub(crate) fn reason(&self) -> String {
+        error_chain(self)
+    }
+}
+
 impl ClientCert {
     /// Reads the client certificate the harness wrote for the CLI into `dir`.
-    pub(crate) fn read(dir: &Path) -> Result<Self, String> {
+    pub(crate) fn read(dir: &Path) -> Result<Self, ConnectError> {
         let read = |f: &str| {
-            std::fs::read(dir.join(f))
-                .map_err(|e| format!("read the client certificate {}: {e}", dir.join(f).display()))
+            std::fs::read(dir.join(f)).map_err(|source| ConnectError::Certificate {
+                path: dir.join(f),
+                source,
+            })
         };
         Ok(Self {
             ca: read("ca.crt")?,
@@ -112,10 +153,13 @@ impl GatewayEndpoint {
     }
 
     /// Connects, with the deadline `within` for the connection (and TLS handshake).
-    pub(crate) async fn connect(&self, within: Duration) -> Result<Channel, String> {
+    pub(crate) async fn connect(&self, within: Duration) -> Result<Channel, ConnectError> {
         let url = self.url();
         let mut ep = Endpoint::from_shared(url.clone())
-            .map_err(|e| format!("gateway URL {url}: {e}"))?
+            .map_err(|source| ConnectError::Url {
+                url: url.clone(),
+                source,
+            })?
             .connect_timeout(within)
             // A port-forward whose far end died keeps the local socket open; keepalive pings
             // notice it and the stream reconnects.
@@ -127,14 +171,15 @@ impl GatewayEndpoint {
                 .ca_certificate(Certificate::from_pem(&c.ca))
                 .identity(Identity::from_pem(&c.cert, &c.key))
                 .assume_http2(true);
-            ep = ep
-                .tls_config(tls)
-                .map_err(|e| format!("TLS settings for {url}: {}", error_chain(&e)))?;
+            ep = ep.tls_config(tls).map_err(|source| ConnectError::Tls {
+                url: url.clone(),
+                source,
+            })?;
         }
         match tokio::time::timeout(within, ep.connect()).await {
             Ok(Ok(ch)) => Ok(ch),
-            Ok(Err(e)) => Err(format!("connect to {url}: {}", error_chain(&e))),
-            Err(_) => Err(format!("connect to {url}: no connection within {within:?}")),
+            Ok(Err(source)) => Err(ConnectError::Connect { url, source }),
+            Err(_) => Err(ConnectError::Timeout { url, within }),
         }
     }
 }
@@ -327,7 +372,10 @@ async fn start(
     selector: &str,
     settings: &WatchSettings,
 ) -> Result<Channel, String> {
-    let channel = endpoint.connect(settings.call_timeout).await?;
+    let channel = endpoint
+        .connect(settings.call_timeout)
+        .await
+        .map_err(|e| e.reason())?;
     list(&channel, selector, settings.call_timeout)
         .await
         .map_err(|e| format!("ListSandboxes: {e}"))?;

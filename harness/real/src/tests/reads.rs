@@ -18,7 +18,7 @@ use super::watch::{Gateway, LABEL, RUN, Relay, pki, sandbox, serve, server_tls};
 use crate::cli::OpenShellCli;
 use crate::command::{CmdOutput, CommandRunner, ScriptedRunner, SystemRunner, Unscripted};
 use crate::reads::{GRPC_SOURCE, GatewayReads, READ_SOURCE_KEY, cli_source};
-use crate::watch::GatewayEndpoint;
+use crate::watch::{ConnectError, GatewayEndpoint};
 
 /// The sources the timeline names for the reads, in order.
 fn sources(rec: &Recorder) -> Vec<String> {
@@ -45,7 +45,7 @@ fn scripted() -> (ScriptedRunner, OpenShellCli) {
     (r, cli)
 }
 
-fn plain(port: u16) -> Result<GatewayEndpoint, String> {
+fn plain(port: u16) -> Result<GatewayEndpoint, ConnectError> {
     Ok(GatewayEndpoint { port, tls: None })
 }
 
@@ -299,8 +299,13 @@ async fn an_unreadable_client_certificate_reads_through_the_cli_and_says_why() {
     let (runner, cli) = scripted();
     runner.respond("openshell sandbox list", CmdOutput::ok("[]"));
     let rec = Recorder::new();
+    let unreadable = ConnectError::Certificate {
+        path: "/x/ca.crt".into(),
+        source: std::io::Error::new(std::io::ErrorKind::NotFound, "not there"),
+    };
     let why = "read the client certificate /x/ca.crt: not there";
-    let reads = GatewayReads::open(Err(why.into()), RUN, cli, rec.clone()).await;
+    assert_eq!(unreadable.reason(), why);
+    let reads = GatewayReads::open(Err(unreadable), RUN, cli, rec.clone()).await;
     assert!(reads.list(RUN).await.unwrap().is_empty());
     assert_eq!(runner.lines().len(), 1, "{:?}", runner.lines());
     assert_eq!(sources(&rec), [cli_source(why)]);

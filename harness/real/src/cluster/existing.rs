@@ -5,10 +5,10 @@ use std::path::Path;
 
 use async_trait::async_trait;
 
-use crate::cluster::{ClusterProvider, ClusterUp};
+use super::provider::{ClusterProvider, ClusterUp};
 use crate::command::CommandRunner;
 use crate::options::{Provider, RealOptions};
-use crate::plan::Step;
+use crate::steps::Step;
 use conformance_core::error::{Error, Result};
 
 pub(crate) struct Existing {

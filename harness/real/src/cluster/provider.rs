@@ -1,6 +1,5 @@
-//! Cluster providers behind one trait: kind and k3d create (or reuse) a local cluster from the
-//! config file in the repository, load local images and export logs; `existing` connects to a
-//! kubeconfig context and never creates or deletes anything.
+//! What every cluster provider is ([`ClusterProvider`]), and what kind and k3d share: the
+//! private kubeconfig, the built-in config files, and creating or reusing a cluster.
 
 use std::path::{Path, PathBuf};
 
@@ -8,7 +7,7 @@ use async_trait::async_trait;
 
 use crate::command::{Cmd, CmdError, CommandRunner, run_ok};
 use crate::options::{Provider, RealOptions};
-use crate::plan::Step;
+use crate::steps::Step;
 use conformance_core::error::{Error, Result};
 
 /// What `up` found or did.
@@ -39,15 +38,6 @@ pub trait ClusterProvider: Send + Sync {
     async fn export_logs(&self, runner: &dyn CommandRunner, dir: &Path) -> Result<()>;
 }
 
-/// The provider for the resolved options.
-pub fn provider(opts: &RealOptions) -> Box<dyn ClusterProvider> {
-    match opts.provider {
-        Provider::Kind => Box::new(crate::kind::Kind::new(opts)),
-        Provider::K3d => Box::new(crate::k3d::K3d::new(opts)),
-        Provider::Existing => Box::new(crate::existing::Existing::new(opts)),
-    }
-}
-
 /// The kubeconfig a kind or k3d run writes its context into: the user's choice, else a private
 /// file in the private directory (so the user's own kubeconfig is never edited and no
 /// credential lands in the artifacts).
@@ -58,8 +48,8 @@ pub(crate) fn private_kubeconfig(opts: &RealOptions) -> PathBuf {
 }
 
 /// The cluster configuration files, built in so a run works from any directory.
-const KIND_CONFIG: &str = include_str!("../../../kind-config.yaml");
-const K3D_CONFIG: &str = include_str!("../../../k3d-config.yaml");
+const KIND_CONFIG: &str = include_str!("../../../../kind-config.yaml");
+const K3D_CONFIG: &str = include_str!("../../../../k3d-config.yaml");
 
 /// Where a kind or k3d config file is: `<repo>/<file>` when the run starts inside the
 /// repository (so an edited file is used), else the built-in copy, written to the run directory

@@ -4,11 +4,11 @@ use std::path::Path;
 
 use async_trait::async_trait;
 
-use crate::cluster::{ClusterProvider, ClusterUp, create_or_reuse, infra, private_kubeconfig};
+use super::provider::{ClusterProvider, ClusterUp, create_or_reuse, infra, private_kubeconfig};
 use crate::command::{Cmd, CommandRunner, run_ok};
 use crate::options::{Provider, RealOptions};
 use crate::pins;
-use crate::plan::Step;
+use crate::steps::Step;
 use conformance_core::error::Result;
 
 pub(crate) struct Kind {
@@ -26,8 +26,8 @@ impl Kind {
         Self {
             name: opts.cluster_name.clone(),
             context: opts.context.clone(),
-            config: crate::cluster::cluster_config(opts, "kind-config.yaml").0,
-            builtin_config: crate::cluster::cluster_config(opts, "kind-config.yaml").1,
+            config: super::provider::cluster_config(opts, "kind-config.yaml").0,
+            builtin_config: super::provider::cluster_config(opts, "kind-config.yaml").1,
             kubeconfig: private_kubeconfig(opts),
             create_timeout: opts.timeouts.cluster_create,
         }
@@ -83,7 +83,7 @@ impl ClusterProvider for Kind {
     }
 
     fn up_plan(&self) -> Vec<Step> {
-        crate::cluster::local_up_plan(
+        super::provider::local_up_plan(
             (&self.config, self.builtin_config),
             &self.name,
             self.list_cmd(),
@@ -93,7 +93,7 @@ impl ClusterProvider for Kind {
     }
 
     async fn up(&self, runner: &dyn CommandRunner) -> Result<ClusterUp> {
-        crate::cluster::write_cluster_config(&self.config, self.builtin_config)?;
+        super::provider::write_cluster_config(&self.config, self.builtin_config)?;
         let name = self.name.clone();
         create_or_reuse(
             runner,

@@ -4,10 +4,10 @@ use std::path::Path;
 
 use async_trait::async_trait;
 
-use crate::cluster::{ClusterProvider, ClusterUp, create_or_reuse, infra, private_kubeconfig};
+use super::provider::{ClusterProvider, ClusterUp, create_or_reuse, infra, private_kubeconfig};
 use crate::command::{Cmd, CommandRunner, run_ok};
 use crate::options::{Provider, RealOptions};
-use crate::plan::Step;
+use crate::steps::Step;
 use conformance_core::error::{Error, Result};
 
 pub(crate) struct K3d {
@@ -25,8 +25,8 @@ impl K3d {
         Self {
             name: opts.cluster_name.clone(),
             context: opts.context.clone(),
-            config: crate::cluster::cluster_config(opts, "k3d-config.yaml").0,
-            builtin_config: crate::cluster::cluster_config(opts, "k3d-config.yaml").1,
+            config: super::provider::cluster_config(opts, "k3d-config.yaml").0,
+            builtin_config: super::provider::cluster_config(opts, "k3d-config.yaml").1,
             kubeconfig: private_kubeconfig(opts),
             create_timeout: opts.timeouts.cluster_create,
         }
@@ -98,7 +98,7 @@ impl ClusterProvider for K3d {
     }
 
     fn up_plan(&self) -> Vec<Step> {
-        crate::cluster::local_up_plan(
+        super::provider::local_up_plan(
             (&self.config, self.builtin_config),
             &self.name,
             self.list_cmd(),
@@ -108,7 +108,7 @@ impl ClusterProvider for K3d {
     }
 
     async fn up(&self, runner: &dyn CommandRunner) -> Result<ClusterUp> {
-        crate::cluster::write_cluster_config(&self.config, self.builtin_config)?;
+        super::provider::write_cluster_config(&self.config, self.builtin_config)?;
         create_or_reuse(
             runner,
             &self.list_cmd(),

@@ -1,6 +1,7 @@
 //! The catalog: every scenario with the parameter variants it runs with, expanded into cases
 //! for the chosen topologies.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use conformance_core::checks::Check;
@@ -59,17 +60,40 @@ pub fn cases(topologies: &[Topology], sel: &Selection) -> Vec<Case> {
     out
 }
 
+/// Why the catalog cannot say which checks a recorded case should have run.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("topology {0} is not one the catalog ships")]
+    UnknownTopology(String),
+    #[error("the recorded outage {outage:?} is not a duration")]
+    Outage {
+        outage: String,
+        #[source]
+        source: humantime::DurationError,
+    },
+    #[error(
+        "the catalog has no case of scenario {scenario} on {topology} with parameters {params:?}"
+    )]
+    NoSuchCase {
+        scenario: String,
+        topology: String,
+        params: BTreeMap<String, String>,
+    },
+}
+
 /// The check plan the catalog gives the case a timeline recorded (its scenario, topology and
 /// parameters), so a saved plan can be compared with it; or why the catalog cannot say.
-pub fn plan_for(run: &RunInfo) -> Result<Vec<Check>, String> {
+pub fn plan_for(run: &RunInfo) -> Result<Vec<Check>, PlanError> {
     let topology = Topologies::builtin()
         .get(&run.topology)
-        .map_err(|_| format!("topology {} is not one the catalog ships", run.topology))?
+        .map_err(|_| PlanError::UnknownTopology(run.topology.clone()))?
         .clone();
     let outage = match run.params.get("outage") {
         Some(o) => Some(
-            humantime::parse_duration(o)
-                .map_err(|e| format!("the recorded outage {o:?} is not a duration: {e}"))?,
+            humantime::parse_duration(o).map_err(|source| PlanError::Outage {
+                outage: o.clone(),
+                source,
+            })?,
         ),
         None => None,
     };
@@ -81,11 +105,10 @@ pub fn plan_for(run: &RunInfo) -> Result<Vec<Check>, String> {
     let case = cases(&[topology], &sel)
         .into_iter()
         .find(|c| c.params.as_text() == run.params)
-        .ok_or_else(|| {
-            format!(
-                "the catalog has no case of scenario {} on {} with parameters {:?}",
-                run.scenario, run.topology, run.params
-            )
+        .ok_or_else(|| PlanError::NoSuchCase {
+            scenario: run.scenario.clone(),
+            topology: run.topology.clone(),
+            params: run.params.clone(),
         })?;
     // What a scenario checks does not depend on the target, only on the case.
     Ok((case.scenario.checks)(&case.info(TargetInfo::default())))
@@ -132,13 +155,32 @@ mod tests {
         Topologies::builtin().all().cloned().collect()
     }
 
+    /// How many parameter variants the catalog lists for the scenarios whose id matches `glob`.
+    fn variants_of(pattern: &str) -> usize {
+        entries()
+            .iter()
+            .filter(|e| glob(pattern, &e.scenario.id))
+            .map(|e| e.variants.len())
+            .sum()
+    }
+
     #[test]
-    fn the_catalog_runs_every_scenario_on_every_topology() {
-        let cases = cases(&all(), &Selection::default());
-        // 19 variants on each of the four topologies.
-        assert_eq!(cases.len(), 19 * 4);
+    fn the_catalog_runs_every_variant_of_every_scenario_once_on_every_topology() {
+        let topologies = all();
+        let cases = cases(&topologies, &Selection::default());
+        assert_eq!(cases.len(), variants_of("*") * topologies.len());
+        // Each (scenario, topology, variant) exactly once: a case lost or doubled shows here.
         let ids: std::collections::BTreeSet<String> = cases.iter().map(|c| c.id()).collect();
         assert_eq!(ids.len(), cases.len(), "case ids are unique");
+        for e in entries() {
+            for t in &topologies {
+                let on = cases
+                    .iter()
+                    .filter(|c| c.scenario.id == e.scenario.id && c.topology.name == t.name)
+                    .count();
+                assert_eq!(on, e.variants.len(), "{} on {}", e.scenario.id, t.name);
+            }
+        }
         assert!(ids.contains("gateway-outage[sidecar,outage=5m 30s]"));
         assert!(ids.contains("completed-workload[gateway,exit=1,via=supervisor-restart]"));
         assert!(ids.contains("seeded-sweep[combined,seed=1]"));
@@ -180,9 +222,17 @@ mod tests {
             patterns: vec![p.into()],
             ..Selection::default()
         };
-        assert_eq!(cases(&t, &sel("gateway-restart")).len(), 4);
-        assert_eq!(cases(&t, &sel("gateway-*")).len(), 16);
-        assert_eq!(cases(&t, &sel("gateway-outage[combined,*")).len(), 3);
+        assert_eq!(cases(&t, &sel("gateway-restart")).len(), t.len());
+        assert_eq!(
+            cases(&t, &sel("gateway-*")).len(),
+            variants_of("gateway-*") * t.len()
+        );
+        // More than one scenario: gateway-restart and gateway-outage.
+        assert!(variants_of("gateway-*") > variants_of("gateway-outage"));
+        assert_eq!(
+            cases(&t, &sel("gateway-outage[combined,*")).len(),
+            variants_of("gateway-outage")
+        );
         assert!(cases(&t, &sel("nothing-like-this")).is_empty());
     }
 

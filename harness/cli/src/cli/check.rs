@@ -11,7 +11,8 @@ use conformance_core::checks::{Check, CheckOutcome};
 use conformance_core::error::{Error, ExitStatus};
 use conformance_core::timeline::{Event, StageStatus, Timeline};
 
-use super::{CheckArgs, load_timeline};
+use super::args::CheckArgs;
+use super::files::load_timeline;
 
 /// What checking one timeline came to.
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord, Clone, Copy)]
@@ -83,7 +84,10 @@ fn check_one(path: &Path, t: &Timeline) -> Verdict {
                 verdict = Verdict::Fails;
             }
         }
-        Err(why) => println!("{name}: note: the stored check plan was not compared: {why}"),
+        Err(why) => println!(
+            "{name}: note: the stored check plan was not compared: {}",
+            conformance_core::error::one_line(&why)
+        ),
     }
     let again = conformance_core::engine::recheck(t);
     let recorded: Vec<CheckOutcome> = t.check_outcomes().into_iter().cloned().collect();

@@ -65,6 +65,28 @@ pub enum ServeError {
     Host(#[from] conformance_models::host::HostError),
 }
 
+/// As a command's error: a non-loopback address is a usage error, the rest are infrastructure
+/// errors that keep their I/O cause.
+impl From<ServeError> for conformance_core::error::Error {
+    fn from(e: ServeError) -> Self {
+        use conformance_core::error::Error;
+        use kube_emulator::serve::ServeError as Server;
+        match e {
+            ServeError::Usage(m) => Error::usage(m),
+            ServeError::Server(s) => match s {
+                Server::NotLoopback(_) => Error::usage(s.to_string()),
+                Server::Bind(addr, io) => Error::infra_from(format!("cannot listen on {addr}"), io),
+                // A kubeconfig path that cannot be written is the user's path: 2, as everywhere.
+                Server::Kubeconfig(path, io) => {
+                    Error::usage_from(format!("cannot write kubeconfig {}", path.display()), io)
+                }
+                Server::Serve(io) => Error::infra_from("server failed", io),
+            },
+            ServeError::Host(h) => Error::infra(h.to_string()),
+        }
+    }
+}
+
 /// Binds `listen` and makes a cluster configuration whose clock starts at the wall clock: real
 /// time, for the people and tools that watch a served cluster.
 async fn bind_at_wall_clock(

@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Format, ListArgs, ListWhat};
+use super::args::{Format, ListArgs, ListWhat};
 use conformance_catalog::catalog::entries;
 use conformance_catalog::requirements::REQUIREMENTS;
 use conformance_core::error::{Error, ExitStatus};

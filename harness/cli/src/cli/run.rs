@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Args, ValueEnum};
-
+use super::args::{ProviderArgs, RestoreArgs, RunArgs, TargetKind, real_options};
+use super::files::write_file;
 use super::progress::Progress;
+use super::served;
 use super::summary;
 use conformance_catalog::catalog::{self, Selection};
 use conformance_catalog::expectations::{Expectations, Verdict};
@@ -21,145 +22,6 @@ use conformance_core::pool;
 use conformance_core::scenario::Case;
 use conformance_core::target::{TargetFactory, TargetInfo};
 use conformance_core::topology::{Topologies, Topology};
-use conformance_real::options::{Provider, RealArgs, RealOptions, env_bool, new_run_id};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum TargetKind {
-    /// The embedded emulated cluster with a reference model (no Docker, no cluster).
-    Emulated,
-    Kind,
-    K3d,
-    /// A disposable cluster you already have (`--context`).
-    Existing,
-    /// The real path (helm, kubectl, the chart, the manifest, the `openshell` CLI) against an
-    /// emulated cluster this run serves on a loopback port, its images running `--model`.
-    Served,
-}
-
-#[derive(Debug, Args)]
-pub struct RunArgs {
-    /// Where to run.
-    #[arg(
-        long,
-        value_enum,
-        default_value = "emulated",
-        env = "OPENSHELL_CONFORMANCE_TARGET"
-    )]
-    pub target: TargetKind,
-    /// Emulated and served targets: the model (`list models`; served default openshell-0.0.111).
-    #[arg(long, env = "OPENSHELL_CONFORMANCE_MODEL")]
-    pub model: Option<String>,
-    /// Emulated and served targets: a defect switch on the contract model (`list defects`);
-    /// repeatable.
-    #[arg(
-        long = "defect",
-        value_name = "NAME",
-        env = "OPENSHELL_CONFORMANCE_DEFECTS",
-        value_delimiter = ','
-    )]
-    pub defects: Vec<String>,
-    /// Emulated target only, model openshell-0.0.111: the Agent Sandbox release to model,
-    /// v0.5.0, v0.5.1 or v0.5.4 (default; `v0.5.1+` is an old spelling of it).
-    #[arg(
-        long,
-        value_name = "VERSION",
-        env = "OPENSHELL_CONFORMANCE_EMULATED_AGENT_SANDBOX"
-    )]
-    pub agent_sandbox: Option<String>,
-    /// Served target: run the OpenShell gateway and supervisor images as the real binaries in
-    /// this directory (`openshell-gateway`, `openshell-sandbox` of one release), each container
-    /// a process in its own namespaces, instead of `--model`'s; the model's expected failures
-    /// stay the expectations the verdicts are put next to. Needs root and iproute2's `ip`.
-    #[arg(
-        long,
-        value_name = "DIR",
-        env = "OPENSHELL_CONFORMANCE_OPENSHELL_BINARIES"
-    )]
-    pub openshell_binaries: Option<PathBuf>,
-    /// Topology to run on; repeatable (default: every topology the target supports).
-    #[arg(
-        long = "topology",
-        value_name = "NAME",
-        env = "OPENSHELL_CONFORMANCE_TOPOLOGY",
-        value_delimiter = ','
-    )]
-    pub topologies: Vec<String>,
-    /// Scenario or case id glob (`*` matches anything); repeatable (default: all). No value
-    /// delimiter: case ids contain commas (`gateway-outage[sidecar,outage=30s]`).
-    #[arg(
-        long = "scenario",
-        value_name = "PATTERN",
-        env = "OPENSHELL_CONFORMANCE_SCENARIO"
-    )]
-    pub scenarios: Vec<String>,
-    /// Replace every scenario's outage length (humantime: 30s, 2m30s, 5m).
-    #[arg(long, value_parser = parse_duration, env = "OPENSHELL_CONFORMANCE_OUTAGE")]
-    pub outage: Option<Duration>,
-    /// Seed of the fault sweep's schedule.
-    #[arg(long, env = "OPENSHELL_CONFORMANCE_SEED")]
-    pub seed: Option<u64>,
-    /// Cases run at once (default: emulated, the machine's available parallelism, since its
-    /// cases share nothing; real targets 1, the only value they take: the cases of a topology
-    /// share one release and each checks the gateway it leaves).
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64), env = "OPENSHELL_CONFORMANCE_JOBS")]
-    pub jobs: Option<u16>,
-    /// JUnit report path (default: <artifacts>/junit.xml).
-    #[arg(long, env = "OPENSHELL_CONFORMANCE_JUNIT")]
-    pub junit: Option<PathBuf>,
-    /// HTML timeline report path (default: <artifacts>/report.html).
-    #[arg(long, env = "OPENSHELL_CONFORMANCE_HTML")]
-    pub html: Option<PathBuf>,
-    /// Directory for timelines, reports, diagnostics and the restore journal.
-    #[arg(
-        long,
-        default_value = "artifacts",
-        env = "OPENSHELL_CONFORMANCE_ARTIFACTS"
-    )]
-    pub artifacts: PathBuf,
-    /// Known failures (default: the shipped file for the model or OpenShell version, if any).
-    #[arg(long, env = "OPENSHELL_CONFORMANCE_EXPECTATIONS")]
-    pub expectations: Option<PathBuf>,
-    /// Leave the sandboxes of failed cases in place for inspection.
-    #[arg(
-        long,
-        env = "OPENSHELL_CONFORMANCE_KEEP_ON_FAILURE",
-        value_parser = env_bool("OPENSHELL_CONFORMANCE_KEEP_ON_FAILURE")
-    )]
-    pub keep_on_failure: bool,
-    /// Print what would run (real targets: the full command plan and manifests) and stop.
-    #[arg(long)]
-    pub dry_run: bool,
-    #[command(flatten)]
-    pub real: RealArgs,
-}
-
-impl RunArgs {
-    /// Cases run at once: `--jobs`, or by default on the emulated target the machine's
-    /// available parallelism (each case has its own cluster and runtime), on real ones 1.
-    pub fn jobs(&self) -> usize {
-        match (self.jobs, self.provider()) {
-            (Some(n), _) => usize::from(n),
-            (None, None) => std::thread::available_parallelism().map_or(1, |n| n.get().min(64)),
-            (None, Some(_)) => 1,
-        }
-    }
-}
-
-/// The shortest outage `--outage` takes; anything shorter (0 and 1ns alike) is refused with
-/// the same message, since the fault could not be seen to start and end.
-const MIN_OUTAGE: Duration = Duration::from_secs(1);
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s)
-        .map_err(|e| format!("'{s}' is not a duration ({e}); write it like 30s, 2m30s or 5m"))?;
-    if d < MIN_OUTAGE {
-        return Err(format!(
-            "'{s}' is shorter than the shortest outage; give at least {}",
-            humantime::format_duration(MIN_OUTAGE)
-        ));
-    }
-    Ok(d)
-}
 
 /// Refuses, before the first case, report paths the run could not write at its end, naming
 /// each (exit 2): a long run must not end in "cannot write" with its verdicts unseen.
@@ -206,52 +68,6 @@ fn probe_file(path: &Path) -> std::io::Result<()> {
         std::fs::remove_file(path)?;
     }
     Ok(())
-}
-
-impl RunArgs {
-    /// Where the JUnit goes: `--junit`, or `junit.xml` in the artifacts directory.
-    fn junit_path(&self) -> PathBuf {
-        self.junit
-            .clone()
-            .unwrap_or_else(|| self.artifacts.join("junit.xml"))
-    }
-
-    /// Where the HTML report goes: `--html`, or `report.html` in the artifacts directory.
-    fn html_path(&self) -> PathBuf {
-        self.html
-            .clone()
-            .unwrap_or_else(|| self.artifacts.join("report.html"))
-    }
-
-    fn provider(&self) -> Option<Provider> {
-        match self.target {
-            TargetKind::Emulated => None,
-            TargetKind::Kind => Some(Provider::Kind),
-            TargetKind::K3d => Some(Provider::K3d),
-            TargetKind::Existing | TargetKind::Served => Some(Provider::Existing),
-        }
-    }
-}
-
-/// The directory holding `kind-config.yaml`: the repository root when run from inside it.
-fn repo_root() -> PathBuf {
-    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    cwd.ancestors()
-        .find(|d| d.join("kind-config.yaml").is_file())
-        .map(Path::to_path_buf)
-        .unwrap_or(cwd)
-}
-
-pub(crate) fn real_options(
-    real: &RealArgs,
-    provider: Provider,
-    artifacts: &Path,
-) -> Result<RealOptions, Error> {
-    let mut real = real.clone();
-    if real.run_dir.is_none() {
-        real.run_dir = Some(artifacts.to_path_buf());
-    }
-    real.resolve(provider, &new_run_id(), repo_root())
 }
 
 fn emulated_factory(args: &RunArgs) -> Result<Arc<dyn TargetFactory>, Error> {
@@ -337,7 +153,7 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
         }
         Some(_) if args.target == TargetKind::Served => {
             reject_parallel_jobs(&args)?;
-            let plan = super::served::plan(&args)?;
+            let plan = served::plan(&args)?;
             if args.dry_run {
                 print!("{}", plan.header());
                 let chosen = chosen_topologies(&args)?;
@@ -658,7 +474,7 @@ fn finish(
         let render = s.spawn(|| crate::report::render(&title, &views));
         for r in &finished {
             let path = tl_dir.join(format!("{}.jsonl", sanitize(&r.case_id)));
-            super::write_file(&path, &r.timeline.to_jsonl())?;
+            write_file(&path, &r.timeline.to_jsonl())?;
         }
         crate::junit::write(&junit, "openshell-conformance", reports)
             .map_err(|e| Error::usage_from(format!("cannot write {}", junit.display()), e))?;
@@ -666,7 +482,7 @@ fn finish(
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
     })?;
-    super::write_file(&html_path, &html)?;
+    write_file(&html_path, &html)?;
 
     print!("{}", summary::table(reports, &verdicts, wall));
     println!(
@@ -705,7 +521,7 @@ fn relative_to(report: &Path, target: &Path) -> String {
     }
 }
 
-pub(super) async fn doctor(args: super::ProviderArgs) -> Result<ExitStatus, Error> {
+pub(super) async fn doctor(args: ProviderArgs) -> Result<ExitStatus, Error> {
     let opts = real_options(&args.real, args.provider, Path::new("artifacts"))?;
     let report =
         conformance_real::doctor::run_for(&opts, &conformance_real::command::SystemRunner).await;
@@ -713,7 +529,7 @@ pub(super) async fn doctor(args: super::ProviderArgs) -> Result<ExitStatus, Erro
     Ok(report.exit_status())
 }
 
-pub(super) async fn cluster(args: super::ProviderArgs, up: bool) -> Result<ExitStatus, Error> {
+pub(super) async fn cluster(args: ProviderArgs, up: bool) -> Result<ExitStatus, Error> {
     let opts = real_options(&args.real, args.provider, Path::new("artifacts"))?;
     let p = conformance_real::cluster::provider(&opts);
     let runner = conformance_real::command::SystemRunner;
@@ -736,7 +552,7 @@ pub(super) async fn cluster(args: super::ProviderArgs, up: bool) -> Result<ExitS
     Ok(ExitStatus::Success)
 }
 
-pub(super) async fn restore(args: &super::RestoreArgs) -> Result<ExitStatus, Error> {
+pub(super) async fn restore(args: &RestoreArgs) -> Result<ExitStatus, Error> {
     let report = conformance_real::journal::restore(
         &args.journal,
         &args.allow_context,

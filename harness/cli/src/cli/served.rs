@@ -21,7 +21,7 @@ use conformance_core::timeline::Recorder;
 use conformance_core::topology::Topology;
 use conformance_real::options::{Provider, RealOptions};
 
-use super::run::RunArgs;
+use super::args::{RunArgs, real_options};
 
 /// The one context of a served cluster's kubeconfig (`kube_emulator::serve::kubeconfig`).
 pub(crate) const CONTEXT: &str = "kube-emulator";
@@ -101,7 +101,7 @@ pub(crate) fn plan(args: &RunArgs) -> Result<Plan> {
     let mut real = args.real.clone();
     real.allow_context.push(CONTEXT.to_string());
     real.context = Some(CONTEXT.to_string());
-    let opts = super::run::real_options(&real, Provider::Existing, &args.artifacts)?;
+    let opts = real_options(&real, Provider::Existing, &args.artifacts)?;
     Ok(Plan {
         model,
         binaries: args.openshell_binaries.clone(),
@@ -203,7 +203,7 @@ impl Plan {
             self.binaries.as_deref(),
         )
         .await
-        .map_err(super::serve_error)?;
+        .map_err(Error::from)?;
         let runs = match &self.binaries {
             Some(dir) => format!("real OpenShell binaries from {}", dir.display()),
             None => format!("model {}", self.model),

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::fmt_ms;
 use crate::timeline::{Event, FaultPhase, SentinelOp, SentinelResult, Timeline};
+use crate::verdict::fmt_ms;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

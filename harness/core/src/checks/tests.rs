@@ -1,6 +1,9 @@
 //! Every check kind, passing and failing, on hand-built timelines.
 
+use std::time::Duration;
+
 use super::*;
+use crate::keys::{FaultKey, Marker};
 use crate::phase::Phase;
 use crate::timeline::{
     ActionRecord, ConditionState, ContainerState, FaultRecord, GATEWAY_SANDBOX_KIND, SentinelOp,

@@ -80,6 +80,7 @@ TEST_ONLY = {"conformance-testtools"}
 # `python3 .ci/layering.py` shows it without loops (it lists the loops of the others as notes).
 MODULE_CHECKED = [
     "conformance-catalog",
+    "conformance-node",
     "conformance-observe",
     "conformance-openshell-api",
     "conformance-real",

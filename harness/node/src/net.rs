@@ -29,7 +29,18 @@ use std::sync::{Arc, OnceLock, mpsc};
 use rustix::thread::{LinkNameSpaceType, UnshareFlags};
 use tokio::net::TcpSocket;
 
-use crate::{NetNs, NodeError};
+use crate::error::NodeError;
+
+/// A network namespace held open by a file descriptor: it lives while this value (or a process
+/// in it) does, so nothing named is left behind if the harness is killed.
+#[derive(Debug)]
+pub struct NetNs(pub(crate) OwnedFd);
+
+impl AsFd for NetNs {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
 
 /// The node bridge's name inside the node namespace.
 const BRIDGE: &str = "br0";

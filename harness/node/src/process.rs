@@ -58,7 +58,8 @@ use std::sync::{Arc, Mutex, OnceLock, mpsc};
 
 use tokio::io::unix::AsyncFd;
 
-use crate::{NetNs, NodeError};
+use crate::error::NodeError;
+use crate::net::NetNs;
 
 /// The `PATH` a container gets when its environment has none (the one container runtimes use).
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

@@ -7,8 +7,8 @@ use crate::cluster::{Cluster, ResourceRef};
 use crate::error::{ApiError, ApiResult, success_status};
 use crate::logs::{container_state, resolve_container};
 use crate::pointer::Pointer;
-use crate::shell::{DefaultHooks, ExecOutput, Mounts, ShellHooks};
 use axum::extract::ws::{Message, WebSocket};
+use emulator_shell::{DefaultHooks, ExecOutput, Mounts, ShellHooks};
 use futures::future::BoxFuture;
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
@@ -142,7 +142,7 @@ pub(crate) async fn run(cluster: &Cluster, req: ExecRequest) -> ExecOutput {
     if let Some(proc) = hooks.procfs() {
         mounts.mount("/proc", proc, true);
     }
-    crate::shell::run(
+    emulator_shell::run(
         &req.argv,
         &req.stdin,
         &req.env,

@@ -1,8 +1,9 @@
 #![warn(unreachable_pub)]
 //! An in-process Kubernetes API server for tests: store, admission, watch (with replay, 410 and
 //! bookmarks), patches, scale, garbage collection, finalizers, exec/logs/port-forward over
-//! WebSocket and a POSIX shell subset for exec. Reached over an in-memory transport (so it
-//! runs in tokio's paused, virtual time) or over TCP ([`serve`]). It knows nothing of the
+//! WebSocket, and a POSIX shell subset for exec ([`shell`], the `emulator-shell` crate).
+//! Reached over an in-memory transport (so it runs in tokio's paused, virtual time) or over
+//! TCP ([`serve`]). It knows nothing of the
 //! programs that run on it: controllers and container programs plug in from outside.
 //!
 //! Start with [`Cluster`]: `Cluster::new(ClusterConfig::default())`, then `cluster.client()` for
@@ -26,7 +27,6 @@ mod resources;
 mod selectors;
 pub mod serve;
 mod server;
-pub mod shell;
 mod spdy;
 mod store;
 pub mod sync;
@@ -39,12 +39,13 @@ mod watch;
 
 pub use clock::parse_unix;
 pub use cluster::{Cluster, ClusterConfig, DEFAULT_EPOCH_UNIX, ResourceRef, WeakCluster};
+pub use emulator_shell as shell;
+pub use emulator_shell::ExecOutput;
 pub use error::{ApiError, ApiResult};
 pub use exec::{ExecHandler, ExecRequest, container_mounts};
 pub use patch::PatchKind;
 pub use pointer::{Pointer, pointer};
 pub use portforward::PortForwardHandler;
-pub use shell::ExecOutput;
 pub use store::{DeleteOptions, ListOptions};
 pub use tokens::{API_AUDIENCE, BoundObject, Freshness, TokenRequest};
 pub use volumes::{MountFailure, is_api_volume, populate_volumes};

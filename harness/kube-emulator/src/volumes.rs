@@ -9,7 +9,7 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 use crate::cluster::{Cluster, ResourceRef};
-use crate::shell::Volume;
+use emulator_shell::Volume;
 
 /// Why a pod's volumes could not be set up; `message` is the kubelet's `FailedMount` text.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -34,7 +34,7 @@ use tokio::task::AbortHandle;
 use crate::kubelet::{Inner, PodShared};
 use crate::program::Signal;
 use kube_emulator::WeakCluster;
-use kube_emulator::shell::{ShellHooks, Volume};
+use kube_emulator::shell::{KillError, ShellHooks, Volume};
 
 /// A running container program, as the pod worker and its signal senders know it.
 pub(crate) struct Proc {
@@ -281,8 +281,10 @@ impl ShellHooks for ProcsHooks {
         self.cluster.upgrade().map_or(0, |c| c.now_unix())
     }
 
-    fn kill(&self, pid: &str, signal: &str) -> Result<(), String> {
-        let no_such = || format!("kill: ({pid}) - No such process");
+    fn kill(&self, pid: &str, signal: &str) -> Result<(), KillError> {
+        let no_such = || KillError::NoSuchProcess {
+            pid: pid.to_string(),
+        };
         let n: u32 = pid.parse().map_err(|_| no_such())?;
         let pod = self.pod.upgrade().ok_or_else(no_such)?;
         let seen = self

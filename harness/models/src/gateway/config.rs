@@ -137,7 +137,7 @@ impl GatewayConfig {
     /// The config the container sees: parsed from [`CONFIG_PATH`] if the file is there, else
     /// [`GatewayConfig::plaintext`].
     pub(crate) fn read(mounts: &Mounts) -> Result<Self, String> {
-        match mounts.read_file(CONFIG_PATH)? {
+        match mounts.read_file(CONFIG_PATH).map_err(|e| e.to_string())? {
             None => Ok(Self::plaintext()),
             Some(bytes) => {
                 let text = String::from_utf8(bytes)
@@ -150,7 +150,8 @@ impl GatewayConfig {
     /// A file the config names, read from the container's filesystem.
     pub(crate) fn file(mounts: &Mounts, path: &str) -> Result<Vec<u8>, String> {
         mounts
-            .read_file(path)?
+            .read_file(path)
+            .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("failed to read {path}: No such file or directory"))
     }
 

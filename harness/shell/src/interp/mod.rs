@@ -1,113 +1,27 @@
-//! A small POSIX shell subset over in-memory volumes: what `kubectl exec` runs inside the
-//! emulated cluster's containers.
-//!
-//! Entry point: [`run`], which takes an exec argv. `sh -c SCRIPT` (and `/bin/sh`, `dash`)
-//! interprets a script; any other argv[0] runs one builtin directly without expansion.
-//!
-//! The language follows dash for the subset it covers: `;`/newline/`&&`/`||` lists, `!`,
-//! pipelines, `{ }` and `( )`, `if`/`while`/`until`/`for`/`case`, `break`/`continue`,
-//! single/double/backslash quoting, `#` comments, `$VAR ${VAR} ${VAR:-w} ${VAR:=w}
-//! ${VAR:+w} ${VAR:?w} ${#VAR} ${VAR%p} ${VAR%%p} ${VAR#p} ${VAR##p}`, `$0`..`$9`, `${10}`,
-//! `$# $@ "$@" $* $? $$ $-` (`$$` is a fixed 100), `$(...)`, backquotes, `$((...))` (64-bit
-//! integers, no assignment operators), field splitting of unquoted expansions on `$IFS`, and
-//! redirections `< > >> >| <> N>&M N<&M` on fds 0-2 (`/dev/null`, `/dev/stdout`,
-//! `/dev/stderr` are special-cased; other fds are opened, so files get created, but ignored).
-//! `case` and the `%`/`#` operators use `*`, `?`, `[...]` patterns.
-//!
-//! Commands: `echo printf cat test [ mkdir rm ls touch sleep kill exit true false : date wc
-//! tr grep head tail cd pwd export unset env printenv read set shift eval break continue sh
-//! dash` (`tr` and `grep` as in `text.rs`),
-//! and a path to a script file in a volume (run by `sh`). Anything else is `NAME: not found`,
-//! status 127.
-//!
-//! Not supported, and reported as syntax errors rather than misbehaving silently: `&`
-//! background jobs, here-documents, function definitions. Not done at all: tilde expansion
-//! (`~` stays literal), `set -u`, traps, `exec`. Pathname expansion is done (`/proc/[0-9]*`):
-//! an unquoted `*`, `?` or `[...]` in a field expands to the sorted matching paths, or stays
-//! as it is when nothing matches.
-//!
-//! Model and deliberate differences from a real shell:
-//! - Output is buffered: a pipeline runs its commands one after another, each reading the
-//!   whole output of the previous one, so `sleep 1 | sleep 1` takes 2 s of (virtual) time.
-//!   Each pipeline element and `( )` runs as a subshell (variable changes do not escape).
-//! - Redirection failures (e.g. `> /ro/file` on a read-only mount) print
-//!   `sh: 1: cannot create /ro/file: Read-only file system` and give status 2, as dash does
-//!   (bash and busybox give 1). Utilities report their own errors with status 1
-//!   (`touch /ro/x` → `touch: cannot touch '/ro/x': Read-only file system`).
-//! - `echo` interprets no backslash escapes (dash's does); only a leading `-n` is an option.
-//! - When `sh` reads its script from stdin, the whole stdin is the script and the commands
-//!   get an empty stdin.
-//! - A loop that runs a million commands without sleeping is stopped with status 2: in paused
-//!   time nothing else could ever run or time it out. Nesting (compound commands,
-//!   substitutions, `eval`, nested `sh`) is bounded so that no input can overflow the stack;
-//!   the limit (about 30 levels) is far above what scripts use.
-//! - Nothing blocks except `sleep`, which uses `tokio::time::sleep` and so follows paused
-//!   time exactly. Dropping the future stops the script where it is.
+//! The interpreter: a [`Shell`]'s state (variables, file descriptors, captured output), word
+//! expansion, redirections, pipelines and compound commands, and [`run`], the way in. The
+//! commands themselves are in `builtins.rs` (`tr` and `grep` in `text.rs`); the language and
+//! its deliberate differences from dash are in the crate docs.
 
-mod arith;
 mod builtins;
-mod fs;
-mod glob;
-mod parse;
 #[cfg(test)]
 mod tests;
 mod text;
-
-pub use fs::{Mounts, Volume};
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use futures::future::BoxFuture;
 
-use parse::{AndOr, CmdKind, Command, List, ParamOp, Parser, Part, Pipeline, Redir, RedirOp, Word};
+use crate::arith;
+use crate::error::FsError;
+use crate::fs::{self, Mounts};
+use crate::glob;
+use crate::hooks::ShellHooks;
+use crate::parse::{
+    self, AndOr, CmdKind, Command, List, ParamOp, Parser, Part, Pipeline, Redir, RedirOp, Word,
+};
 
-/// Side effects the shell cannot do by itself, supplied by the emulated cluster.
-pub trait ShellHooks: Send + Sync {
-    /// Seconds since the Unix epoch on the emulated cluster's clock (for `date +%s`).
-    fn now_unix(&self) -> u64;
-    /// `kill [-SIGNAL] PID`: signal is the name without "SIG" ("TERM" default, "KILL",
-    /// "INT"..., numeric signals mapped to names; signal 0 is passed as "0"). Err(message) is
-    /// printed to stderr and exit code 1.
-    fn kill(&self, pid: &str, signal: &str) -> Result<(), String>;
-    /// The hooks of an exec into `container`, when they depend on the container (its PID
-    /// namespace); None: these hooks serve every container of the pod.
-    fn for_container(&self, _container: &str) -> Option<std::sync::Arc<dyn ShellHooks>> {
-        None
-    }
-    /// `/proc` as the exec sees it (a read-only snapshot taken when the exec starts), or None
-    /// for no `/proc` at all.
-    fn procfs(&self) -> Option<Volume> {
-        None
-    }
-}
-
-/// Hooks for tests and for containers with nothing to signal: clock at a fixed epoch plus
-/// tokio elapsed time since creation; kill always fails with "kill: (PID) - No such process".
-pub struct DefaultHooks {
-    epoch_unix: u64,
-    start: tokio::time::Instant,
-}
-
-impl DefaultHooks {
-    pub fn new(epoch_unix: u64) -> Self {
-        DefaultHooks {
-            epoch_unix,
-            start: tokio::time::Instant::now(),
-        }
-    }
-}
-
-impl ShellHooks for DefaultHooks {
-    fn now_unix(&self) -> u64 {
-        self.epoch_unix
-            .saturating_add(self.start.elapsed().as_secs())
-    }
-
-    fn kill(&self, pid: &str, _signal: &str) -> Result<(), String> {
-        Err(format!("kill: ({pid}) - No such process"))
-    }
-}
-
+/// What an exec produced: its standard output and error, and its exit code.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ExecOutput {
     pub stdout: Vec<u8>,
@@ -825,7 +739,7 @@ impl<'a> Shell<'a> {
                 let abs = self.abs(target);
                 match self.mounts.write(&abs, b"", append) {
                     Ok(()) => Ok(Sink::File(abs)),
-                    Err(fs::FsError::NotFound) => {
+                    Err(FsError::NotFound) => {
                         Err(format!("cannot create {target}: Directory nonexistent"))
                     }
                     Err(e) => Err(format!("cannot create {target}: {}", e.message())),
@@ -847,9 +761,7 @@ impl<'a> Shell<'a> {
                 }
                 match self.mounts.read(&abs) {
                     Ok(data) => Ok(data),
-                    Err(fs::FsError::NotFound) => {
-                        Err(format!("cannot open {target}: No such file"))
-                    }
+                    Err(FsError::NotFound) => Err(format!("cannot open {target}: No such file")),
                     Err(e) => Err(format!("cannot open {target}: {}", e.message())),
                 }
             }

@@ -7,6 +7,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::error::{FsError, ReadError};
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Node {
     File(Vec<u8>),
@@ -16,30 +18,6 @@ enum Node {
 impl Default for Node {
     fn default() -> Self {
         Node::Dir(BTreeMap::new())
-    }
-}
-
-/// Why a file-system operation failed; `message` is the strerror text coreutils prints.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum FsError {
-    NotFound,
-    NotADirectory,
-    IsADirectory,
-    Exists,
-    ReadOnly,
-    Busy,
-}
-
-impl FsError {
-    pub(crate) fn message(self) -> &'static str {
-        match self {
-            FsError::NotFound => "No such file or directory",
-            FsError::NotADirectory => "Not a directory",
-            FsError::IsADirectory => "Is a directory",
-            FsError::Exists => "File exists",
-            FsError::ReadOnly => "Read-only file system",
-            FsError::Busy => "Device or resource busy",
-        }
     }
 }
 
@@ -349,12 +327,15 @@ impl Mounts {
     }
 
     /// Reads the file at `path` as a program in the container would: `Ok(None)` when there is
-    /// no such file, `Err` with the strerror text when it cannot be read (a directory).
-    pub fn read_file(&self, path: &str) -> Result<Option<Vec<u8>>, String> {
+    /// no such file, `Err` when it cannot be read (a directory).
+    pub fn read_file(&self, path: &str) -> Result<Option<Vec<u8>>, ReadError> {
         match self.read(&components(path)) {
             Ok(bytes) => Ok(Some(bytes)),
             Err(FsError::NotFound) => Ok(None),
-            Err(e) => Err(format!("{path}: {}", e.message())),
+            Err(kind) => Err(ReadError {
+                path: path.to_string(),
+                kind,
+            }),
         }
     }
 

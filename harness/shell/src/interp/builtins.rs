@@ -4,9 +4,10 @@
 
 use std::time::Duration;
 
-use super::fs::{self, FsError, Kind};
-use super::parse::{self, Parser};
 use super::{Flow, Shell, Status, is_shell};
+use crate::error::FsError;
+use crate::fs::{self, Kind};
+use crate::parse::{self, Parser};
 
 /// Linux signal names by number (index 0 is signal 0, the existence check).
 const SIGNALS: [&str; 32] = [
@@ -709,8 +710,8 @@ impl Shell<'_> {
         };
         let mut status = 0;
         for pid in rest {
-            if let Err(msg) = self.hooks.kill(pid, name) {
-                self.err_line(msg.trim_end_matches('\n'));
+            if let Err(e) = self.hooks.kill(pid, name) {
+                self.err_line(e.to_string().trim_end_matches('\n'));
                 status = 1;
             }
         }

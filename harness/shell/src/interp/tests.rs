@@ -8,6 +8,9 @@ use rstest::rstest;
 use tokio::time::Instant;
 
 use super::*;
+use crate::error::KillError;
+use crate::fs::Volume;
+use crate::hooks::DefaultHooks;
 
 /// A container's usual view: its own root file system plus a sandbox volume.
 fn mounts() -> Mounts {
@@ -62,13 +65,15 @@ impl ShellHooks for RecordingHooks {
         1_700_000_000
     }
 
-    fn kill(&self, pid: &str, signal: &str) -> Result<(), String> {
+    fn kill(&self, pid: &str, signal: &str) -> Result<(), KillError> {
         self.kills
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push((pid.to_string(), signal.to_string()));
         if pid == "999" {
-            Err(format!("kill: ({pid}) - Operation not permitted"))
+            Err(KillError::NotPermitted {
+                pid: pid.to_string(),
+            })
         } else {
             Ok(())
         }
@@ -1484,7 +1489,7 @@ async fn prefix_and_suffix_removal_use_patterns(#[case] expr: &str, #[case] stdo
 
 #[test]
 fn glob_patterns_match_like_fnmatch() {
-    use super::glob::matches;
+    use crate::glob::matches;
     assert!(matches("*", ""));
     assert!(matches("a*b*c", "aXXbYYc"));
     assert!(!matches("a*b*c", "aXXbYY"));

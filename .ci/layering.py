@@ -87,6 +87,7 @@ NOT_HARNESS = {"emulator-shell"}
 # `python3 .ci/layering.py` shows it without loops (it lists the loops of the others as notes).
 MODULE_CHECKED = [
     "conformance-catalog",
+    "conformance-core",
     "conformance-node",
     "conformance-observe",
     "conformance-openshell-api",

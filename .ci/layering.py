@@ -33,15 +33,23 @@ ALLOWED = {
     "conformance-openshell-api": set(),
     # Containers as host processes: the OS side only (namespaces, mounts, links), no cluster.
     "conformance-node": set(),
-    "conformance-observe": {"conformance-core"},
+    # The names upstream gives its objects (docs/upstream-facts.md), shared by models and real.
+    "conformance-upstream": set(),
+    "conformance-observe": {"conformance-core", "conformance-upstream"},
     "conformance-models": {
         "conformance-core",
         "kube-emulator",
         "conformance-observe",
         "conformance-openshell-api",
         "conformance-node",
+        "conformance-upstream",
     },
-    "conformance-real": {"conformance-core", "conformance-observe", "conformance-openshell-api"},
+    "conformance-real": {
+        "conformance-core",
+        "conformance-observe",
+        "conformance-openshell-api",
+        "conformance-upstream",
+    },
     "conformance-catalog": {"conformance-core"},
     "openshell-conformance": {
         "conformance-core",
@@ -51,6 +59,7 @@ ALLOWED = {
         "conformance-real",
         "conformance-observe",
         "conformance-node",
+        "conformance-upstream",
     },
 }
 # Crates that must not be reached at all, even transitively, through normal dependencies.

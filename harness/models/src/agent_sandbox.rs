@@ -20,14 +20,11 @@ use serde_json::{Map, Value, json};
 use tokio::task::JoinHandle;
 
 use crate::workloads::fnv1a32;
+use conformance_upstream::{
+    NAME_HASH_LABEL, POD_NAME_ANNOTATION, PROPAGATED_ANNOTATIONS, PROPAGATED_LABELS,
+    SANDBOX_API_VERSION, SANDBOX_GROUP, SANDBOX_KIND, SANDBOX_PLURAL,
+};
 use kube_emulator::{Cluster, DeleteOptions, ListOptions, PatchKind, ResourceRef};
-
-/// Label on the pod, PVCs (and Service) with `NameHash(cr name)` (F4.8).
-pub(crate) const NAME_HASH_LABEL: &str = "agents.x-k8s.io/sandbox-name-hash";
-/// Annotation on the CR naming its pod (F4.11).
-pub(crate) const POD_NAME_ANNOTATION: &str = "agents.x-k8s.io/pod-name";
-pub(crate) const PROPAGATED_LABELS: &str = "agents.x-k8s.io/propagated-labels";
-pub(crate) const PROPAGATED_ANNOTATIONS: &str = "agents.x-k8s.io/propagated-annotations";
 
 /// Which Agent Sandbox release to model (F0.2, F4.4, F4.5). The one type for the release:
 /// the controller runs it, selections parse it and reports print it, so what a report names is
@@ -89,7 +86,7 @@ fn s<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
 
 /// The Sandbox resource in `version` (`agents.x-k8s.io/<version>`).
 pub(crate) fn sandboxes_in(version: &str) -> ResourceRef {
-    ResourceRef::new("agents.x-k8s.io", version, "sandboxes")
+    ResourceRef::new(SANDBOX_GROUP, version, SANDBOX_PLURAL)
 }
 
 fn sandboxes() -> ResourceRef {
@@ -622,7 +619,7 @@ impl AgentSandboxController {
 
     fn owner_ref(&self, sb: &Value) -> Value {
         json!([{
-            "apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox",
+            "apiVersion": SANDBOX_API_VERSION, "kind": SANDBOX_KIND,
             "name": s(sb, "/metadata/name").unwrap_or_default(),
             "uid": s(sb, "/metadata/uid").unwrap_or_default(),
             "controller": true, "blockOwnerDeletion": true,

@@ -57,7 +57,7 @@ pub fn objects(model: &OpenShellModel) -> Vec<(ResourceRef, Value)> {
         ),
         (
             core("secrets"),
-            json!({"metadata": {"name": "openshell-client-tls"}, "type": "kubernetes.io/tls",
+            json!({"metadata": {"name": conformance_upstream::CLIENT_TLS_SECRET}, "type": "kubernetes.io/tls",
             "stringData": {"tls.crt": "emulated", "tls.key": "emulated", "ca.crt": "emulated-ca"}}),
         ),
         (

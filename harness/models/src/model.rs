@@ -13,18 +13,13 @@ use crate::spec::{Behaviour, Selection, Timings};
 use conformance_core::target::{sandbox_resource_name, workspace_pvc_name};
 use conformance_core::topology::Topology;
 
-/// Namespace of the release and of the sandboxes (shared workspace mode; docs/upstream-facts.md
-/// F5.8).
-pub(crate) const NAMESPACE: &str = "openshell";
+pub(crate) use conformance_upstream::{GATEWAY_ENDPOINT, GATEWAY_SERVICE_HOST, NAMESPACE};
 /// Workspace of every sandbox the harness creates (`--workspace`, default `default`; F6.1).
 pub(crate) const WORKSPACE: &str = conformance_core::scenario::DEFAULT_WORKSPACE;
 pub(crate) const GATEWAY_IMAGE_REPO: &str = "ghcr.io/nvidia/openshell/gateway";
 pub(crate) const SUPERVISOR_IMAGE_REPO: &str = "ghcr.io/nvidia/openshell/supervisor";
 pub(crate) const SANDBOX_IMAGE_REPO: &str = "ghcr.io/nvidia/openshell-community/sandboxes/base";
-/// The gateway's callback endpoint (F5.5 `server.grpcEndpoint`).
-pub(crate) const GATEWAY_ENDPOINT: &str = "https://openshell.openshell.svc.cluster.local:8080";
-pub(crate) const GATEWAY_SERVICE_HOST: &str = "openshell.openshell.svc.cluster.local";
-pub(crate) const GRPC_PORT: u16 = 8080;
+pub(crate) const GRPC_PORT: u16 = conformance_upstream::GATEWAY_GRPC_PORT;
 
 /// CR (and pod) name of a sandbox the harness creates: [`sandbox_resource_name`] in its workspace.
 pub(crate) fn cr_name(name: &str) -> String {

@@ -8,18 +8,18 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::gateway::driver::SANDBOX_VERSION;
 use crate::gateway::store::SandboxRecord;
-use crate::model::{GATEWAY_ENDPOINT, OpenShellModel, SUPERVISOR_IMAGE_REPO};
-use crate::supervisor::SIDECAR_STATE_VOLUME;
+use crate::model::{OpenShellModel, SUPERVISOR_IMAGE_REPO};
 use conformance_core::topology::{SupervisorPlacement, Topology};
+use conformance_upstream::{
+    CONTROL_SOCKET_ENV, GATEWAY_ENDPOINT, SANDBOX_API_VERSION, SANDBOX_KIND,
+    SANDBOX_SERVICE_ACCOUNT, SIDECAR_STATE_VOLUME,
+};
 use kube_emulator::ResourceRef;
 
 /// Where the sidecar's control socket lives, as both containers mount it (docs/upstream-facts.md F2.5).
 const SIDECAR_STATE_DIR: &str = "/run/openshell-sidecar";
 const SIDECAR_CONTROL_SOCKET: &str = "/run/openshell-sidecar/control.sock";
-/// The env var telling the process side to wait for a sidecar's control socket (docs/upstream-facts.md F3.5).
-pub(crate) const CONTROL_SOCKET_ENV: &str = "OPENSHELL_SIDECAR_CONTROL_SOCKET";
 
 pub(crate) fn env(pairs: &[(&str, String)]) -> Value {
     Value::Array(
@@ -145,11 +145,11 @@ pub(crate) fn supervisor_pod(
             "namespace": namespace,
             "labels": labels,
             "annotations": {"openshell.io/sandbox-id": rec.id},
-            "ownerReferences": [{"apiVersion": format!("agents.x-k8s.io/{SANDBOX_VERSION}"), "kind": "Sandbox",
+            "ownerReferences": [{"apiVersion": SANDBOX_API_VERSION, "kind": SANDBOX_KIND,
                 "name": rec.cr_name, "uid": cr_uid, "controller": true, "blockOwnerDeletion": true}],
         },
         "spec": {
-            "serviceAccountName": crate::gateway::driver::SANDBOX_SERVICE_ACCOUNT,
+            "serviceAccountName": SANDBOX_SERVICE_ACCOUNT,
             "restartPolicy": "Never",
             "containers": [{
                 "name": container,
@@ -198,7 +198,7 @@ pub(crate) fn release_objects(model: &OpenShellModel) -> Vec<(ResourceRef, Value
                 "template": {
                     "metadata": {"labels": sel},
                     "spec": {
-                        "serviceAccountName": crate::gateway::driver::SANDBOX_SERVICE_ACCOUNT,
+                        "serviceAccountName": SANDBOX_SERVICE_ACCOUNT,
                         "containers": [{
                             "name": container,
                             "image": format!("{SUPERVISOR_IMAGE_REPO}:{}", model.version),

@@ -23,19 +23,20 @@ use serde_json::{Value, json};
 use tokio::time::{Instant, sleep};
 
 use crate::gateway::Gateway;
-use crate::gateway::driver::BOOTSTRAP_FAILED_EVENT;
 use crate::gateway::rpc::{ConnectRequest, ExitAck, SandboxConfig, ServerCert, Status};
 use crate::model::{Link, MainState, MainStatus, OpenShellModel};
 use crate::network::{NetError, Network, parse_endpoint};
-use crate::placement::CONTROL_SOCKET_ENV;
 use crate::program::{ContainerCtx, ContainerProgram, ShellProgram};
 use crate::spec::{Diagnostics, backoff};
 use conformance_core::target::workspace_pvc_name;
+use conformance_upstream::{
+    BOOTSTRAP_FAILED_EVENT, CONTROL_SOCKET_ENV, GATEWAY_ENDPOINT, SANDBOX_API_VERSION,
+    SANDBOX_KIND, SIDECAR_STATE_VOLUME,
+};
 use kube_emulator::shell::DefaultHooks;
 use kube_emulator::{Cluster, ResourceRef};
 
 pub(crate) const CONTROL_SOCKET: &str = "/control.sock";
-pub(crate) const SIDECAR_STATE_VOLUME: &str = "openshell-sidecar-state";
 
 /// Writes log lines into one container's log (clonable into helper tasks).
 #[derive(Clone)]
@@ -294,7 +295,7 @@ impl Boundary {
                 if d == Diagnostics::Named {
                     let ev = json!({
                         "metadata": {"name": format!("{}.bootstrap.{}", self.cr, self.pod_uid), "namespace": self.ns},
-                        "involvedObject": {"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox", "name": self.cr, "namespace": self.ns},
+                        "involvedObject": {"apiVersion": SANDBOX_API_VERSION, "kind": SANDBOX_KIND, "name": self.cr, "namespace": self.ns},
                         "reason": BOOTSTRAP_FAILED_EVENT,
                         "message": f.message,
                         "type": "Warning",
@@ -612,7 +613,7 @@ impl SupervisorProgram {
             cr: cr.to_string(),
             endpoint: ctx
                 .env("OPENSHELL_ENDPOINT")
-                .unwrap_or(crate::model::GATEWAY_ENDPOINT)
+                .unwrap_or(GATEWAY_ENDPOINT)
                 .to_string(),
             log: Log::of(ctx),
             same_pod,
@@ -766,7 +767,7 @@ impl SupervisorProgram {
         let mut failed: BTreeMap<String, u64> = BTreeMap::new();
         let endpoint = ctx
             .env("OPENSHELL_ENDPOINT")
-            .unwrap_or(crate::model::GATEWAY_ENDPOINT)
+            .unwrap_or(GATEWAY_ENDPOINT)
             .to_string();
         let (host, port) = parse_endpoint(&endpoint).unwrap_or_default();
         let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(String, u64)>();
@@ -955,7 +956,7 @@ async fn process_side(
 fn post_failure_event(ctx: &ContainerCtx, cr: &str, message: &str) {
     let ev = json!({
         "metadata": {"name": format!("{cr}.bootstrap.{}", ctx.pod_uid), "namespace": ctx.namespace},
-        "involvedObject": {"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox", "name": cr, "namespace": ctx.namespace},
+        "involvedObject": {"apiVersion": SANDBOX_API_VERSION, "kind": SANDBOX_KIND, "name": cr, "namespace": ctx.namespace},
         "reason": BOOTSTRAP_FAILED_EVENT, "message": message, "type": "Warning", "count": 1,
     });
     let _ = ctx.cluster.create(

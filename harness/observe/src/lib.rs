@@ -21,16 +21,14 @@ use conformance_core::timeline::{
     API_SERVER_REACHABLE_KEY, ConditionState, ContainerState, ObjectRef, ObjectState, Recorder,
     Replicas,
 };
-
-/// The Agent Sandbox API group (docs/upstream-facts.md F4.1).
-pub const SANDBOX_GROUP: &str = "agents.x-k8s.io";
+use conformance_upstream::{SANDBOX_GROUP, SANDBOX_KIND, SANDBOX_PLURAL};
 
 /// The `Sandbox` resource in a given version (`v1beta1` from Agent Sandbox v0.5.0, `v1alpha1`
 /// before; docs/upstream-facts.md F4.1).
 pub fn sandbox_resource(version: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(SANDBOX_GROUP, version, "Sandbox"),
-        "sandboxes",
+        &GroupVersionKind::gvk(SANDBOX_GROUP, version, SANDBOX_KIND),
+        SANDBOX_PLURAL,
     )
 }
 

@@ -17,17 +17,11 @@ use crate::model::{SANDBOX_IMAGE_REPO, SUPERVISOR_IMAGE_REPO};
 use crate::placement::{self, env, supervisor_pod_name};
 use crate::spec::backoff;
 use conformance_core::phase::Phase;
+use conformance_upstream::{
+    BOOTSTRAP_FAILED_EVENT, CLIENT_TLS_VOLUME, SANDBOX_API_VERSION, SANDBOX_SERVICE_ACCOUNT,
+    SANDBOX_VERSION, SUPERVISOR_BIN,
+};
 use kube_emulator::{ApiError, DeleteOptions, ListOptions, PatchKind, ResourceRef};
-
-/// The Sandbox resource version the driver uses (F3.1: v1beta1 first).
-pub(crate) const SANDBOX_VERSION: &str = "v1beta1";
-/// The ServiceAccount sandbox pods run as (the chart's `service_account_name`), the only one
-/// whose tokens the gateway accepts for bootstrap (F12.7).
-pub(crate) const SANDBOX_SERVICE_ACCOUNT: &str = "openshell-sandbox";
-/// The event reason a supervisor posts when bootstrap fails for good (contract, R14).
-pub(crate) const BOOTSTRAP_FAILED_EVENT: &str = "BootstrapFailed";
-/// Where the supervisor binary lands in the workload container (F3.4).
-pub(crate) const SUPERVISOR_BIN: &str = "/opt/openshell/bin/openshell-sandbox";
 
 fn sandboxes() -> ResourceRef {
     crate::agent_sandbox::sandboxes_in(SANDBOX_VERSION)
@@ -115,7 +109,7 @@ pub(crate) fn render_sandbox(gw: &Gateway, rec: &SandboxRecord) -> Value {
         "openshell.ai/gateway-id": "openshell",
     });
     json!({
-        "apiVersion": format!("agents.x-k8s.io/{SANDBOX_VERSION}"),
+        "apiVersion": SANDBOX_API_VERSION,
         "kind": "Sandbox",
         "metadata": {
             "name": rec.cr_name,
@@ -135,8 +129,6 @@ pub(crate) fn render_sandbox(gw: &Gateway, rec: &SandboxRecord) -> Value {
     })
 }
 
-/// The volume of the client TLS Secret in the pod template (F3.5).
-pub(crate) const CLIENT_TLS_VOLUME: &str = "openshell-client-tls";
 /// Where the supervisor that talks to the gateway finds the client TLS material (F12.8). In
 /// sidecar, upstream's `openshell-network-init` copies it from there into the shared
 /// `/etc/openshell-tls/proxy/client` for the non-root network container; the model mounts it

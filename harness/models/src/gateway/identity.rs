@@ -6,14 +6,13 @@
 use kube_emulator::{Cluster, ResourceRef};
 use serde_json::Value;
 
-use super::SA_TOKEN_AUDIENCE;
-use super::driver::{SANDBOX_SERVICE_ACCOUNT, SANDBOX_VERSION};
 use super::rpc::Status;
-use crate::model::NAMESPACE;
+use conformance_upstream::{
+    NAMESPACE, POD_SANDBOX_ID_ANNOTATION as POD_SANDBOX_ID, SA_TOKEN_AUDIENCE, SANDBOX_API_VERSION,
+    SANDBOX_API_VERSION_V1ALPHA1, SANDBOX_GROUP, SANDBOX_ID_LABEL, SANDBOX_KIND, SANDBOX_PLURAL,
+    SANDBOX_SERVICE_ACCOUNT, SANDBOX_VERSION,
+};
 
-/// The pod annotation and the Sandbox label that carry the sandbox id (F12.7).
-const POD_SANDBOX_ID: &str = "openshell.io/sandbox-id";
-const SANDBOX_ID_LABEL: &str = "openshell.ai/sandbox-id";
 const POD_NAME_EXTRA: &str = "authentication.kubernetes.io/pod-name";
 const POD_UID_EXTRA: &str = "authentication.kubernetes.io/pod-uid";
 
@@ -84,10 +83,10 @@ pub(super) fn sandbox_of(cluster: &Cluster, review: &Value) -> Result<String, St
         .into_iter()
         .flatten()
         .filter(|o| {
-            text(o, "/kind") == "Sandbox"
+            text(o, "/kind") == SANDBOX_KIND
                 && matches!(
                     text(o, "/apiVersion"),
-                    "agents.x-k8s.io/v1beta1" | "agents.x-k8s.io/v1alpha1"
+                    SANDBOX_API_VERSION | SANDBOX_API_VERSION_V1ALPHA1
                 )
         })
         .collect();
@@ -107,7 +106,7 @@ pub(super) fn sandbox_of(cluster: &Cluster, review: &Value) -> Result<String, St
         .rsplit('/')
         .next()
         .unwrap_or(SANDBOX_VERSION);
-    let sandboxes = ResourceRef::new("agents.x-k8s.io", version, "sandboxes");
+    let sandboxes = ResourceRef::new(SANDBOX_GROUP, version, SANDBOX_PLURAL);
     let sandbox = cluster
         .get(&sandboxes, Some(namespace), owner_name)
         .map_err(|_| denied("sandbox owner not found"))?;
@@ -131,7 +130,7 @@ mod tests {
     use serde_json::json;
 
     fn sandboxes() -> ResourceRef {
-        ResourceRef::new("agents.x-k8s.io", SANDBOX_VERSION, "sandboxes")
+        ResourceRef::new(SANDBOX_GROUP, SANDBOX_VERSION, SANDBOX_PLURAL)
     }
 
     /// Sandbox `sb-1` as the gateway and the controller leave it: its resource labelled with

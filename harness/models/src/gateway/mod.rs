@@ -34,11 +34,9 @@ use super::model::{CredentialFault, GRPC_PORT, OpenShellModel, cr_name};
 use super::program::{ContainerCtx, ContainerProgram};
 use conformance_core::phase::Phase;
 use conformance_core::target::{ExecResult, SandboxSpec, SandboxView};
+use conformance_upstream::{NAMESPACE, SA_TOKEN_AUDIENCE, SANDBOX_SERVICE_ACCOUNT};
 use kube_emulator::Cluster;
 
-/// The audience the gateway's TokenReview asks for and the driver's projected token carries
-/// (F3.5, F12.7).
-pub(crate) const SA_TOKEN_AUDIENCE: &str = "openshell-gateway";
 /// The contract's refusal of a bootstrap token the gateway does not accept: it names the cause.
 const SA_TOKEN_REJECTED: &str = "sandbox service account token rejected: TokenReview: token is not valid for audience openshell-gateway";
 
@@ -137,21 +135,21 @@ impl GatewayProgram {
         if let Some(ns) = config
             .sandbox_namespace
             .as_ref()
-            .filter(|ns| ns.as_str() != super::model::NAMESPACE)
+            .filter(|ns| ns.as_str() != NAMESPACE)
         {
             return Err(format!(
                 "configured sandbox_namespace {ns:?} is not the one this gateway model uses ({:?})",
-                super::model::NAMESPACE
+                NAMESPACE
             ));
         }
         if let Some(sa) = config
             .sandbox_service_account
             .as_ref()
-            .filter(|sa| sa.as_str() != driver::SANDBOX_SERVICE_ACCOUNT)
+            .filter(|sa| sa.as_str() != SANDBOX_SERVICE_ACCOUNT)
         {
             return Err(format!(
                 "configured service_account_name {sa:?} is not the one this gateway model runs sandbox pods as ({:?})",
-                driver::SANDBOX_SERVICE_ACCOUNT
+                SANDBOX_SERVICE_ACCOUNT
             ));
         }
         let tls = grpc::tls_acceptor(&config, &ctx.mounts)?;

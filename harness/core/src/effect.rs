@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::target::{Fault, sandbox_resource_name};
+use crate::target::{BootstrapMaterial, Fault, sandbox_resource_name};
 use crate::topology::{SupervisorPlacement, Topology};
 
 /// Where a sandbox's parts are on the cluster: enough to aim a fault at them.
@@ -62,9 +62,11 @@ pub enum FaultEffect {
         labels: BTreeMap<String, String>,
         what: &'static str,
     },
-    /// The sandbox's bootstrap material is made wrong (`credentials` or `certificate`) until
-    /// restored.
-    BootstrapBroken { resource: String, material: String },
+    /// The sandbox's bootstrap material is made wrong until restored.
+    BootstrapBroken {
+        resource: String,
+        material: BootstrapMaterial,
+    },
 }
 
 impl FaultEffect {
@@ -83,7 +85,7 @@ impl FaultEffect {
             },
             Fault::BootstrapCredentials { sandbox, what } => Self::BootstrapBroken {
                 resource: resource(sandbox),
-                material: what.clone(),
+                material: *what,
             },
             Fault::SupervisorKill { sandbox } => {
                 let pod = resource(sandbox);

@@ -145,6 +145,13 @@ pub trait Variant: std::any::Any + Send + Sync + std::fmt::Debug {
     }
 }
 
+/// A case that varies on which bootstrap material a fault breaks is labelled `what=<material>`.
+impl Variant for crate::target::BootstrapMaterial {
+    fn label(&self) -> Vec<(&'static str, String)> {
+        vec![("what", self.name().to_string())]
+    }
+}
+
 /// Parameters of one case: what varies between cases of a scenario.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Params {

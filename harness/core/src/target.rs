@@ -237,9 +237,45 @@ pub enum Fault {
     SupervisorKill { sandbox: String },
     /// Kill the sandbox's main process.
     MainProcessKill { sandbox: String },
-    /// Give the sandbox credentials the gateway rejects (`credentials`) or a gateway
-    /// certificate the sandbox must reject (`certificate`); restore puts the right ones back.
-    BootstrapCredentials { sandbox: String, what: String },
+    /// Give the sandbox credentials the gateway rejects or a gateway certificate the sandbox
+    /// must reject (`what`); restore puts the right ones back.
+    BootstrapCredentials {
+        sandbox: String,
+        what: BootstrapMaterial,
+    },
+}
+
+/// Which part of a sandbox's bootstrap material a [`Fault::BootstrapCredentials`] breaks. Its
+/// [`name`](Self::name) is what keys, case labels and messages say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BootstrapMaterial {
+    /// The sandbox's credentials: the gateway rejects them (Unauthenticated).
+    Credentials,
+    /// The gateway's certificate as the sandbox checks it: the sandbox cannot verify it.
+    Certificate,
+}
+
+impl BootstrapMaterial {
+    pub const ALL: [Self; 2] = [Self::Credentials, Self::Certificate];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Credentials => "credentials",
+            Self::Certificate => "certificate",
+        }
+    }
+
+    /// The material a [`name`](Self::name) names.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
+}
+
+impl std::fmt::Display for BootstrapMaterial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 impl Fault {
@@ -479,5 +515,19 @@ mod tests {
         let r = sandbox_resource_name("default", "demo");
         assert_eq!(r, "default--demo");
         assert_eq!(workspace_pvc_name(&r), "workspace-default--demo");
+    }
+
+    #[test]
+    fn a_bootstrap_material_is_named_and_parsed_back_by_the_same_word() {
+        for m in BootstrapMaterial::ALL {
+            assert_eq!(BootstrapMaterial::parse(m.name()), Some(m));
+            assert_eq!(
+                serde_json::to_value(m).unwrap(),
+                serde_json::json!(m.name())
+            );
+        }
+        assert_eq!(BootstrapMaterial::Credentials.name(), "credentials");
+        assert_eq!(BootstrapMaterial::Certificate.name(), "certificate");
+        assert_eq!(BootstrapMaterial::parse("token"), None);
     }
 }

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use kube_emulator::sync::watch;
 
 use crate::spec::{Behaviour, Selection, Timings};
-use conformance_core::target::{sandbox_resource_name, workspace_pvc_name};
+use conformance_core::target::{BootstrapMaterial, sandbox_resource_name, workspace_pvc_name};
 use conformance_core::topology::Topology;
 
 pub(crate) use conformance_upstream::{GATEWAY_ENDPOINT, GATEWAY_SERVICE_HOST, NAMESPACE};
@@ -34,15 +34,6 @@ pub(crate) fn sandbox_name(cr: &str) -> Option<&str> {
 /// The workspace PVC of a sandbox the harness creates (F3.2).
 pub(crate) fn pvc_name(name: &str) -> String {
     workspace_pvc_name(&cr_name(name))
-}
-
-/// What the harness broke about one sandbox's bootstrap (Fault::BootstrapCredentials).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum CredentialFault {
-    /// The gateway rejects the sandbox's token: Unauthenticated.
-    Credentials,
-    /// The gateway presents a certificate the sandbox cannot verify.
-    Certificate,
 }
 
 /// The main process as its container sees it.
@@ -96,7 +87,7 @@ type Kill = tokio::sync::mpsc::UnboundedSender<()>;
 #[derive(Default)]
 struct Tables {
     links: BTreeMap<String, Arc<Link>>,
-    faults: BTreeMap<String, BTreeSet<CredentialFault>>,
+    faults: BTreeMap<String, BTreeSet<BootstrapMaterial>>,
     /// Kill switches of main processes, by CR name.
     mains: BTreeMap<String, Kill>,
     /// Kill switches of supervisor processes, by CR name.
@@ -195,7 +186,7 @@ impl OpenShellModel {
             .clone()
     }
 
-    pub fn set_fault(&self, cr: &str, f: CredentialFault, on: bool) {
+    pub fn set_fault(&self, cr: &str, f: BootstrapMaterial, on: bool) {
         let mut t = self.tables();
         let set = t.faults.entry(cr.to_string()).or_default();
         if on {
@@ -205,7 +196,7 @@ impl OpenShellModel {
         }
     }
 
-    pub(crate) fn has_fault(&self, cr: &str, f: CredentialFault) -> bool {
+    pub(crate) fn has_fault(&self, cr: &str, f: BootstrapMaterial) -> bool {
         self.tables().faults.get(cr).is_some_and(|s| s.contains(&f))
     }
 

@@ -15,8 +15,8 @@ use serde_json::json;
 use crate::client::OpenShellClient;
 use crate::gateway::GatewayProgram;
 use crate::model::{
-    CredentialFault, GATEWAY_IMAGE_REPO, NAMESPACE, OpenShellModel, SANDBOX_IMAGE_REPO,
-    SUPERVISOR_IMAGE_REPO, WORKSPACE, cr_name,
+    GATEWAY_IMAGE_REPO, NAMESPACE, OpenShellModel, SANDBOX_IMAGE_REPO, SUPERVISOR_IMAGE_REPO,
+    WORKSPACE, cr_name,
 };
 use crate::network::{Network, is_ready};
 use crate::program::Programs;
@@ -144,15 +144,43 @@ impl EmulatedTarget {
         SandboxLayout::of(&self.model.topology, WORKSPACE)
     }
 
-    /// Carries out a fault's effect on a sandbox's objects (the gateway's are handled by
-    /// `inject`, which keeps what restoring them needs).
+    /// Carries out a fault's effect: `inject` of every fault. A scaled-down gateway keeps its
+    /// replicas for [`Self::put_back`].
     async fn carry_out(&self, effect: FaultEffect) -> TargetResult<()> {
+        let kc = self.cluster.client();
         let infra = |e: kube::Error| TargetError::infra_from("the emulated cluster's API", e);
-        let pods: Api<Pod> = Api::namespaced(self.cluster.client(), NAMESPACE);
+        let pods: Api<Pod> = Api::namespaced(kc.clone(), NAMESPACE);
         match effect {
-            FaultEffect::GatewayScaledDown | FaultEffect::GatewayPodsDeleted => Err(
-                TargetError::infra("gateway faults are injected by EmulatedTarget::inject"),
-            ),
+            FaultEffect::GatewayScaledDown => {
+                // Through the kube client: the scale subresource, as kubectl scale does.
+                let sts: Api<StatefulSet> = Api::namespaced(kc, NAMESPACE);
+                let cur = sts.get_scale("openshell").await.map_err(infra)?;
+                let replicas = cur.spec.and_then(|s| s.replicas).unwrap_or(1);
+                self.saved_replicas
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(replicas);
+                sts.patch_scale(
+                    "openshell",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"replicas": 0}})),
+                )
+                .await
+                .map_err(infra)?;
+                self.wait("pod openshell-0 to be gone", |t| {
+                    match t.pod("openshell-0") {
+                        None => Ok(()),
+                        p => Err(format!("pod openshell-0 {}", Self::pod_summary(p.as_ref()))),
+                    }
+                })
+                .await
+            }
+            FaultEffect::GatewayPodsDeleted => {
+                pods.delete("openshell-0", &DeleteParams::default())
+                    .await
+                    .map_err(infra)?;
+                Ok(())
+            }
             FaultEffect::SandboxPodDeleted { pod: name } => {
                 let old = self.pod(&name).and_then(|p| {
                     p.pointer("/metadata/uid")
@@ -210,10 +238,72 @@ impl EmulatedTarget {
                 Ok(())
             }
             FaultEffect::BootstrapBroken { resource, material } => {
-                self.model
-                    .set_fault(&resource, credential_fault(&material)?, true);
+                self.model.set_fault(&resource, material, true);
                 Ok(())
             }
+        }
+    }
+
+    /// Undoes a fault's effect: `restore` of every fault.
+    async fn put_back(&self, effect: FaultEffect) -> TargetResult<()> {
+        let infra = |e: kube::Error| TargetError::infra_from("the emulated cluster's API", e);
+        match effect {
+            FaultEffect::GatewayScaledDown => {
+                let replicas = self
+                    .saved_replicas
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take()
+                    .unwrap_or(1);
+                let sts: Api<StatefulSet> = Api::namespaced(self.cluster.client(), NAMESPACE);
+                sts.patch_scale(
+                    "openshell",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+                )
+                .await
+                .map_err(infra)?;
+                self.wait("StatefulSet openshell readyReplicas", Self::gateway_ready)
+                    .await
+            }
+            FaultEffect::GatewayPodsDeleted => {
+                self.wait(
+                    "the replacement gateway pod to be ready",
+                    Self::gateway_ready,
+                )
+                .await
+            }
+            FaultEffect::BootstrapBroken { resource, material } => {
+                self.model.set_fault(&resource, material, false);
+                Ok(())
+            }
+            // Replaced pods and killed processes heal by themselves.
+            FaultEffect::SandboxPodDeleted { .. }
+            | FaultEffect::ProcessKilled { .. }
+            | FaultEffect::PodsDeleted { .. } => Ok(()),
+        }
+    }
+
+    /// Checks, without waiting, that an effect was undone: `verify_restored` of every fault.
+    fn check_back(&self, effect: FaultEffect) -> TargetResult<()> {
+        match effect {
+            FaultEffect::GatewayScaledDown | FaultEffect::GatewayPodsDeleted => self
+                .gateway_ready()
+                .map_err(|last| TargetError::infra(format!("the gateway is not back: {last}"))),
+            FaultEffect::BootstrapBroken { resource, material } => {
+                if self.model.has_fault(&resource, material) {
+                    Err(TargetError::infra(format!(
+                        "the {material} of {resource} are still broken"
+                    )))
+                } else {
+                    Ok(())
+                }
+            }
+            // A replaced pod was replaced before `inject` returned; killed processes have
+            // nothing to put back.
+            FaultEffect::SandboxPodDeleted { .. }
+            | FaultEffect::ProcessKilled { .. }
+            | FaultEffect::PodsDeleted { .. } => Ok(()),
         }
     }
 
@@ -566,108 +656,15 @@ impl Target for EmulatedTarget {
     }
 
     async fn inject(&self, fault: &Fault) -> TargetResult<()> {
-        let kc = self.cluster.client();
-        let infra = |e: kube::Error| TargetError::infra_from("the emulated cluster's API", e);
-        match fault {
-            Fault::GatewayStop => {
-                // Through the kube client: the scale subresource, as kubectl scale does.
-                let sts: Api<StatefulSet> = Api::namespaced(kc.clone(), NAMESPACE);
-                let cur = sts.get_scale("openshell").await.map_err(infra)?;
-                let replicas = cur.spec.and_then(|s| s.replicas).unwrap_or(1);
-                self.saved_replicas
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get_or_insert(replicas);
-                sts.patch_scale(
-                    "openshell",
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"replicas": 0}})),
-                )
-                .await
-                .map_err(infra)?;
-                self.wait("pod openshell-0 to be gone", |t| {
-                    match t.pod("openshell-0") {
-                        None => Ok(()),
-                        p => Err(format!("pod openshell-0 {}", Self::pod_summary(p.as_ref()))),
-                    }
-                })
-                .await
-            }
-            Fault::GatewayRestart => {
-                let pods: Api<Pod> = Api::namespaced(kc, NAMESPACE);
-                pods.delete("openshell-0", &DeleteParams::default())
-                    .await
-                    .map_err(infra)?;
-                Ok(())
-            }
-            _ => self.carry_out(FaultEffect::of(fault, &self.layout())).await,
-        }
+        self.carry_out(FaultEffect::of(fault, &self.layout())).await
     }
 
     async fn restore(&self, fault: &Fault) -> TargetResult<()> {
-        let kc = self.cluster.client();
-        let infra = |e: kube::Error| TargetError::infra_from("the emulated cluster's API", e);
-        match fault {
-            Fault::GatewayStop => {
-                let replicas = self
-                    .saved_replicas
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .take()
-                    .unwrap_or(1);
-                let sts: Api<StatefulSet> = Api::namespaced(kc, NAMESPACE);
-                sts.patch_scale(
-                    "openshell",
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"replicas": replicas}})),
-                )
-                .await
-                .map_err(infra)?;
-                self.wait("StatefulSet openshell readyReplicas", Self::gateway_ready)
-                    .await
-            }
-            Fault::GatewayRestart => {
-                self.wait(
-                    "the replacement gateway pod to be ready",
-                    Self::gateway_ready,
-                )
-                .await
-            }
-            _ => match FaultEffect::of(fault, &self.layout()) {
-                FaultEffect::BootstrapBroken { resource, material } => {
-                    self.model
-                        .set_fault(&resource, credential_fault(&material)?, false);
-                    Ok(())
-                }
-                // Replaced pods and killed processes heal by themselves.
-                _ => Ok(()),
-            },
-        }
+        self.put_back(FaultEffect::of(fault, &self.layout())).await
     }
 
     async fn verify_restored(&self, fault: &Fault) -> TargetResult<()> {
-        match fault {
-            Fault::GatewayStop | Fault::GatewayRestart => self
-                .gateway_ready()
-                .map_err(|last| TargetError::infra(format!("the gateway is not back: {last}"))),
-            _ => match FaultEffect::of(fault, &self.layout()) {
-                FaultEffect::BootstrapBroken { resource, material } => {
-                    if self
-                        .model
-                        .has_fault(&resource, credential_fault(&material)?)
-                    {
-                        Err(TargetError::infra(format!(
-                            "the {material} of {resource} are still broken"
-                        )))
-                    } else {
-                        Ok(())
-                    }
-                }
-                // A replaced pod was replaced before `inject` returned; killed processes have
-                // nothing to put back.
-                _ => Ok(()),
-            },
-        }
+        self.check_back(FaultEffect::of(fault, &self.layout()))
     }
 
     async fn teardown(&self) -> TargetResult<()> {
@@ -752,15 +749,5 @@ async fn next_change(changes: &mut kube_emulator::sync::watch::Receiver<u64>, ev
             }
         }
         () = tokio::time::sleep(every) => {}
-    }
-}
-
-fn credential_fault(what: &str) -> TargetResult<CredentialFault> {
-    match what {
-        "credentials" => Ok(CredentialFault::Credentials),
-        "certificate" => Ok(CredentialFault::Certificate),
-        other => Err(TargetError::Unsupported(format!(
-            "bootstrap-credentials fault '{other}'; valid: credentials, certificate"
-        ))),
     }
 }

@@ -30,10 +30,10 @@ use tokio::time::Instant;
 use self::core::Rules;
 use self::rpc::{ConnectRequest, ExitAck, SandboxConfig, ServerCert, Session, Status};
 use self::store::{SandboxRecord, Store};
-use super::model::{CredentialFault, GRPC_PORT, OpenShellModel, cr_name};
+use super::model::{GRPC_PORT, OpenShellModel, cr_name};
 use super::program::{ContainerCtx, ContainerProgram};
 use conformance_core::phase::Phase;
-use conformance_core::target::{ExecResult, SandboxSpec, SandboxView};
+use conformance_core::target::{BootstrapMaterial, ExecResult, SandboxSpec, SandboxView};
 use conformance_upstream::{NAMESPACE, SA_TOKEN_AUDIENCE, SANDBOX_SERVICE_ACCOUNT};
 use kube_emulator::Cluster;
 
@@ -578,7 +578,7 @@ impl Gateway {
 
     /// The certificate this gateway shows a sandbox's supervisor during the TLS handshake.
     pub(crate) fn server_certificate(&self, cr: &str) -> ServerCert {
-        if self.model.has_fault(cr, CredentialFault::Certificate) {
+        if self.model.has_fault(cr, BootstrapMaterial::Certificate) {
             ServerCert::UnknownIssuer
         } else {
             ServerCert::Trusted
@@ -635,7 +635,7 @@ impl Gateway {
             .ok_or_else(|| Status::not_found(format!("sandbox {sandbox_id} not found")))?;
         if self
             .model
-            .has_fault(&rec.cr_name, CredentialFault::Credentials)
+            .has_fault(&rec.cr_name, BootstrapMaterial::Credentials)
         {
             // The emulated target's credentials fault stands for a token the review does not
             // authenticate, and is answered as one.

@@ -206,7 +206,7 @@ async fn permanent_credential_error_fails_fast_with_its_cause_on_the_contract() 
     let t = setup(Selection::contract(), "combined").await;
     t.model.set_fault(
         &cr_name("demo"),
-        crate::model::CredentialFault::Credentials,
+        conformance_core::target::BootstrapMaterial::Credentials,
         true,
     );
     t.client.create(&spec("demo")).unwrap();
@@ -237,7 +237,7 @@ async fn the_credentials_fault_is_answered_as_each_model_answers_a_token_its_rev
     let t = setup(sel, "combined").await;
     t.model.set_fault(
         &cr_name("demo"),
-        crate::model::CredentialFault::Credentials,
+        conformance_core::target::BootstrapMaterial::Credentials,
         true,
     );
     t.client.create(&spec("demo")).unwrap();
@@ -371,7 +371,7 @@ async fn broken_credentials_are_verified_restored_only_once_they_are_back() {
     t.create_sandbox(&spec("demo")).await.unwrap();
     let broken = Fault::BootstrapCredentials {
         sandbox: "demo".into(),
-        what: "credentials".into(),
+        what: conformance_core::target::BootstrapMaterial::Credentials,
     };
     t.inject(&broken).await.unwrap();
     let err = t.verify_restored(&broken).await.unwrap_err().to_string();

@@ -174,7 +174,7 @@ async fn stop_and_start_recover_a_bootstrap_error_on_every_topology() {
         ready_means_usable(t, "demo", Duration::from_secs(120), topo).await;
         let creds = Fault::BootstrapCredentials {
             sandbox: "demo".into(),
-            what: "credentials".into(),
+            what: conformance_core::target::BootstrapMaterial::Credentials,
         };
         let kill = Fault::SupervisorKill {
             sandbox: "demo".into(),

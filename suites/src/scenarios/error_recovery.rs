@@ -7,7 +7,7 @@ use conformance_core::checks::{Anchor, Check, Cmp, Counted, Window};
 use conformance_core::keys::Marker;
 use conformance_core::phase::Phase;
 use conformance_core::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepResult};
-use conformance_core::target::{Capability, Fault, TargetError};
+use conformance_core::target::{BootstrapMaterial, Capability, Fault, TargetError};
 use conformance_core::timeline::ActionStatus;
 use futures::future::BoxFuture;
 
@@ -57,7 +57,7 @@ fn into_error(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
             &BAD_CREDENTIALS,
             Fault::BootstrapCredentials {
                 sandbox: name.clone(),
-                what: "credentials".into(),
+                what: BootstrapMaterial::Credentials,
             },
         )
         .await?;

@@ -3,10 +3,8 @@
 
 use conformance_core::checks::{Anchor, Check, Predicate, Window};
 use conformance_core::phase::Phase;
-use conformance_core::scenario::{
-    CaseInfo, Ctx, Params, Scenario, Stage, Step, StepResult, Variant,
-};
-use conformance_core::target::{Capability, Fault};
+use conformance_core::scenario::{CaseInfo, Ctx, Params, Scenario, Stage, Step, StepResult};
+use conformance_core::target::{BootstrapMaterial, Capability, Fault};
 use conformance_core::timeline::READY_CONDITION;
 use futures::future::BoxFuture;
 
@@ -16,34 +14,10 @@ use super::common::*;
 pub(crate) fn entry() -> Entry {
     Entry::new(
         permanent_bootstrap_error(),
-        [BadMaterial::Credentials, BadMaterial::Certificate]
+        BootstrapMaterial::ALL
             .map(|w| Params::default().with_variant(w))
             .to_vec(),
     )
-}
-
-/// Which bootstrap material a permanent-bootstrap-error case breaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum BadMaterial {
-    /// The gateway rejects the sandbox's credentials.
-    Credentials,
-    /// The gateway presents a certificate the sandbox cannot verify.
-    Certificate,
-}
-
-impl BadMaterial {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Self::Credentials => "credentials",
-            Self::Certificate => "certificate",
-        }
-    }
-}
-
-impl Variant for BadMaterial {
-    fn label(&self) -> Vec<(&'static str, String)> {
-        vec![("what", self.name().to_string())]
-    }
 }
 
 pub(crate) fn permanent_bootstrap_error() -> Scenario {
@@ -70,7 +44,7 @@ pub(crate) fn permanent_bootstrap_error() -> Scenario {
 
 fn create_broken(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
-        let what = ctx.variant::<BadMaterial>()?.name().to_string();
+        let what = *ctx.variant::<BootstrapMaterial>()?;
         let spec = spec(ctx, MAIN, workload_command(), None);
         ctx.inject(
             &BAD_CREDENTIALS,
@@ -106,8 +80,8 @@ fn delete_broken(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 
 fn permanent_checks(case: &CaseInfo) -> Vec<Check> {
     let words: Vec<String> = match case.params.variant() {
-        Some(BadMaterial::Certificate) => ["certificate", "tls", "x509"],
-        Some(BadMaterial::Credentials) | None => ["unauthenticated", "credential", "token"],
+        Some(BootstrapMaterial::Certificate) => ["certificate", "tls", "x509"],
+        Some(BootstrapMaterial::Credentials) | None => ["unauthenticated", "credential", "token"],
     }
     .map(String::from)
     .to_vec();

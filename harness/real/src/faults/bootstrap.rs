@@ -15,7 +15,7 @@ use super::injector::{
 use crate::gateway::{self, Workload};
 use crate::journal::{Entry, Journal, Undo};
 use conformance_core::error::one_line;
-use conformance_core::target::{TargetError, TargetResult};
+use conformance_core::target::{BootstrapMaterial, TargetError, TargetResult};
 use conformance_core::timeline::Recorder;
 
 /// The projected ServiceAccount token volume of a sandbox pod (docs/upstream-facts.md F3.5).
@@ -43,7 +43,7 @@ pub(crate) fn fault_ca_secret(resource: &str) -> String {
 pub(crate) fn broken_volumes(
     resource: &str,
     volumes: &[serde_json::Value],
-    material: &str,
+    material: BootstrapMaterial,
     ca_secret: &str,
 ) -> TargetResult<Vec<serde_json::Value>> {
     let mut out = volumes.to_vec();
@@ -53,7 +53,7 @@ pub(crate) fn broken_volumes(
             .position(|v| v["name"].as_str() == Some(name))
     };
     match material {
-        "credentials" => {
+        BootstrapMaterial::Credentials => {
             let token = match position(SA_TOKEN_VOLUME) {
                 Some(i) => out[i]
                     .pointer_mut("/projected/sources")
@@ -68,7 +68,7 @@ pub(crate) fn broken_volumes(
             };
             token["audience"] = serde_json::json!(WRONG_AUDIENCE);
         }
-        "certificate" => {
+        BootstrapMaterial::Certificate => {
             let Some((i, secret, mode)) = position(CLIENT_TLS_VOLUME).and_then(|i| {
                 let s = volumes[i].get("secret")?;
                 Some((
@@ -90,11 +90,6 @@ pub(crate) fn broken_volumes(
                 projected["defaultMode"] = m;
             }
             out[i] = serde_json::json!({"name": CLIENT_TLS_VOLUME, "projected": projected});
-        }
-        other => {
-            return Err(TargetError::Unsupported(format!(
-                "no bootstrap material {other:?} to break (credentials or certificate)"
-            )));
         }
     }
     Ok(out)
@@ -155,7 +150,7 @@ impl FaultInjector {
         key: &str,
         fault: &str,
         resource: &str,
-        material: &str,
+        material: BootstrapMaterial,
     ) -> TargetResult<Active> {
         let breaker = self.breaker();
         let Some(sb) = breaker
@@ -197,7 +192,7 @@ impl FaultInjector {
         key: &str,
         fault: &str,
         resource: &str,
-        material: &str,
+        material: BootstrapMaterial,
     ) -> TargetResult<Active> {
         let controller = self.controller_workload(fault).await?;
         let (original, _) = gateway::replicas(&self.client, &controller).await?;
@@ -253,11 +248,7 @@ impl FaultInjector {
             serde_json::json!({"workload": controller.label(), "replicas": original}),
         );
         let breaker = self.breaker();
-        let (fault, resource, material) = (
-            fault.to_string(),
-            resource.to_string(),
-            material.to_string(),
-        );
+        let (fault, resource) = (fault.to_string(), resource.to_string());
         let appears = self.deadlines.sandbox_appears;
         task.set(tokio::spawn(async move {
             let api = breaker.sandboxes();
@@ -279,7 +270,7 @@ impl FaultInjector {
                     },
                 )
                 .await?;
-                breaker.break_template(&fault, &sb, &material).await
+                breaker.break_template(&fault, &sb, material).await
             }
             .await;
             let resumed =
@@ -380,7 +371,7 @@ impl TemplateBreaker {
         &self,
         fault: &str,
         sb: &DynamicObject,
-        material: &str,
+        material: BootstrapMaterial,
     ) -> TargetResult<String> {
         let resource = sb.name_any();
         let resource = resource.as_str();
@@ -388,7 +379,7 @@ impl TemplateBreaker {
         let volumes = template_volumes(sb);
         let secret = fault_ca_secret(resource);
         let broken = broken_volumes(resource, &volumes, material, &secret)?;
-        let with_secret = material == "certificate";
+        let with_secret = material == BootstrapMaterial::Certificate;
         let journal_id = format!("bootstrap-credentials-{resource}");
         self.journal
             .add(Entry {
@@ -431,7 +422,7 @@ impl TemplateBreaker {
             self.rec.as_ref(),
             "bootstrap-credentials.broken",
             Some(resource),
-            serde_json::json!(material),
+            serde_json::json!(material.name()),
         );
         Ok(journal_id)
     }

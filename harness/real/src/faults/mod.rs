@@ -107,7 +107,7 @@ impl FaultInjector {
                 self.kill_pods(&label_selector(&labels), what).await?
             }
             FaultEffect::BootstrapBroken { resource, material } => {
-                self.break_bootstrap(&k, fault.kind(), &resource, &material)
+                self.break_bootstrap(&k, fault.kind(), &resource, material)
                     .await?
             }
             FaultEffect::ProcessKilled {

@@ -1861,7 +1861,8 @@ fn volumes_of(c: &Cluster, name: &str) -> Value {
 fn bootstrap_fault(what: &str) -> Fault {
     Fault::BootstrapCredentials {
         sandbox: "demo".into(),
-        what: what.into(),
+        what: conformance_core::target::BootstrapMaterial::parse(what)
+            .expect("a bootstrap material"),
     }
 }
 
@@ -2295,7 +2296,7 @@ async fn a_template_without_client_tls_cannot_get_a_wrong_ca_and_says_so() {
     let err = inj
         .inject(&Fault::BootstrapCredentials {
             sandbox: "plain".into(),
-            what: "certificate".into(),
+            what: conformance_core::target::BootstrapMaterial::Certificate,
         })
         .await
         .unwrap_err();

@@ -73,19 +73,12 @@ pub async fn sandbox_version(client: &Client, namespace: &str) -> TargetResult<&
     ))
 }
 
-/// Capabilities every real target has, before the CLI is asked.
+/// Capabilities every real target has, before the CLI is asked: the faults it injects and a
+/// main command.
 fn base_capabilities() -> BTreeSet<Capability> {
-    [
-        Capability::MainCommand,
-        Capability::GatewayStop,
-        Capability::GatewayRestart,
-        Capability::SandboxPodReplace,
-        Capability::SupervisorKill,
-        // Through the Sandbox resource's pod template, for a sandbox that exists (faults.rs).
-        Capability::BootstrapCredentialFault,
-    ]
-    .into_iter()
-    .collect()
+    std::iter::once(Capability::MainCommand)
+        .chain(crate::faults::CAPABILITIES)
+        .collect()
 }
 
 /// Steps that make the gateway reachable for the CLI (for plans).

@@ -29,8 +29,18 @@ pub(crate) use injector::FaultInjector;
 use crate::gateway;
 use crate::journal::{Entry, Undo};
 use conformance_core::effect::{FaultEffect, Process, label_selector};
-use conformance_core::target::{Fault, TargetError, TargetResult};
+use conformance_core::target::{Capability, Fault, TargetError, TargetResult};
 use injector::{Active, kerr, key, replicas_back};
+
+/// The faults the injector carries out, as target capabilities. A main-process kill is not
+/// among them: [`FaultInjector::inject`] answers it Unsupported.
+pub(crate) const CAPABILITIES: [Capability; 5] = [
+    Capability::GatewayStop,
+    Capability::GatewayRestart,
+    Capability::SandboxPodReplace,
+    Capability::SupervisorKill,
+    Capability::BootstrapCredentialFault,
+];
 
 impl FaultInjector {
     pub async fn inject(&self, fault: &Fault) -> TargetResult<()> {

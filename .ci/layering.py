@@ -102,6 +102,7 @@ MODULE_CHECKED = [
     "conformance-openshell-api",
     "conformance-real",
     "conformance-testtools",
+    "emulator-shell",
     "openshell-conformance",
 ]
 

@@ -103,6 +103,7 @@ MODULE_CHECKED = [
     "conformance-real",
     "conformance-testtools",
     "emulator-shell",
+    "kube-emulator",
     "openshell-conformance",
 ]
 

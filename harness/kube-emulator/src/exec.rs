@@ -3,54 +3,21 @@
 //! (`v5.channel.k8s.io`, `v4.channel.k8s.io`): stdin 0, stdout 1, stderr 2, status 3, resize 4,
 //! close 255 (v5).
 
-use crate::cluster::{Cluster, ResourceRef};
+use crate::backend::Backend;
 use crate::error::{ApiError, ApiResult, success_status};
 use crate::logs::{container_state, resolve_container};
+use crate::plugin::ExecRequest;
 use crate::pointer::Pointer;
+use crate::resources::ResourceRef;
 use axum::extract::ws::{Message, WebSocket};
 use emulator_shell::{DefaultHooks, ExecOutput, Mounts, ShellHooks};
-use futures::future::BoxFuture;
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
 use std::sync::Arc;
-
-/// One exec into a container, as a handler receives it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ExecRequest {
-    pub namespace: String,
-    pub pod: String,
-    pub pod_uid: String,
-    pub container: String,
-    pub argv: Vec<String>,
-    /// All of stdin (read until the client closes it), empty when stdin was not requested.
-    pub stdin: Vec<u8>,
-    /// The container's `env` entries with literal values.
-    pub env: BTreeMap<String, String>,
-    /// The container's `workingDir`, or "/".
-    pub workdir: String,
-    pub tty: bool,
-}
-
-/// A program "inside" a container. Closures `Fn(ExecRequest) -> impl Future<Output = ExecOutput>`
-/// are handlers too.
-pub trait ExecHandler: Send + Sync + 'static {
-    fn exec(&self, req: ExecRequest) -> BoxFuture<'static, ExecOutput>;
-}
-
-impl<F, Fut> ExecHandler for F
-where
-    F: Fn(ExecRequest) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = ExecOutput> + Send + 'static,
-{
-    fn exec(&self, req: ExecRequest) -> BoxFuture<'static, ExecOutput> {
-        Box::pin(self(req))
-    }
-}
 
 /// Checks that the container can be exec'd into (the real API's errors) and builds the request.
 pub(crate) fn prepare(
-    cluster: &Cluster,
+    cluster: &Backend,
     ns: &str,
     pod_name: &str,
     container: Option<&str>,
@@ -130,7 +97,7 @@ pub(crate) fn prepare(
 }
 
 /// Runs a request with the registered handler, or the shell over the container's mounts.
-pub(crate) async fn run(cluster: &Cluster, req: ExecRequest) -> ExecOutput {
+pub(crate) async fn run(cluster: &Backend, req: ExecRequest) -> ExecOutput {
     if let Some(h) = cluster.exec_handler(&req.namespace, &req.pod, &req.container) {
         return h.exec(req).await;
     }
@@ -157,7 +124,7 @@ pub(crate) async fn run(cluster: &Cluster, req: ExecRequest) -> ExecOutput {
 /// pod's `volumes` (PVC: per claim, outlives the pod; anything else: per pod uid and volume,
 /// where secret, configMap, projected and downwardAPI volumes hold the files the kubelet wrote
 /// at container start).
-pub fn container_mounts(cluster: &Cluster, req: &ExecRequest) -> Mounts {
+pub(crate) fn container_mounts(cluster: &Backend, req: &ExecRequest) -> Mounts {
     let mut mounts = Mounts::new();
     mounts.mount(
         "/",
@@ -253,7 +220,7 @@ pub(crate) struct Streams {
 /// Serves one upgraded exec connection.
 pub(crate) async fn serve_ws(
     socket: WebSocket,
-    cluster: Cluster,
+    cluster: Backend,
     mut req: ExecRequest,
     streams: Streams,
 ) {

@@ -1,97 +1,11 @@
-//! The built-in kinds beyond the core workload set that real charts and manifests contain (Node,
-//! Job, RBAC, Lease, the access and token reviews), with the defaults the real registry strategies give
-//! them (docs/upstream-facts.md F12.1-F12.4).
+//! How the built-in kinds beyond the core workload set that real charts and manifests contain
+//! (Node, Job, RBAC, Lease, the access and token reviews) behave: the defaults the real registry
+//! strategies give them (docs/upstream-facts.md F12.1-F12.4), the reviews' answers and their
+//! table cells. They are served by the table in `resources.rs`.
 
 use crate::error::{ApiError, ApiResult};
-use crate::resources::{ResourceDef, builtin};
+use crate::resources::ResourceDef;
 use serde_json::{Value, json};
-
-/// The kinds served besides those of `Resources::builtin`'s own table.
-pub(crate) fn more_builtins() -> Vec<ResourceDef> {
-    let rbac = "rbac.authorization.k8s.io";
-    let authz = "authorization.k8s.io";
-    let mut defs = vec![
-        builtin("", "v1", "nodes", "Node", false, &["no"], true, false),
-        builtin("batch", "v1", "jobs", "Job", true, &[], true, false),
-        builtin(rbac, "v1", "roles", "Role", true, &[], false, false),
-        builtin(
-            rbac,
-            "v1",
-            "rolebindings",
-            "RoleBinding",
-            true,
-            &[],
-            false,
-            false,
-        ),
-        builtin(
-            rbac,
-            "v1",
-            "clusterroles",
-            "ClusterRole",
-            false,
-            &[],
-            false,
-            false,
-        ),
-        builtin(
-            rbac,
-            "v1",
-            "clusterrolebindings",
-            "ClusterRoleBinding",
-            false,
-            &[],
-            false,
-            false,
-        ),
-        builtin(
-            "coordination.k8s.io",
-            "v1",
-            "leases",
-            "Lease",
-            true,
-            &[],
-            false,
-            false,
-        ),
-        builtin(
-            authz,
-            "v1",
-            "selfsubjectaccessreviews",
-            "SelfSubjectAccessReview",
-            false,
-            &[],
-            false,
-            false,
-        ),
-        builtin(
-            authz,
-            "v1",
-            "selfsubjectrulesreviews",
-            "SelfSubjectRulesReview",
-            false,
-            &[],
-            false,
-            false,
-        ),
-        // Validates bound ServiceAccount tokens (`crate::tokens`, F12.7).
-        builtin(
-            "authentication.k8s.io",
-            "v1",
-            "tokenreviews",
-            "TokenReview",
-            false,
-            &[],
-            false,
-            false,
-        ),
-    ];
-    for d in &mut defs {
-        // Only objects with a spec the controllers act on carry a generation.
-        d.has_generation = d.group == "batch";
-    }
-    defs
-}
 
 /// Reviews are answered, never stored (`create` is their only verb).
 pub(crate) fn is_review(def: &ResourceDef) -> bool {

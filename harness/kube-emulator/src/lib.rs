@@ -11,6 +11,7 @@
 //! through exec handlers ([`ExecHandler`]), logs ([`Cluster::append_log`]), port handlers
 //! ([`PortForwardHandler`]), volumes and shell hooks.
 
+mod backend;
 mod clock;
 mod cluster;
 mod discovery;
@@ -21,9 +22,12 @@ mod logs;
 mod openapi;
 mod patch;
 mod pb;
+mod plugin;
 mod pointer;
 mod portforward;
+mod registry;
 mod resources;
+mod response;
 mod selectors;
 pub mod serve;
 mod server;
@@ -37,16 +41,18 @@ mod validation;
 mod volumes;
 mod watch;
 
+pub use backend::{ClusterConfig, DEFAULT_EPOCH_UNIX};
 pub use clock::parse_unix;
-pub use cluster::{Cluster, ClusterConfig, DEFAULT_EPOCH_UNIX, ResourceRef, WeakCluster};
+pub use cluster::{Cluster, WeakCluster, container_mounts, populate_volumes};
 pub use emulator_shell as shell;
 pub use emulator_shell::ExecOutput;
 pub use error::{ApiError, ApiResult};
-pub use exec::{ExecHandler, ExecRequest, container_mounts};
 pub use patch::PatchKind;
+pub use plugin::{ExecHandler, ExecRequest, PortForwardHandler};
 pub use pointer::{Pointer, pointer};
-pub use portforward::PortForwardHandler;
+pub use registry::Freshness;
+pub use resources::ResourceRef;
 pub use store::{DeleteOptions, ListOptions};
-pub use tokens::{API_AUDIENCE, BoundObject, Freshness, TokenRequest};
-pub use volumes::{MountFailure, is_api_volume, populate_volumes};
+pub use tokens::{API_AUDIENCE, BoundObject, TokenRequest};
+pub use volumes::{MountFailure, is_api_volume};
 pub use watch::{WatchEvent, WatchParams};

@@ -2,88 +2,14 @@
 //! (`container`, `previous`, `follow`, `tailLines`, `sinceSeconds`, `sinceTime`, `timestamps`,
 //! `limitBytes`). Lines carry cluster-clock timestamps, so paused time gives stable output.
 
+use crate::backend::Backend;
 use crate::clock::{format_nanos, parse_unix};
-use crate::cluster::Cluster;
 use crate::error::{ApiError, ApiResult};
+use crate::registry::LogLine;
 use bytes::Bytes;
 use serde_json::Value;
-use std::collections::BTreeMap;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-
-#[derive(Debug, Clone)]
-pub(crate) struct LogLine {
-    pub ts_nanos: i128,
-    pub text: String,
-}
-
-#[derive(Debug, Default)]
-struct ContainerLog {
-    current: Vec<LogLine>,
-    previous: Option<Vec<LogLine>>,
-    /// Bumped on each restart, so a follower of the old instance stops.
-    restarts: u64,
-}
-
-/// Logs per (namespace, pod, container).
-#[derive(Debug, Default)]
-pub(crate) struct LogStore {
-    logs: BTreeMap<(String, String, String), ContainerLog>,
-}
-
-impl LogStore {
-    pub(crate) fn append(
-        &mut self,
-        ns: &str,
-        pod: &str,
-        container: &str,
-        text: &str,
-        ts_nanos: i128,
-    ) {
-        let log = self
-            .logs
-            .entry((ns.into(), pod.into(), container.into()))
-            .or_default();
-        let text = text.strip_suffix('\n').unwrap_or(text);
-        for line in text.split('\n') {
-            log.current.push(LogLine {
-                ts_nanos,
-                text: line.to_string(),
-            });
-        }
-    }
-
-    pub(crate) fn restart(&mut self, ns: &str, pod: &str, container: &str) {
-        let log = self
-            .logs
-            .entry((ns.into(), pod.into(), container.into()))
-            .or_default();
-        log.previous = Some(std::mem::take(&mut log.current));
-        log.restarts += 1;
-    }
-
-    pub(crate) fn forget_pod(&mut self, ns: &str, pod: &str) {
-        self.logs.retain(|(n, p, _), _| !(n == ns && p == pod));
-    }
-
-    fn snapshot(
-        &self,
-        ns: &str,
-        pod: &str,
-        container: &str,
-        previous: bool,
-    ) -> Option<(Vec<LogLine>, u64)> {
-        let log = self
-            .logs
-            .get(&(ns.to_string(), pod.to_string(), container.to_string()))?;
-        let lines = if previous {
-            log.previous.clone()?
-        } else {
-            log.current.clone()
-        };
-        Some((lines, log.restarts))
-    }
-}
 
 /// Query parameters of `pods/log`.
 #[derive(Debug, Clone, Default)]
@@ -174,19 +100,21 @@ fn render(lines: &[LogLine], timestamps: bool) -> Vec<u8> {
 /// Serves `pods/log`: the selected lines, then (with `follow`) new lines until the container
 /// terminates, restarts, or the pod goes away.
 pub(crate) fn pod_logs(
-    cluster: &Cluster,
+    cluster: &Backend,
     ns: &str,
     pod_name: &str,
     p: LogParams,
 ) -> ApiResult<ReceiverStream<Bytes>> {
-    let pod = cluster.get(&crate::cluster::ResourceRef::pods(), Some(ns), pod_name)?;
+    let pod = cluster.get(&crate::resources::ResourceRef::pods(), Some(ns), pod_name)?;
     let container = resolve_container(&pod, pod_name, p.container.as_deref())?;
     let uid = pod
         .pointer("/metadata/uid")
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    let snap = crate::cluster::lock_logs(cluster).snapshot(ns, pod_name, &container, p.previous);
+    let snap = cluster
+        .logs()
+        .snapshot(ns, pod_name, &container, p.previous);
     let (mut lines, restarts) = match snap {
         Some(s) => s,
         None if p.previous => {
@@ -248,7 +176,8 @@ pub(crate) fn pod_logs(
         if !follow {
             return;
         }
-        let mut sent = crate::cluster::lock_logs(&cluster)
+        let mut sent = cluster
+            .logs()
             .snapshot(&ns, &pod_name, &container, false)
             .map(|s| s.0.len())
             .unwrap_or(0);
@@ -257,8 +186,7 @@ pub(crate) fn pod_logs(
         loop {
             log_rx.borrow_and_update();
             obj_rx.borrow_and_update();
-            let snap =
-                crate::cluster::lock_logs(&cluster).snapshot(&ns, &pod_name, &container, false);
+            let snap = cluster.logs().snapshot(&ns, &pod_name, &container, false);
             if let Some((all, r)) = snap {
                 if r != restarts {
                     return; // The followed instance was replaced by a restart.
@@ -272,7 +200,7 @@ pub(crate) fn pod_logs(
                 }
             }
             let current = cluster
-                .get(&crate::cluster::ResourceRef::pods(), Some(&ns), &pod_name)
+                .get(&crate::resources::ResourceRef::pods(), Some(&ns), &pod_name)
                 .ok();
             match current {
                 Some(pod)

@@ -6,10 +6,11 @@
 //! server validates (F11.2), and `kubectl explain` reads the schemas by their
 //! `x-kubernetes-group-version-kind`.
 
-use crate::cluster::Cluster;
+use crate::backend::Backend;
 use crate::error::{ApiError, ApiResult};
 use crate::pb::Writer;
 use crate::resources::{ResourceDef, Resources};
+use crate::response::{accepts_json, json_response};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, StatusCode, header};
 use schemars::JsonSchema;
@@ -541,21 +542,10 @@ pub(crate) fn v2_protobuf(doc: &Value) -> Vec<u8> {
         .0
 }
 
-/// Whether the client's `Accept` takes JSON (absent, `*/*`, `application/*` or a JSON type).
-pub(crate) fn accepts_json(headers: &HeaderMap) -> bool {
-    let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
-        return true;
-    };
-    accept.split(',').any(|t| {
-        let base = t.split(';').next().unwrap_or("").trim();
-        base.is_empty() || base == "*/*" || base == "application/*" || base.ends_with("json")
-    })
-}
-
 /// `GET /openapi/...`: the v2 document, the v3 index, or one group-version's v3 document.
 /// v2 comes as protobuf to a client that asks for it (client-go always does, F11.2), JSON
 /// otherwise; v3 is JSON, and a client that accepts no JSON gets 406.
-pub(crate) fn serve(cluster: &Cluster, rest: &[&str], headers: &HeaderMap) -> ApiResult<Response> {
+pub(crate) fn serve(cluster: &Backend, rest: &[&str], headers: &HeaderMap) -> ApiResult<Response> {
     let wants_pb = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -605,7 +595,7 @@ pub(crate) fn serve(cluster: &Cluster, rest: &[&str], headers: &HeaderMap) -> Ap
         _ => None,
     });
     match doc {
-        Some(d) => Ok(crate::server::json_response(StatusCode::OK, &d)),
+        Some(d) => Ok(json_response(StatusCode::OK, &d)),
         None => Err(ApiError::new(
             404,
             "NotFound",

@@ -3,27 +3,12 @@
 //! the port (u16, little endian). Each connection reaches the handler a model registered on the
 //! pod port as one end of a `tokio::io::duplex` pair.
 
-use crate::cluster::Cluster;
+use crate::backend::Backend;
 use crate::exec::normal_close;
 use axum::extract::ws::{Message, WebSocket};
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, WriteHalf};
 use tokio::sync::mpsc;
-
-/// What answers connections to a pod port; it receives one stream per connection (and usually
-/// spawns a task to serve it).
-pub trait PortForwardHandler: Send + Sync + 'static {
-    fn connect(&self, stream: DuplexStream);
-}
-
-impl<F> PortForwardHandler for F
-where
-    F: Fn(DuplexStream) + Send + Sync + 'static,
-{
-    fn connect(&self, stream: DuplexStream) {
-        self(stream)
-    }
-}
 
 fn frame(channel: u8, data: &[u8]) -> Message {
     let mut v = Vec::with_capacity(data.len() + 1);
@@ -35,7 +20,7 @@ fn frame(channel: u8, data: &[u8]) -> Message {
 /// Serves one upgraded port-forward connection for `ports` of a pod.
 pub(crate) async fn serve_ws(
     socket: WebSocket,
-    cluster: Cluster,
+    cluster: Backend,
     ns: String,
     pod: String,
     pod_uid: String,

@@ -5,6 +5,33 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// Identifies a served resource in one version: ("", "v1", "pods"), ("apps", "v1", "statefulsets").
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ResourceRef {
+    pub group: String,
+    pub version: String,
+    pub plural: String,
+}
+
+impl ResourceRef {
+    pub fn new(group: &str, version: &str, plural: &str) -> Self {
+        Self {
+            group: group.into(),
+            version: version.into(),
+            plural: plural.into(),
+        }
+    }
+
+    /// The resource of a k8s-openapi type, e.g. `ResourceRef::of::<Pod>()`.
+    pub fn of<K: k8s_openapi::Resource>() -> Self {
+        Self::new(K::GROUP, K::VERSION, K::URL_PATH_SEGMENT)
+    }
+
+    pub fn pods() -> Self {
+        Self::new("", "v1", "pods")
+    }
+}
+
 /// Where the scale subresource finds replicas in the object (a CRD's `subresources.scale`).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ScalePaths {
@@ -244,7 +271,7 @@ impl Resources {
         ] {
             r.defs.insert(d.gr(), Arc::new(d));
         }
-        for d in crate::kinds::more_builtins() {
+        for d in more_builtins() {
             r.defs.insert(d.gr(), Arc::new(d));
         }
         // Endpoints' kind is plural in the real API ("Endpoints", list "EndpointsList").
@@ -317,6 +344,95 @@ impl Resources {
     pub(crate) fn unregister(&mut self, group: &str, plural: &str) {
         self.defs.remove(&(group.to_string(), plural.to_string()));
     }
+}
+
+/// The kinds served besides the core workload set of `Resources::builtin`'s own table: those
+/// real charts and manifests contain (Node, Job, RBAC, Lease, the access and token reviews);
+/// `kinds.rs` holds how they behave.
+fn more_builtins() -> Vec<ResourceDef> {
+    let rbac = "rbac.authorization.k8s.io";
+    let authz = "authorization.k8s.io";
+    let mut defs = vec![
+        builtin("", "v1", "nodes", "Node", false, &["no"], true, false),
+        builtin("batch", "v1", "jobs", "Job", true, &[], true, false),
+        builtin(rbac, "v1", "roles", "Role", true, &[], false, false),
+        builtin(
+            rbac,
+            "v1",
+            "rolebindings",
+            "RoleBinding",
+            true,
+            &[],
+            false,
+            false,
+        ),
+        builtin(
+            rbac,
+            "v1",
+            "clusterroles",
+            "ClusterRole",
+            false,
+            &[],
+            false,
+            false,
+        ),
+        builtin(
+            rbac,
+            "v1",
+            "clusterrolebindings",
+            "ClusterRoleBinding",
+            false,
+            &[],
+            false,
+            false,
+        ),
+        builtin(
+            "coordination.k8s.io",
+            "v1",
+            "leases",
+            "Lease",
+            true,
+            &[],
+            false,
+            false,
+        ),
+        builtin(
+            authz,
+            "v1",
+            "selfsubjectaccessreviews",
+            "SelfSubjectAccessReview",
+            false,
+            &[],
+            false,
+            false,
+        ),
+        builtin(
+            authz,
+            "v1",
+            "selfsubjectrulesreviews",
+            "SelfSubjectRulesReview",
+            false,
+            &[],
+            false,
+            false,
+        ),
+        // Validates bound ServiceAccount tokens (`crate::tokens`, F12.7).
+        builtin(
+            "authentication.k8s.io",
+            "v1",
+            "tokenreviews",
+            "TokenReview",
+            false,
+            &[],
+            false,
+            false,
+        ),
+    ];
+    for d in &mut defs {
+        // Only objects with a spec the controllers act on carry a generation.
+        d.has_generation = d.group == "batch";
+    }
+    defs
 }
 
 /// Kubernetes' version ordering: GA > beta > alpha, higher numbers first.

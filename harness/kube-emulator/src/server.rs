@@ -3,13 +3,14 @@
 //! dispatches verbs and subresources to the store, and renders JSON, Tables, metadata-only
 //! objects, watch streams, logs and WebSocket upgrades.
 
-use crate::cluster::Cluster;
+use crate::backend::Backend;
 use crate::discovery;
 use crate::error::{ApiError, ApiResult, success_status};
 use crate::exec::{self, Streams};
 use crate::logs::{LogParams, pod_logs};
 use crate::patch::{PatchBody, PatchKind};
 use crate::resources::ResourceDef;
+use crate::response::json_response;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{DeleteOptions, ListOptions, State, Subresource};
 use crate::tables::{partial_metadata, table};
@@ -29,12 +30,12 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) fn router(cluster: Cluster) -> Router {
+pub(crate) fn router(cluster: Backend) -> Router {
     Router::new().fallback(handle).with_state(cluster)
 }
 
 async fn handle(
-    axum::extract::State(cluster): axum::extract::State<Cluster>,
+    axum::extract::State(cluster): axum::extract::State<Backend>,
     req: Request,
 ) -> Response {
     let method = req.method().clone();
@@ -68,11 +69,6 @@ struct WireList<'a> {
 struct WireListMeta {
     #[serde(rename = "resourceVersion")]
     resource_version: String,
-}
-
-pub(crate) fn json_response(code: StatusCode, v: &(impl Serialize + ?Sized)) -> Response {
-    let body = serde_json::to_vec(v).unwrap_or_default();
-    (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// The representation the client asked for in `Accept`.
@@ -129,7 +125,7 @@ impl Query {
     }
 }
 
-async fn dispatch(cluster: Cluster, req: Request) -> ApiResult<Response> {
+async fn dispatch(cluster: Backend, req: Request) -> ApiResult<Response> {
     let (mut parts, body) = req.into_parts();
     let query = Query(
         form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
@@ -297,7 +293,7 @@ fn parse_body(body: &[u8]) -> ApiResult<Value> {
 }
 
 struct Ctx {
-    cluster: Cluster,
+    cluster: Backend,
     def: std::sync::Arc<ResourceDef>,
     version: String,
     ns: Option<String>,
@@ -789,7 +785,7 @@ fn upgrade(
             Ok(ws.on_upgrade(move |socket| exec::serve_ws(socket, cluster, req, streams)))
         }
         "portforward" => {
-            let pod = cluster.get(&crate::cluster::ResourceRef::pods(), Some(&ns), &name)?;
+            let pod = cluster.get(&crate::resources::ResourceRef::pods(), Some(&ns), &name)?;
             if pod
                 .pointer("/spec/nodeName")
                 .and_then(Value::as_str)

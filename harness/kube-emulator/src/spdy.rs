@@ -9,7 +9,7 @@
 //! DATA with FIN, RST_STREAM, PING (echoed) and GOAWAY; SETTINGS and WINDOW_UPDATE are read and
 //! ignored (the client does no flow control either).
 
-use crate::cluster::Cluster;
+use crate::backend::Backend;
 use bytes::{Buf, BytesMut};
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
 use std::collections::BTreeMap;
@@ -299,7 +299,7 @@ struct Forward {
 pub(crate) async fn serve(
     mut input: mpsc::Receiver<Vec<u8>>,
     output: mpsc::Sender<Vec<u8>>,
-    cluster: Cluster,
+    cluster: Backend,
     ns: String,
     pod: String,
     pod_uid: String,
@@ -409,7 +409,7 @@ async fn close_stream(
 /// carries the kubelet's message instead. Returns the writer towards the pod port.
 #[allow(clippy::too_many_arguments)]
 async fn connect(
-    cluster: &Cluster,
+    cluster: &Backend,
     ns: &str,
     pod: &str,
     pod_uid: &str,
@@ -454,7 +454,7 @@ async fn connect(
 /// messages, split anywhere.
 pub(crate) async fn serve_ws(
     socket: axum::extract::ws::WebSocket,
-    cluster: Cluster,
+    cluster: Backend,
     ns: String,
     pod: String,
     pod_uid: String,
@@ -491,7 +491,7 @@ pub(crate) async fn serve_ws(
 /// The SPDY session of a plain `Upgrade: SPDY/3.1` connection (kubectl's fallback).
 pub(crate) async fn serve_upgraded<IO>(
     io: IO,
-    cluster: Cluster,
+    cluster: Backend,
     ns: String,
     pod: String,
     pod_uid: String,

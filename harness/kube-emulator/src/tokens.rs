@@ -8,13 +8,13 @@
 //! (`jti`) of every token it issued, so a review authenticates only tokens this cluster wrote,
 //! as a real API server authenticates only tokens its signing key signed.
 
-use std::collections::BTreeMap;
-
 use base64::Engine;
 use serde_json::{Value, json};
 
-use crate::cluster::{Cluster, ResourceRef};
+use crate::backend::Backend;
 use crate::error::{ApiError, ApiResult};
+use crate::registry::Freshness;
+use crate::resources::ResourceRef;
 
 /// The API server's own audience: a token request or review without audiences means this one.
 pub const API_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
@@ -23,24 +23,6 @@ pub const API_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
 const MIN_EXPIRATION_SECONDS: i64 = 600;
 const MAX_EXPIRATION_SECONDS: i64 = 1 << 32;
 const DEFAULT_EXPIRATION_SECONDS: i64 = 3600;
-
-/// The tokens this cluster issued, by id, and whether the kubelet keeps each one fresh.
-#[derive(Default)]
-pub(crate) struct TokenRegistry {
-    next: u64,
-    issued: BTreeMap<String, Freshness>,
-}
-
-/// Whether a review checks a token's expiry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Freshness {
-    /// A projected volume's token: a real kubelet replaces it before it expires (at 80 % of its
-    /// lifetime, F12.11); the kubelet model writes it once per container start, so the review
-    /// treats it as the fresh one a rotating kubelet would hold.
-    KubeletRotated,
-    /// Any other token (`kubectl create token`, a client's TokenRequest): it expires.
-    Expires,
-}
 
 /// The object a token is bound to: it is valid only while that object exists with that uid.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,7 +39,7 @@ pub struct TokenRequest {
     pub namespace: String,
     pub service_account: String,
     /// The ServiceAccount's uid: a review refuses the token once the account is gone or
-    /// recreated. `None` only for an account that does not exist (see [`Cluster::issue_token`]).
+    /// recreated. `None` only for an account that does not exist (see [`crate::Cluster::issue_token`]).
     pub service_account_uid: Option<String>,
     /// Empty: the API server's audience ([`API_AUDIENCE`]).
     pub audiences: Vec<String>,
@@ -66,11 +48,11 @@ pub struct TokenRequest {
     pub freshness: Freshness,
 }
 
-impl Cluster {
+impl Backend {
     /// Issues a bound ServiceAccount token. The checks a `TokenRequest` makes first (the account
     /// exists, the bound object exists with that uid) are [`token_request`]'s; the kubelet model
     /// calls this directly for its projected volumes, with the uid of the account if it exists.
-    pub fn issue_token(&self, req: &TokenRequest) -> String {
+    pub(crate) fn issue_token(&self, req: &TokenRequest) -> String {
         let jti = {
             let mut reg = self.inner.tokens.lock().unwrap_or_else(|p| p.into_inner());
             reg.next += 1;
@@ -112,7 +94,7 @@ impl Cluster {
     }
 
     /// The uid of a ServiceAccount, if it exists.
-    pub fn service_account_uid(&self, namespace: &str, name: &str) -> Option<String> {
+    pub(crate) fn service_account_uid(&self, namespace: &str, name: &str) -> Option<String> {
         self.get(&service_accounts(), Some(namespace), name)
             .ok()
             .and_then(|sa| uid_of(&sa))
@@ -123,7 +105,7 @@ impl Cluster {
     /// token must be one this cluster issued, unexpired (unless the kubelet keeps it fresh),
     /// share an audience with the review, name a ServiceAccount that still exists with the same
     /// uid, and be bound to an object that still exists with the same uid.
-    pub fn review_token(&self, token: &str, audiences: &[String]) -> Value {
+    pub(crate) fn review_token(&self, token: &str, audiences: &[String]) -> Value {
         let targets: Vec<String> = if audiences.is_empty() {
             vec![API_AUDIENCE.to_string()]
         } else {
@@ -244,7 +226,7 @@ fn uid_of(obj: &Value) -> Option<String> {
 /// account and the bound object looked up, the request echoed with `status.token` and
 /// `status.expirationTimestamp`.
 pub(crate) fn token_request(
-    cluster: &Cluster,
+    cluster: &Backend,
     namespace: &str,
     service_account: &str,
     body: &[u8],
@@ -363,8 +345,8 @@ fn claims_of(token: &str) -> Option<Value> {
 }
 
 /// The answer to a `TokenReview` create: the spec echoed, the status from
-/// [`Cluster::review_token`].
-pub(crate) fn token_review(cluster: &Cluster, api_version: &str, body: &[u8]) -> Value {
+/// [`Backend::review_token`].
+pub(crate) fn token_review(cluster: &Backend, api_version: &str, body: &[u8]) -> Value {
     let spec = serde_json::from_slice::<Value>(body)
         .ok()
         .and_then(|b| b.get("spec").cloned())
@@ -394,7 +376,8 @@ fn strings(v: Option<&Value>) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::ClusterConfig;
+    use crate::backend::ClusterConfig;
+    use crate::cluster::Cluster;
 
     /// A cluster with ServiceAccount `sa` and pod `p` running as it; returns the pod's uid.
     fn cluster_with_pod() -> (Cluster, String) {
@@ -555,7 +538,7 @@ mod tests {
             600,
             json!({"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": uid}),
         );
-        let out = token_request(&c, "default", "sa", &body).unwrap();
+        let out = token_request(&c.backend, "default", "sa", &body).unwrap();
         assert_eq!(out["kind"], "TokenRequest");
         assert_eq!(out["spec"]["expirationSeconds"], 600);
         let expires =
@@ -574,8 +557,13 @@ mod tests {
     async fn a_requested_token_expires_while_a_projected_one_stays_valid_as_the_kubelet_rotates_it()
     {
         let (c, uid) = cluster_with_pod();
-        let out =
-            token_request(&c, "default", "sa", &token_request_body(600, Value::Null)).unwrap();
+        let out = token_request(
+            &c.backend,
+            "default",
+            "sa",
+            &token_request_body(600, Value::Null),
+        )
+        .unwrap();
         let requested = out["status"]["token"].as_str().unwrap().to_string();
         let projected = c.issue_token(&TokenRequest {
             expiration_seconds: 600,
@@ -646,7 +634,7 @@ mod tests {
     ) {
         let (c, _) = cluster_with_pod();
         let e = token_request(
-            &c,
+            &c.backend,
             "default",
             account,
             &token_request_body(expiration, bound),

@@ -7,7 +7,7 @@
 //! when every task is idle, so watches and timers behave exactly in virtual time (see
 //! docs/dependencies.md D2).
 
-use crate::cluster::Cluster;
+use crate::backend::Backend;
 use axum::body::Body;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
@@ -25,9 +25,9 @@ pub(crate) struct InMemory {
 }
 
 impl InMemory {
-    pub(crate) fn new(cluster: Cluster) -> Self {
+    pub(crate) fn new(cluster: Backend) -> Self {
         Self {
-            router: cluster.router(),
+            router: crate::server::router(cluster),
         }
     }
 }

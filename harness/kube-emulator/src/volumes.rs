@@ -8,7 +8,8 @@ use crate::pointer::Pointer;
 use base64::Engine;
 use serde_json::{Value, json};
 
-use crate::cluster::{Cluster, ResourceRef};
+use crate::backend::Backend;
+use crate::resources::ResourceRef;
 use emulator_shell::Volume;
 
 /// Why a pod's volumes could not be set up; `message` is the kubelet's `FailedMount` text.
@@ -39,10 +40,10 @@ pub fn is_api_volume(volume: &Value) -> bool {
 }
 
 /// Fills every API-backed volume of `pod` (its per-pod directory, see
-/// [`Cluster::empty_dir`]) with the current contents of the objects it names. Nothing is
+/// [`crate::Cluster::empty_dir`]) with the current contents of the objects it names. Nothing is
 /// written unless every volume can be set up: the first missing non-optional Secret or
 /// ConfigMap (or missing key of one named in `items`) is the error, as the kubelet reports it.
-pub fn populate_volumes(cluster: &Cluster, pod: &Value) -> Result<(), MountFailure> {
+pub(crate) fn populate_volumes(cluster: &Backend, pod: &Value) -> Result<(), MountFailure> {
     let ns = s(pod, "/metadata/namespace").unwrap_or("default");
     let uid = s(pod, "/metadata/uid").unwrap_or_default();
     let mut filled: Vec<(String, Files)> = Vec::new();
@@ -129,7 +130,7 @@ impl Kind {
 /// The files of one Secret or ConfigMap source: every key, or with `items` the listed keys at
 /// their paths. `defaultMode` and per-item `mode` are ignored (the shell has no permissions).
 fn source_files(
-    cluster: &Cluster,
+    cluster: &Backend,
     ns: &str,
     volume: &str,
     kind: Kind,
@@ -241,7 +242,7 @@ fn downward_files(pod: &Value, src: &Value) -> Files {
 
 /// A bound ServiceAccount token as the kubelet writes it: issued by the cluster for the
 /// volume's audience and expiry, bound to the pod and its ServiceAccount (`crate::tokens`).
-fn service_account_token(cluster: &Cluster, pod: &Value, src: &Value) -> String {
+fn service_account_token(cluster: &Backend, pod: &Value, src: &Value) -> String {
     let name = |p: &str| s(pod, p).unwrap_or_default().to_string();
     let namespace = s(pod, "/metadata/namespace").unwrap_or("default");
     let service_account = s(pod, "/spec/serviceAccountName").unwrap_or("default");
@@ -264,13 +265,14 @@ fn service_account_token(cluster: &Cluster, pod: &Value, src: &Value) -> String 
             name: name("/metadata/name"),
             uid: name("/metadata/uid"),
         }),
-        freshness: crate::tokens::Freshness::KubeletRotated,
+        freshness: crate::registry::Freshness::KubeletRotated,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::{Cluster, populate_volumes};
 
     fn pod(volumes: Value) -> Value {
         json!({"metadata": {"name": "p", "namespace": "default", "uid": "u1",

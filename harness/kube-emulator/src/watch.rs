@@ -4,7 +4,7 @@
 //! A watch with nothing to send waits on the cluster's change channel or a tokio timer, so
 //! paused (virtual) time advances through quiet periods instead of spinning.
 
-use crate::cluster::Cluster;
+use crate::backend::Backend;
 use crate::error::ApiError;
 use crate::pointer::Pointer;
 use crate::resources::ResourceDef;
@@ -125,7 +125,7 @@ fn expired(requested: u64, oldest: u64) -> WatchEvent {
 
 /// Starts a watch; the stream ends at the timeout, on 410, or when the receiver is dropped.
 pub(crate) fn watch_stream(
-    cluster: Cluster,
+    cluster: Backend,
     def: std::sync::Arc<ResourceDef>,
     version: String,
     ns: Option<String>,

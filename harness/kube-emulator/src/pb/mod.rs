@@ -7,6 +7,8 @@
 
 mod table;
 
+use table::{Kind, MESSAGES, Msg};
+
 use crate::error::{ApiError, ApiResult};
 use base64::Engine;
 use bytes::Bytes;
@@ -18,34 +20,9 @@ use std::sync::OnceLock;
 pub(crate) const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
 const MAGIC: &[u8; 4] = b"k8s\0";
 
-/// A message of the table: its full proto name and its fields.
-pub(crate) struct Msg {
-    name: &'static str,
-    fields: &'static [Field],
-}
-
-/// One field: number, JSON name, type, and whether it repeats or is a `map<string, _>`.
-pub(crate) struct Field {
-    num: u64,
-    name: &'static str,
-    kind: Kind,
-    repeated: bool,
-    map: bool,
-}
-
-#[derive(Clone, Copy)]
-pub(crate) enum Kind {
-    Str,
-    Bytes,
-    I32,
-    I64,
-    Bool,
-    Msg(&'static str),
-}
-
 fn index() -> &'static HashMap<&'static str, &'static Msg> {
     static INDEX: OnceLock<HashMap<&'static str, &'static Msg>> = OnceLock::new();
-    INDEX.get_or_init(|| table::MESSAGES.iter().map(|m| (m.name, m)).collect())
+    INDEX.get_or_init(|| MESSAGES.iter().map(|m| (m.name, m)).collect())
 }
 
 /// The body as JSON: protobuf bodies decoded, anything else as sent.
@@ -62,7 +39,7 @@ pub(crate) fn json_body(content_type: &str, body: Bytes) -> ApiResult<Bytes> {
 /// listing protobuf first and JSON or `*/*` after it) gets JSON; one that accepts only
 /// protobuf gets 406 rather than a body it cannot read (F11.1).
 pub(crate) fn negotiate(headers: &http::HeaderMap) -> ApiResult<()> {
-    if crate::openapi::accepts_json(headers) {
+    if crate::response::accepts_json(headers) {
         return Ok(());
     }
     Err(ApiError::new(

@@ -3,7 +3,32 @@
 // (docs/upstream-facts.md F11.1). Field names are the JSON names. SelfSubjectRulesReview and its
 // parts were added later from the same file (`kubectl auth can-i --list` sends it).
 
-use super::{Field, Kind::*, Msg};
+use Kind::*;
+
+/// A message of the table: its full proto name and its fields.
+pub(super) struct Msg {
+    pub(super) name: &'static str,
+    pub(super) fields: &'static [Field],
+}
+
+/// One field: number, JSON name, type, and whether it repeats or is a `map<string, _>`.
+pub(super) struct Field {
+    pub(super) num: u64,
+    pub(super) name: &'static str,
+    pub(super) kind: Kind,
+    pub(super) repeated: bool,
+    pub(super) map: bool,
+}
+
+#[derive(Clone, Copy)]
+pub(super) enum Kind {
+    Str,
+    Bytes,
+    I32,
+    I64,
+    Bool,
+    Msg(&'static str),
+}
 
 #[rustfmt::skip]
 pub(super) static MESSAGES: &[Msg] = &[

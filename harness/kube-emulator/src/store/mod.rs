@@ -23,6 +23,7 @@ use std::time::Duration;
 mod admission;
 mod controllers;
 mod deletion;
+mod names;
 mod subresources;
 
 /// (group, plural): the identity of a resource, independent of the version it is served in.
@@ -608,7 +609,7 @@ impl State {
         check_create_body(def, &obj)?;
         let ns = create_namespace(def, ns, &obj)?;
         let name = self.create_name(def, &obj)?;
-        admission::validate_name(def, &name)?;
+        names::validate_name(def, &name)?;
         if let Some(n) = &ns {
             self.check_namespace_open(def, n, &name)?;
         }

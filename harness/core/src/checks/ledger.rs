@@ -40,7 +40,7 @@ pub(crate) struct SentinelSummary {
 }
 
 impl SentinelSummary {
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let class = match self.class {
             SentinelClass::Stable => "stable",
             SentinelClass::Lost => "LOST",

@@ -240,7 +240,7 @@ impl Stages {
 fn status_of(e: &StepError) -> StageStatus {
     match e {
         StepError::Failed(_) | StepError::Deadline { .. } => StageStatus::Failed,
-        StepError::Infra(_) => StageStatus::Error,
+        StepError::Infra { .. } => StageStatus::Error,
         StepError::Skip(_) => StageStatus::Skipped,
     }
 }
@@ -248,7 +248,8 @@ fn status_of(e: &StepError) -> StageStatus {
 fn target_step_error(e: TargetError) -> StepError {
     match e {
         TargetError::Unsupported(m) => StepError::Skip(m),
-        other => StepError::Infra(crate::error::one_line(&other)),
+        TargetError::Infra { message, source } => StepError::Infra { message, source },
+        refused => StepError::infra(crate::error::one_line(&refused)),
     }
 }
 
@@ -555,7 +556,7 @@ async fn run_steps(
         let run = AssertUnwindSafe((step.run)(ctx)).catch_unwind();
         let result = match tokio::time::timeout(deadline, run).await {
             Ok(Ok(r)) => r,
-            Ok(Err(panic)) => Err(StepError::Infra(format!(
+            Ok(Err(panic)) => Err(StepError::infra(format!(
                 "step '{}' panicked: {}",
                 step.name,
                 panic_message(&panic)
@@ -563,7 +564,7 @@ async fn run_steps(
             // The step's own deadline is the harness's bound, not a requirement: running into
             // it says the harness misjudged the case, so it is an error, never a product failure.
             // The waits inside a step carry the requirements' deadlines.
-            Err(_) => Err(StepError::Infra(format!(
+            Err(_) => Err(StepError::infra(format!(
                 "{}: the harness gave up on step '{}' after its own deadline of {}; last seen: {}",
                 step.stage,
                 step.name,
@@ -572,8 +573,10 @@ async fn run_steps(
             ))),
         };
         if let Err(e) = result {
-            rec.note(format!("step '{}' stopped: {e}", step.name));
-            stages.end(status_of(&e), Some(e.to_string()));
+            // The whole chain, causes included, as one line.
+            let said = crate::error::one_line(&e);
+            rec.note(format!("step '{}' stopped: {said}", step.name));
+            stages.end(status_of(&e), Some(said));
             return Some(e);
         }
     }
@@ -595,7 +598,7 @@ fn outcome_of(
     }
     match (step_error, checks.iter().find(|o| !o.passed)) {
         (Some(StepError::Skip(r)), _) => Outcome::Skipped(r.clone()),
-        (Some(StepError::Infra(m)), _) => Outcome::Error(m.clone()),
+        (Some(e @ StepError::Infra { .. }), _) => Outcome::Error(e.reason()),
         (Some(e), _) => Outcome::Failed(e.to_string()),
         (None, Some(c)) => Outcome::Failed(format!(
             "[{}] {}: {}",
@@ -638,7 +641,7 @@ async fn record_sandbox_logs(target: &dyn Target, rec: &crate::timeline::Recorde
 fn classify_step_error(e: StepError) -> Outcome {
     match e {
         StepError::Skip(r) => Outcome::Skipped(r),
-        StepError::Infra(m) => Outcome::Error(m),
+        e @ StepError::Infra { .. } => Outcome::Error(e.reason()),
         // A provision or install that times out is the environment's problem, not the product's.
         e @ StepError::Deadline { .. } => Outcome::Error(e.to_string()),
         StepError::Failed(m) => Outcome::Failed(m),

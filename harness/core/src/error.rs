@@ -179,7 +179,7 @@ mod tests {
             one_line(&e),
             "port-forward to openshell-0:8080: permission denied"
         );
-        assert_eq!(TargetError::from(e), t);
+        assert_eq!(TargetError::infra_of(e), t);
         assert_ne!(t, TargetError::infra("port-forward to openshell-0:8080"));
     }
 

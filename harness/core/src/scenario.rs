@@ -10,6 +10,7 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use crate::checks::Check;
+use crate::error::Cause;
 use crate::keys::{FaultKey, Marker};
 use crate::phase::Phase;
 use crate::schedule::{FaultSchedule, InjectionPoint};
@@ -67,7 +68,7 @@ impl std::fmt::Display for Stage {
 }
 
 /// Why a step stopped early.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum StepError {
     /// The product did something the scenario cannot go on from (a product failure).
     #[error("{0}")]
@@ -80,9 +81,14 @@ pub enum StepError {
         deadline: Duration,
         last_seen: Vec<ObjectState>,
     },
-    /// The harness or infrastructure failed; the case is an error, not a product failure.
-    #[error("infrastructure: {0}")]
-    Infra(String),
+    /// The harness or infrastructure failed; the case is an error, not a product failure. The
+    /// message says what was being done; `source`, when present, why it failed.
+    #[error("infrastructure: {message}")]
+    Infra {
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
     /// The target cannot run this; the case is skipped with this reason.
     #[error("skipped: {0}")]
     Skip(String),
@@ -93,7 +99,57 @@ impl From<TargetError> for StepError {
         match e {
             TargetError::Refused { .. } => Self::Failed(format!("unexpectedly refused: {e}")),
             TargetError::Unsupported(m) => Self::Skip(m),
-            TargetError::Infra { .. } => Self::Infra(crate::error::one_line(&e)),
+            TargetError::Infra { message, source } => Self::Infra { message, source },
+        }
+    }
+}
+
+impl StepError {
+    crate::error::error_constructors!(
+        Infra,
+        infra,
+        infra_from,
+        "harness or infrastructure failure"
+    );
+
+    /// What the case's outcome and report say of this error: the whole chain on one line, and
+    /// for an infrastructure failure without the `infrastructure:` heading (the outcome says
+    /// it is an error).
+    pub(crate) fn reason(&self) -> String {
+        match self {
+            Self::Infra { message, source } => match source {
+                Some(source) => format!("{message}: {}", crate::error::one_line(&**source)),
+                None => message.clone(),
+            },
+            other => crate::error::one_line(other),
+        }
+    }
+}
+
+/// Errors are equal when they say the same thing at every level of their chain: causes are
+/// opaque, so their messages are what can be compared.
+impl PartialEq for StepError {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Failed(a), Self::Failed(b)) | (Self::Skip(a), Self::Skip(b)) => a == b,
+            (
+                Self::Deadline {
+                    stage,
+                    what,
+                    deadline,
+                    last_seen,
+                },
+                Self::Deadline {
+                    stage: s,
+                    what: w,
+                    deadline: d,
+                    last_seen: l,
+                },
+            ) => stage == s && what == w && deadline == d && last_seen == l,
+            (Self::Infra { .. }, Self::Infra { .. }) => {
+                crate::error::chain(self) == crate::error::chain(other)
+            }
+            _ => false,
         }
     }
 }
@@ -501,7 +557,7 @@ impl Ctx {
     /// The case's typed variant; a case built without one is a harness error.
     pub fn variant<V: Variant>(&self) -> Result<&V, StepError> {
         self.case.params.variant().ok_or_else(|| {
-            StepError::Infra(format!(
+            StepError::infra(format!(
                 "case {} has no variant of type {}",
                 self.case.case_id,
                 std::any::type_name::<V>()
@@ -856,7 +912,7 @@ impl Ctx {
         }));
         match (result, harness_failure) {
             // The harness could not reach the product at all: its own failure.
-            (SentinelResult::Failed(m), true) => Err(StepError::Infra(format!(
+            (SentinelResult::Failed(m), true) => Err(StepError::infra(format!(
                 "could not write sentinel {key} into {sandbox}: {m}"
             ))),
             // The write went through the product's own path (gateway, supervisor, shell) and
@@ -904,7 +960,7 @@ impl Ctx {
         // Checks anchor on a key's first start and end; a second fault under it would be
         // invisible to them.
         if !self.injected.insert(key.clone()) {
-            return Err(StepError::Infra(format!(
+            return Err(StepError::infra(format!(
                 "fault {key} was already injected in this case; give each fault its own FaultKey"
             )));
         }
@@ -923,11 +979,10 @@ impl Ctx {
             Err(TargetError::Unsupported(m)) => {
                 Err(StepError::Skip(format!("{}: {m}", fault.kind())))
             }
-            Err(e) => Err(StepError::Infra(format!(
-                "injecting {}: {}",
-                fault.kind(),
-                crate::error::one_line(&e)
-            ))),
+            Err(e) => Err(StepError::infra_from(
+                format!("injecting {}", fault.kind()),
+                e,
+            )),
         }
     }
 
@@ -939,7 +994,7 @@ impl Ctx {
         let active = self.active.remove(pos);
         restore_fault(&*self.target, &self.rec, &active)
             .await
-            .map_err(StepError::Infra)
+            .map_err(StepError::infra)
     }
 
     /// Stops the gateway for `hold` under `key`, running nothing meanwhile, then restores it.

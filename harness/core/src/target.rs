@@ -340,6 +340,18 @@ impl TargetError {
     }
 
     crate::error::error_constructors!(Infra, infra, infra_from, "infrastructure failure");
+
+    /// A command's error met inside a target call (a journal write, a cluster that could not be
+    /// reached): the call's infrastructure failure, with the same message and cause. Explicit at
+    /// each call site rather than a `From`, so that only the direction target → command
+    /// converts silently.
+    pub fn infra_of(e: crate::error::Error) -> Self {
+        match e {
+            crate::error::Error::Infra { message, source }
+            | crate::error::Error::Usage { message, source } => Self::Infra { message, source },
+            config @ crate::error::Error::Config { .. } => Self::infra(config.to_string()),
+        }
+    }
 }
 
 /// Errors are equal when they say the same thing at every level of their chain: causes are
@@ -371,18 +383,6 @@ impl From<TargetError> for crate::error::Error {
         match e {
             TargetError::Infra { message, source } => Self::Infra { message, source },
             other => Self::infra(other.to_string()),
-        }
-    }
-}
-
-/// A command's error met inside a target call is an infrastructure failure of the call, with
-/// the same message and cause.
-impl From<crate::error::Error> for TargetError {
-    fn from(e: crate::error::Error) -> Self {
-        match e {
-            crate::error::Error::Infra { message, source }
-            | crate::error::Error::Usage { message, source } => Self::Infra { message, source },
-            config @ crate::error::Error::Config { .. } => Self::infra(config.to_string()),
         }
     }
 }

@@ -328,7 +328,7 @@ impl TargetFactory for RealFactory {
         _topology: &Topology,
         rec: &Recorder,
     ) -> TargetResult<Arc<dyn Target>> {
-        let c = self.cluster().await?;
+        let c = self.cluster().await.map_err(infra)?;
         let mut t = RealTarget::new(
             opts_with(&self.opts, &c.up),
             self.runner.clone(),
@@ -346,7 +346,7 @@ impl TargetFactory for RealFactory {
         if self.shared.lock().await.is_none() {
             return Ok(());
         }
-        let c = self.cluster().await?;
+        let c = self.cluster().await.map_err(infra)?;
         let opts = opts_with(&self.opts, &c.up);
         release_shared(
             &self.shared,
@@ -729,7 +729,7 @@ fn gateway_endpoint(
 }
 
 fn infra(e: Error) -> TargetError {
-    TargetError::from(e)
+    TargetError::infra_of(e)
 }
 
 #[async_trait]

@@ -89,10 +89,11 @@ fn recovery_bound(point: InjectionPoint, role: &str, name: &str) -> (Anchor, Dur
 
 fn run_schedule(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
-        let schedule =
-            ctx.params().schedule.clone().ok_or_else(|| {
-                StepError::Infra("the sweep needs a fault schedule (a seed)".into())
-            })?;
+        let schedule = ctx
+            .params()
+            .schedule
+            .clone()
+            .ok_or_else(|| StepError::infra("the sweep needs a fault schedule (a seed)"))?;
         for (i, planned) in schedule.faults.iter().enumerate() {
             run_one(ctx, &role(i), planned).await?;
         }

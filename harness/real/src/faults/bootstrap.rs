@@ -208,7 +208,8 @@ impl FaultInjector {
                     replicas: original,
                 },
             })
-            .await?;
+            .await
+            .map_err(TargetError::infra_of)?;
         let task = PendingTask::default();
         let active = Active::BootstrapPending {
             journal_id: journal_id.clone(),
@@ -393,7 +394,8 @@ impl TemplateBreaker {
                     secret: with_secret.then(|| secret.clone()),
                 },
             })
-            .await?;
+            .await
+            .map_err(TargetError::infra_of)?;
         let done = async {
             if with_secret {
                 self.create_ca_secret(&secret).await?;

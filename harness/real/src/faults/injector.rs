@@ -298,7 +298,10 @@ impl FaultInjector {
                     None,
                     serde_json::json!(self.elapsed_ms()),
                 );
-                self.journal.remove(journal_id).await?;
+                self.journal
+                    .remove(journal_id)
+                    .await
+                    .map_err(TargetError::infra_of)?;
             }
             Active::GatewayRestart { old_uids } => {
                 gateway::wait_ready(
@@ -437,10 +440,12 @@ pub(super) async fn undo_entry(
     id: &str,
     deadline: Duration,
 ) -> TargetResult<()> {
-    let entries = journal.entries().await?;
+    let entries = journal.entries().await.map_err(TargetError::infra_of)?;
     if let Some(e) = entries.iter().find(|e| e.id == id) {
-        crate::journal::undo(client, &e.undo, deadline).await?;
+        crate::journal::undo(client, &e.undo, deadline)
+            .await
+            .map_err(TargetError::infra_of)?;
     }
-    journal.remove(id).await?;
+    journal.remove(id).await.map_err(TargetError::infra_of)?;
     Ok(())
 }

@@ -192,20 +192,27 @@ impl FaultInjector {
                     name: name.clone(),
                 },
             })
-            .await?;
+            .await
+            .map_err(TargetError::infra_of)?;
         let pod: Pod = serde_json::from_value(node_pod(&name, node, fault)).expect("static pod");
         let api = self.pods(ns);
         match api.create(&PostParams::default(), &pod).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if matches!(s.code, 400 | 403) => {
-                self.journal.remove(&journal_id).await?;
+                self.journal
+                    .remove(&journal_id)
+                    .await
+                    .map_err(TargetError::infra_of)?;
                 return Err(TargetError::Unsupported(format!(
                     "the supervisor is PID 1 of container {container}, which ignores a SIGKILL sent from inside its PID namespace, and the cluster refused the node-access pod that would kill it from the node: {}",
                     s.message
                 )));
             }
             Err(e) => {
-                self.journal.remove(&journal_id).await?;
+                self.journal
+                    .remove(&journal_id)
+                    .await
+                    .map_err(TargetError::infra_of)?;
                 return Err(kerr(
                     &format!("fault {fault}: create node-access pod {ns}/{name}"),
                     e,
@@ -247,7 +254,10 @@ impl FaultInjector {
         .await;
         let removed = delete_node_pod(&self.client, ns, &name, self.deadlines.pods_gone).await;
         if removed.is_ok() {
-            self.journal.remove(&journal_id).await?;
+            self.journal
+                .remove(&journal_id)
+                .await
+                .map_err(TargetError::infra_of)?;
         }
         killed.and(removed)
     }

@@ -62,7 +62,8 @@ impl FaultInjector {
                             replicas: original.max(1),
                         },
                     })
-                    .await?;
+                    .await
+                    .map_err(TargetError::infra_of)?;
                 let active = Active::GatewayStop {
                     original: original.max(1),
                     journal_id,

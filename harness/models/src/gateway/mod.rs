@@ -371,13 +371,7 @@ impl Gateway {
     }
 
     pub(crate) fn view(rec: &SandboxRecord) -> SandboxView {
-        SandboxView {
-            name: rec.name.clone(),
-            phase: rec.phase.clone(),
-            reason: rec.reason.clone().filter(|s| !s.is_empty()),
-            message: rec.message.clone().filter(|s| !s.is_empty()),
-            exit_code: rec.exit_code,
-        }
+        rec.view()
     }
 
     fn by_id<'a>(core: &'a Core, id: &str) -> Option<&'a SandboxRecord> {

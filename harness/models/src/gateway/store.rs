@@ -11,6 +11,19 @@ use conformance_core::phase::Phase;
 use conformance_core::target::{RestartPolicy, SandboxView};
 use kube_emulator::shell::Volume;
 
+impl SandboxRecord {
+    /// What the gateway reports of this sandbox (empty reasons and messages are none).
+    pub(crate) fn view(&self) -> SandboxView {
+        SandboxView {
+            name: self.name.clone(),
+            phase: self.phase.clone(),
+            reason: self.reason.clone().filter(|s| !s.is_empty()),
+            message: self.message.clone().filter(|s| !s.is_empty()),
+            exit_code: self.exit_code,
+        }
+    }
+}
+
 /// Where the database lives inside the gateway's data volume (`sqlite:/var/openshell/openshell.db`).
 pub(crate) const DB_PATH: &str = "/openshell.db";
 
@@ -120,7 +133,7 @@ impl Store {
                 .db
                 .sandboxes
                 .values()
-                .map(super::Gateway::view)
+                .map(SandboxRecord::view)
                 .collect();
             hook(&views);
         }

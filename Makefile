@@ -66,7 +66,8 @@ e2e-emulated:
 	$(MAKE) e2e CLUSTER=emulated
 
 ## e2e-served: the real path against a served emulated cluster that the run starts and stops
-## (model openshell-0.0.111 unless MODEL says otherwise); needs helm, kubectl and openshell
+## (model: the release installed by default, fixtures/releases/, unless MODEL says otherwise);
+## needs helm, kubectl and openshell
 e2e-served:
 	$(BIN) run --target served $(RUN_FLAGS) $(SERVED_FLAGS)
 

@@ -1,15 +1,27 @@
 #!/usr/bin/env bash
 # Test material for machines that do not have it beside the repository (GitHub's runners): the
-# real OpenShell v0.0.111 CLI, gateway and supervisor (the release's assets, checked against the
-# release's own checksum files), the release's helm chart (from its OCI registry), and the Agent
-# Sandbox v0.5.0 release manifest, all under the git-ignored .tools/upstream/. Prints the
-# variables the tests read (harness/testtools) as NAME=value lines, for $GITHUB_ENV.
+# real OpenShell CLI, gateway and supervisor of the release installed by default (the one of
+# fixtures/releases/ saying `installed_by_default: true`; the release's assets, checked against
+# the release's own checksum files), the release's helm chart (from its OCI registry), and the
+# manifest of the Agent Sandbox release installed with it, all under the git-ignored
+# .tools/upstream/. Prints the variables the tests read (harness/testtools) as NAME=value lines,
+# for $GITHUB_ENV.
 # Needs curl, and helm from .ci/tools.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-OPENSHELL=v0.0.111
-AGENT_SANDBOX=v0.5.0
+release_file=$(grep -l '^installed_by_default: true' fixtures/releases/*.yaml)
+[ "$(echo "$release_file" | wc -l)" = 1 ] || { echo "one release must be installed by default: $release_file" >&2; exit 1; }
+OPENSHELL=v$(sed -n 's/^openshell: *\([^ #]*\).*/\1/p' "$release_file")
+AGENT_SANDBOX=$(awk '/^agent_sandbox:/ {s = 1; next} /^[^ #]/ {s = 0} s && /^ *install:/ {print $2; exit}' "$release_file")
+[ "$OPENSHELL" != v ] && [ -n "$AGENT_SANDBOX" ] || { echo "$release_file: no openshell or agent_sandbox.install" >&2; exit 1; }
+# The release's core asset: manifest.yaml up to v0.5.1, sandbox.yaml from v0.5.2 on
+# (docs/upstream-facts.md F8.6); kept locally as manifest.yaml, where the tests look.
+if [ "$(printf '%s\n' "$AGENT_SANDBOX" v0.5.1 | sort -V | head -n1)" = "$AGENT_SANDBOX" ]; then
+  agent_sandbox_asset=manifest.yaml
+else
+  agent_sandbox_asset=sandbox.yaml
+fi
 dir="$PWD/.tools/upstream"
 mkdir -p "$dir/bin" "$dir/download"
 
@@ -47,7 +59,7 @@ if [ ! -s "$manifest" ]; then
   echo "+ fetch the Agent Sandbox ${AGENT_SANDBOX} manifest" >&2
   mkdir -p "$(dirname "$manifest")"
   curl -fsSLo "$manifest" \
-    "https://github.com/kubernetes-sigs/agent-sandbox/releases/download/${AGENT_SANDBOX}/manifest.yaml"
+    "https://github.com/kubernetes-sigs/agent-sandbox/releases/download/${AGENT_SANDBOX}/${agent_sandbox_asset}"
 fi
 
 echo "OPENSHELL_BIN=$dir/bin/openshell"

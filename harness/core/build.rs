@@ -1,21 +1,45 @@
-//! Compiles every topology in `fixtures/topologies/` into the library, so the binary runs from
-//! anywhere and adding a topology is adding its YAML file.
+//! Compiles every topology in `fixtures/topologies/`, every release in `fixtures/releases/` and
+//! every expectations file in `fixtures/expectations/` into the library, so the binary runs from
+//! anywhere and adding a topology or a release is adding its YAML file.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 fn main() {
-    let dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo"))
-        .join("../../fixtures/topologies");
+    let fixtures = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo"))
+        .join("../../fixtures");
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("set by cargo"));
+    write(
+        &out.join("topologies.rs"),
+        "/// The topologies shipped in `fixtures/topologies`, compiled in.\nconst BUILTIN",
+        &fixtures.join("topologies"),
+    );
+    let mut releases = String::new();
+    releases.push_str(&table(
+        "/// The releases shipped in `fixtures/releases`, compiled in.\nconst BUILTIN",
+        &fixtures.join("releases"),
+    ));
+    releases.push_str(&table(
+        "/// The expectations shipped in `fixtures/expectations`, compiled in.\nconst EXPECTATIONS",
+        &fixtures.join("expectations"),
+    ));
+    std::fs::write(out.join("releases.rs"), releases)
+        .unwrap_or_else(|e| panic!("{}: {e}", out.display()));
+}
+
+fn write(dest: &Path, head: &str, dir: &Path) {
+    std::fs::write(dest, table(head, dir)).unwrap_or_else(|e| panic!("{}: {e}", dest.display()));
+}
+
+/// `<head>: &[(&str, &str)]` of (file stem, text) for every `*.yaml` in `dir`, by name.
+fn table(head: &str, dir: &Path) -> String {
     println!("cargo:rerun-if-changed={}", dir.display());
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .collect();
     files.sort();
-    let mut out =
-        String::from("/// The topologies shipped in `fixtures/topologies`, compiled in.\n");
-    out.push_str("const BUILTIN: &[(&str, &str)] = &[\n");
+    let mut out = format!("{head}: &[(&str, &str)] = &[\n");
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());
         let stem = f
@@ -29,6 +53,5 @@ fn main() {
         ));
     }
     out.push_str("];\n");
-    let dest = PathBuf::from(std::env::var("OUT_DIR").expect("set by cargo")).join("topologies.rs");
-    std::fs::write(&dest, out).unwrap_or_else(|e| panic!("{}: {e}", dest.display()));
+    out
 }

@@ -25,8 +25,8 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn proof_selections() -> Vec<Selection> {
     [
         Selection::contract(),
-        Selection::model(Model::OpenShell0_0_111),
-        Selection::model(Model::OpenShell0_1_6Reported),
+        Selection::model(Model::named("openshell-0.0.111")),
+        Selection::model(Model::named("openshell-0.1.6-reported")),
     ]
     .into_iter()
     .chain(

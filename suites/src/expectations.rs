@@ -1,12 +1,14 @@
-//! Known failures: `fixtures/expectations/<model-or-version>.yaml` lists the cases a version is
-//! known to fail, each with the requirement it breaks and the upstream report it reflects. A
+//! Known failures: `fixtures/expectations/<file>.yaml` lists the cases a version is known to
+//! fail, each with the requirement it breaks and the upstream report it reflects; a release of
+//! `fixtures/releases/` names the file that applies to it (`expectations:`). A
 //! listed case that fails on that requirement is an *expected failure*; one that passes is an
 //! *unexpected pass*, so a fixed bug is noticed.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use conformance_core::engine::{CaseReport, Outcome};
 use conformance_core::error::{Error, Result};
+use conformance_core::release::Releases;
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::glob;
@@ -64,18 +66,6 @@ impl Verdict {
     }
 }
 
-/// Expectations shipped with the harness, by target name.
-const SHIPPED: &[(&str, &str)] = &[
-    (
-        "openshell-0.0.111",
-        include_str!("../../fixtures/expectations/openshell-0.0.111.yaml"),
-    ),
-    (
-        "openshell-0.1.6-reported",
-        include_str!("../../fixtures/expectations/openshell-0.1.6-reported.yaml"),
-    ),
-];
-
 impl Expectations {
     pub fn none(target: &str) -> Self {
         Self {
@@ -123,17 +113,18 @@ impl Expectations {
         Self::from_yaml(&text, path)
     }
 
-    /// The shipped expectations for a model or version, or none.
+    /// The shipped expectations for a model or version (the release of that name), or none.
     pub fn shipped(target: &str) -> Self {
-        SHIPPED
-            .iter()
-            .find(|(name, _)| *name == target)
-            .map(|(name, text)| {
-                let origin = PathBuf::from(format!("fixtures/expectations/{name}.yaml"));
-                Self::from_yaml(text, &origin)
-                    .unwrap_or_else(|e| panic!("shipped expectations are invalid: {e}"))
-            })
-            .unwrap_or_else(|| Self::none(target))
+        Self::of_release(Releases::builtin(), target)
+            .unwrap_or_else(|e| panic!("shipped expectations are invalid: {e}"))
+    }
+
+    /// The expectations the release `target` of `releases` names, or none.
+    pub fn of_release(releases: &Releases, target: &str) -> Result<Self> {
+        match releases.expectations(target) {
+            Some(e) => Self::from_yaml(e.text, e.origin),
+            None => Ok(Self::none(target)),
+        }
     }
 
     pub fn classify(&self, report: &CaseReport) -> Verdict {
@@ -292,14 +283,114 @@ mod tests {
     }
 
     #[test]
-    fn the_shipped_expectation_files_load() {
-        for (name, _) in SHIPPED {
-            assert_eq!(Expectations::shipped(name).target, *name);
+    fn the_shipped_expectation_files_load_for_the_releases_that_name_them() {
+        let releases = Releases::builtin();
+        for name in releases.names() {
+            let e = Expectations::shipped(name);
+            if releases.expectations(name).is_some() {
+                assert_eq!(e.target, name);
+                assert!(!e.expected_failures.is_empty(), "{name}");
+            }
         }
         assert!(
             Expectations::shipped("contract")
                 .expected_failures
                 .is_empty()
+        );
+    }
+
+    /// A newcomer's release that behaves like 0.1.6-reported except that the re-attach is
+    /// taken (#3396 fixed), in a copy of the shipped folders: one release file and one
+    /// expectations file, and the models, `--model`, the target's report and the expectations
+    /// all pick it up from the folder.
+    #[test]
+    fn a_release_added_to_the_folder_is_picked_up_by_the_models_and_the_expectations() {
+        use conformance_core::target::TargetFactory;
+        use conformance_models::spec::{ModelInfo, Selection, SelectionError};
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
+        let tmp = tempfile::tempdir().unwrap();
+        for sub in ["releases", "expectations"] {
+            std::fs::create_dir(tmp.path().join(sub)).unwrap();
+            for f in std::fs::read_dir(fixtures.join(sub)).unwrap() {
+                let f = f.unwrap().path();
+                std::fs::copy(&f, tmp.path().join(sub).join(f.file_name().unwrap())).unwrap();
+            }
+        }
+        let reported =
+            std::fs::read_to_string(fixtures.join("releases/openshell-0.1.6-reported.yaml"))
+                .unwrap();
+        let newer = reported
+            .replace("openshell-0.1.6-reported", "openshell-0.1.7")
+            .replace("openshell: 0.1.6", "openshell: 0.1.7")
+            .replace("version: 0.1.6", "version: 0.1.7")
+            .replace("reattach_refused: true", "reattach_refused: false");
+        std::fs::write(tmp.path().join("releases/openshell-0.1.7.yaml"), newer).unwrap();
+        std::fs::write(
+            tmp.path().join("expectations/openshell-0.1.7.yaml"),
+            "target: openshell-0.1.7\nexpected_failures:\n  - case: \"bootstrap-outage[*\"\n    requirement: R1\n    report: \"#3274\"\n",
+        )
+        .unwrap();
+
+        let releases: &'static Releases = Box::leak(Box::new(
+            Releases::load_dir(&tmp.path().join("releases")).unwrap(),
+        ));
+        assert_eq!(
+            releases.names(),
+            vec![
+                "contract",
+                "openshell-0.0.111",
+                "openshell-0.1.6-reported",
+                "openshell-0.1.7"
+            ]
+        );
+        let models: &'static [ModelInfo] = ModelInfo::all_of(releases).unwrap().leak();
+        let err = Selection::parse_among(models, "nope", &[], None).unwrap_err();
+        assert!(matches!(err, SelectionError::UnknownModel { .. }));
+        assert!(
+            err.to_string()
+                .ends_with("openshell-0.1.6-reported, openshell-0.1.7"),
+            "{err}"
+        );
+
+        let old = Selection::parse_among(models, "openshell-0.1.6-reported", &[], None).unwrap();
+        let new = Selection::parse_among(models, "openshell-0.1.7", &[], None).unwrap();
+        assert!(old.behaviour().reattach_refused);
+        assert_eq!(
+            new.behaviour(),
+            conformance_models::spec::Behaviour {
+                reattach_refused: false,
+                ..old.behaviour()
+            }
+        );
+        let info = conformance_models::target::EmulatedFactory::new(new).info();
+        assert_eq!(info.model.as_deref(), Some("openshell-0.1.7"));
+        assert_eq!(
+            info.openshell.map(|v| v.to_string()).as_deref(),
+            Some("0.1.7")
+        );
+        assert_eq!(
+            info.capabilities,
+            releases
+                .get("openshell-0.1.6-reported")
+                .unwrap()
+                .capabilities
+        );
+
+        let e = Expectations::of_release(releases, "openshell-0.1.7").unwrap();
+        assert_eq!(e.target, "openshell-0.1.7");
+        assert_eq!(e.expected_failures.len(), 1);
+        // Its expectations are validated like the shipped ones.
+        std::fs::write(
+            tmp.path().join("expectations/openshell-0.1.7.yaml"),
+            "target: openshell-0.1.7\nexpected_failures:\n  - case: a\n    requirement: R99\n    report: r\n",
+        )
+        .unwrap();
+        let releases = Releases::load_dir(&tmp.path().join("releases")).unwrap();
+        let err = Expectations::of_release(&releases, "openshell-0.1.7").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("openshell-0.1.7.yaml: field `expected_failures[0].requirement`"),
+            "{err}"
         );
     }
 }

@@ -23,8 +23,8 @@ fn all_topologies() -> Vec<Topology> {
 /// several, and compares every timeline byte for byte (which also shows two runs agree).
 #[rstest]
 #[case::contract(Selection::contract())]
-#[case::upstream_0_0_111(Selection::model(Model::OpenShell0_0_111))]
-#[case::upstream_0_1_6_reported(Selection::model(Model::OpenShell0_1_6Reported))]
+#[case::upstream_0_0_111(Selection::model(Model::named("openshell-0.0.111")))]
+#[case::upstream_0_1_6_reported(Selection::model(Model::named("openshell-0.1.6-reported")))]
 fn the_whole_catalog_gives_byte_identical_timelines_with_one_job_or_several(
     #[case] selection: Selection,
 ) {
@@ -56,7 +56,7 @@ fn upstream_0_0_111_on_agent_sandbox_v0_5_0_gives_byte_identical_timelines_with_
         ..Pick::default()
     };
     let cases = || catalog::cases(&topologies, &pick);
-    let selection = Selection::parse(Model::OpenShell0_0_111.name(), &[], Some("v0.5.0")).unwrap();
+    let selection = Selection::parse("openshell-0.0.111", &[], Some("v0.5.0")).unwrap();
     let one = run(&selection, cases(), 1);
     let two = run(&selection, cases(), 2);
     assert!(!one.is_empty(), "{selection:?}: no cases");

@@ -12,7 +12,7 @@ use conformance_core::phase::Phase;
 use conformance_core::scenario::Case;
 use conformance_core::timeline::{Event, Timeline};
 use conformance_core::topology::{Topologies, Topology};
-use conformance_models::spec::{DEFECTS, Model, Selection};
+use conformance_models::spec::{DEFECTS, Selection};
 use rstest::rstest;
 
 mod common;
@@ -259,7 +259,7 @@ fn every_defect_is_caught_by_some_scenario_naming_the_broken_requirement(
 }
 
 fn upstream(agent_sandbox: Option<&str>) -> Selection {
-    Selection::parse(Model::OpenShell0_0_111.name(), &[], agent_sandbox).unwrap()
+    Selection::parse("openshell-0.0.111", &[], agent_sandbox).unwrap()
 }
 
 fn logs_of(t: &Timeline) -> String {

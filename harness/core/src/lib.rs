@@ -37,6 +37,7 @@ pub mod keys;
 pub mod phase;
 pub mod pool;
 mod record;
+pub mod release;
 pub mod scenario;
 pub mod schedule;
 pub mod target;

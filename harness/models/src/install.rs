@@ -17,11 +17,8 @@ fn labels() -> Value {
 /// The rendered `gateway.toml` (docs/upstream-facts.md F5.8). Plaintext: the emulated
 /// install's TLS Secrets hold no real certificates, and its client connects in process.
 pub(crate) fn gateway_toml(model: &OpenShellModel) -> String {
-    let topo_key = if model.selection.model == crate::spec::Model::OpenShell0_0_111 {
-        "topology"
-    } else {
-        "supervisor_topology"
-    };
+    // The key moved between chart versions; the release names its chart's.
+    let topo_key = &model.selection.model.release().chart.topology_key;
     format!(
         "[openshell.gateway]\nbind = \"0.0.0.0:8080\"\nhealth = \"0.0.0.0:8081\"\nmetrics = \"0.0.0.0:9090\"\n\
          disable_tls = true\nsandbox_namespace = \"{NAMESPACE}\"\n\n[openshell.drivers.kubernetes]\nworkspace_mode = \"shared\"\n\

@@ -119,10 +119,7 @@ pub struct OpenShellModel {
 impl OpenShellModel {
     pub fn new(selection: Selection, topology: Topology) -> Arc<Self> {
         let behaviour = selection.behaviour();
-        let version = selection
-            .model
-            .openshell()
-            .map_or_else(|| "0.1.6".to_string(), |v| v.to_string());
+        let version = selection.model.release().chart.version.to_string();
         Arc::new(Self {
             selection,
             behaviour,

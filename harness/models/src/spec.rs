@@ -1,72 +1,174 @@
 //! The OpenShell models and their defect switches, as data: which model, which defects, which
 //! Agent Sandbox version, and the [`Behaviour`] (rules) and [`Timings`] (constants) they imply.
-//! The gateway, the supervisors and the driver read only [`Behaviour`] and [`Timings`], never
-//! the model name, so every rule lives in exactly one place: [`Selection::behaviour`].
+//! A model is a release of `fixtures/releases/` ([`conformance_core::release`]): its behaviour
+//! flags are the rules, and a defect switch breaks one of them on top ([`Defect::apply`]). The
+//! gateway, the supervisors and the driver read only [`Behaviour`] and [`Timings`], never the
+//! model name, so every rule lives in exactly one place: the release's file, read by
+//! [`Selection::behaviour`]. A new rule is a field of [`Behaviour`] and the code that follows it.
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::sync::LazyLock;
 use std::time::Duration;
 
+use conformance_core::release::{Release, Releases};
+use conformance_core::target::Capability;
 use semver::Version;
+use serde::Deserialize;
 
 use crate::agent_sandbox::AgentSandboxVersion;
 
-/// A model of OpenShell on Kubernetes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Model {
-    /// What the acceptance criteria demand (issue 4).
-    Contract,
-    /// Upstream v0.0.111 as read from its source (docs/upstream-facts.md).
-    OpenShell0_0_111,
-    /// 0.1.6 as the field reports describe it (reported, not read from source).
-    OpenShell0_1_6Reported,
-}
+/// A model of OpenShell on Kubernetes: one release of `fixtures/releases/`.
+#[derive(Clone, Copy)]
+pub struct Model(&'static ModelInfo);
 
-/// One entry of [`MODELS`], for `list` and error messages.
-#[derive(Clone, Copy, Debug)]
+/// One entry of [`MODELS`], for `list` and error messages: a release and the rules read from it.
+#[derive(Clone, Debug)]
 pub struct ModelInfo {
-    pub model: Model,
     pub name: &'static str,
     pub description: &'static str,
     /// The OpenShell version the model stands for (None: the contract, every topology).
-    pub openshell: Option<&'static str>,
+    pub openshell: Option<String>,
+    pub release: &'static Release,
+    /// The release's rules, before any defect switch.
+    behaviour: Behaviour,
+    /// The Agent Sandbox release the controller runs unless told otherwise.
+    agent_sandbox: AgentSandboxVersion,
+    /// The releases `--agent-sandbox` may pick (empty: not selectable).
+    selectable: Vec<AgentSandboxVersion>,
 }
 
-pub const MODELS: &[ModelInfo] = &[
-    ModelInfo {
-        model: Model::Contract,
-        name: "contract",
-        description: "the behaviour the acceptance criteria demand (R1-R14); defect switches apply here",
-        openshell: None,
+/// Every model: the releases compiled in from `fixtures/releases/`, in file name order.
+pub static MODELS: LazyLock<Vec<ModelInfo>> = LazyLock::new(|| {
+    ModelInfo::all_of(Releases::builtin())
+        .unwrap_or_else(|e| panic!("a shipped release does not fit the models: {e}"))
+});
+
+/// A release whose data the models cannot follow (a rule or Agent Sandbox release they lack).
+#[derive(Debug, thiserror::Error)]
+pub enum ReleaseError {
+    #[error("fixtures/releases/{release}.yaml: field `behaviour`: {source}")]
+    Behaviour {
+        release: String,
+        #[source]
+        source: serde_json::Error,
     },
-    ModelInfo {
-        model: Model::OpenShell0_0_111,
-        name: "openshell-0.0.111",
-        description: "upstream v0.0.111 as read from source (combined and sidecar; Agent Sandbox v0.5.0, v0.5.1 or v0.5.4)",
-        openshell: Some("0.0.111"),
+    #[error("fixtures/releases/{release}.yaml: field `{field}`: `{version}` is not a modeled Agent Sandbox release ({valid})", valid = AgentSandboxVersion::ALL.map(AgentSandboxVersion::name).join(", "))]
+    AgentSandbox {
+        release: String,
+        field: &'static str,
+        version: String,
     },
-    ModelInfo {
-        model: Model::OpenShell0_1_6Reported,
-        name: "openshell-0.1.6-reported",
-        description: "0.1.6 as the field reports describe it, on all four topologies (reported, not read from source)",
-        openshell: Some("0.1.6"),
-    },
-];
+}
+
+impl ModelInfo {
+    /// Reads a release's rules and Agent Sandbox releases.
+    pub fn from_release(release: &'static Release) -> Result<Self, ReleaseError> {
+        let behaviour = serde_json::from_value(release.behaviour.clone()).map_err(|source| {
+            ReleaseError::Behaviour {
+                release: release.name.clone(),
+                source,
+            }
+        })?;
+        let version = |field: &'static str, v: &str| {
+            AgentSandboxVersion::parse(v).ok_or_else(|| ReleaseError::AgentSandbox {
+                release: release.name.clone(),
+                field,
+                version: v.to_string(),
+            })
+        };
+        Ok(Self {
+            name: &release.name,
+            description: &release.description,
+            openshell: release.openshell.as_ref().map(Version::to_string),
+            release,
+            behaviour,
+            agent_sandbox: version("agent_sandbox.default", &release.agent_sandbox.default)?,
+            selectable: release
+                .agent_sandbox
+                .selectable
+                .iter()
+                .map(|v| version("agent_sandbox.selectable", v))
+                .collect::<Result<_, _>>()?,
+        })
+    }
+
+    /// The models of every release in `releases`.
+    pub fn all_of(releases: &'static Releases) -> Result<Vec<Self>, ReleaseError> {
+        releases.all().map(Self::from_release).collect()
+    }
+}
 
 impl Model {
+    /// The model of a compiled-in release, by name.
+    pub fn find(name: &str) -> Option<Self> {
+        MODELS.iter().find(|m| m.name == name).map(Self)
+    }
+
+    /// The model of a compiled-in release the caller knows is shipped (tests, benches).
+    ///
+    /// # Panics
+    /// If no release of that name is compiled in.
+    pub fn named(name: &str) -> Self {
+        Self::find(name).unwrap_or_else(|| panic!("no release named {name} in fixtures/releases"))
+    }
+
+    /// The model of a release from elsewhere (a test's folder).
+    pub fn of(info: &'static ModelInfo) -> Self {
+        Self(info)
+    }
+
     pub fn info(self) -> &'static ModelInfo {
-        MODELS
-            .iter()
-            .find(|m| m.model == self)
-            .expect("every model is listed")
+        self.0
     }
 
     pub fn name(self) -> &'static str {
-        self.info().name
+        self.0.name
+    }
+
+    pub fn release(self) -> &'static Release {
+        self.0.release
     }
 
     pub fn openshell(self) -> Option<Version> {
-        self.info().openshell.and_then(|v| Version::parse(v).ok())
+        self.0.release.openshell.clone()
+    }
+
+    /// What the emulated target offers with this model.
+    pub fn capabilities(self) -> BTreeSet<Capability> {
+        self.0.release.capabilities.clone()
+    }
+}
+
+impl PartialEq for Model {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for Model {}
+
+impl PartialOrd for Model {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Model {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.name().cmp(other.name())
+    }
+}
+
+impl std::hash::Hash for Model {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name().hash(state);
+    }
+}
+
+impl fmt::Debug for Model {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Model({})", self.name())
     }
 }
 
@@ -196,25 +298,60 @@ impl Defect {
     pub fn name(self) -> &'static str {
         self.info().name
     }
-}
 
-/// The Agent Sandbox release a selection runs unless told otherwise: the newest modeled one
-/// (docs/upstream-facts.md F2.10: from v0.5.1 a failed pod is terminal, sticky Error).
-pub(crate) const DEFAULT_AGENT_SANDBOX: AgentSandboxVersion = AgentSandboxVersion::V0_5_4;
+    /// Breaks this defect's rule of `b` (the contract's rules; each line names the requirement).
+    fn apply(self, b: &mut Behaviour) {
+        match self {
+            // R1/R5: bootstrap gives up after grpc_retry's 5 attempts (F2.1).
+            Self::BootstrapGivesUpAfterRetryWindow => b.bootstrap_retry_forever = false,
+            // R2: SIDECAR_READY_TIMEOUT_SECS (F2.5).
+            Self::SidecarGivesUpAfter120s => b.sidecar_gives_up = true,
+            // R3.
+            Self::WorkloadStartsBeforePolicy => b.workload_before_policy = true,
+            // R4: both kinds of permanent error are retried.
+            Self::PermanentErrorsRetriedForever => {
+                b.permanent_errors_fail_fast = false;
+                b.tls_error_permanent = false;
+            }
+            Self::TlsValidationSkipped => b.tls_validation = false,
+            // R6.
+            Self::WorkspacePvcReplacedOnPodReplacement => {
+                b.fresh_workspace_on_pod_replacement = true;
+            }
+            // R9.
+            Self::GatewayRestartMarksError => b.restart_marks_start_failed = true,
+            // R7.
+            Self::GatewayRestartStartsStoppedSandboxes => b.restart_starts_stopped = true,
+            Self::CompletedWorkloadReplayed => b.replay_completed = true,
+            // R8.
+            Self::NoRecoveryFromError => b.stop_from_error = false,
+            // R10.
+            Self::RestartPolicyIgnoredOnGatewayRestart => {
+                b.restart_policy_across_gateway_restart = false;
+            }
+            // R13.
+            Self::GateAndPvcLeakedOnFailure => b.leak_gate_and_pvc = true,
+            // R12.
+            Self::SupervisorReattachRefused => b.reattach_refused = true,
+            // R14.
+            Self::FailureCauseNotReported => b.diagnostics = Diagnostics::Hidden,
+        }
+    }
+}
 
 /// A usage error in a model selection; the message names the valid choices.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SelectionError {
-    #[error("unknown model '{0}'; valid models: {valid}", valid = MODELS.iter().map(|m| m.name).collect::<Vec<_>>().join(", "))]
-    UnknownModel(String),
+    #[error("unknown model '{name}'; valid models: {valid}")]
+    UnknownModel { name: String, valid: String },
     #[error("unknown defect '{0}'; valid defects: {valid}", valid = DEFECTS.iter().map(|d| d.name).collect::<Vec<_>>().join(", "))]
     UnknownDefect(String),
-    #[error("defect switches apply only to the contract model, not to {0}")]
-    DefectOnUpstreamModel(String),
-    #[error("unknown Agent Sandbox version '{0}'; valid: {valid}", valid = AgentSandboxVersion::ALL.map(AgentSandboxVersion::name).join(", "))]
-    UnknownAgentSandbox(String),
-    #[error("the Agent Sandbox version is selectable only on openshell-0.0.111, not on {0}")]
-    AgentSandboxOnOtherModel(String),
+    #[error("defect switches apply only to {allowed}, not to {model}")]
+    DefectOnUpstreamModel { model: String, allowed: String },
+    #[error("unknown Agent Sandbox version '{version}'; valid: {valid}")]
+    UnknownAgentSandbox { version: String, valid: String },
+    #[error("the Agent Sandbox version is selectable only on {allowed}, not on {model}")]
+    AgentSandboxOnOtherModel { model: String, allowed: String },
 }
 
 /// What the emulated target runs: a model, its defects, the Agent Sandbox version.
@@ -222,6 +359,7 @@ pub enum SelectionError {
 pub struct Selection {
     pub model: Model,
     pub defects: BTreeSet<Defect>,
+    /// The Agent Sandbox release the controller runs (docs/upstream-facts.md F2.10 version table).
     pub agent_sandbox: AgentSandboxVersion,
 }
 
@@ -231,19 +369,34 @@ impl Default for Selection {
     }
 }
 
+/// The names of the models whose data allows something, as the error messages list them
+/// ("the contract model", "openshell-0.0.111").
+fn models_that(models: &[ModelInfo], allows: impl Fn(&ModelInfo) -> bool) -> String {
+    let names: Vec<String> = models
+        .iter()
+        .filter(|m| allows(m))
+        .map(|m| {
+            if m.name == "contract" {
+                "the contract model".to_string()
+            } else {
+                m.name.to_string()
+            }
+        })
+        .collect();
+    names.join(" or ")
+}
+
 impl Selection {
+    /// The contract model, no defects.
     pub fn contract() -> Self {
-        Self {
-            model: Model::Contract,
-            defects: BTreeSet::new(),
-            agent_sandbox: DEFAULT_AGENT_SANDBOX,
-        }
+        Self::model(Model::named("contract"))
     }
 
     pub fn model(model: Model) -> Self {
         Self {
             model,
-            ..Self::contract()
+            defects: BTreeSet::new(),
+            agent_sandbox: model.0.agent_sandbox,
         }
     }
 
@@ -258,11 +411,22 @@ impl Selection {
         defects: &[String],
         agent_sandbox: Option<&str>,
     ) -> Result<Self, SelectionError> {
-        let m = MODELS
-            .iter()
-            .find(|m| m.name == model)
-            .ok_or_else(|| SelectionError::UnknownModel(model.to_string()))?
-            .model;
+        Self::parse_among(&MODELS, model, defects, agent_sandbox)
+    }
+
+    /// [`Selection::parse`] among `models` (the compiled-in ones, or a test's).
+    pub fn parse_among(
+        models: &'static [ModelInfo],
+        model: &str,
+        defects: &[String],
+        agent_sandbox: Option<&str>,
+    ) -> Result<Self, SelectionError> {
+        let info = models.iter().find(|m| m.name == model).ok_or_else(|| {
+            SelectionError::UnknownModel {
+                name: model.to_string(),
+                valid: models.iter().map(|m| m.name).collect::<Vec<_>>().join(", "),
+            }
+        })?;
         let mut set = BTreeSet::new();
         for d in defects.iter().flat_map(|d| d.split(',')).map(str::trim) {
             if d.is_empty() {
@@ -274,21 +438,34 @@ impl Selection {
                 .ok_or_else(|| SelectionError::UnknownDefect(d.to_string()))?;
             set.insert(info.defect);
         }
-        if !set.is_empty() && m != Model::Contract {
-            return Err(SelectionError::DefectOnUpstreamModel(model.to_string()));
+        if !set.is_empty() && !info.release.defect_switches {
+            return Err(SelectionError::DefectOnUpstreamModel {
+                model: model.to_string(),
+                allowed: models_that(models, |m| m.release.defect_switches),
+            });
         }
         let agent_sandbox = match agent_sandbox {
-            None => DEFAULT_AGENT_SANDBOX,
-            Some(v) if m != Model::OpenShell0_0_111 => {
-                return Err(SelectionError::AgentSandboxOnOtherModel(format!(
-                    "{model} (asked for {v})"
-                )));
+            None => info.agent_sandbox,
+            Some(v) if info.selectable.is_empty() => {
+                return Err(SelectionError::AgentSandboxOnOtherModel {
+                    model: format!("{model} (asked for {v})"),
+                    allowed: models_that(models, |m| !m.selectable.is_empty()),
+                });
             }
             Some(v) => AgentSandboxVersion::parse(v)
-                .ok_or_else(|| SelectionError::UnknownAgentSandbox(v.to_string()))?,
+                .filter(|v| info.selectable.contains(v))
+                .ok_or_else(|| SelectionError::UnknownAgentSandbox {
+                    version: v.to_string(),
+                    valid: info
+                        .selectable
+                        .iter()
+                        .map(|v| v.name())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                })?,
         };
         Ok(Self {
-            model: m,
+            model: Model(info),
             defects: set,
             agent_sandbox,
         })
@@ -302,63 +479,13 @@ impl Selection {
         self.defects.iter().map(|d| d.name().to_string()).collect()
     }
 
-    /// The rules of this selection. Each line cites where the rule comes from.
+    /// The rules of this selection: the release's flags, each defect switch breaking its rule.
     pub fn behaviour(&self) -> Behaviour {
-        let contract = self.model == Model::Contract;
-        let upstream = self.model == Model::OpenShell0_0_111;
-        let reported = self.model == Model::OpenShell0_1_6Reported;
-        let d = |x| self.has(x);
-        Behaviour {
-            // F2.1 grpc_retry: 5 attempts; contract (R1/R5): bounded attempts, capped backoff, forever.
-            bootstrap_retry_forever: contract && !d(Defect::BootstrapGivesUpAfterRetryWindow),
-            // F2.5 SIDECAR_READY_TIMEOUT_SECS; contract (R2): waits as long as bootstrap takes.
-            sidecar_gives_up: !contract || d(Defect::SidecarGivesUpAfter120s),
-            // F2.8: load_policy before the main process (all models); defect R3.
-            workload_before_policy: d(Defect::WorkloadStartsBeforePolicy),
-            // F2.2: non-retryable gRPC codes fail at once; TLS errors carry no status (retried).
-            permanent_errors_fail_fast: !d(Defect::PermanentErrorsRetriedForever),
-            // contract (R4): a certificate error is permanent; upstream retries it (no gRPC status, F2.2).
-            tls_error_permanent: contract && !d(Defect::PermanentErrorsRetriedForever),
-            tls_validation: !d(Defect::TlsValidationSkipped),
-            // F3.6 the PVC survives pod replacement; defect R6.
-            fresh_workspace_on_pod_replacement: d(Defect::WorkspacePvcReplacedOnPodReplacement),
-            // F1.15 Kubernetes gateway restart does not touch pods; field report bug 3 (0.1.6): StartFailed.
-            restart_marks_start_failed: reported || d(Defect::GatewayRestartMarksError),
-            // F1.15 recover_persisted_lifecycle_transitions leaves Stopped alone; defect R7.
-            restart_starts_stopped: d(Defect::GatewayRestartStartsStoppedSandboxes),
-            // F1.2 (0.0.111): any main exit → Error/MainProcessExited; #2884 adds Completed (contract, 0.1.x).
-            completed_phase: !upstream,
-            // R7: completion is remembered across restarts; defect replays it.
-            replay_completed: d(Defect::CompletedWorkloadReplayed),
-            // F1.9, F1.10 stop needs Ready, start needs Stopped (0.0.111); field report: start
-            // refused from Error (0.1.6); contract (R8): stop from Error, then start.
-            stop_from_error: contract && !d(Defect::NoRecoveryFromError),
-            // F9.1 restart policy (0.1.x branch); 0.0.111 has none.
-            restart_policy: !upstream,
-            // field report bug 3: `--restart-policy always` not consulted on the gateway-restart path.
-            restart_policy_across_gateway_restart: contract
-                && !d(Defect::RestartPolicyIgnoredOnGatewayRestart),
-            // field report bug 2: the gated workload pod and PVC left behind (0.1.6); contract R13.
-            leak_gate_and_pvc: reported || d(Defect::GateAndPvcLeakedOnFailure),
-            // field report bug 2 / #3396: boundary refuses re-attach (0.1.6); contract R12.
-            reattach_refused: reported || d(Defect::SupervisorReattachRefused),
-            // field report bug 2: ConfigurationPending until 300 s when the boundary cannot attach (0.1.6).
-            boundary_cannot_attach: reported,
-            // contract R12 and 0.1.x (#3144 rotates the session on restart): the supervisor restarts
-            // in place; 0.0.111: it is PID 1 of its container (F2.9), so its death ends the container.
-            supervisor_restarts_in_place: !upstream,
-            // contract R14: the cause is in the Ready reason/message and the logs; upstream logs
-            // it but shows the Agent Sandbox reason (PodFailed, F2.10); the defect hides both.
-            diagnostics: if d(Defect::FailureCauseNotReported) {
-                Diagnostics::Hidden
-            } else if contract {
-                Diagnostics::Named
-            } else {
-                Diagnostics::Generic
-            },
-            // F2.10 version table.
-            agent_sandbox: self.agent_sandbox,
+        let mut b = self.model.0.behaviour;
+        for d in &self.defects {
+            d.apply(&mut b);
         }
+        b
     }
 }
 
@@ -372,33 +499,53 @@ impl fmt::Display for Selection {
     }
 }
 
-/// The rules the gateway, driver and supervisors follow (see [`Selection::behaviour`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The rules the gateway, driver and supervisors follow (see [`Selection::behaviour`]), as a
+/// release's `behaviour` flags name them; each flag's upstream fact is cited in the release files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Behaviour {
+    /// Bootstrap retries with a capped backoff for as long as it takes (R1/R5), not grpc_retry's
+    /// 5 attempts (F2.1).
     pub bootstrap_retry_forever: bool,
+    /// The sidecar's process side gives up after SIDECAR_READY_TIMEOUT_SECS (F2.5).
     pub sidecar_gives_up: bool,
+    /// The main command starts before the token exchange and policy fetch (F2.8 says after).
     pub workload_before_policy: bool,
+    /// Non-retryable gRPC codes fail bootstrap at once (F2.2).
     pub permanent_errors_fail_fast: bool,
+    /// A certificate error is permanent (R4); upstream retries it (no gRPC status, F2.2).
     pub tls_error_permanent: bool,
     pub tls_validation: bool,
+    /// A replacement pod starts on a fresh workspace (F3.6: the PVC survives).
     pub fresh_workspace_on_pod_replacement: bool,
+    /// A gateway restart marks running sandboxes StartFailed (field report bug 3).
     pub restart_marks_start_failed: bool,
+    /// A gateway restart starts sandboxes the user stopped (F1.15: it leaves them alone).
     pub restart_starts_stopped: bool,
+    /// A main process that exits 0 is Completed (#2884), not Error/MainProcessExited (F1.2).
     pub completed_phase: bool,
+    /// A completed main command runs again after a restart.
     pub replay_completed: bool,
+    /// Stop works from Error, then start (R8; F1.9, F1.10 refuse).
     pub stop_from_error: bool,
+    /// `--restart-policy` exists (F9.1).
     pub restart_policy: bool,
+    /// The restart policy is consulted for an exit reported across a gateway restart.
     pub restart_policy_across_gateway_restart: bool,
+    /// Deleting a failed sandbox leaves its gated workload pod and PVC (field report bug 2).
     pub leak_gate_and_pvc: bool,
+    /// The gateway refuses a restarted supervisor's re-attach (field report bug 2, #3396).
     pub reattach_refused: bool,
+    /// ConfigurationPending until 300 s when the boundary cannot attach (field report bug 2).
     pub boundary_cannot_attach: bool,
+    /// A killed supervisor restarts in its container; else it is PID 1 and ends it (F2.9).
     pub supervisor_restarts_in_place: bool,
     pub diagnostics: Diagnostics,
-    pub agent_sandbox: AgentSandboxVersion,
 }
 
 /// How a failure is made diagnosable (R14).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Diagnostics {
     /// Ready reason/message and the pod logs name the cause.
     Named,
@@ -508,7 +655,16 @@ mod tests {
             None,
         )
         .unwrap_err();
-        assert!(matches!(e, SelectionError::DefectOnUpstreamModel(_)));
+        assert!(matches!(e, SelectionError::DefectOnUpstreamModel { .. }));
+        assert_eq!(
+            e.to_string(),
+            "defect switches apply only to the contract model, not to openshell-0.0.111"
+        );
+        let e = Selection::parse("openshell-0.1.6-reported", &[], Some("v0.5.0")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the Agent Sandbox version is selectable only on openshell-0.0.111, not on openshell-0.1.6-reported (asked for v0.5.0)"
+        );
         let e = Selection::parse("nope", &[], None).unwrap_err().to_string();
         assert!(
             e.contains("contract, openshell-0.0.111, openshell-0.1.6-reported"),
@@ -567,6 +723,109 @@ mod tests {
                 info.name
             );
         }
+    }
+
+    /// The rules as the code wrote them before they were data (from the model's identity), so
+    /// the release files are checked to say the same for every model and defect switch.
+    fn rules_by_identity(model: Model, d: impl Fn(Defect) -> bool) -> Behaviour {
+        let contract = model.name() == "contract";
+        let upstream = model.name() == "openshell-0.0.111";
+        let reported = model.name() == "openshell-0.1.6-reported";
+        Behaviour {
+            bootstrap_retry_forever: contract && !d(Defect::BootstrapGivesUpAfterRetryWindow),
+            sidecar_gives_up: !contract || d(Defect::SidecarGivesUpAfter120s),
+            workload_before_policy: d(Defect::WorkloadStartsBeforePolicy),
+            permanent_errors_fail_fast: !d(Defect::PermanentErrorsRetriedForever),
+            tls_error_permanent: contract && !d(Defect::PermanentErrorsRetriedForever),
+            tls_validation: !d(Defect::TlsValidationSkipped),
+            fresh_workspace_on_pod_replacement: d(Defect::WorkspacePvcReplacedOnPodReplacement),
+            restart_marks_start_failed: reported || d(Defect::GatewayRestartMarksError),
+            restart_starts_stopped: d(Defect::GatewayRestartStartsStoppedSandboxes),
+            completed_phase: !upstream,
+            replay_completed: d(Defect::CompletedWorkloadReplayed),
+            stop_from_error: contract && !d(Defect::NoRecoveryFromError),
+            restart_policy: !upstream,
+            restart_policy_across_gateway_restart: contract
+                && !d(Defect::RestartPolicyIgnoredOnGatewayRestart),
+            leak_gate_and_pvc: reported || d(Defect::GateAndPvcLeakedOnFailure),
+            reattach_refused: reported || d(Defect::SupervisorReattachRefused),
+            boundary_cannot_attach: reported,
+            supervisor_restarts_in_place: !upstream,
+            diagnostics: if d(Defect::FailureCauseNotReported) {
+                Diagnostics::Hidden
+            } else if contract {
+                Diagnostics::Named
+            } else {
+                Diagnostics::Generic
+            },
+        }
+    }
+
+    #[test]
+    fn the_release_files_give_each_shipped_model_and_defect_the_rules_the_code_gave() {
+        assert_eq!(
+            MODELS.iter().map(|m| m.name).collect::<Vec<_>>(),
+            ["contract", "openshell-0.0.111", "openshell-0.1.6-reported"]
+        );
+        for info in MODELS.iter() {
+            let model = Model::of(info);
+            let sel = Selection::model(model);
+            assert_eq!(
+                sel.behaviour(),
+                rules_by_identity(model, |_| false),
+                "{}",
+                info.name
+            );
+            for d in DEFECTS {
+                let sel = Selection::model(model).with_defect(d.defect);
+                assert_eq!(
+                    sel.behaviour(),
+                    rules_by_identity(model, |x| x == d.defect),
+                    "{} + {}",
+                    info.name,
+                    d.name
+                );
+            }
+            use conformance_core::target::TargetFactory;
+            let caps = crate::target::EmulatedFactory::new(Selection::model(model))
+                .info()
+                .capabilities;
+            assert_eq!(
+                caps.contains(&Capability::RestartPolicy),
+                info.name != "openshell-0.0.111",
+                "{}",
+                info.name
+            );
+            assert_eq!(
+                caps.len(),
+                if info.name == "openshell-0.0.111" {
+                    7
+                } else {
+                    8
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn a_release_with_an_unknown_rule_or_agent_sandbox_is_refused_naming_the_field() {
+        let mut r = Releases::builtin().get("contract").unwrap().clone();
+        r.behaviour["no_such_rule"] = true.into();
+        let e = ModelInfo::from_release(Box::leak(Box::new(r))).unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "fixtures/releases/contract.yaml: field `behaviour`: unknown field `no_such_rule`"
+            ),
+            "{e}"
+        );
+        let mut r = Releases::builtin().get("contract").unwrap().clone();
+        r.agent_sandbox.default = "v9".into();
+        let e = ModelInfo::from_release(Box::leak(Box::new(r))).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("field `agent_sandbox.default`: `v9`"),
+            "{e}"
+        );
     }
 
     fn diff(a: &Behaviour, b: &Behaviour) -> usize {

@@ -20,12 +20,12 @@ use crate::model::{
 };
 use crate::network::{Network, is_ready};
 use crate::program::Programs;
-use crate::spec::{Model, Selection};
+use crate::spec::Selection;
 use crate::supervisor::SupervisorProgram;
 use conformance_core::effect::{FaultEffect, Process, SandboxLayout, label_selector};
 use conformance_core::target::{
-    Capability, ExecResult, Fault, Observers, SandboxSpec, SandboxView, Target, TargetError,
-    TargetFactory, TargetInfo, TargetResult,
+    ExecResult, Fault, Observers, SandboxSpec, SandboxView, Target, TargetError, TargetFactory,
+    TargetInfo, TargetResult,
 };
 use conformance_core::timeline::{
     Event, MAIN_PROCESS_STARTS_KEY, MAIN_PROCESS_STARTS_SOURCE_KEY, ObjectState, Recorder,
@@ -79,22 +79,8 @@ fn info_for(sel: &Selection) -> TargetInfo {
         "agent-sandbox".to_string(),
         sel.agent_sandbox.name().to_string(),
     );
-    let mut capabilities: BTreeSet<Capability> = [
-        Capability::RestartPolicy,
-        Capability::MainCommand,
-        Capability::GatewayStop,
-        Capability::GatewayRestart,
-        Capability::SandboxPodReplace,
-        Capability::SupervisorKill,
-        Capability::MainProcessKill,
-        Capability::BootstrapCredentialFault,
-    ]
-    .into_iter()
-    .collect();
-    if sel.model == Model::OpenShell0_0_111 {
-        // docs/upstream-facts.md F1.14: no restart policy at v0.0.111.
-        capabilities.remove(&Capability::RestartPolicy);
-    }
+    // What the release offers (docs/upstream-facts.md F1.14: no restart policy at v0.0.111).
+    let capabilities = sel.model.capabilities();
     TargetInfo {
         kind: "emulated".into(),
         model: Some(sel.model.name().to_string()),

@@ -266,7 +266,7 @@ async fn cluster_checks(o: &DoctorOptions, c: &Client, r: &mut DoctorReport) {
             let versions: Vec<String> = crd.spec.versions.iter().filter(|v| v.served).map(|v| v.name.clone()).collect();
             r.push("agent-sandbox CRDs", Status::Ok, format!("{} serves {}", pins::SANDBOX_CRD, versions.join(", ")), None);
         }
-        Ok(None) => r.push("agent-sandbox CRDs", Status::Note, format!("{} is absent; the run installs Agent Sandbox {}", pins::SANDBOX_CRD, pins::AGENT_SANDBOX_VERSION), None),
+        Ok(None) => r.push("agent-sandbox CRDs", Status::Note, format!("{} is absent; the run installs Agent Sandbox {}", pins::SANDBOX_CRD, pins::default_agent_sandbox()), None),
         Err(e) => r.push("agent-sandbox CRDs", Status::Missing, format!("cannot read CRDs: {e}"), Some("the harness needs to read and create CustomResourceDefinitions (cluster-admin on a disposable cluster)".into())),
     }
     // What install, faults and diagnostics do.

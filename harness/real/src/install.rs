@@ -276,8 +276,8 @@ mod tests {
         let mut a = RealArgs {
             cluster_name: pins::CLUSTER_NAME.into(),
             chart: pins::CHART_REF.into(),
-            chart_version: pins::CHART_VERSION.into(),
-            agent_sandbox_version: pins::AGENT_SANDBOX_VERSION.into(),
+            chart_version: pins::chart_version().into(),
+            agent_sandbox_version: pins::default_agent_sandbox().into(),
             openshell_bin: "openshell".into(),
             run_dir: Some("/run-dir".into()),
             ..RealArgs::default()

@@ -90,7 +90,7 @@ pub struct RealArgs {
     #[arg(long, env = "OPENSHELL_CONFORMANCE_CHART", default_value = pins::CHART_REF)]
     pub chart: String,
     /// Chart version (for the OCI chart; also selects the topology's helm values).
-    #[arg(long, env = "OPENSHELL_CONFORMANCE_CHART_VERSION", default_value = pins::CHART_VERSION)]
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_CHART_VERSION", default_value = pins::chart_version())]
     pub chart_version: String,
     /// A local chart directory instead of the OCI chart (its Chart.yaml version selects values).
     #[arg(long, env = "OPENSHELL_CONFORMANCE_CHART_PATH")]
@@ -322,7 +322,7 @@ impl RealArgs {
             return Err(Error::usage(format!(
                 "--chart-version {}: not a semantic version such as {}",
                 self.chart_version,
-                pins::CHART_VERSION
+                pins::chart_version()
             )));
         }
         let chart = match &self.chart_path {
@@ -351,7 +351,7 @@ impl RealArgs {
                 if pins::agent_sandbox_asset(&version).is_none() {
                     return Err(Error::usage(format!(
                         "--agent-sandbox-version {version}: not a release such as {}",
-                        pins::AGENT_SANDBOX_VERSION
+                        pins::default_agent_sandbox()
                     )));
                 }
                 AgentSandboxSource::Release { version }

@@ -1,5 +1,9 @@
 //! Every pinned version of the real-cluster path, in one place. The kind and k3d config files at
-//! the repository root carry the same node images; a test keeps them in step.
+//! the repository root carry the same node images; a test keeps them in step. What comes with
+//! an OpenShell release (its chart version, the Agent Sandbox release installed with it) is
+//! the release's data in `fixtures/releases/` ([`conformance_core::release`]).
+
+use conformance_core::release::Releases;
 
 /// The kind node image: Kubernetes 1.33 matches k8s-openapi's `v1_33` API level, the oldest
 /// kube 5 supports (docs/dependencies.md D1). Pinned by the digest kind v0.29.0's release notes
@@ -14,21 +18,17 @@ pub(crate) const K3S_IMAGE: &str = "rancher/k3s:v1.33.1-k3s1";
 /// The cluster name kind and k3d create or reuse (`kind-<name>` / `k3d-<name>` contexts).
 pub(crate) const CLUSTER_NAME: &str = "openshell-conformance";
 
-/// Agent Sandbox release installed before OpenShell 0.0.x: upstream's CI default
-/// (docs/upstream-facts.md F8.1), serving `v1beta1` Sandboxes (F4.1).
-pub(crate) const AGENT_SANDBOX_VERSION: &str = "v0.5.0";
-
-/// Agent Sandbox release installed before OpenShell 0.1.x: the newer of the two releases the
-/// 0.1.6 field report ran (docs/upstream-facts.md F8.6).
-pub(crate) const AGENT_SANDBOX_VERSION_FOR_0_1: &str = "v1.0.9";
+/// The Agent Sandbox release installed when neither the user nor the chart's version says
+/// otherwise: that of the release installed by default (`installed_by_default`).
+pub(crate) fn default_agent_sandbox() -> &'static str {
+    agent_sandbox_for(None)
+}
 
 /// The Agent Sandbox release to install with an OpenShell release (`None`: unknown, e.g. an
-/// unreleased chart), when the user names none.
+/// unreleased chart), when the user names none: the `agent_sandbox.install` of the release of
+/// that series (docs/upstream-facts.md F8.1 for 0.0.x, F8.6 for 0.1.x).
 pub(crate) fn agent_sandbox_for(openshell: Option<&semver::Version>) -> &'static str {
-    match openshell {
-        Some(v) if *v >= semver::Version::new(0, 1, 0) => AGENT_SANDBOX_VERSION_FOR_0_1,
-        _ => AGENT_SANDBOX_VERSION,
-    }
+    Releases::builtin().agent_sandbox_to_install(openshell)
 }
 
 /// The core release asset of an Agent Sandbox version: `manifest.yaml` up to v0.5.1,
@@ -49,10 +49,22 @@ pub(crate) fn agent_sandbox_manifest_url(version: &str) -> String {
     format!("https://github.com/kubernetes-sigs/agent-sandbox/releases/download/{version}/{asset}")
 }
 
-/// The OpenShell chart: OCI reference and default version (the release the upstream facts
-/// were read at, docs/upstream-facts.md F0.1).
+/// The OpenShell chart's OCI reference.
 pub(crate) const CHART_REF: &str = "oci://ghcr.io/nvidia/openshell/helm-chart";
-pub(crate) const CHART_VERSION: &str = "0.0.111";
+
+/// The chart version installed when none is named: that of the release installed by default
+/// (`installed_by_default` in `fixtures/releases/`, the release the upstream facts were read
+/// at, docs/upstream-facts.md F0.1).
+pub(crate) fn chart_version() -> &'static str {
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VERSION.get_or_init(|| {
+        Releases::builtin()
+            .installed_by_default()
+            .chart
+            .version
+            .to_string()
+    })
+}
 
 /// Release and namespace, so the workload is `StatefulSet/openshell` and the pod `openshell-0`
 /// (docs/upstream-facts.md F5.1).
@@ -113,6 +125,8 @@ mod tests {
         assert_eq!(agent_sandbox_for(Some(&v("0.0.111"))), "v0.5.0");
         assert_eq!(agent_sandbox_for(Some(&v("0.1.6"))), "v1.0.9");
         assert_eq!(agent_sandbox_for(None), "v0.5.0");
+        assert_eq!(default_agent_sandbox(), "v0.5.0");
+        assert_eq!(chart_version(), "0.0.111");
     }
 
     #[test]

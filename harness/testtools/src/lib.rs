@@ -1,8 +1,9 @@
 //! Where tests find the real tools they drive, and what happens when one is missing.
 //!
 //! `.ci/tools.sh` installs helm, kubectl and the OpenShell Python SDK into the git-ignored
-//! `.tools/`; the OpenShell v0.0.111 binaries, its chart and the Agent Sandbox v0.5.0 manifest
-//! are test material beside the repository (`../shared/tools/openshell-v0.0.111/`,
+//! `.tools/`; the OpenShell binaries, chart and Agent Sandbox manifest of the release installed
+//! by default (`installed_by_default` in `fixtures/releases/`: v0.0.111 with Agent Sandbox
+//! v0.5.0 today) are test material beside the repository (`../shared/tools/openshell-v<version>/`,
 //! `../shared/upstream/`) or wherever their environment variable points.
 //! In CI (`CI` set to a true value) a missing tool fails the test: a skipped proof must not
 //! pass for a proof. Elsewhere the test prints why it is skipped and returns.
@@ -16,17 +17,17 @@ pub enum Tool {
     Helm,
     /// kubectl 1.33 (`.tools/bin/kubectl`).
     Kubectl,
-    /// The real `openshell` CLI v0.0.111.
+    /// The real `openshell` CLI of the default release.
     OpenshellCli,
-    /// The real `openshell-gateway` v0.0.111 (also the chart's certgen).
+    /// The real `openshell-gateway` of the default release (also the chart's certgen).
     OpenshellGateway,
-    /// The real `openshell-sandbox` supervisor v0.0.111.
+    /// The real `openshell-sandbox` supervisor of the default release.
     OpenshellSandbox,
     /// The directory holding the official OpenShell Python SDK (`PYTHONPATH` for `python3`).
     OpenshellPythonSdk,
-    /// The OpenShell v0.0.111 helm chart, unpacked (a directory with `Chart.yaml`).
+    /// The default release's helm chart, unpacked (a directory with `Chart.yaml`).
     OpenshellChart,
-    /// The Agent Sandbox v0.5.0 release's `manifest.yaml`.
+    /// The `manifest.yaml` of the Agent Sandbox release installed with the default release.
     AgentSandboxManifest,
 }
 
@@ -47,7 +48,11 @@ impl Tool {
 
     fn default_path(self) -> PathBuf {
         let root = workspace_root();
-        let shared = root.join("../shared/tools/openshell-v0.0.111");
+        let DefaultRelease {
+            openshell,
+            agent_sandbox,
+        } = default_release();
+        let shared = root.join(format!("../shared/tools/openshell-v{openshell}"));
         let upstream = root.join("../shared/upstream");
         match self {
             Tool::Helm => root.join(".tools/bin/helm"),
@@ -56,8 +61,10 @@ impl Tool {
             Tool::OpenshellGateway => shared.join("openshell-gateway"),
             Tool::OpenshellSandbox => shared.join("openshell-sandbox"),
             Tool::OpenshellPythonSdk => root.join(".tools/python"),
-            Tool::OpenshellChart => upstream.join("openshell-chart-v0.0.111"),
-            Tool::AgentSandboxManifest => upstream.join("agent-sandbox-v0.5.0/manifest.yaml"),
+            Tool::OpenshellChart => upstream.join(format!("openshell-chart-v{openshell}")),
+            Tool::AgentSandboxManifest => {
+                upstream.join(format!("agent-sandbox-{agent_sandbox}/manifest.yaml"))
+            }
         }
     }
 
@@ -76,9 +83,68 @@ impl Tool {
             Tool::OpenshellChart | Tool::AgentSandboxManifest => {
                 "put the upstream test material (chart, Agent Sandbox manifest) beside the repository or set the variable"
             }
-            _ => "put the OpenShell v0.0.111 binaries beside the repository or set the variable",
+            _ => {
+                "put the OpenShell binaries of the default release beside the repository or set the variable"
+            }
         }
     }
+}
+
+/// The versions of the release installed by default, as its file in `fixtures/releases/` says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DefaultRelease {
+    /// `openshell:`, such as `0.0.111`.
+    pub openshell: String,
+    /// `agent_sandbox.install:`, such as `v0.5.0`.
+    pub agent_sandbox: String,
+}
+
+/// Reads the release file that says `installed_by_default: true`. A line reading of the few
+/// keys needed (this crate depends on nothing): top-level `openshell:` and `install:` under
+/// `agent_sandbox:`.
+///
+/// # Panics
+/// If no release file says so, or it lacks either key: the fixtures are broken.
+pub fn default_release() -> DefaultRelease {
+    let dir = workspace_root().join("fixtures/releases");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        if !text
+            .lines()
+            .any(|l| l.trim_end() == "installed_by_default: true")
+        {
+            continue;
+        }
+        let value = |l: &str, key: &str| {
+            l.strip_prefix(key)
+                .map(|v| v.split('#').next().unwrap_or("").trim().to_string())
+        };
+        let openshell = text.lines().find_map(|l| value(l, "openshell:"));
+        let mut section = "";
+        let mut agent_sandbox = None;
+        for l in text.lines() {
+            if !l.starts_with(' ') && !l.starts_with('#') && !l.is_empty() {
+                section = l.split(':').next().unwrap_or("");
+            } else if section == "agent_sandbox" {
+                agent_sandbox = agent_sandbox.or_else(|| value(l.trim_start(), "install:"));
+            }
+        }
+        return DefaultRelease {
+            openshell: openshell.unwrap_or_else(|| panic!("{}: no `openshell:`", f.display())),
+            agent_sandbox: agent_sandbox
+                .unwrap_or_else(|| panic!("{}: no `agent_sandbox.install:`", f.display())),
+        };
+    }
+    panic!(
+        "no file in {} says `installed_by_default: true`",
+        dir.display()
+    );
 }
 
 /// The repository's root (this crate lives in `harness/testtools`).
@@ -125,4 +191,30 @@ pub fn require_all<const N: usize>(tools: [Tool; N], test: &str) -> Option<[Path
         .map(|t| require(*t, test))
         .collect::<Option<_>>()?;
     found.try_into().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_release_is_read_from_its_file() {
+        assert_eq!(
+            default_release(),
+            DefaultRelease {
+                openshell: "0.0.111".into(),
+                agent_sandbox: "v0.5.0".into()
+            }
+        );
+        assert!(
+            Tool::OpenshellChart
+                .default_path()
+                .ends_with("upstream/openshell-chart-v0.0.111")
+        );
+        assert!(
+            Tool::AgentSandboxManifest
+                .default_path()
+                .ends_with("agent-sandbox-v0.5.0/manifest.yaml")
+        );
+    }
 }

@@ -26,9 +26,13 @@ use super::args::{RunArgs, real_options};
 /// The one context of a served cluster's kubeconfig (`kube_emulator::serve::kubeconfig`).
 pub(crate) const CONTEXT: &str = "kube-emulator";
 
-/// The model the served cluster's images run when `--model` is not given: the chart the
-/// harness installs by default is OpenShell v0.0.111's.
-pub(crate) const DEFAULT_MODEL: &str = "openshell-0.0.111";
+/// The model the served cluster's images run when `--model` is not given: the release whose
+/// chart the harness installs by default (`installed_by_default` in `fixtures/releases/`).
+pub(crate) fn default_model() -> &'static str {
+    &conformance_core::release::Releases::builtin()
+        .installed_by_default()
+        .name
+}
 
 /// What `--target served` runs: the model and defect switches of the served cluster's images,
 /// and the real-path options pointing at it.
@@ -62,7 +66,7 @@ pub(crate) fn plan(args: &RunArgs) -> Result<Plan> {
     let model = args
         .model
         .clone()
-        .unwrap_or_else(|| DEFAULT_MODEL.to_string());
+        .unwrap_or_else(|| default_model().to_string());
     // Refuse an unknown model or defect now, with the emulated target's words for it.
     conformance_models::spec::Selection::parse(&model, &args.defects, None)
         .map_err(|e| Error::usage(e.to_string()))?;

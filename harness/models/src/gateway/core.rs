@@ -442,7 +442,7 @@ mod tests {
 
     #[test]
     fn upstream_refuses_stop_and_start_from_error_and_the_contract_recovers() {
-        let up = rules(Selection::model(Model::OpenShell0_0_111));
+        let up = rules(Selection::model(Model::named("openshell-0.0.111")));
         assert_eq!(
             up.stop_allowed(&Phase::Error),
             Verdict::Refuse("sandbox must be Ready to stop (current phase: Error)".into())
@@ -480,7 +480,7 @@ mod tests {
 
     #[test]
     fn exits_follow_the_model() {
-        let up = rules(Selection::model(Model::OpenShell0_0_111));
+        let up = rules(Selection::model(Model::named("openshell-0.0.111")));
         let mut r = rec(Phase::Ready);
         assert_eq!(up.main_exited(&mut r, 1, 0, false), ExitAck::Terminal);
         assert_eq!(

@@ -192,7 +192,11 @@ async fn contract_combined_becomes_ready_after_bootstrap_and_runs_the_main_comma
 
 #[tokio::test(start_paused = true)]
 async fn a_refused_request_names_upstreams_precondition() {
-    let t = setup(Selection::model(Model::OpenShell0_0_111), "combined").await;
+    let t = setup(
+        Selection::model(Model::named("openshell-0.0.111")),
+        "combined",
+    )
+    .await;
     t.client.create(&spec("demo")).unwrap();
     let err = t.client.start("demo").unwrap_err().to_string();
     assert_eq!(
@@ -224,7 +228,7 @@ async fn permanent_credential_error_fails_fast_with_its_cause_on_the_contract() 
     "sandbox service account token rejected"
 )]
 #[case::upstream_falls_through_to_a_user(
-    Selection::model(Model::OpenShell0_0_111),
+    Selection::model(Model::named("openshell-0.0.111")),
     "PermissionDenied",
     "this method requires a sandbox principal"
 )]

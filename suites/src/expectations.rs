@@ -75,15 +75,7 @@ impl Expectations {
     }
 
     pub fn from_yaml(text: &str, origin: &Path) -> Result<Self> {
-        let e: Self = serde_saphyr::from_str(text).map_err(|err| {
-            let message = err.to_string();
-            let field = message
-                .split('`')
-                .nth(1)
-                .unwrap_or("(document)")
-                .to_string();
-            Error::config(origin, field, message)
-        })?;
+        let e: Self = conformance_core::error::parse_yaml(text, origin)?;
         for (i, f) in e.expected_failures.iter().enumerate() {
             if crate::requirements::find(&f.requirement).is_none() {
                 return Err(Error::config(

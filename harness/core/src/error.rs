@@ -113,6 +113,40 @@ impl Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Parses one of the project's YAML files (a topology, a release, an expectations file); a
+/// parse error becomes a [`Error::Config`] naming the file and the field the parser named.
+pub fn parse_yaml<T: serde::de::DeserializeOwned>(
+    text: &str,
+    origin: &std::path::Path,
+) -> Result<T> {
+    serde_saphyr::from_str(text).map_err(|e| {
+        let message = e.to_string();
+        // The parser quotes the field it refused in backticks.
+        let field = message
+            .split('`')
+            .nth(1)
+            .unwrap_or("(document)")
+            .to_string();
+        Error::config(origin, field, message)
+    })
+}
+
+/// A file named after what it defines (`fixtures/<kind>/<name>.yaml`) must say that name, so
+/// the name a user types and the file a newcomer edits cannot drift apart.
+pub fn name_matches_file(name: &str, origin: &std::path::Path) -> Result<()> {
+    if name.trim().is_empty() {
+        return Err(Error::config(origin, "name", "must not be empty"));
+    }
+    match origin.file_stem().and_then(|s| s.to_str()) {
+        Some(stem) if stem != name => Err(Error::config(
+            origin,
+            "name",
+            format!("is `{name}` but the file is named `{stem}.yaml`; they must agree"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Every message in an error's chain, the error's own first, then each cause in turn.
 pub fn chain(e: &(dyn std::error::Error + 'static)) -> Vec<String> {
     std::iter::successors(Some(e), |e| e.source())

@@ -87,35 +87,13 @@ include!(concat!(env!("OUT_DIR"), "/releases.rs"));
 impl Release {
     /// Parses and validates one release file; `origin` names it in errors.
     pub fn from_yaml(text: &str, origin: &Path) -> Result<Self> {
-        let release: Release = serde_saphyr::from_str(text).map_err(|e| {
-            let message = e.to_string();
-            let field = message
-                .split('`')
-                .nth(1)
-                .unwrap_or("(document)")
-                .to_string();
-            Error::config(origin, field, message)
-        })?;
+        let release: Release = crate::error::parse_yaml(text, origin)?;
         release.validate(origin)?;
         Ok(release)
     }
 
     fn validate(&self, origin: &Path) -> Result<()> {
-        if self.name.trim().is_empty() {
-            return Err(Error::config(origin, "name", "must not be empty"));
-        }
-        if let Some(stem) = origin.file_stem().and_then(|s| s.to_str())
-            && stem != self.name
-        {
-            return Err(Error::config(
-                origin,
-                "name",
-                format!(
-                    "is `{}` but the file is named `{stem}.yaml`; they must agree",
-                    self.name
-                ),
-            ));
-        }
+        crate::error::name_matches_file(&self.name, origin)?;
         if self.chart.topology_key.trim().is_empty() {
             return Err(Error::config(
                 origin,

@@ -83,10 +83,7 @@ include!(concat!(env!("OUT_DIR"), "/topologies.rs"));
 impl Topology {
     /// Parses and validates one topology file; `origin` names it in errors.
     pub fn from_yaml(text: &str, origin: &Path) -> Result<Self> {
-        let topo: Topology = serde_saphyr::from_str(text).map_err(|e| {
-            let message = e.to_string();
-            Error::config(origin, field_of(&message), message)
-        })?;
+        let topo: Topology = crate::error::parse_yaml(text, origin)?;
         topo.validate(origin)?;
         Ok(topo)
     }
@@ -99,21 +96,7 @@ impl Topology {
     }
 
     fn validate(&self, origin: &Path) -> Result<()> {
-        if self.name.trim().is_empty() {
-            return Err(Error::config(origin, "name", "must not be empty"));
-        }
-        if let Some(stem) = origin.file_stem().and_then(|s| s.to_str())
-            && stem != self.name
-        {
-            return Err(Error::config(
-                origin,
-                "name",
-                format!(
-                    "is `{}` but the file is named `{stem}.yaml`; they must agree",
-                    self.name
-                ),
-            ));
-        }
+        crate::error::name_matches_file(&self.name, origin)?;
         if self.values.is_empty() {
             return Err(Error::config(
                 origin,
@@ -260,14 +243,6 @@ pub fn deep_merge(into: &mut serde_json::Value, from: &serde_json::Value) {
 
 /// The field a serde error message names (`unknown field `x``, `missing field `y``), so errors
 /// point at a field even when the parser does not.
-fn field_of(message: &str) -> String {
-    let mut parts = message.split('`');
-    parts
-        .nth(1)
-        .map(str::to_string)
-        .unwrap_or_else(|| "(document)".to_string())
-}
-
 /// A set of topologies by name.
 #[derive(Clone, Debug)]
 pub struct Topologies {

@@ -102,6 +102,7 @@ MODULE_CHECKED = [
     "conformance-openshell-api",
     "conformance-real",
     "conformance-testtools",
+    "conformance-upstream",
     "emulator-shell",
     "kube-emulator",
     "openshell-conformance",

@@ -218,7 +218,10 @@ pub(crate) async fn find(
     let releases = parse_helm_list(&helm.stdout)?;
     let mut sandboxes = Vec::new();
     let mut sandbox_version = None;
-    for version in ["v1beta1", "v1alpha1"] {
+    for version in [
+        conformance_upstream::SANDBOX_VERSION,
+        conformance_upstream::SANDBOX_VERSION_V1ALPHA1,
+    ] {
         let api: Api<DynamicObject> = Api::namespaced_with(
             client.clone(),
             &opts.namespace,

@@ -46,6 +46,7 @@ use conformance_core::timeline::{
 };
 use conformance_core::topology::Topology;
 use conformance_observe::{self as observe, ObserveSpec};
+use conformance_upstream::CLIENT_TLS_SECRET;
 
 /// Checks that the API server answers.
 pub async fn reachable(client: &Client, context: &str) -> Result<String> {
@@ -59,7 +60,10 @@ pub async fn reachable(client: &Client, context: &str) -> Result<String> {
 /// The Sandbox API version the cluster serves: v1beta1, else v1alpha1 (the driver's own probe
 /// order, docs/upstream-facts.md F3.1).
 pub async fn sandbox_version(client: &Client, namespace: &str) -> TargetResult<&'static str> {
-    for v in ["v1beta1", "v1alpha1"] {
+    for v in [
+        conformance_upstream::SANDBOX_VERSION,
+        conformance_upstream::SANDBOX_VERSION_V1ALPHA1,
+    ] {
         let api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), namespace, &observe::sandbox_resource(v));
         match api.list(&ListParams::default().limit(1)).await {
@@ -99,7 +103,7 @@ pub(crate) fn access_plan(opts: &RealOptions, tls: bool, topology: &str) -> Vec<
     ];
     if tls {
         v.push(Step::kube(format!(
-            "read Secret {}/openshell-client-tls (ca.crt, tls.crt, tls.key) into {} (after each install: the chart's certgen issues new certificates)",
+            "read Secret {}/{CLIENT_TLS_SECRET} (ca.crt, tls.crt, tls.key) into {} (after each install: the chart's certgen issues new certificates)",
             opts.namespace,
             cli.mtls_dir().display()
         )));
@@ -482,7 +486,7 @@ impl RealTarget {
             Some(i) => i.sandbox_version,
             None => sandbox_version(&self.client, &self.opts.namespace)
                 .await
-                .unwrap_or("v1beta1"),
+                .unwrap_or(conformance_upstream::SANDBOX_VERSION),
         };
         let src = crate::diagnostics::Sources {
             client: &self.client,
@@ -689,16 +693,16 @@ impl RealTarget {
     /// Writes the client certificate of a TLS gateway where the CLI looks for it.
     async fn write_mtls(&self, dir: &Path) -> TargetResult<()> {
         let secret = Api::<Secret>::namespaced(self.client.clone(), &self.opts.namespace)
-            .get("openshell-client-tls")
+            .get(CLIENT_TLS_SECRET)
             .await
-            .map_err(|e| TargetError::infra_from("read Secret openshell-client-tls", e))?;
+            .map_err(|e| TargetError::infra_from(format!("read Secret {CLIENT_TLS_SECRET}"), e))?;
         let data = secret.data.unwrap_or_default();
         tokio::fs::create_dir_all(dir).await.map_err(|e| {
             TargetError::infra_from(format!("client certificate: create {}", dir.display()), e)
         })?;
         for key in ["ca.crt", "tls.crt", "tls.key"] {
             let v = data.get(key).ok_or_else(|| {
-                TargetError::infra(format!("Secret openshell-client-tls has no `{key}`"))
+                TargetError::infra(format!("Secret {CLIENT_TLS_SECRET} has no `{key}`"))
             })?;
             crate::private::write_secret_file(&dir.join(key), &v.0).map_err(|e| {
                 TargetError::infra_from(

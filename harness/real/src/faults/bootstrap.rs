@@ -17,11 +17,8 @@ use crate::journal::{Entry, Journal, Undo};
 use conformance_core::error::one_line;
 use conformance_core::target::{BootstrapMaterial, TargetError, TargetResult};
 use conformance_core::timeline::Recorder;
+use conformance_upstream::{CLIENT_TLS_VOLUME, SA_TOKEN_VOLUME};
 
-/// The projected ServiceAccount token volume of a sandbox pod (docs/upstream-facts.md F3.5).
-pub(crate) const SA_TOKEN_VOLUME: &str = "openshell-sa-token";
-/// The client TLS volume of a sandbox pod: CA, client certificate and key (F3.5).
-pub(crate) const CLIENT_TLS_VOLUME: &str = "openshell-client-tls";
 /// The audience a broken token carries: not the `openshell-gateway` the gateway's TokenReview
 /// asks for, so the API server does not authenticate it for the gateway (F12.7).
 pub(crate) const WRONG_AUDIENCE: &str = "openshell-conformance-not-the-gateway";

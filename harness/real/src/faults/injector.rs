@@ -168,7 +168,9 @@ impl FaultInjector {
             rec: std::sync::Mutex::new(None),
             active: Default::default(),
             node_runner: None,
-            sandbox_resource: conformance_observe::sandbox_resource("v1beta1"),
+            sandbox_resource: conformance_observe::sandbox_resource(
+                conformance_upstream::SANDBOX_VERSION,
+            ),
             controller: (
                 crate::pins::AGENT_SANDBOX_NAMESPACE.into(),
                 crate::pins::AGENT_SANDBOX_CONTROLLER.into(),

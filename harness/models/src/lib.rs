@@ -17,6 +17,7 @@ pub mod host;
 pub mod install;
 mod jobs;
 mod kube;
+mod kube_config;
 mod kubelet;
 mod model;
 mod network;

@@ -25,13 +25,14 @@
 //! the pod's `restartPolicy` applies). `kill -0` checks that the process runs. Signals to the
 //! pause process are not modelled: it keeps running.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use serde_json::Value;
+use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
-use crate::kubelet::{Inner, PodShared};
 use crate::program::Signal;
 use kube_emulator::WeakCluster;
 use kube_emulator::shell::{KillError, ShellHooks, Volume};
@@ -153,6 +154,73 @@ fn cgroup_line(reader: &str, target: &str) -> String {
     format!("0::/{}\n", parts.join("/"))
 }
 
+/// The pods of the node (the kubelet), as a `hostPID` pod sees them.
+pub(crate) trait NodePods: Send + Sync {
+    /// Every pod the kubelet runs now.
+    fn all_pods(&self) -> Vec<Arc<PodShared>>;
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What a pod's worker shares with signal senders (the handle, shell hooks).
+pub(crate) struct PodShared {
+    pub(crate) procs: Mutex<BTreeMap<String, Proc>>,
+    pub(crate) exits: mpsc::UnboundedSender<Exit>,
+    /// The pod's PID namespace and cgroups.
+    pub(crate) info: PodProcs,
+}
+
+pub(crate) struct Exit {
+    pub(crate) container: String,
+    pub(crate) run: u64,
+    pub(crate) code: i32,
+}
+
+impl PodShared {
+    /// Delivers `sig` to the process with host PID `host_pid`, if it still runs as container
+    /// `container` (not a later run of it).
+    pub(crate) fn deliver_to(&self, container: &str, host_pid: u32, sig: Signal) -> bool {
+        if lock(&self.procs)
+            .get(container)
+            .is_none_or(|p| p.host_pid != host_pid)
+        {
+            return false;
+        }
+        self.deliver(container, sig)
+    }
+
+    pub(crate) fn deliver(&self, container: &str, sig: Signal) -> bool {
+        let mut procs = lock(&self.procs);
+        match sig {
+            Signal::Term => procs
+                .get(container)
+                .map(|p| p.signals.send_replace(Some(Signal::Term)))
+                .is_some(),
+            Signal::Kill => match procs.remove(container) {
+                Some(p) => {
+                    p.signals.send_replace(Some(Signal::Kill));
+                    p.task.abort();
+                    let _ = self.exits.send(Exit {
+                        container: container.to_string(),
+                        run: p.run,
+                        code: Signal::Kill.exit_code(),
+                    });
+                    true
+                }
+                None => false,
+            },
+        }
+    }
+
+    pub(crate) fn kill_all(&self) {
+        for (_, p) in std::mem::take(&mut *lock(&self.procs)) {
+            p.task.abort();
+        }
+    }
+}
+
 /// What a PID in an exec's view is.
 enum Target {
     Pause,
@@ -204,13 +272,17 @@ fn seen_procs(pod: &Arc<PodShared>, host: bool) -> Vec<Seen> {
 pub(crate) struct ProcsHooks {
     /// Weak: the cluster holds the hooks.
     cluster: WeakCluster,
-    kubelet: Weak<Inner>,
+    kubelet: Weak<dyn NodePods>,
     pod: Weak<PodShared>,
     container: Option<String>,
 }
 
 impl ProcsHooks {
-    pub(crate) fn new(cluster: WeakCluster, kubelet: Weak<Inner>, pod: Weak<PodShared>) -> Self {
+    pub(crate) fn new(
+        cluster: WeakCluster,
+        kubelet: Weak<dyn NodePods>,
+        pod: Weak<PodShared>,
+    ) -> Self {
         Self {
             cluster,
             kubelet,

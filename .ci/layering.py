@@ -97,6 +97,7 @@ NOT_HARNESS = {"emulator-shell"}
 MODULE_CHECKED = [
     "conformance-catalog",
     "conformance-core",
+    "conformance-models",
     "conformance-node",
     "conformance-observe",
     "conformance-openshell-api",

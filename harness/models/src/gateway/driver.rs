@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::Gateway;
 use super::phase::Snapshot;
+use super::state::Gateway;
 use super::store::SandboxRecord;
 use crate::model::{SANDBOX_IMAGE_REPO, SUPERVISOR_IMAGE_REPO};
 use crate::placement::{self, env, supervisor_pod_name};

@@ -35,8 +35,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::codegen::BoxStream;
 use tonic::{Code, Request, Response};
 
-use super::Gateway;
 use super::config::GatewayConfig;
+use super::state::Gateway;
 use super::store::SandboxRecord;
 use crate::model::{GRPC_PORT, WORKSPACE};
 use conformance_core::phase::Phase;

@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use super::Gateway;
 use super::core::StartupAction;
 use super::driver;
+use super::state::Gateway;
 use conformance_core::phase::Phase;
 
 impl Gateway {

@@ -501,7 +501,7 @@ async fn the_supervisor_checks_the_gateways_certificate_against_the_ca_its_pod_m
         )
         .unwrap();
     // What the gateway reads from a chart's config: its certificate and the client TLS Secret.
-    *gateway(&t).served.lock().unwrap() = Some(crate::gateway::Served {
+    *gateway(&t).served.lock().unwrap() = Some(crate::gateway::state::Served {
         config: crate::gateway::config::GatewayConfig {
             client_tls_secret: Some("conformance-client-tls".into()),
             ..crate::gateway::config::GatewayConfig::plaintext()

@@ -90,24 +90,34 @@ fn one_case_run_twenty_times_gives_twenty_byte_identical_timelines() {
 
 /// Where `select!` may pick among ready branches at random, two runs can take different paths.
 /// Every `select!` of the crates a run on the emulated target goes through must say `biased;`
-/// first, so the first ready branch in source order wins. The real-cluster path (`harness/real`)
-/// is left out: real clusters are not deterministic, and nothing of it runs on the emulated
-/// target. kube's own exec client (`kube-client`'s `remote_command`) has an unbiased `select!`
-/// too; the emulated target does not exec through it (README, "Determinism").
+/// first, so the first ready branch in source order wins. Every crate is scanned (a new one too)
+/// but the real-cluster path (`harness/real`: real clusters are not deterministic, and nothing
+/// of it runs on the emulated target) and the tests' tool finder (`harness/testtools`). kube's
+/// own exec client (`kube-client`'s `remote_command`) has an unbiased `select!` too; the
+/// emulated target does not exec through it (docs/architecture.md, "Determinism").
 #[test]
 fn every_select_on_the_emulated_path_is_biased() {
+    const NOT_ON_THE_EMULATED_PATH: [&str; 2] = ["real", "testtools"];
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut unbiased = Vec::new();
     let mut seen = 0;
-    for dir in [
-        "harness/core/src",
-        "harness/kube-emulator/src",
-        "harness/models/src",
-        "harness/observe/src",
-        "harness/cli/src",
-        "suites/src",
-    ] {
-        let mut stack = vec![root.join(dir)];
+    let mut dirs: Vec<std::path::PathBuf> = std::fs::read_dir(root.join("harness"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            p.join("Cargo.toml").is_file() && !NOT_ON_THE_EMULATED_PATH.contains(&name.as_str())
+        })
+        .map(|p| p.join("src"))
+        .collect();
+    dirs.push(root.join("suites/src"));
+    dirs.sort();
+    assert!(
+        dirs.iter().any(|d| d.ends_with("harness/kube-models/src")),
+        "the scan must see every crate of the emulated path: {dirs:?}"
+    );
+    for dir in dirs {
+        let mut stack = vec![dir];
         while let Some(p) = stack.pop() {
             if p.is_dir() {
                 let mut entries: Vec<_> = std::fs::read_dir(&p)

@@ -14,7 +14,7 @@ use rcgen::{
 };
 use serde_json::{Value, json};
 
-use crate::program::ContainerCtx;
+use conformance_kube_models::program::ContainerCtx;
 use kube_emulator::ResourceRef;
 
 /// The subcommand that selects this program in the gateway image.

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use crate::gateway::Gateway;
 use crate::gateway::rpc::Status;
 use crate::model::{GATEWAY_SERVICE_HOST, GRPC_PORT};
-use crate::network::Network;
 use conformance_core::target::{ExecResult, SandboxSpec, SandboxView, TargetError, TargetResult};
+use conformance_kube_models::network::Network;
 use kube_emulator::Cluster;
 
 /// Clients reach the gateway from outside the release namespace (a port-forward in real runs).

@@ -1,35 +1,24 @@
 #![warn(unreachable_pub)]
 //! Reference models of OpenShell on Kubernetes, running against the emulated API server in
-//! virtual time: the Kubernetes parts (kubelet, workload controllers, the Agent Sandbox
-//! controller) and the OpenShell parts (gateway, supervisors per topology, client), selectable
-//! by model name and defect switches. Together with [`kube_emulator`] they form the `emulated`
-//! target.
-//!
-//! Two seams keep the parts independent: [`program`] (what runs inside a container, started and
-//! stopped by the kubelet) and [`network`] (in-process connections to pod ports through
-//! Services, available only while a ready pod backs them).
+//! virtual time: the gateway, the supervisors per topology, the certificate generator, the
+//! client and the install, selectable by release and defect switch ([`spec`]). They run on the
+//! Kubernetes models of [`conformance_kube_models`] and plug in through its two seams: a
+//! program per image (`conformance_kube_models::program`) and ports on its in-process network
+//! (`conformance_kube_models::network`). Together with [`kube_emulator`] they form the
+//! `emulated` target ([`target`]).
 
-mod agent_sandbox;
 mod certgen;
 mod client;
 mod gateway;
 pub mod host;
 pub mod install;
-mod jobs;
-mod kube;
-mod kube_config;
-mod kubelet;
 mod model;
-mod network;
 mod placement;
-mod procs;
-mod program;
 pub mod spec;
 mod supervisor;
 pub mod target;
-mod workloads;
 
-pub use kube::KubernetesModels;
+pub use conformance_kube_models::KubernetesModels;
 pub use spec::{DEFECTS, Defect, MODELS, Model, Selection};
 
 #[cfg(test)]

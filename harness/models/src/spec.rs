@@ -16,7 +16,7 @@ use conformance_core::target::Capability;
 use semver::Version;
 use serde::Deserialize;
 
-use crate::agent_sandbox::AgentSandboxVersion;
+use conformance_kube_models::agent_sandbox::AgentSandboxVersion;
 
 /// A model of OpenShell on Kubernetes: one release of `fixtures/releases/`.
 #[derive(Clone, Copy)]

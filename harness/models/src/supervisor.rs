@@ -25,10 +25,10 @@ use tokio::time::{Instant, sleep};
 use crate::gateway::Gateway;
 use crate::gateway::rpc::{ConnectRequest, ExitAck, SandboxConfig, ServerCert, Status};
 use crate::model::{Link, MainState, MainStatus, OpenShellModel};
-use crate::network::{NetError, Network, parse_endpoint};
-use crate::program::{ContainerCtx, ContainerProgram, ShellProgram};
 use crate::spec::{Diagnostics, backoff};
 use conformance_core::target::workspace_pvc_name;
+use conformance_kube_models::network::{NetError, Network, parse_endpoint};
+use conformance_kube_models::program::{ContainerCtx, ContainerProgram, ShellProgram};
 use conformance_upstream::{
     BOOTSTRAP_FAILED_EVENT, CONTROL_SOCKET_ENV, GATEWAY_ENDPOINT, SANDBOX_API_VERSION,
     SANDBOX_KIND, SIDECAR_STATE_VOLUME,
@@ -820,14 +820,14 @@ impl SupervisorProgram {
 }
 
 async fn signalled(
-    mut rx: kube_emulator::sync::watch::Receiver<Option<crate::program::Signal>>,
-) -> crate::program::Signal {
+    mut rx: kube_emulator::sync::watch::Receiver<Option<conformance_kube_models::program::Signal>>,
+) -> conformance_kube_models::program::Signal {
     loop {
         if let Some(s) = *rx.borrow_and_update() {
             return s;
         }
         if rx.changed().await.is_err() {
-            return crate::program::Signal::Kill;
+            return conformance_kube_models::program::Signal::Kill;
         }
     }
 }
@@ -1014,7 +1014,7 @@ async fn run_main(
     let code = tokio::select! {
         biased;
         c = run => c,
-        _ = kill.recv() => crate::program::Signal::Kill.exit_code(),
+        _ = kill.recv() => conformance_kube_models::program::Signal::Kill.exit_code(),
     };
     log.line(&format!(
         "OCSF PROC:TERMINATE [INFO] main process exited (instance={instance}) [exit:{code}]"

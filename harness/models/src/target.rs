@@ -18,8 +18,6 @@ use crate::model::{
     GATEWAY_IMAGE_REPO, NAMESPACE, OpenShellModel, SANDBOX_IMAGE_REPO, SUPERVISOR_IMAGE_REPO,
     WORKSPACE, cr_name,
 };
-use crate::network::{Network, is_ready};
-use crate::program::Programs;
 use crate::spec::Selection;
 use crate::supervisor::SupervisorProgram;
 use conformance_core::effect::{FaultEffect, Process, SandboxLayout, label_selector};
@@ -31,6 +29,8 @@ use conformance_core::timeline::{
     Event, MAIN_PROCESS_STARTS_KEY, MAIN_PROCESS_STARTS_SOURCE_KEY, ObjectState, Recorder,
 };
 use conformance_core::topology::Topology;
+use conformance_kube_models::network::{Network, is_ready};
+use conformance_kube_models::program::Programs;
 use conformance_observe::{self as observe, ObserveSpec, sandbox_resource};
 use kube_emulator::{Cluster, ClusterConfig, ResourceRef};
 
@@ -116,7 +116,7 @@ pub struct EmulatedTarget {
     pub model: Arc<OpenShellModel>,
     pub client: OpenShellClient,
     pub timings: TargetTimings,
-    kube: Mutex<Option<crate::kube::KubeModels>>,
+    kube: Mutex<Option<conformance_kube_models::kube::KubeModels>>,
     /// StatefulSet replicas before a GatewayStop.
     saved_replicas: Mutex<Option<i32>>,
     /// Whether `teardown` leaves the Kubernetes models running (a served cluster goes on
@@ -304,7 +304,7 @@ impl EmulatedTarget {
         if !cfg.namespaces.iter().any(|n| n == NAMESPACE) {
             cfg.namespaces.push(NAMESPACE.to_string());
         }
-        cfg.crds.push(crate::agent_sandbox::crd());
+        cfg.crds.push(conformance_kube_models::agent_sandbox::crd());
         Self::start_on(selection, topology, cfg, true, None)
     }
 
@@ -359,8 +359,8 @@ impl EmulatedTarget {
         programs.register(SANDBOX_IMAGE_REPO, sup);
         if !agent_sandbox_in_process {
             programs.register(
-                crate::agent_sandbox::CONTROLLER_IMAGE_REPO,
-                Arc::new(crate::agent_sandbox::ControllerProgram),
+                conformance_kube_models::agent_sandbox::CONTROLLER_IMAGE_REPO,
+                Arc::new(conformance_kube_models::agent_sandbox::ControllerProgram),
             );
         }
         if let Some(host) = host {
@@ -369,11 +369,11 @@ impl EmulatedTarget {
                 programs.register(repo, program.clone());
             }
         }
-        let kube = crate::kube::KubeModels::start(
+        let kube = conformance_kube_models::kube::KubeModels::start(
             &cluster,
             &network,
             programs,
-            crate::kube::KubeConfig {
+            conformance_kube_models::kube::KubeConfig {
                 agent_sandbox_version: agent,
                 agent_sandbox_in_process,
                 ..Default::default()

@@ -24,7 +24,7 @@ use conformance_upstream::{
 use kube_emulator::{ApiError, DeleteOptions, ListOptions, PatchKind, ResourceRef};
 
 fn sandboxes() -> ResourceRef {
-    crate::agent_sandbox::sandboxes_in(SANDBOX_VERSION)
+    conformance_kube_models::agent_sandbox::sandboxes_in(SANDBOX_VERSION)
 }
 
 fn events() -> ResourceRef {

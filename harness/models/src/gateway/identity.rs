@@ -138,7 +138,7 @@ mod tests {
     /// account. Returns the cluster and the pod's uid.
     fn sandbox_with_pod() -> (Cluster, String) {
         let c = Cluster::new(ClusterConfig {
-            crds: vec![crate::agent_sandbox::crd()],
+            crds: vec![conformance_kube_models::agent_sandbox::crd()],
             ..ClusterConfig::default()
         });
         let ns = ResourceRef::new("", "v1", "namespaces");

@@ -1,6 +1,6 @@
 //! The OpenShell gateway model: a container program (image `ghcr.io/nvidia/openshell/gateway`)
 //! that keeps sandbox records in a store on its PVC, derives phases, serves the client and
-//! supervisor RPCs on port 8080 through [`crate::network::Network`], drives Sandbox CRs
+//! supervisor RPCs on port 8080 through [`conformance_kube_models::network::Network`], drives Sandbox CRs
 //! through the Kubernetes driver, and holds the supervisor sessions in memory.
 //!
 //! Parts, lower first: [`store`] (durable rows), [`phase`] (derivation), [`rpc`] (types),

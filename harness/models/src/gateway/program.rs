@@ -7,7 +7,7 @@ use async_trait::async_trait;
 
 use super::store::Store;
 use crate::model::{GRPC_PORT, OpenShellModel};
-use crate::program::{ContainerCtx, ContainerProgram};
+use conformance_kube_models::program::{ContainerCtx, ContainerProgram};
 use conformance_upstream::{NAMESPACE, SANDBOX_SERVICE_ACCOUNT};
 
 use super::state::{Gateway, Served};
@@ -84,8 +84,8 @@ impl ContainerProgram for GatewayProgram {
         gw.shutdown();
         gw.log("INFO", "openshell_server", "Shutting down", &[]);
         match sig {
-            crate::program::Signal::Term => 0,
-            crate::program::Signal::Kill => 137,
+            conformance_kube_models::program::Signal::Term => 0,
+            conformance_kube_models::program::Signal::Kill => 137,
         }
     }
 }

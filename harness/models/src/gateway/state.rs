@@ -58,7 +58,7 @@ pub(crate) struct Served {
 }
 
 /// One running gateway process. Clients and supervisors hold an `Arc<Gateway>` they got from
-/// [`crate::network::Network::connect`]; once the process ends, every call is Unavailable.
+/// [`conformance_kube_models::network::Network::connect`]; once the process ends, every call is Unavailable.
 pub struct Gateway {
     pub model: Arc<OpenShellModel>,
     pub cluster: Cluster,

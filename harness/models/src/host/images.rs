@@ -109,7 +109,8 @@ impl HostImages {
     /// The image for `image` (a reference with or without tag or digest), if it runs as a
     /// process.
     pub fn get(&self, image: &str) -> Option<&HostImage> {
-        self.by_repository.get(crate::program::repository(image))
+        self.by_repository
+            .get(conformance_kube_models::program::repository(image))
     }
 
     /// What the image `repository` needs of this machine and it lacks: each program it would

@@ -41,7 +41,7 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::task::JoinHandle;
 
-use crate::program::{ContainerCtx, ContainerProgram};
+use conformance_kube_models::program::{ContainerCtx, ContainerProgram};
 
 /// The node's address on its bridge; pods get `10.244.0.n` (the kubelet's pod IP prefix).
 pub const NODE_IP: Ipv4Addr = Ipv4Addr::new(10, 244, 0, 1);

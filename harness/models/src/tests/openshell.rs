@@ -50,7 +50,7 @@ fn materialise(t: &EmulatedTarget) {
     let (crs, _) = t
         .cluster
         .list(
-            &crate::agent_sandbox::sandboxes_in("v1beta1"),
+            &conformance_kube_models::agent_sandbox::sandboxes_in("v1beta1"),
             Some(NAMESPACE),
             &ListOptions::default(),
         )
@@ -86,7 +86,7 @@ fn materialise(t: &EmulatedTarget) {
                    "spec": spec}),
         );
         let _ = t.cluster.patch_status(
-            &crate::agent_sandbox::sandboxes_in("v1beta1"),
+            &conformance_kube_models::agent_sandbox::sandboxes_in("v1beta1"),
             Some(NAMESPACE),
             &name,
             kube_emulator::PatchKind::Merge,
@@ -245,7 +245,7 @@ async fn the_credentials_fault_is_answered_as_each_model_answers_a_token_its_rev
         true,
     );
     t.client.create(&spec("demo")).unwrap();
-    let sandboxes = crate::agent_sandbox::sandboxes_in("v1beta1");
+    let sandboxes = conformance_kube_models::agent_sandbox::sandboxes_in("v1beta1");
     let id = || {
         t.cluster
             .get(&sandboxes, Some(NAMESPACE), &cr_name("demo"))
@@ -427,7 +427,7 @@ async fn a_projected_token_of_another_audience_is_not_authenticated_by_the_gatew
     t.client.create(&spec("demo")).unwrap();
     // The token the kubelet wrote for the gateway's audience is reviewed and accepted.
     wait(&t, "demo Ready", |t| phase_is(t, "demo", Phase::Ready)).await;
-    let sandboxes = crate::agent_sandbox::sandboxes_in("v1beta1");
+    let sandboxes = conformance_kube_models::agent_sandbox::sandboxes_in("v1beta1");
     let cr = t
         .cluster
         .get(&sandboxes, Some(NAMESPACE), &cr_name("demo"))

@@ -16,7 +16,7 @@ use kube_emulator::shell::{DefaultHooks, Mounts};
 
 /// A signal the kubelet (or a fault) delivers to a container's main process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Signal {
+pub enum Signal {
     /// Graceful stop (pod deletion, suspend); the program should exit soon.
     Term,
     /// Immediate stop (grace period over, or `kill -9`): the program is dropped.
@@ -25,7 +25,7 @@ pub(crate) enum Signal {
 
 impl Signal {
     /// Exit code of a process ended by this signal (128 + signal number).
-    pub(crate) fn exit_code(self) -> i32 {
+    pub fn exit_code(self) -> i32 {
         match self {
             Self::Term => 143,
             Self::Kill => 137,
@@ -34,7 +34,7 @@ impl Signal {
 }
 
 /// Everything a program can see and use from inside its container.
-pub(crate) struct ContainerCtx {
+pub struct ContainerCtx {
     pub cluster: Cluster,
     pub network: Network,
     pub namespace: String,
@@ -57,17 +57,17 @@ pub(crate) struct ContainerCtx {
     pub pod_ip: Option<String>,
     /// The container's entry in the pod spec (command and args apart, ports, probes, mounts).
     pub spec: serde_json::Value,
-    pub(crate) signals: watch::Receiver<Option<Signal>>,
-    pub(crate) ready: Arc<AtomicBool>,
+    pub signals: watch::Receiver<Option<Signal>>,
+    pub ready: Arc<AtomicBool>,
     /// Woken when `ready` flips, so the kubelet updates the pod status without polling.
-    pub(crate) ready_changed: Arc<tokio::sync::Notify>,
+    pub ready_changed: Arc<tokio::sync::Notify>,
 }
 
 impl ContainerCtx {
     /// Builds a context by hand (the kubelet does this; tests of programs may too). Returns the
     /// sender that delivers signals and the readiness flag the program sets.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
+    pub fn new(
         cluster: Cluster,
         network: Network,
         namespace: &str,
@@ -106,20 +106,20 @@ impl ContainerCtx {
     }
 
     /// Appends a line to this container's log (what `kubectl logs` shows).
-    pub(crate) fn log(&self, line: &str) {
+    pub fn log(&self, line: &str) {
         self.cluster
             .append_log(&self.namespace, &self.pod, &self.container, line);
     }
 
     /// Reports readiness (the container's `ready` flag and the pod's Ready condition).
-    pub(crate) fn set_ready(&self, ready: bool) {
+    pub fn set_ready(&self, ready: bool) {
         if self.ready.swap(ready, Ordering::SeqCst) != ready {
             self.ready_changed.notify_one();
         }
     }
 
     /// Resolves when a signal arrives (at once if one already has).
-    pub(crate) async fn signalled(&mut self) -> Signal {
+    pub async fn signalled(&mut self) -> Signal {
         loop {
             if let Some(s) = *self.signals.borrow_and_update() {
                 return s;
@@ -132,18 +132,18 @@ impl ContainerCtx {
     }
 
     /// A clonable receiver for signals, for programs that spawn helper tasks.
-    pub(crate) fn signals(&self) -> watch::Receiver<Option<Signal>> {
+    pub fn signals(&self) -> watch::Receiver<Option<Signal>> {
         self.signals.clone()
     }
 
-    pub(crate) fn env(&self, key: &str) -> Option<&str> {
+    pub fn env(&self, key: &str) -> Option<&str> {
         self.env.get(key).map(String::as_str)
     }
 }
 
 /// What runs in a container. Returns the exit code.
 #[async_trait]
-pub(crate) trait ContainerProgram: Send + Sync + 'static {
+pub trait ContainerProgram: Send + Sync + 'static {
     async fn run(&self, ctx: ContainerCtx) -> i32;
 
     /// Called by the kubelet as it starts the container, before the container is reported
@@ -162,7 +162,7 @@ pub(crate) trait ContainerProgram: Send + Sync + 'static {
 /// cluster has no model of, is a process that does nothing: in a pod that runs to completion
 /// (`restartPolicy` OnFailure or Never, a Job's pod) it exits 0 at once; in a pod meant to keep
 /// running it idles, ready, until stopped.
-pub(crate) struct ShellProgram;
+pub struct ShellProgram;
 
 #[async_trait]
 impl ContainerProgram for ShellProgram {
@@ -206,16 +206,16 @@ impl ContainerProgram for ShellProgram {
 /// Programs by image. An image is matched by its repository (the part before `:` or `@`), so
 /// tags do not matter; unknown images run [`ShellProgram`].
 #[derive(Clone, Default)]
-pub(crate) struct Programs {
+pub struct Programs {
     by_repository: BTreeMap<String, Arc<dyn ContainerProgram>>,
 }
 
 impl Programs {
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         Self::default()
     }
 
-    pub(crate) fn register(&mut self, repository: &str, program: Arc<dyn ContainerProgram>) {
+    pub fn register(&mut self, repository: &str, program: Arc<dyn ContainerProgram>) {
         self.by_repository.insert(repository.to_string(), program);
     }
 
@@ -228,7 +228,7 @@ impl Programs {
 }
 
 /// `ghcr.io/nvidia/openshell/gateway:0.0.111` → `ghcr.io/nvidia/openshell/gateway`.
-pub(crate) fn repository(image: &str) -> &str {
+pub fn repository(image: &str) -> &str {
     let no_digest = image.split('@').next().unwrap_or(image);
     // A ':' after the last '/' starts the tag; one before it is a registry port.
     match no_digest.rfind(':') {
@@ -238,7 +238,7 @@ pub(crate) fn repository(image: &str) -> &str {
 }
 
 /// `registry.k8s.io/x/controller:v0.5.0` → `v0.5.0`; None without a tag.
-pub(crate) fn tag(image: &str) -> Option<&str> {
+pub fn tag(image: &str) -> Option<&str> {
     let no_digest = image.split('@').next().unwrap_or(image);
     let repo = repository(no_digest);
     no_digest[repo.len()..].strip_prefix(':')

@@ -39,20 +39,20 @@ use kube_emulator::shell::{KillError, ShellHooks, Volume};
 
 /// A running container program, as the pod worker and its signal senders know it.
 pub(crate) struct Proc {
-    pub(crate) run: u64,
-    pub(crate) signals: kube_emulator::sync::watch::Sender<Option<Signal>>,
-    pub(crate) task: AbortHandle,
+    pub run: u64,
+    pub signals: kube_emulator::sync::watch::Sender<Option<Signal>>,
+    pub task: AbortHandle,
     pub(crate) host_pid: u32,
     /// Its PID in the pod's shared PID namespace (unused without one).
     pub(crate) ns_pid: u32,
-    pub(crate) cmdline: Vec<String>,
+    pub cmdline: Vec<String>,
     pub(crate) environ: Vec<(String, String)>,
     /// `containerd://<id>`, as the pod status reports it.
-    pub(crate) container_id: String,
+    pub container_id: String,
 }
 
 /// A pod's PID namespace and cgroup parent.
-pub(crate) struct PodProcs {
+pub struct PodProcs {
     share: bool,
     host_pid: bool,
     /// The pod's cgroup (`/kubepods.slice/…/kubepods-<qos>-pod<uid>.slice`).
@@ -98,7 +98,7 @@ fn qos(pod: &Value) -> &'static str {
 }
 
 impl PodProcs {
-    pub(crate) fn of(pod: &Value, pause_pid: u32) -> Self {
+    pub fn of(pod: &Value, pause_pid: u32) -> Self {
         let flag = |ptr: &str| pod.pointer(ptr).and_then(Value::as_bool).unwrap_or(false);
         let uid = pod
             .pointer("/metadata/uid")
@@ -165,17 +165,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// What a pod's worker shares with signal senders (the handle, shell hooks).
-pub(crate) struct PodShared {
+pub struct PodShared {
     pub(crate) procs: Mutex<BTreeMap<String, Proc>>,
-    pub(crate) exits: mpsc::UnboundedSender<Exit>,
+    pub exits: mpsc::UnboundedSender<Exit>,
     /// The pod's PID namespace and cgroups.
-    pub(crate) info: PodProcs,
+    pub info: PodProcs,
 }
 
-pub(crate) struct Exit {
-    pub(crate) container: String,
-    pub(crate) run: u64,
-    pub(crate) code: i32,
+pub struct Exit {
+    pub container: String,
+    pub run: u64,
+    pub code: i32,
 }
 
 impl PodShared {

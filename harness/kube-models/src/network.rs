@@ -134,7 +134,7 @@ impl Network {
             .push(((ns.to_string(), pod.to_string(), port), endpoint));
     }
 
-    pub(crate) fn unbind(&self, ns: &str, pod: &str, port: u16) {
+    pub fn unbind(&self, ns: &str, pod: &str, port: u16) {
         lock(&self.inner)
             .endpoints
             .retain(|(key, _)| !is_key(key, ns, pod, port));
@@ -149,7 +149,7 @@ impl Network {
 
     /// Forgets every endpoint: the programs behind them hold the network, so a network that
     /// is done with must let them go or the two keep each other (and their cluster) alive.
-    pub(crate) fn unbind_all(&self) {
+    pub fn unbind_all(&self) {
         lock(&self.inner).endpoints.clear();
     }
 
@@ -267,7 +267,7 @@ fn selects(selector: &BTreeMap<String, String>, pod: &Value) -> bool {
 }
 
 /// Ready as an EndpointSlice controller sees it: Running, Ready condition True, not terminating.
-pub(crate) fn is_ready(pod: &Value) -> bool {
+pub fn is_ready(pod: &Value) -> bool {
     pod.at("/metadata/deletionTimestamp").is_none()
         && pod.at("/status/phase").and_then(Value::as_str) == Some("Running")
         && pod
@@ -306,7 +306,7 @@ fn resolve_port(pod: &Value, target: &Value) -> Option<u16> {
 
 /// Splits an endpoint URL such as `https://openshell.openshell.svc.cluster.local:8080` into
 /// host and port (default 443 for https, 80 for http).
-pub(crate) fn parse_endpoint(url: &str) -> Option<(String, u16)> {
+pub fn parse_endpoint(url: &str) -> Option<(String, u16)> {
     let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
     let hostport = rest.split('/').next()?;
     match hostport.rsplit_once(':') {

@@ -6,7 +6,7 @@
 use tokio::task::JoinHandle;
 
 use crate::agent_sandbox::AgentSandboxController;
-pub(crate) use crate::kube_config::KubeConfig;
+pub use crate::kube_config::KubeConfig;
 use crate::kubelet::Kubelet;
 use crate::network::Network;
 use crate::program::Programs;
@@ -37,7 +37,7 @@ impl KubernetesModels {
 
 /// The running Kubernetes models. Dropping it stops them (their tasks are aborted); programs
 /// already running in containers are stopped with them.
-pub(crate) struct KubeModels {
+pub struct KubeModels {
     kubelet: Kubelet,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -45,7 +45,7 @@ pub(crate) struct KubeModels {
 impl KubeModels {
     /// Starts the kubelet, the workload and Job controllers and the Agent Sandbox controller. Call it
     /// inside a tokio runtime (paused time works: everything waits on tokio time or on changes).
-    pub(crate) fn start(
+    pub fn start(
         cluster: &Cluster,
         network: &Network,
         programs: Programs,
@@ -67,7 +67,7 @@ impl KubeModels {
 
     #[cfg(test)]
     /// The kubelet: signal or kill one container of a pod, look at its programs.
-    pub(crate) fn kubelet(&self) -> &Kubelet {
+    pub fn kubelet(&self) -> &Kubelet {
         &self.kubelet
     }
 }

@@ -36,7 +36,7 @@ use node::{Inner, lock};
 
 /// The kubelet handle (cheap to clone).
 #[derive(Clone)]
-pub(crate) struct Kubelet {
+pub struct Kubelet {
     inner: Arc<Inner>,
 }
 
@@ -81,7 +81,7 @@ impl Kubelet {
     /// Delivers a signal to the running program of one container (Term: the program decides;
     /// Kill: the program is dropped and the container exits 137, then its restart policy
     /// applies). Returns false when no such container program runs.
-    pub(crate) fn signal(&self, ns: &str, pod: &str, container: &str, sig: Signal) -> bool {
+    pub fn signal(&self, ns: &str, pod: &str, container: &str, sig: Signal) -> bool {
         let shared = lock(&self.inner.pods)
             .values()
             .filter(|e| e.ns == ns && e.name == pod)

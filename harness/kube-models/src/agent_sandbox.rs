@@ -85,7 +85,7 @@ fn s<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
 }
 
 /// The Sandbox resource in `version` (`agents.x-k8s.io/<version>`).
-pub(crate) fn sandboxes_in(version: &str) -> ResourceRef {
+pub fn sandboxes_in(version: &str) -> ResourceRef {
     ResourceRef::new(SANDBOX_GROUP, version, SANDBOX_PLURAL)
 }
 
@@ -96,7 +96,7 @@ fn sandboxes() -> ResourceRef {
 /// The Sandbox CRD as the v0.5.x releases install it (v1beta1 and the deprecated v1alpha1),
 /// reduced to what the API server acts on; `fixtures/crds/` holds it. Parsed once per process:
 /// every emulated cluster installs it.
-pub(crate) fn crd() -> Value {
+pub fn crd() -> Value {
     static CRD: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
     CRD.get_or_init(|| {
         serde_saphyr::from_str(include_str!(
@@ -729,12 +729,11 @@ fn set_condition(conds: &mut Vec<Value>, mut new: Value, now: &str) {
 }
 
 /// The controller's image repository in the release manifest (docs/upstream-facts.md F8.8).
-pub(crate) const CONTROLLER_IMAGE_REPO: &str =
-    "registry.k8s.io/agent-sandbox/agent-sandbox-controller";
+pub const CONTROLLER_IMAGE_REPO: &str = "registry.k8s.io/agent-sandbox/agent-sandbox-controller";
 
 /// The controller image: runs the controller model of the release its tag names, for as long
 /// as the container runs. A tag with no model logs one line and reconciles nothing.
-pub(crate) struct ControllerProgram;
+pub struct ControllerProgram;
 
 /// Stops the controller when the program ends or is dropped (a kill drops it).
 struct Running(JoinHandle<()>);

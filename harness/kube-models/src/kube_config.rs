@@ -8,7 +8,7 @@ use crate::agent_sandbox::AgentSandboxVersion;
 /// How PersistentVolumeClaims get bound (docs/upstream-facts.md F10.1: kind and k3d use
 /// `WaitForFirstConsumer`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum VolumeBinding {
+pub enum VolumeBinding {
     /// Bound when the first pod that uses the claim is scheduled (the default, as kind/k3d).
     WaitForFirstConsumer,
     /// Bound as soon as the kubelet sees the claim.
@@ -17,7 +17,7 @@ pub(crate) enum VolumeBinding {
 
 /// Every constant of the Kubernetes models, with defaults that follow upstream.
 #[derive(Clone, Debug)]
-pub(crate) struct KubeConfig {
+pub struct KubeConfig {
     /// The single node's name (`spec.nodeName` of every scheduled pod).
     pub node_name: String,
     /// The node's address (`status.hostIP`).
@@ -77,7 +77,7 @@ impl Default for KubeConfig {
 
 impl KubeConfig {
     /// The wait after failed volume set-up number `failures` (0-based).
-    pub(crate) fn mount_retry_delay(&self, failures: u32) -> Duration {
+    pub fn mount_retry_delay(&self, failures: u32) -> Duration {
         let factor = 1u32.checked_shl(failures.min(31)).unwrap_or(u32::MAX);
         self.mount_retry_initial
             .saturating_mul(factor)
@@ -85,7 +85,7 @@ impl KubeConfig {
     }
 
     /// The back-off before restart number `restart` (1-based) of a container.
-    pub(crate) fn restart_delay(&self, restart: u32) -> Duration {
+    pub fn restart_delay(&self, restart: u32) -> Duration {
         let steps = if self.first_restart_immediate {
             if restart <= 1 {
                 return Duration::ZERO;

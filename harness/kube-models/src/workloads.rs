@@ -29,7 +29,7 @@ use tokio::task::JoinHandle;
 use crate::network::is_ready;
 use kube_emulator::{Cluster, DeleteOptions, ListOptions, ResourceRef};
 
-pub(crate) fn s<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
+pub fn s<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
     v.at(ptr).and_then(Value::as_str)
 }
 
@@ -76,7 +76,7 @@ pub(crate) fn is_deleting(v: &Value) -> bool {
     v.at("/metadata/deletionTimestamp").is_some()
 }
 
-pub(crate) fn is_terminal(p: &Value) -> bool {
+pub fn is_terminal(p: &Value) -> bool {
     matches!(s(p, "/status/phase"), Some("Succeeded" | "Failed"))
 }
 
@@ -113,7 +113,7 @@ pub(crate) fn owner_ref(api_version: &str, kind: &str, owner: &Value) -> Value {
 }
 
 /// Shared, not copied: the controllers list on every change to the store.
-pub(crate) fn list(cluster: &Cluster, r: &ResourceRef) -> Vec<Arc<Value>> {
+pub fn list(cluster: &Cluster, r: &ResourceRef) -> Vec<Arc<Value>> {
     cluster
         .list_shared(r, None, &ListOptions::default())
         .map(|(items, _)| items)

@@ -38,7 +38,9 @@ fn table(head: &str, dir: &Path) -> String {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .collect();
-    files.sort();
+    // By stem, which is the name: the order the by-name maps list them in (a path sort would put
+    // `sidecar-copy.yaml` before `sidecar.yaml`).
+    files.sort_by(|a, b| a.file_stem().cmp(&b.file_stem()));
     let mut out = format!("{head}: &[(&str, &str)] = &[\n");
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());

@@ -660,16 +660,18 @@ mod tests {
             e.to_string(),
             "defect switches apply only to the contract model, not to openshell-0.0.111"
         );
-        let e = Selection::parse("openshell-0.1.6-reported", &[], Some("v0.5.0")).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "the Agent Sandbox version is selectable only on openshell-0.0.111, not on openshell-0.1.6-reported (asked for v0.5.0)"
-        );
-        let e = Selection::parse("nope", &[], None).unwrap_err().to_string();
+        let e = Selection::parse("openshell-0.1.6-reported", &[], Some("v0.5.0"))
+            .unwrap_err()
+            .to_string();
         assert!(
-            e.contains("contract, openshell-0.0.111, openshell-0.1.6-reported"),
+            e.starts_with("the Agent Sandbox version is selectable only on ")
+                && e.contains("openshell-0.0.111")
+                && e.ends_with(", not on openshell-0.1.6-reported (asked for v0.5.0)"),
             "{e}"
         );
+        let e = Selection::parse("nope", &[], None).unwrap_err().to_string();
+        let every = MODELS.iter().map(|m| m.name).collect::<Vec<_>>().join(", ");
+        assert!(e.contains(&every), "{e}");
         let e = Selection::parse("contract", &["nope".into()], None)
             .unwrap_err()
             .to_string();
@@ -763,11 +765,13 @@ mod tests {
 
     #[test]
     fn the_release_files_give_each_shipped_model_and_defect_the_rules_the_code_gave() {
-        assert_eq!(
-            MODELS.iter().map(|m| m.name).collect::<Vec<_>>(),
-            ["contract", "openshell-0.0.111", "openshell-0.1.6-reported"]
-        );
-        for info in MODELS.iter() {
+        // The releases the rules were pinned for; a release added later has no such history.
+        const PINNED: [&str; 3] = ["contract", "openshell-0.0.111", "openshell-0.1.6-reported"];
+        for name in PINNED {
+            let info = MODELS
+                .iter()
+                .find(|m| m.name == name)
+                .unwrap_or_else(|| panic!("release {name} is gone"));
             let model = Model::of(info);
             let sel = Selection::model(model);
             assert_eq!(

@@ -6,9 +6,11 @@
 
 use std::path::Path;
 
-use conformance_core::engine::{CaseReport, Outcome};
+use conformance_core::case_verdict::CaseVerdict;
+use conformance_core::engine::CaseReport;
 use conformance_core::error::{Error, Result};
 use conformance_core::release::Releases;
+use conformance_core::timeline::Expectation;
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::glob;
@@ -31,39 +33,6 @@ pub struct ExpectedFailure {
     pub requirement: String,
     /// The upstream report this reflects.
     pub report: String,
-}
-
-/// A case's verdict once expectations are applied.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "verdict", rename_all = "kebab-case")]
-pub enum Verdict {
-    Passed,
-    Failed { reason: String },
-    ExpectedFailure { requirement: String, report: String },
-    UnexpectedPass { requirement: String, report: String },
-    Error { reason: String },
-    Skipped { reason: String },
-}
-
-impl Verdict {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Passed => "passed",
-            Self::Failed { .. } => "failed",
-            Self::ExpectedFailure { .. } => "expected failure",
-            Self::UnexpectedPass { .. } => "UNEXPECTED PASS",
-            Self::Error { .. } => "error",
-            Self::Skipped { .. } => "skipped",
-        }
-    }
-
-    /// Whether the run as a whole can still succeed with this verdict.
-    pub fn acceptable(&self) -> bool {
-        matches!(
-            self,
-            Self::Passed | Self::ExpectedFailure { .. } | Self::Skipped { .. }
-        )
-    }
 }
 
 impl Expectations {
@@ -119,38 +88,22 @@ impl Expectations {
         }
     }
 
-    pub fn classify(&self, report: &CaseReport) -> Verdict {
-        let expected = self
-            .expected_failures
+    /// The known failures that name case `case_id`: what the engine records on its timeline.
+    pub fn for_case(&self, case_id: &str) -> Vec<Expectation> {
+        self.expected_failures
             .iter()
-            .filter(|f| glob(&f.case, &report.case_id))
-            .collect::<Vec<_>>();
-        match &report.outcome {
-            Outcome::Skipped(r) => Verdict::Skipped { reason: r.clone() },
-            Outcome::Error(r) => Verdict::Error { reason: r.clone() },
-            Outcome::Passed => match expected.first() {
-                Some(f) => Verdict::UnexpectedPass {
-                    requirement: f.requirement.clone(),
-                    report: f.report.clone(),
-                },
-                None => Verdict::Passed,
-            },
-            Outcome::Failed(reason) => {
-                let broken: Vec<&String> = report
-                    .failed_checks()
-                    .flat_map(|c| c.requirements.iter())
-                    .collect();
-                match expected.iter().find(|f| broken.contains(&&f.requirement)) {
-                    Some(f) => Verdict::ExpectedFailure {
-                        requirement: f.requirement.clone(),
-                        report: f.report.clone(),
-                    },
-                    None => Verdict::Failed {
-                        reason: reason.clone(),
-                    },
-                }
-            }
-        }
+            .filter(|f| glob(&f.case, case_id))
+            .map(|f| Expectation {
+                requirement: f.requirement.clone(),
+                report: f.report.clone(),
+            })
+            .collect()
+    }
+
+    /// The verdict of a case the engine ran, under these expectations (the one rule is
+    /// [`CaseVerdict::of`]).
+    pub fn classify(&self, report: &CaseReport) -> CaseVerdict {
+        CaseVerdict::of_report_with(report, &self.for_case(&report.case_id))
     }
 }
 
@@ -158,6 +111,7 @@ impl Expectations {
 mod tests {
     use super::*;
     use conformance_core::checks::CheckOutcome;
+    use conformance_core::engine::Outcome;
     use conformance_core::target::TargetInfo;
 
     fn report(case_id: &str, outcome: Outcome, failed_reqs: &[&str]) -> CaseReport {
@@ -206,9 +160,10 @@ mod tests {
         );
         assert_eq!(
             known().classify(&r),
-            Verdict::ExpectedFailure {
+            CaseVerdict::ExpectedFailure {
                 requirement: "R1".into(),
-                report: "#3274".into()
+                report: "#3274".into(),
+                reason: "x".into()
             }
         );
     }
@@ -222,7 +177,7 @@ mod tests {
         );
         assert_eq!(
             known().classify(&r),
-            Verdict::Failed {
+            CaseVerdict::Failed {
                 reason: "lost a sentinel".into()
             }
         );
@@ -235,9 +190,9 @@ mod tests {
             Outcome::Passed,
             &[],
         ));
-        assert!(matches!(v, Verdict::UnexpectedPass { .. }));
+        assert!(matches!(v, CaseVerdict::UnexpectedPass { .. }));
         assert!(!v.acceptable());
-        assert_eq!(v.name(), "UNEXPECTED PASS");
+        assert_eq!(v.label(), "UNEXPECTED PASS");
     }
 
     #[test]
@@ -249,11 +204,11 @@ mod tests {
                 Outcome::Passed,
                 &[]
             )),
-            Verdict::Passed
+            CaseVerdict::Passed
         );
         assert!(matches!(
             e.classify(&report("x[combined]", Outcome::Skipped("no".into()), &[])),
-            Verdict::Skipped { .. }
+            CaseVerdict::Skipped { .. }
         ));
         assert!(
             !e.classify(&report("x[combined]", Outcome::Error("boom".into()), &[]))

@@ -1,28 +1,42 @@
 //! JUnit for CI dashboards: one testsuite per (scenario, topology) case, one testcase per stage
-//! and per check. Product failures are `failure`, infrastructure problems `error`, skips
-//! `skipped` with the reason. Output is deterministic (virtual durations, no timestamps or
-//! host names), so the same run gives the same bytes.
+//! and per check, judged by the case's one verdict ([`CaseVerdict`]) in the convention pytest
+//! writes and CI reporters read (Jenkins, GitLab, the GitHub reporters, junit2html):
+//!
+//! - a product failure is `<failure>`, an infrastructure problem `<error>`, a skip `<skipped>`
+//!   with the reason;
+//! - an expected failure's failing stages and checks are `<skipped type="xfail"
+//!   message="expected failure: <report>">` with what was observed in the body, so a run whose
+//!   failures are all known is green;
+//! - an unexpected pass adds a testcase `expectation: fails <requirement>` that is a
+//!   `<failure type="xpass">` saying what to do, so a fixed bug turns the dashboard red;
+//! - an interrupted case is an `<error>` testcase `interrupted`;
+//! - each suite's `outcome` property is the verdict's key (`passed`, `failed`,
+//!   `expected-failure`, `unexpected-pass`, `error`, `skipped`, `interrupted`).
+//!
+//! Output is deterministic (virtual durations, no timestamps or host names), so the same run
+//! gives the same bytes.
 
 use std::path::Path;
 use std::time::Duration;
 
 use quick_junit::{NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestSuite};
 
-use conformance_core::engine::{CaseReport, Outcome};
+use conformance_core::case_verdict::CaseVerdict;
+use conformance_core::engine::CaseReport;
 use conformance_core::timeline::StageStatus;
 
-pub fn report(name: &str, cases: &[CaseReport]) -> Report {
+pub fn report(name: &str, cases: &[CaseReport], verdicts: &[CaseVerdict]) -> Report {
     let mut report = Report::new(name);
     let mut total = 0u64;
-    for case in cases {
-        report.add_test_suite(suite(case));
+    for (case, verdict) in cases.iter().zip(verdicts) {
+        report.add_test_suite(suite(case, verdict));
         total += case.virtual_ms;
     }
     report.set_time(Duration::from_millis(total));
     report
 }
 
-fn suite(case: &CaseReport) -> TestSuite {
+fn suite(case: &CaseReport, verdict: &CaseVerdict) -> TestSuite {
     let mut s = TestSuite::new(case.case_id.as_str());
     s.set_time(Duration::from_millis(case.virtual_ms));
     let mut props: Vec<(String, String)> = vec![
@@ -31,10 +45,23 @@ fn suite(case: &CaseReport) -> TestSuite {
         ("topology".into(), case.topology.clone()),
         ("target".into(), case.target.kind.clone()),
         ("requirements".into(), case.requirements.join(",")),
-        ("outcome".into(), case.outcome.name().into()),
+        ("outcome".into(), verdict.key().into()),
     ];
     if case.outcome.is_interrupted() {
         props.push(("interrupted".into(), "true".into()));
+    }
+    if let CaseVerdict::ExpectedFailure {
+        requirement,
+        report,
+        ..
+    }
+    | CaseVerdict::UnexpectedPass {
+        requirement,
+        report,
+    } = verdict
+    {
+        props.push(("expected-failure.requirement".into(), requirement.clone()));
+        props.push(("expected-failure.report".into(), report.clone()));
     }
     if let Some(m) = &case.target.model {
         props.push(("model".into(), m.clone()));
@@ -56,6 +83,38 @@ fn suite(case: &CaseReport) -> TestSuite {
     }
 
     let classname = case.case_id.as_str();
+    // An expected failure's failures are known: skipped as xfail, with what was seen.
+    let xfail = match verdict {
+        CaseVerdict::ExpectedFailure { report, .. } => Some(format!("expected failure: {report}")),
+        _ => None,
+    };
+    let failure = |message: Option<&str>, body: Option<&str>| match &xfail {
+        Some(m) => {
+            let mut st = TestCaseStatus::skipped();
+            st.set_type("xfail");
+            st.set_message(m.as_str());
+            if let Some(b) = body.or(message) {
+                st.set_description(b);
+            }
+            st
+        }
+        None => non_success(NonSuccessKind::Failure, message, body),
+    };
+    if let CaseVerdict::UnexpectedPass {
+        requirement,
+        report,
+    } = verdict
+    {
+        let mut st = TestCaseStatus::non_success(NonSuccessKind::Failure);
+        st.set_type("xpass");
+        st.set_message(format!(
+            "passed although expected to fail: {requirement} ({report})"
+        ));
+        st.set_description(verdict.explanation().unwrap_or_default());
+        let mut tc = TestCase::new(format!("expectation: fails {requirement}"), st);
+        tc.set_classname(classname);
+        s.add_test_case(tc);
+    }
     if case.outcome.is_interrupted() {
         // Its stages may all be skipped (it never started): this makes it count as an error.
         let mut tc = TestCase::new(
@@ -68,9 +127,7 @@ fn suite(case: &CaseReport) -> TestSuite {
     for stage in &case.stages {
         let status = match stage.status {
             StageStatus::Passed | StageStatus::Started => TestCaseStatus::success(),
-            StageStatus::Failed => {
-                non_success(NonSuccessKind::Failure, stage.message.as_deref(), None)
-            }
+            StageStatus::Failed => failure(stage.message.as_deref(), None),
             StageStatus::Error => {
                 non_success(NonSuccessKind::Error, stage.message.as_deref(), None)
             }
@@ -90,7 +147,10 @@ fn suite(case: &CaseReport) -> TestSuite {
     for check in &case.checks {
         let status = if check.passed {
             TestCaseStatus::success()
-        } else if matches!(case.outcome, Outcome::Error(_)) {
+        } else if matches!(
+            verdict,
+            CaseVerdict::Error { .. } | CaseVerdict::Interrupted { .. }
+        ) {
             // A check over a run the harness could not complete says nothing about the product.
             non_success(
                 NonSuccessKind::Error,
@@ -98,11 +158,7 @@ fn suite(case: &CaseReport) -> TestSuite {
                 Some(&check.diagnosis()),
             )
         } else {
-            non_success(
-                NonSuccessKind::Failure,
-                Some(&check.message),
-                Some(&check.diagnosis()),
-            )
+            failure(Some(&check.message), Some(&check.diagnosis()))
         };
         let mut tc = TestCase::new(
             format!("check: {} [{}]", check.name, check.requirements.join(",")),
@@ -129,11 +185,16 @@ fn non_success(
     st
 }
 
-pub fn write(path: &Path, name: &str, cases: &[CaseReport]) -> std::io::Result<()> {
+pub fn write(
+    path: &Path,
+    name: &str,
+    cases: &[CaseReport],
+    verdicts: &[CaseVerdict],
+) -> std::io::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    let xml = report(name, cases)
+    let xml = report(name, cases, verdicts)
         .to_string()
         .map_err(|e| std::io::Error::other(e.to_string()))?;
     std::fs::write(path, xml)

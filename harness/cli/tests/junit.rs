@@ -1,10 +1,14 @@
-//! JUnit for CI dashboards: written from the engine's case reports and parsed back.
+//! JUnit for CI dashboards: written from the engine's case reports and their verdicts, and
+//! parsed back.
 
 use std::collections::BTreeMap;
 
+use conformance_core::case_verdict::CaseVerdict;
+use conformance_core::engine::CaseReport;
 use conformance_core::scenario::{Case, Params};
 use conformance_core::target::Capability;
 use conformance_core::testkit::*;
+use conformance_core::timeline::Expectation;
 use openshell_conformance::junit;
 use quick_junit::{NonSuccessKind, Report, TestCaseStatus};
 
@@ -28,12 +32,13 @@ async fn junit_has_a_suite_per_case_and_a_testcase_per_stage_and_check() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("reports/junit.xml");
     let cases = [failing, passing, skipped, errored];
-    junit::write(&path, "openshell-conformance", &cases).unwrap();
+    let verdicts = verdicts(&cases);
+    junit::write(&path, "openshell-conformance", &cases, &verdicts).unwrap();
     let xml = std::fs::read_to_string(&path).unwrap();
     // Deterministic: the same reports give the same bytes.
     assert_eq!(
         xml,
-        junit::report("openshell-conformance", &cases)
+        junit::report("openshell-conformance", &cases, &verdicts)
             .to_string()
             .unwrap()
     );
@@ -68,14 +73,6 @@ async fn junit_has_a_suite_per_case_and_a_testcase_per_stage_and_check() {
             "check: workspace sentinels retained [R6]",
         ]
     );
-    let kind = |tc: &quick_junit::TestCase| match &tc.status {
-        TestCaseStatus::Success { .. } => "success".to_string(),
-        TestCaseStatus::NonSuccess { kind, .. } => match kind {
-            NonSuccessKind::Failure => "failure".to_string(),
-            NonSuccessKind::Error => "error".to_string(),
-        },
-        TestCaseStatus::Skipped { .. } => "skipped".to_string(),
-    };
     assert_eq!(kind(&failing.test_cases[4]), "failure");
     assert_eq!(kind(&failing.test_cases[7]), "failure");
     let TestCaseStatus::NonSuccess {
@@ -117,4 +114,131 @@ async fn junit_has_a_suite_per_case_and_a_testcase_per_stage_and_check() {
         6,
         "no checks ran, so none are reported"
     );
+}
+
+fn verdicts(cases: &[CaseReport]) -> Vec<CaseVerdict> {
+    cases.iter().map(CaseVerdict::of_report).collect()
+}
+
+fn kind(tc: &quick_junit::TestCase) -> String {
+    match &tc.status {
+        TestCaseStatus::Success { .. } => "success".to_string(),
+        TestCaseStatus::NonSuccess { kind, .. } => match kind {
+            NonSuccessKind::Failure => "failure".to_string(),
+            NonSuccessKind::Error => "error".to_string(),
+        },
+        TestCaseStatus::Skipped { .. } => "skipped".to_string(),
+    }
+}
+
+fn known(requirement: &str) -> Vec<Expectation> {
+    vec![Expectation {
+        requirement: requirement.into(),
+        report: "bug 3, #42".into(),
+    }]
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expected_failure_is_skipped_as_xfail_with_what_was_seen_and_counts_no_failure() {
+    let failing = engine(Factory::new(Quirk::ErrorOnOutage))
+        .run_case(&case(standard_steps()))
+        .await;
+    let verdict = CaseVerdict::of_report_with(&failing, &known("R9"));
+    assert_eq!(verdict.key(), "expected-failure");
+    let xml = junit::report("r", std::slice::from_ref(&failing), &[verdict])
+        .to_string()
+        .unwrap();
+    let report = Report::deserialize_from_str(&xml).unwrap();
+    let suite = &report.test_suites[0];
+    assert_eq!((suite.failures, suite.errors), (0, 0), "{xml}");
+    assert!(suite.skipped > 0, "{xml}");
+    let props: BTreeMap<String, String> = suite
+        .properties
+        .iter()
+        .map(|p| (p.name.to_string(), p.value.to_string()))
+        .collect();
+    assert_eq!(props["outcome"], "expected-failure");
+    assert_eq!(props["expected-failure.requirement"], "R9");
+    let xfails: Vec<_> = suite
+        .test_cases
+        .iter()
+        .filter_map(|t| match &t.status {
+            TestCaseStatus::Skipped {
+                ty: Some(ty),
+                message,
+                description,
+            } if ty.as_str() == "xfail" => {
+                Some((t.name.to_string(), message.clone(), description.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    // Each failing stage and check of the case, with its own observation in the body.
+    let failed_stages = failing
+        .stages
+        .iter()
+        .filter(|s| s.status == conformance_core::timeline::StageStatus::Failed)
+        .count();
+    assert_eq!(
+        xfails.len(),
+        failed_stages + failing.failed_checks().count(),
+        "{xml}"
+    );
+    for (name, message, body) in xfails {
+        assert_eq!(message.unwrap().as_str(), "expected failure: bug 3, #42");
+        // What was observed: the check's diagnosis, or the stage's message.
+        let body = body.unwrap();
+        if name.starts_with("check: ") {
+            assert!(body.as_str().contains("FAILED"), "{xml}");
+        } else {
+            assert!(body.as_str().contains("gave up waiting"), "{xml}");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unexpected_pass_is_a_failure_of_type_xpass_that_says_what_to_do() {
+    let passing = engine(Factory::new(Quirk::None))
+        .run_case(&case(standard_steps()))
+        .await;
+    let verdict = CaseVerdict::of_report_with(&passing, &known("R9"));
+    let xml = junit::report("r", std::slice::from_ref(&passing), &[verdict])
+        .to_string()
+        .unwrap();
+    let report = Report::deserialize_from_str(&xml).unwrap();
+    let suite = &report.test_suites[0];
+    assert_eq!(suite.failures, 1, "{xml}");
+    let xpass = suite
+        .test_cases
+        .iter()
+        .find(|t| t.name.as_str() == "expectation: fails R9")
+        .expect("an expectation testcase");
+    assert_eq!(kind(xpass), "failure");
+    let TestCaseStatus::NonSuccess {
+        ty,
+        message,
+        description,
+        ..
+    } = &xpass.status
+    else {
+        unreachable!()
+    };
+    assert_eq!(ty.as_ref().unwrap().as_str(), "xpass");
+    assert_eq!(
+        message.as_ref().unwrap().as_str(),
+        "passed although expected to fail: R9 (bug 3, #42)"
+    );
+    assert!(
+        description
+            .as_ref()
+            .unwrap()
+            .as_str()
+            .contains("update the expectations")
+    );
+    let outcome = suite
+        .properties
+        .iter()
+        .find(|p| p.name.as_str() == "outcome")
+        .unwrap();
+    assert_eq!(outcome.value.as_str(), "unexpected-pass");
 }

@@ -30,7 +30,14 @@ pub struct EngineOptions {
     /// Raised when the run is interrupted: cases not started end at once, running ones stop
     /// their steps, restore their faults and end as interrupted.
     pub interrupt: Interrupt,
+    /// The known failures that name a case (by case id), recorded on its timeline so that its
+    /// verdict can be given again from the timeline ([`crate::case_verdict`]).
+    pub expected: Option<ExpectedFailures>,
 }
+
+/// The known failures of the release under test that name a case, by case id.
+pub type ExpectedFailures =
+    std::sync::Arc<dyn Fn(&str) -> Vec<crate::timeline::Expectation> + Send + Sync>;
 
 /// A run's interruption (SIGINT, SIGTERM), shared by every case and thread of the run. Raised
 /// once; the first reason wins. A watch channel, so cases on other runtimes see it too.
@@ -89,6 +96,7 @@ impl Default for EngineOptions {
             keep_on_failure: false,
             listener: None,
             interrupt: Interrupt::default(),
+            expected: None,
         }
     }
 }
@@ -288,6 +296,12 @@ impl Engine {
             requirements: scenario.requirements.clone(),
             params: case.params.as_text(),
             versions,
+            expected_failures: self
+                .opts
+                .expected
+                .as_ref()
+                .map(|f| f(&case.id()))
+                .unwrap_or_default(),
         }));
         let mut stages = Stages {
             rec: rec.clone(),

@@ -11,7 +11,8 @@
 //!   through; name its faults and markers with [`keys`], state its checks with
 //!   [`checks::Check`] (the vocabulary: anchors, windows, selectors, predicates).
 //! - Running cases: [`engine::Engine`] runs one case, [`pool`] runs many (virtual time or a
-//!   shared real cluster); [`engine::CaseReport`] and [`engine::Outcome`] are what comes back.
+//!   shared real cluster); [`engine::CaseReport`] and [`engine::Outcome`] are what comes back,
+//!   and [`case_verdict::CaseVerdict`] is the one verdict every report gives it.
 //! - Adding a target: implement [`target::Target`] and [`target::TargetFactory`]; what a fault
 //!   does in Kubernetes terms is decided once in [`effect`], which both targets carry out.
 //! - Reading a run: [`timeline::Timeline`] (JSON lines, re-checkable offline with
@@ -29,6 +30,7 @@
 
 #![warn(unreachable_pub)]
 
+pub mod case_verdict;
 pub mod checks;
 pub mod effect;
 pub mod engine;

@@ -86,6 +86,19 @@ pub struct RunInfo {
     /// Versions of what was tested (OpenShell, Agent Sandbox, harness).
     #[serde(default)]
     pub versions: BTreeMap<String, String>,
+    /// The known failures of the release under test that name this case (from the expectations
+    /// file the run used), so that the case's verdict can be given again from the timeline
+    /// alone (`check`, `report`). Empty when none applies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expected_failures: Vec<Expectation>,
+}
+
+/// A known failure that applies to a case: the requirement the case is known to break and the
+/// upstream report that says so.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Expectation {
+    pub requirement: String,
+    pub report: String,
 }
 
 /// Kind used for the gateway's own view of a sandbox (`openshell sandbox get`), as opposed to
@@ -704,6 +717,7 @@ mod tests {
             requirements: vec!["R9".into()],
             params: [("outage".to_string(), "30s".to_string())].into(),
             versions: [("openshell".to_string(), "0.0.111".to_string())].into(),
+            expected_failures: vec![],
         }));
         let mut pod = ObjectState::new("Pod", Some("openshell"), "default--a");
         pod.uid = Some("u-1".into());

@@ -15,7 +15,8 @@ use super::progress::Progress;
 use super::served;
 use super::summary;
 use conformance_catalog::catalog::{self, Selection};
-use conformance_catalog::expectations::{Expectations, Verdict};
+use conformance_catalog::expectations::Expectations;
+use conformance_core::case_verdict::CaseVerdict;
 use conformance_core::engine::{CaseReport, EngineOptions, Interrupt};
 use conformance_core::error::{Error, ExitStatus};
 use conformance_core::pool;
@@ -214,6 +215,12 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
         keep_on_failure: args.keep_on_failure,
         listener: Some(progress.listener()),
         interrupt: interrupt.clone(),
+        // Each case's timeline records the known failures that name it, so its verdict is the
+        // same whether the run, `check` or `report` gives it.
+        expected: Some({
+            let e = expectations.clone();
+            std::sync::Arc::new(move |case_id: &str| e.for_case(case_id))
+        }),
         ..EngineOptions::default()
     };
     // From here SIGINT and SIGTERM no longer kill the process: they interrupt the run.
@@ -235,14 +242,7 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
     };
     progress.finish();
     let wall = wall.elapsed().unwrap_or_default();
-    let status = finish(
-        &args,
-        &info,
-        &expectations,
-        &reports,
-        wall,
-        interrupt.raised(),
-    );
+    let status = finish(&args, &info, &reports, wall, interrupt.raised());
     // A signal arriving while the results are written still ends the process the second time.
     if interrupt.raised().is_none() {
         watcher.abort();
@@ -423,12 +423,11 @@ fn sanitize(id: &str) -> String {
 fn finish(
     args: &RunArgs,
     info: &TargetInfo,
-    expectations: &Expectations,
     reports: &[CaseReport],
     wall: Duration,
     interrupted: Option<&'static str>,
 ) -> Result<ExitStatus, Error> {
-    let verdicts: Vec<Verdict> = reports.iter().map(|r| expectations.classify(r)).collect();
+    let verdicts: Vec<CaseVerdict> = reports.iter().map(CaseVerdict::of_report).collect();
     let dir = &args.artifacts;
     let tl_dir = dir.join("timelines");
     // Only finished cases have a timeline `check` can judge; the JUnit names every case.
@@ -476,7 +475,7 @@ fn finish(
             let path = tl_dir.join(format!("{}.jsonl", sanitize(&r.case_id)));
             write_file(&path, &r.timeline.to_jsonl())?;
         }
-        crate::junit::write(&junit, "openshell-conformance", reports)
+        crate::junit::write(&junit, "openshell-conformance", reports, &verdicts)
             .map_err(|e| Error::usage_from(format!("cannot write {}", junit.display()), e))?;
         Ok(render
             .join()
@@ -500,9 +499,12 @@ fn finish(
         );
         return Ok(interrupted_status(why));
     }
-    let status = if verdicts.iter().any(|v| matches!(v, Verdict::Error { .. })) {
+    let status = if verdicts
+        .iter()
+        .any(|v| matches!(v, CaseVerdict::Error { .. }))
+    {
         ExitStatus::Infrastructure
-    } else if verdicts.iter().all(Verdict::acceptable) {
+    } else if verdicts.iter().all(CaseVerdict::acceptable) {
         ExitStatus::Success
     } else {
         ExitStatus::ProductFailure

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use conformance_catalog::expectations::Verdict;
+use conformance_core::case_verdict::{CaseVerdict as Verdict, Totals};
 use conformance_core::checks::fmt_ms;
 use conformance_core::engine::CaseReport;
 
@@ -18,6 +18,7 @@ fn cell(v: &Verdict) -> &'static str {
         Verdict::UnexpectedPass { .. } => "XPASS",
         Verdict::Error { .. } => "ERROR",
         Verdict::Skipped { .. } => "skip",
+        Verdict::Interrupted { .. } => "interrupted",
     }
 }
 
@@ -81,32 +82,24 @@ pub(super) fn table(reports: &[CaseReport], verdicts: &[Verdict], wall: Duration
         }
         s.push('\n');
     }
-    let count = |f: fn(&Verdict) -> bool| verdicts.iter().filter(|v| f(v)).count();
     let virtual_ms: u64 = reports.iter().map(|r| r.virtual_ms).sum();
     let _ = writeln!(
         s,
-        "\n{} cases: {} passed, {} failed, {} expected failures, {} unexpected passes, {} errors, {} skipped; virtual time {}, wall time {:.2}s",
-        verdicts.len(),
-        count(|v| matches!(v, Verdict::Passed)),
-        count(|v| matches!(v, Verdict::Failed { .. })),
-        count(|v| matches!(v, Verdict::ExpectedFailure { .. })),
-        count(|v| matches!(v, Verdict::UnexpectedPass { .. })),
-        count(|v| matches!(v, Verdict::Error { .. })),
-        count(|v| matches!(v, Verdict::Skipped { .. })),
+        "\n{}; virtual time {}, wall time {:.2}s",
+        Totals::of(verdicts),
         fmt_ms(virtual_ms),
         wall.as_secs_f64()
     );
     for (r, v) in reports.iter().zip(verdicts) {
-        let why = match v {
-            Verdict::Failed { reason } | Verdict::Error { reason } => reason.clone(),
-            Verdict::UnexpectedPass {
-                requirement,
-                report,
-            } => format!(
-                "passed although expected to fail {requirement} ({report}); the bug looks fixed: update the expectations"
-            ),
-            _ => continue,
-        };
+        // Failures, errors and unexpected passes get a line each; expected failures are
+        // listed by the expectations file, interruptions by the run's closing lines.
+        if !matches!(
+            v,
+            Verdict::Failed { .. } | Verdict::Error { .. } | Verdict::UnexpectedPass { .. }
+        ) {
+            continue;
+        }
+        let Some(why) = v.explanation() else { continue };
         let _ = writeln!(s, "{} {}: {why}", cell(v), r.case_id);
     }
     s

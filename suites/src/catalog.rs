@@ -84,6 +84,13 @@ pub enum PlanError {
 /// The check plan the catalog gives the case a timeline recorded (its scenario, topology and
 /// parameters), so a saved plan can be compared with it; or why the catalog cannot say.
 pub fn plan_for(run: &RunInfo) -> Result<Vec<Check>, PlanError> {
+    let case = case_for(run)?;
+    // What a scenario checks does not depend on the target, only on the case.
+    Ok((case.scenario.checks)(&case.info(TargetInfo::default())))
+}
+
+/// The catalog's case that a timeline recorded (its scenario, topology and parameters).
+pub fn case_for(run: &RunInfo) -> Result<Case, PlanError> {
     let topology = Topologies::builtin()
         .get(&run.topology)
         .map_err(|_| PlanError::UnknownTopology(run.topology.clone()))?
@@ -102,16 +109,14 @@ pub fn plan_for(run: &RunInfo) -> Result<Vec<Check>, PlanError> {
         outage,
         seed: run.seed,
     };
-    let case = cases(&[topology], &sel)
+    cases(&[topology], &sel)
         .into_iter()
         .find(|c| c.params.as_text() == run.params)
         .ok_or_else(|| PlanError::NoSuchCase {
             scenario: run.scenario.clone(),
             topology: run.topology.clone(),
             params: run.params.clone(),
-        })?;
-    // What a scenario checks does not depend on the target, only on the case.
-    Ok((case.scenario.checks)(&case.info(TargetInfo::default())))
+        })
 }
 
 fn selected(patterns: &[String], case: &Case) -> bool {

@@ -8,6 +8,7 @@ use conformance_core::timeline::READY_CONDITION;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use conformance_core::case_verdict::{CaseVerdict, Totals};
 use conformance_core::checks::{CheckOutcome, fmt_ms};
 use conformance_core::timeline::{
     ActionStatus, Event, FaultPhase, FaultRecord, GATEWAY_SANDBOX_KIND, ObjectRef, ObjectState,
@@ -166,33 +167,42 @@ pub fn title_of(timelines: &[&Timeline]) -> String {
     }
 }
 
-/// Where a case is listed: failures and errors first, so a reader meets them without
-/// scrolling, then the rest in run order.
+/// Where a case is listed: what asks for action first (unexpected passes, failures, errors),
+/// so a reader meets them without scrolling, then the rest in run order.
 fn rank(outcome: &str) -> u8 {
     match outcome {
-        "failed" => 0,
-        "error" => 1,
-        "unfinished" => 2,
-        _ => 3,
+        "unexpected-pass" => 0,
+        "failed" => 1,
+        "error" => 2,
+        "unfinished" => 3,
+        _ => 4,
     }
 }
 
-/// The totals line: how many cases, and how many of each outcome.
+/// The totals line, the summary's own ([`Totals`]), and a line per unexpected pass saying
+/// what to do.
 fn totals(cases: &[&CaseView<'_>]) -> String {
-    let count = |o: &str| cases.iter().filter(|c| outcome_of(c.timeline) == o).count();
-    let mut line = format!(
-        "{} cases: {} passed, {} failed, {} errors, {} skipped",
-        cases.len(),
-        count("passed"),
-        count("failed"),
-        count("error"),
-        count("skipped")
-    );
-    let unfinished = count("unfinished");
+    let verdicts: Vec<CaseVerdict> = cases
+        .iter()
+        .filter_map(|c| CaseVerdict::of_timeline(c.timeline))
+        .collect();
+    let mut line = Totals::of(&verdicts).to_string();
+    let unfinished = cases.len() - verdicts.len();
     if unfinished > 0 {
         let _ = write!(line, ", {unfinished} unfinished");
     }
-    format!("<p class=\"totals\">{}</p>\n", escape(&line))
+    let mut html = format!("<p class=\"totals\">{}</p>\n", escape(&line));
+    for c in cases {
+        if let Some(v @ CaseVerdict::UnexpectedPass { .. }) = CaseVerdict::of_timeline(c.timeline) {
+            let _ = writeln!(
+                html,
+                "<p class=\"o-unexpected-pass\">UNEXPECTED PASS {}: {}</p>",
+                escape(&case_name(c.timeline)),
+                escape(&v.explanation().unwrap_or_default())
+            );
+        }
+    }
+    html
 }
 
 pub fn render(title: &str, cases: &[CaseView<'_>]) -> String {
@@ -216,8 +226,23 @@ pub fn render(title: &str, cases: &[CaseView<'_>]) -> String {
     html
 }
 
+/// A case's verdict key (`expected-failure`, ...), the same as the summary's; `unfinished` for
+/// a timeline cut before its closing record.
 fn outcome_of(t: &Timeline) -> String {
-    t.outcome().unwrap_or("unfinished").to_string()
+    CaseVerdict::of_timeline(t)
+        .map_or("unfinished", |v| v.key())
+        .to_string()
+}
+
+/// How a reader sees a case's verdict, and what it means beyond its name.
+fn outcome_label(t: &Timeline) -> (String, Option<String>) {
+    match CaseVerdict::of_timeline(t) {
+        Some(v @ (CaseVerdict::ExpectedFailure { .. } | CaseVerdict::UnexpectedPass { .. })) => {
+            (v.label().to_string(), v.explanation())
+        }
+        Some(v) => (v.label().to_string(), None),
+        None => ("unfinished".into(), None),
+    }
 }
 
 fn case_name(t: &Timeline) -> String {
@@ -245,12 +270,14 @@ fn summary_table(cases: &[&CaseView<'_>]) -> String {
             .filter(|o| !o.passed)
             .count();
         let outcome = outcome_of(c.timeline);
+        let (label, why) = outcome_label(c.timeline);
+        let title = why.map_or(String::new(), |w| format!(" title=\"{}\"", escape(&w)));
         let _ = writeln!(
             s,
-            "<tr><td><a href=\"#case-{i}\">{}</a></td><td class=\"o-{}\">{}</td><td>{failed}</td><td>{}</td></tr>",
+            "<tr><td><a href=\"#case-{i}\">{}</a></td><td class=\"o-{}\"{title}>{}</td><td>{failed}</td><td>{}</td></tr>",
             escape(&case_name(c.timeline)),
             escape(&outcome),
-            escape(&outcome),
+            escape(&label),
             fmt_ms(c.timeline.duration().as_millis() as u64)
         );
     }
@@ -263,13 +290,22 @@ fn case_section(index: usize, c: &CaseView<'_>) -> String {
     let end = t.entries.last().map_or(0, |e| e.at_ms).max(1);
     let mut s = String::new();
     let outcome = outcome_of(t);
+    let (label, why) = outcome_label(t);
     let _ = writeln!(
         s,
         "<section id=\"case-{index}\" class=\"case\"><h2>{} <span class=\"o-{}\">{}</span></h2>",
         escape(&case_name(t)),
         escape(&outcome),
-        escape(&outcome)
+        escape(&label)
     );
+    if let Some(why) = why {
+        let _ = writeln!(
+            s,
+            "<p class=\"o-{}\">{}</p>",
+            escape(&outcome),
+            escape(&why)
+        );
+    }
     if let Some(info) = t.run_info() {
         let mut meta = vec![
             ("scenario", info.title.clone()),
@@ -721,7 +757,7 @@ const LEGEND: &str = "<p class=\"legend\"><span class=\"sw good\"></span>ready /
 const CSS: &str = "body{font:13px/1.4 system-ui,sans-serif;margin:16px;color:#222}\
 h1{font-size:20px}h2{font-size:16px;margin:4px 0}h3{font-size:14px;margin:4px 0}\
 table.summary{border-collapse:collapse;margin-bottom:8px}table.summary td,table.summary th{border:1px solid #ccc;padding:2px 8px;text-align:left}\
-p.totals{font-weight:bold}.o-passed{color:#17803d}.o-failed{color:#c0262d;font-weight:bold}.o-error{color:#a35200;font-weight:bold}.o-skipped{color:#666}\
+p.totals{font-weight:bold}.o-passed{color:#17803d}.o-failed{color:#c0262d;font-weight:bold}.o-error{color:#a35200;font-weight:bold}.o-skipped{color:#666}.o-expected-failure{color:#8a6d00}.o-unexpected-pass{color:#c0262d;font-weight:bold}.o-interrupted{color:#a35200}\
 section.case{border-top:2px solid #ddd;margin-top:16px;padding-top:8px}\
 dl.meta{display:grid;grid-template-columns:max-content auto;gap:0 12px;margin:4px 0}dl.meta dt{color:#666}dl.meta dd{margin:0}\
 .failing{background:#fdecec;border:1px solid #e5a0a0;padding:6px 10px;margin:6px 0}.failing .check{margin:4px 0}\
@@ -771,7 +807,7 @@ mod tests {
         let html = render("nothing", &[]);
         assert!(
             html.contains(
-                "<p class=\"totals\">0 cases: 0 passed, 0 failed, 0 errors, 0 skipped</p>"
+                "<p class=\"totals\">0 cases: 0 passed, 0 failed, 0 expected failures, 0 unexpected passes, 0 errors, 0 skipped</p>"
             )
         );
         assert!(html.starts_with("<!DOCTYPE html>"));

@@ -80,13 +80,80 @@ async fn the_overview_starts_with_the_totals_and_lists_failures_first() {
         ],
     );
     let totals = html
-        .find("<p class=\"totals\">2 cases: 1 passed, 1 failed, 0 errors, 0 skipped</p>")
+        .find("<p class=\"totals\">2 cases: 1 passed, 1 failed, 0 expected failures, 0 unexpected passes, 0 errors, 0 skipped</p>")
         .expect("a totals line");
     let table = html.find("<table class=\"summary\">").unwrap();
     assert!(totals < table, "the totals come before the table");
     let failed = html.find("<td class=\"o-failed\">failed</td>").unwrap();
     let passed = html.find("<td class=\"o-passed\">passed</td>").unwrap();
     assert!(failed < passed, "the failed case is listed first");
+}
+
+/// An engine whose cases are known to break `requirement`: their timelines record it.
+fn engine_expecting(quirk: Quirk, requirement: &'static str) -> conformance_core::engine::Engine {
+    let known = move |_: &str| {
+        vec![conformance_core::timeline::Expectation {
+            requirement: requirement.into(),
+            report: "bug 3, #42".into(),
+        }]
+    };
+    conformance_core::engine::Engine::new(
+        Factory::new(quirk),
+        conformance_core::engine::EngineOptions {
+            expected: Some(std::sync::Arc::new(known)),
+            ..Default::default()
+        },
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn expected_failures_and_unexpected_passes_show_as_the_summary_counts_them() {
+    use conformance_core::case_verdict::{CaseVerdict, Totals};
+    let xfail = engine_expecting(Quirk::ErrorOnOutage, "R9")
+        .run_case(&case(standard_steps()))
+        .await;
+    let xpass = engine_expecting(Quirk::None, "R9")
+        .run_case(&case(standard_steps()))
+        .await;
+    let passing = engine(Factory::new(Quirk::None))
+        .run_case(&case(standard_steps()))
+        .await;
+    let reports = [passing, xfail, xpass];
+    let views: Vec<CaseView<'_>> = reports
+        .iter()
+        .map(|r| CaseView {
+            timeline: &r.timeline,
+            links: vec![],
+        })
+        .collect();
+    let html = render("t", &views);
+    // The headline is the summary's totals line, from the same verdicts.
+    let verdicts: Vec<CaseVerdict> = reports.iter().map(CaseVerdict::of_report).collect();
+    let line = Totals::of(&verdicts).to_string();
+    assert_eq!(
+        line,
+        "3 cases: 1 passed, 0 failed, 1 expected failures, 1 unexpected passes, 0 errors, 0 skipped"
+    );
+    let totals = html
+        .find(&format!("<p class=\"totals\">{line}</p>"))
+        .expect("the summary's totals line");
+    // The unexpected pass is flagged at the top, with what to do, and listed first.
+    let flag = html
+        .find("<p class=\"o-unexpected-pass\">UNEXPECTED PASS outage-demo[combined,outage=30s]: passed although expected to fail R9 (bug 3, #42); the bug looks fixed: update the expectations</p>")
+        .expect("the unexpected pass flagged");
+    let table = html.find("<table class=\"summary\">").unwrap();
+    assert!(totals < flag && flag < table, "{html}");
+    let xpass_row = html.find(">UNEXPECTED PASS</td>").unwrap();
+    let xfail_row = html
+        .find("<td class=\"o-expected-failure\" title=\"expected failure of R9: bug 3, #42\">expected failure</td>")
+        .expect("the expected failure in its own colour, with its reason");
+    let passed_row = html.find("<td class=\"o-passed\">passed</td>").unwrap();
+    assert!(xpass_row < xfail_row && xfail_row > table);
+    assert!(xpass_row < passed_row);
+    assert!(
+        !html.contains("class=\"o-failed\""),
+        "nothing is shown as failed"
+    );
 }
 
 fn chromium() -> Option<PathBuf> {

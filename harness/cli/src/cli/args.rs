@@ -124,6 +124,13 @@ pub struct CheckArgs {
     /// Timeline files (JSON lines) written by `run --artifacts DIR`.
     #[arg(required = true)]
     pub timelines: Vec<PathBuf>,
+    /// Judge the cases against this expectations file instead of the known failures each
+    /// timeline recorded (those of the run that wrote it).
+    #[arg(long, value_name = "FILE")]
+    pub expectations: Option<PathBuf>,
+    /// `table`: a block of text per file; `json`: one JSON object per file, for tools.
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
 }
 
 #[derive(Debug, Args)]

@@ -1,45 +1,163 @@
-//! `check`: re-judges saved timelines offline, strictly. Every file is looked at, whatever the
-//! ones before it were; a verdict that differs from the recorded one, or a stored check plan
-//! that differs from the catalog's plan for that case, fails the check and is named. Skipped
-//! cases are reported as skipped. A timeline that cannot be judged (unreadable, not written by
+//! `check`: re-judges saved timelines offline, strictly, and gives each case its verdict again.
+//! Every file is looked at, whatever the ones before it were. A check verdict that differs from
+//! the recorded one, or a stored check plan that differs from the catalog's plan for that case,
+//! fails the check and is named. The case's verdict comes from [`CaseVerdict`] with the known
+//! failures the timeline recorded (those of the run that wrote it) or, with `--expectations`,
+//! those of that file, so `check` reproduces the run's verdict: an expected failure exits 0, an
+//! unexpected pass 1, an error 3. A timeline that cannot be judged (unreadable, not written by
 //! `run`, or cut before its closing record) is a usage error (exit 2) once all files are seen.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use conformance_catalog::expectations::Expectations;
+use conformance_core::case_verdict::CaseVerdict;
 use conformance_core::checks::{Check, CheckOutcome};
 use conformance_core::error::{Error, ExitStatus};
 use conformance_core::timeline::{Event, StageStatus, Timeline};
+use serde::Serialize;
 
-use super::args::CheckArgs;
+use super::args::{CheckArgs, Format};
 use super::files::load_timeline;
 
-/// What checking one timeline came to.
-#[derive(Debug, PartialEq, Eq, PartialOrd, Ord, Clone, Copy)]
-enum Verdict {
+/// What checking one timeline came to, worst last.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord, Clone, Copy, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum Judgement {
+    /// The recorded verdicts hold and the case's verdict lets a run pass.
     Agrees,
-    /// Checks failed, a verdict differs, or the plan is not the catalog's.
+    /// A verdict differs, the plan is not the catalog's, or the case failed (or passed
+    /// unexpectedly).
     Fails,
+    /// The case's verdict is an error or an interruption: it says nothing about the product.
+    Errored,
     /// The file cannot be judged.
     Unjudgeable,
 }
 
+/// One file's result, as `--format json` prints it.
+#[derive(Debug, Serialize)]
+struct Judged {
+    file: String,
+    judgement: Judgement,
+    /// The case's verdict (absent when the file cannot be judged).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    verdict: Option<CaseVerdict>,
+    checks_passed: usize,
+    checks: usize,
+    /// What differs from the record or the catalog, and why the file cannot be judged.
+    problems: Vec<String>,
+    /// The failing checks' diagnoses.
+    failing: Vec<String>,
+    notes: Vec<String>,
+}
+
+impl Judged {
+    fn new(file: String) -> Self {
+        Self {
+            file,
+            judgement: Judgement::Agrees,
+            verdict: None,
+            checks_passed: 0,
+            checks: 0,
+            problems: Vec::new(),
+            failing: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    fn print(&self) {
+        let name = &self.file;
+        for n in &self.notes {
+            println!("{name}: note: {n}");
+        }
+        let Some(v) = &self.verdict else {
+            for p in &self.problems {
+                println!("{name}: cannot be judged: {p}");
+            }
+            return;
+        };
+        if let CaseVerdict::Skipped { reason } = v {
+            println!("{name}: skipped: {reason}");
+            return;
+        }
+        let plan: Vec<&String> = self
+            .problems
+            .iter()
+            .filter(|p| p.starts_with("plan "))
+            .collect();
+        if !plan.is_empty() {
+            println!("{name}: the stored check plan DIFFERS from the catalog's for this case:");
+            for p in plan {
+                println!("  {}", p.trim_start_matches("plan "));
+            }
+        }
+        let differing: Vec<&String> = self
+            .problems
+            .iter()
+            .filter(|p| !p.starts_with("plan "))
+            .collect();
+        println!(
+            "{name}: {} of {} checks passed, {}",
+            self.checks_passed,
+            self.checks,
+            if differing.is_empty() {
+                "as recorded"
+            } else {
+                "DIFFERENT from the verdicts recorded in the file"
+            }
+        );
+        for d in differing {
+            println!("  {d}");
+        }
+        for f in &self.failing {
+            println!("  {}", f.replace('\n', "\n  "));
+        }
+        match v.explanation() {
+            Some(why) => println!("{name}: {}: {why}", v.label()),
+            None => println!("{name}: {}", v.label()),
+        }
+    }
+}
+
 pub(super) fn check(args: &CheckArgs) -> Result<ExitStatus, Error> {
-    let mut worst = Verdict::Agrees;
+    // A bad expectations file is refused before any timeline is read.
+    let expectations = args
+        .expectations
+        .as_deref()
+        .map(Expectations::load)
+        .transpose()?;
+    let mut worst = Judgement::Agrees;
+    let mut all = Vec::new();
     for path in &args.timelines {
-        let verdict = match load_timeline(path) {
-            Ok(t) => check_one(path, &t),
+        let judged = match load_timeline(path) {
+            Ok(t) => check_one(path, &t, expectations.as_ref()),
             Err(e) => {
-                eprintln!("{}", conformance_core::error::report(&e));
-                Verdict::Unjudgeable
+                let mut j = Judged::new(path.display().to_string());
+                j.judgement = Judgement::Unjudgeable;
+                j.problems.push(conformance_core::error::one_line(&e));
+                if args.format == Format::Table {
+                    eprintln!("{}", conformance_core::error::report(&e));
+                }
+                j
             }
         };
-        worst = worst.max(verdict);
+        worst = worst.max(judged.judgement);
+        match args.format {
+            Format::Table => judged.print(),
+            Format::Json => all.push(judged),
+        }
+    }
+    if args.format == Format::Json {
+        let json = serde_json::to_string_pretty(&all)
+            .map_err(|e| Error::infra_from("cannot write the results as JSON", e))?;
+        println!("{json}");
     }
     Ok(match worst {
-        Verdict::Agrees => ExitStatus::Success,
-        Verdict::Fails => ExitStatus::ProductFailure,
-        Verdict::Unjudgeable => ExitStatus::Usage,
+        Judgement::Agrees => ExitStatus::Success,
+        Judgement::Fails => ExitStatus::ProductFailure,
+        Judgement::Errored => ExitStatus::Infrastructure,
+        Judgement::Unjudgeable => ExitStatus::Usage,
     })
 }
 
@@ -56,63 +174,80 @@ pub(super) fn unjudgeable(t: &Timeline) -> Option<&'static str> {
     None
 }
 
-fn check_one(path: &Path, t: &Timeline) -> Verdict {
-    let name = path.display();
+fn check_one(path: &Path, t: &Timeline, expectations: Option<&Expectations>) -> Judged {
+    let mut j = Judged::new(path.display().to_string());
     if let Some(why) = unjudgeable(t) {
-        println!("{name}: cannot be judged: {why}");
-        return Verdict::Unjudgeable;
+        j.judgement = Judgement::Unjudgeable;
+        j.problems.push(why.into());
+        return j;
     }
+    let run = t.run_info().expect("checked above");
+    let case = conformance_catalog::catalog::case_for(run);
+    // The known failures to judge by: the file's, for the case the timeline recorded, or the
+    // ones the run recorded.
+    let expected = match (expectations, &case) {
+        (Some(e), Ok(case)) => e.for_case(&case.id()),
+        (Some(_), Err(why)) => {
+            j.notes.push(format!(
+                "--expectations not applied (the recorded known failures are): {}",
+                conformance_core::error::one_line(why)
+            ));
+            run.expected_failures.clone()
+        }
+        (None, _) => run.expected_failures.clone(),
+    };
     if t.outcome() == Some("skipped") {
-        println!("{name}: skipped: {}", skip_reason(t));
-        return Verdict::Agrees;
+        j.verdict = Some(CaseVerdict::Skipped {
+            reason: skip_reason(t),
+        });
+        return j;
     }
     let plan = t.check_plan();
     if plan.is_empty() {
-        println!("{name}: cannot be judged: the case ran but its timeline has no check plan");
-        return Verdict::Unjudgeable;
+        j.judgement = Judgement::Unjudgeable;
+        j.problems
+            .push("the case ran but its timeline has no check plan".into());
+        return j;
     }
-    let mut verdict = Verdict::Agrees;
-    let run = t.run_info().expect("checked above");
-    match conformance_catalog::catalog::plan_for(run) {
-        Ok(catalog) => {
-            let differences = plan_differences(&plan, &catalog);
-            if !differences.is_empty() {
-                println!("{name}: the stored check plan DIFFERS from the catalog's for this case:");
-                for d in differences {
-                    println!("  {d}");
-                }
-                verdict = Verdict::Fails;
+    match &case {
+        Ok(case) => {
+            let catalog = (case.scenario.checks)(&case.info(Default::default()));
+            for d in plan_differences(&plan, &catalog) {
+                j.problems.push(format!("plan {d}"));
             }
         }
-        Err(why) => println!(
-            "{name}: note: the stored check plan was not compared: {}",
-            conformance_core::error::one_line(&why)
-        ),
+        Err(why) => j.notes.push(format!(
+            "the stored check plan was not compared: {}",
+            conformance_core::error::one_line(why)
+        )),
     }
     let again = conformance_core::engine::recheck(t);
     let recorded: Vec<CheckOutcome> = t.check_outcomes().into_iter().cloned().collect();
-    let differing = verdict_differences(&recorded, &again.outcomes);
-    let failed: Vec<&CheckOutcome> = again.outcomes.iter().filter(|o| !o.passed).collect();
-    println!(
-        "{name}: {} of {} checks passed, {}",
-        again.outcomes.len() - failed.len(),
-        again.outcomes.len(),
-        if differing.is_empty() {
-            "as recorded"
-        } else {
-            "DIFFERENT from the verdicts recorded in the file"
-        }
-    );
-    for d in &differing {
-        println!("  {d}");
-    }
-    for o in &failed {
-        println!("  {}", o.diagnosis().replace('\n', "\n  "));
-    }
-    if !differing.is_empty() || !failed.is_empty() {
-        verdict = Verdict::Fails;
-    }
-    verdict
+    j.problems
+        .extend(verdict_differences(&recorded, &again.outcomes));
+    j.checks = again.outcomes.len();
+    j.checks_passed = again.outcomes.iter().filter(|o| o.passed).count();
+    j.failing = again
+        .outcomes
+        .iter()
+        .filter(|o| !o.passed)
+        .map(|o| o.diagnosis())
+        .collect();
+    let verdict = CaseVerdict::of_timeline_with(t, &expected).expect("checked above");
+    j.judgement = if !j.problems.is_empty() {
+        Judgement::Fails
+    } else if matches!(
+        verdict,
+        CaseVerdict::Error { .. } | CaseVerdict::Interrupted { .. }
+    ) {
+        Judgement::Errored
+    } else if verdict.acceptable() {
+        Judgement::Agrees
+    } else {
+        Judgement::Fails
+    };
+    j.verdict = Some(verdict);
+    j
 }
 
 /// Why the case was skipped, as its stages recorded it.

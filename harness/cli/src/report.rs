@@ -287,7 +287,8 @@ fn summary_table(cases: &[&CaseView<'_>]) -> String {
 
 fn case_section(index: usize, c: &CaseView<'_>) -> String {
     let t = c.timeline;
-    let end = t.entries.last().map_or(0, |e| e.at_ms).max(1);
+    let start = first_drawn(t);
+    let end = t.entries.last().map_or(0, |e| e.at_ms).max(start + 1);
     let mut s = String::new();
     let outcome = outcome_of(t);
     let (label, why) = outcome_label(t);
@@ -321,6 +322,25 @@ fn case_section(index: usize, c: &CaseView<'_>) -> String {
         }
         if let Some(seed) = info.seed {
             meta.push(("seed", seed.to_string()));
+        }
+        // Which clock the times are on: virtual on the emulated target, this machine's wall
+        // clock on real and served clusters.
+        meta.push((
+            "clock",
+            if info.target == "emulated" {
+                "virtual time, from the case's start".into()
+            } else {
+                "real time (this machine's wall clock), from the case's start".into()
+            },
+        ));
+        if start > 0 {
+            meta.push((
+                "time axis",
+                format!(
+                    "from {}: nothing was recorded to draw before (the install)",
+                    fmt_ms(start)
+                ),
+            ));
         }
         s.push_str("<dl class=\"meta\">");
         for (k, v) in meta {
@@ -365,7 +385,7 @@ fn case_section(index: usize, c: &CaseView<'_>) -> String {
         }
         s.push_str("</div>\n");
     }
-    s.push_str(&svg(t, end, &failing));
+    s.push_str(&svg(t, start, end, &failing));
     s.push_str(&events_table(t));
     s.push_str("</section>\n");
     s
@@ -384,32 +404,49 @@ struct Drawing {
     markers: Vec<(u64, String)>,
 }
 
-/// The SVG's geometry: the time axis's scale and the drawing's height.
+/// The SVG's geometry: the time axis (from `start` to `end`, in the timeline's own times), its
+/// scale and the drawing's height.
 struct Frame {
+    start: u64,
     end: u64,
     scale: f64,
     height: f64,
 }
 
 impl Frame {
-    fn new(end: u64, object_lanes: usize) -> Self {
+    fn new(start: u64, end: u64, object_lanes: usize) -> Self {
         let n_lanes = object_lanes + 2; // objects, actions, checks
         Self {
+            start,
             end,
-            scale: (WIDTH - LABEL_W - RIGHT_PAD) / end as f64,
+            scale: (WIDTH - LABEL_W - RIGHT_PAD) / (end - start) as f64,
             height: AXIS_H + n_lanes as f64 * LANE_H + 8.0,
         }
     }
 
-    /// The x coordinate of a time.
+    /// The x coordinate of a time; anything before the axis starts is drawn at its start.
     fn x(&self, ms: u64) -> f64 {
-        LABEL_W + ms as f64 * self.scale
+        LABEL_W + ms.saturating_sub(self.start) as f64 * self.scale
     }
 }
 
-fn svg(t: &Timeline, end: u64, failing: &[&CheckOutcome]) -> String {
+/// When the case's drawing begins: its first object state, fault, action or marker. On a
+/// served or real cluster the install before it records nothing to draw for tens of seconds.
+fn first_drawn(t: &Timeline) -> u64 {
+    t.entries
+        .iter()
+        .find(|e| {
+            matches!(
+                e.event,
+                Event::Object(_) | Event::Fault(_) | Event::Action(_) | Event::Marker { .. }
+            )
+        })
+        .map_or(0, |e| e.at_ms)
+}
+
+fn svg(t: &Timeline, start: u64, end: u64, failing: &[&CheckOutcome]) -> String {
     let d = gather(t, end);
-    let f = Frame::new(end, d.lanes.len());
+    let f = Frame::new(start, end, d.lanes.len());
     let height = f.height;
     let mut s = String::new();
     let _ = writeln!(
@@ -499,8 +536,8 @@ fn record_fault(windows: &mut Vec<Window>, f: &FaultRecord, at_ms: u64) {
 
 /// The time axis: a tick line across the drawing and a label per step.
 fn draw_axis(s: &mut String, f: &Frame) {
-    let step = nice_step(f.end);
-    let mut tick = 0;
+    let step = nice_step(f.end - f.start);
+    let mut tick = f.start.div_ceil(step) * step;
     while tick <= f.end {
         let _ = writeln!(
             s,

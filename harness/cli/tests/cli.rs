@@ -5,6 +5,9 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+#[path = "common/junit_consumers.rs"]
+mod junit_consumers;
+
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_openshell-conformance"));
     // The run's defaults must not depend on the caller's environment.
@@ -895,6 +898,13 @@ fn a_signal_during_run_writes_the_finished_cases_marks_the_rest_interrupted_and_
 
     let junit = std::fs::read_to_string(art.join("junit.xml")).unwrap();
     assert!(!junit.contains("EARLIER RUN"));
+    // What CI dashboards read: one passed case, the others interrupted, as the summary says.
+    if let Some(parsed) = junit_consumers::read(&art.join("junit.xml"), "a_signal_during_run") {
+        let totals = junit_consumers::summary_totals(&out);
+        assert_eq!(totals[1], 1, "{out}");
+        assert_eq!(totals[7], topologies() - 1, "{out}");
+        junit_consumers::assert_agrees(&parsed, totals);
+    }
     let report = quick_junit::Report::deserialize_from_str(&junit).unwrap();
     let suites: Vec<(&str, bool)> = report
         .test_suites

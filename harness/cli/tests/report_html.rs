@@ -308,3 +308,87 @@ async fn headless_chromium_renders_the_report_with_the_fault_window_visible() {
         "failing-check box pixels: {failing_box}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_served_case_is_drawn_from_its_first_record_on_a_named_clock() {
+    use conformance_core::timeline::{Event, ObjectState, Recorder, RunInfo};
+    let rec = Recorder::new();
+    rec.record(Event::RunStarted(RunInfo {
+        scenario: "provisioning".into(),
+        topology: "combined".into(),
+        target: "existing".into(),
+        ..Default::default()
+    }));
+    // The install records nothing to draw for 40 s, as on a served cluster.
+    tokio::time::advance(std::time::Duration::from_secs(40)).await;
+    rec.record(Event::Object(ObjectState::new(
+        "Pod",
+        Some("openshell"),
+        "p",
+    )));
+    tokio::time::advance(std::time::Duration::from_secs(20)).await;
+    rec.record(Event::RunFinished {
+        outcome: "passed".into(),
+    });
+    let t = rec.snapshot();
+    let html = render(
+        "t",
+        &[CaseView {
+            timeline: &t,
+            links: vec![],
+        }],
+    );
+    assert!(
+        html.contains("<dt>clock</dt><dd>real time (this machine&#39;s wall clock), from the case&#39;s start</dd>"),
+        "{html}"
+    );
+    assert!(
+        html.contains(
+            "<dt>time axis</dt><dd>from 40s: nothing was recorded to draw before (the install)</dd>"
+        ),
+        "{html}"
+    );
+    // The first tick is at the axis's start, at the left edge of the lanes, not at 0.
+    let first_tick = html.split("<text class=\"axis\"").nth(1).expect("a tick");
+    assert!(
+        first_tick.starts_with(" x=\"260.0\" y=\"12\">40s<"),
+        "{first_tick}"
+    );
+    assert!(
+        !html.contains(">0s</text>"),
+        "no tick before the case's start"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_emulated_case_says_its_times_are_virtual_and_starts_its_axis_at_0() {
+    use conformance_core::timeline::{Event, ObjectState, Recorder, RunInfo};
+    let rec = Recorder::new();
+    rec.record(Event::RunStarted(RunInfo {
+        target: "emulated".into(),
+        ..Default::default()
+    }));
+    rec.record(Event::Object(ObjectState::new(
+        "Pod",
+        Some("openshell"),
+        "p",
+    )));
+    tokio::time::advance(std::time::Duration::from_secs(20)).await;
+    rec.record(Event::RunFinished {
+        outcome: "passed".into(),
+    });
+    let t = rec.snapshot();
+    let html = render(
+        "t",
+        &[CaseView {
+            timeline: &t,
+            links: vec![],
+        }],
+    );
+    assert!(
+        html.contains("<dt>clock</dt><dd>virtual time, from the case&#39;s start</dd>"),
+        "{html}"
+    );
+    assert!(!html.contains("<dt>time axis</dt>"), "{html}");
+    assert!(html.contains(">0s</text>"), "{html}");
+}

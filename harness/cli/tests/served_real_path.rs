@@ -12,6 +12,9 @@ mod served_support;
 use std::path::Path;
 use std::time::Duration;
 
+#[path = "common/junit_consumers.rs"]
+mod junit_consumers;
+
 use served_support::{
     Harness, MODEL, ServeProc, Tools, assert_same_check_verdicts, summary_verdicts,
 };
@@ -509,6 +512,10 @@ async fn a_defect_on_the_served_real_path_fails_naming_its_requirement_with_a_cl
         "the failure names R9:\n{}",
         run.out
     );
+    // A served run's JUnit, as CI dashboards read it, counts what the summary says.
+    if let Some(parsed) = junit_consumers::read(&artifacts.join("junit.xml"), test) {
+        junit_consumers::assert_agrees(&parsed, junit_consumers::summary_totals(&run.out));
+    }
     let bundles: Vec<_> = std::fs::read_dir(artifacts.join("diagnostics"))
         .unwrap_or_else(|e| panic!("no diagnostics directory ({e}):\n{}", run.out))
         .flatten()

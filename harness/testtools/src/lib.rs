@@ -1,6 +1,7 @@
 //! Where tests find the real tools they drive, and what happens when one is missing.
 //!
-//! `.ci/tools.sh` installs helm, kubectl and the OpenShell Python SDK into the git-ignored
+//! `.ci/tools.sh` installs helm, kubectl, the OpenShell Python SDK and the JUnit consumers
+//! (junitparser, junit2html) into the git-ignored
 //! `.tools/`; the OpenShell binaries, chart and Agent Sandbox manifest of the release installed
 //! by default (`installed_by_default` in `fixtures/releases/`: v0.0.111 with Agent Sandbox
 //! v0.5.0 today) are test material beside the repository (`../shared/tools/openshell-v<version>/`,
@@ -29,6 +30,9 @@ pub enum Tool {
     OpenshellChart,
     /// The `manifest.yaml` of the Agent Sandbox release installed with the default release.
     AgentSandboxManifest,
+    /// The directory holding junitparser and junit2html (`PYTHONPATH` for `python3`), the
+    /// JUnit consumers CI dashboards are built on.
+    JunitConsumers,
 }
 
 impl Tool {
@@ -43,6 +47,7 @@ impl Tool {
             Tool::OpenshellPythonSdk => "OPENSHELL_PYTHON_SDK",
             Tool::OpenshellChart => "OPENSHELL_CHART_PATH",
             Tool::AgentSandboxManifest => "AGENT_SANDBOX_MANIFEST",
+            Tool::JunitConsumers => "JUNIT_CONSUMERS",
         }
     }
 
@@ -61,6 +66,7 @@ impl Tool {
             Tool::OpenshellGateway => shared.join("openshell-gateway"),
             Tool::OpenshellSandbox => shared.join("openshell-sandbox"),
             Tool::OpenshellPythonSdk => root.join(".tools/python"),
+            Tool::JunitConsumers => root.join(".tools/junit"),
             Tool::OpenshellChart => upstream.join(format!("openshell-chart-v{openshell}")),
             Tool::AgentSandboxManifest => {
                 upstream.join(format!("agent-sandbox-{agent_sandbox}/manifest.yaml"))
@@ -71,6 +77,10 @@ impl Tool {
     fn present(self, path: &Path) -> bool {
         match self {
             Tool::OpenshellPythonSdk => path.join("openshell/__init__.py").is_file(),
+            Tool::JunitConsumers => {
+                path.join("junitparser/__init__.py").is_file()
+                    && path.join("junit2htmlreport/__init__.py").is_file()
+            }
             Tool::OpenshellChart => path.join("Chart.yaml").is_file(),
             _ => path.is_file(),
         }
@@ -79,7 +89,9 @@ impl Tool {
     /// How to get the tool, for the skip message.
     fn how_to_get(self) -> &'static str {
         match self {
-            Tool::Helm | Tool::Kubectl | Tool::OpenshellPythonSdk => "run .ci/tools.sh",
+            Tool::Helm | Tool::Kubectl | Tool::OpenshellPythonSdk | Tool::JunitConsumers => {
+                "run .ci/tools.sh"
+            }
             Tool::OpenshellChart | Tool::AgentSandboxManifest => {
                 "put the upstream test material (chart, Agent Sandbox manifest) beside the repository or set the variable"
             }

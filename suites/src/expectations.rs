@@ -103,7 +103,7 @@ impl Expectations {
     /// The verdict of a case the engine ran, under these expectations (the one rule is
     /// [`CaseVerdict::of`]).
     pub fn classify(&self, report: &CaseReport) -> CaseVerdict {
-        CaseVerdict::of_report_with(report, &self.for_case(&report.case_id))
+        report.verdict_with(&self.for_case(&report.case_id))
     }
 }
 

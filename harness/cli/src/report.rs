@@ -773,7 +773,10 @@ fn events_table(t: &Timeline) -> String {
                 x.lines.join("\n")
             ),
             Event::RunStarted(i) => format!("run started: {} on {}", i.scenario, i.topology),
-            Event::RunFinished { outcome } => format!("run finished: {outcome}"),
+            Event::RunFinished { outcome, verdict } => match verdict {
+                Some(v) if v != outcome => format!("run finished: {outcome} ({v})"),
+                _ => format!("run finished: {outcome}"),
+            },
         };
         let _ = writeln!(
             s,

@@ -117,7 +117,7 @@ async fn junit_has_a_suite_per_case_and_a_testcase_per_stage_and_check() {
 }
 
 fn verdicts(cases: &[CaseReport]) -> Vec<CaseVerdict> {
-    cases.iter().map(CaseVerdict::of_report).collect()
+    cases.iter().map(CaseReport::verdict).collect()
 }
 
 fn kind(tc: &quick_junit::TestCase) -> String {
@@ -143,7 +143,7 @@ async fn an_expected_failure_is_skipped_as_xfail_with_what_was_seen_and_counts_n
     let failing = engine(Factory::new(Quirk::ErrorOnOutage))
         .run_case(&case(standard_steps()))
         .await;
-    let verdict = CaseVerdict::of_report_with(&failing, &known("R9"));
+    let verdict = failing.verdict_with(&known("R9"));
     assert_eq!(verdict.key(), "expected-failure");
     let xml = junit::report("r", std::slice::from_ref(&failing), &[verdict])
         .to_string()
@@ -201,7 +201,7 @@ async fn an_unexpected_pass_is_a_failure_of_type_xpass_that_says_what_to_do() {
     let passing = engine(Factory::new(Quirk::None))
         .run_case(&case(standard_steps()))
         .await;
-    let verdict = CaseVerdict::of_report_with(&passing, &known("R9"));
+    let verdict = passing.verdict_with(&known("R9"));
     let xml = junit::report("r", std::slice::from_ref(&passing), &[verdict])
         .to_string()
         .unwrap();

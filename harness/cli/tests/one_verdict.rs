@@ -7,6 +7,9 @@ use std::process::{Command, Output};
 
 use quick_junit::{NonSuccessKind, Report, TestCaseStatus};
 
+#[path = "common/junit_consumers.rs"]
+mod junit_consumers;
+
 fn run(args: &[&str], dir: &Path) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_openshell-conformance"));
     for (k, _) in std::env::vars() {
@@ -196,4 +199,139 @@ fn an_unexpected_pass_is_red_in_every_output_and_exits_1() {
         out.contains(": UNEXPECTED PASS: passed although expected to fail R9"),
         "{out}"
     );
+}
+
+/// The verdict keys in the order of the totals line.
+const KEYS: [&str; 7] = [
+    "passed",
+    "failed",
+    "expected-failure",
+    "unexpected-pass",
+    "error",
+    "skipped",
+    "interrupted",
+];
+
+fn tally<'a>(keys: impl Iterator<Item = &'a str>) -> [usize; 8] {
+    let mut t = [0; 8];
+    for k in keys {
+        t[0] += 1;
+        let i = KEYS
+            .iter()
+            .position(|x| *x == k)
+            .unwrap_or_else(|| panic!("{k}"));
+        t[i + 1] += 1;
+    }
+    t
+}
+
+#[rstest::rstest]
+#[case::contract(&["--model", "contract"])]
+#[case::upstream(&["--model", "openshell-0.0.111"])]
+#[case::reported(&["--model", "openshell-0.1.6-reported"])]
+#[case::defect(&["--defect", "gateway-restart-marks-error"])]
+fn summary_exit_code_junit_html_timelines_and_check_agree_on_every_model_and_a_defect(
+    #[case] which: &[&str],
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["run"];
+    args.extend_from_slice(which);
+    for s in [
+        "provisioning",
+        "bootstrap-outage",
+        "gateway-restart",
+        "restart-policy-always",
+    ] {
+        args.extend(["--scenario", s]);
+    }
+    args.extend(["--artifacts", "a"]);
+    let o = run(&args, dir.path());
+    let out = text(&o);
+    let summary = junit_consumers::summary_totals(&out);
+    assert!(summary[0] > 0, "{out}");
+    // The exit code follows from the totals.
+    let want = if summary[5] > 0 {
+        3
+    } else if summary[2] + summary[4] > 0 {
+        1
+    } else {
+        0
+    };
+    assert_eq!(o.status.code(), Some(want), "{out}");
+    let a = dir.path().join("a");
+    // JUnit: each suite's outcome property.
+    let xml = std::fs::read_to_string(a.join("junit.xml")).unwrap();
+    let report = Report::deserialize_from_str(&xml).unwrap();
+    let outcomes: Vec<String> = report
+        .test_suites
+        .iter()
+        .map(|s| {
+            s.properties
+                .iter()
+                .find(|p| p.name.as_str() == "outcome")
+                .unwrap()
+                .value
+                .to_string()
+        })
+        .collect();
+    assert_eq!(tally(outcomes.iter().map(String::as_str)), summary, "JUnit");
+    // And as a CI dashboard's parser reads it.
+    if let Some(parsed) = junit_consumers::read(
+        &a.join("junit.xml"),
+        "summary_exit_code_junit_html_timelines_and_check_agree_on_every_model_and_a_defect",
+    ) {
+        junit_consumers::assert_agrees(&parsed, summary);
+    }
+    // HTML: the same totals line.
+    let html = std::fs::read_to_string(a.join("report.html")).unwrap();
+    let line = out
+        .lines()
+        .find(|l| l.contains(" cases: "))
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap();
+    assert!(
+        html.contains(&format!("<p class=\"totals\">{line}</p>")),
+        "HTML: {line}"
+    );
+    // The timelines' closing records, and `check` on them.
+    let tls = timelines(&a);
+    let recorded: Vec<String> = tls
+        .iter()
+        .map(|p| {
+            let last = std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .last()
+                .unwrap()
+                .to_string();
+            let v: serde_json::Value = serde_json::from_str(&last).unwrap();
+            v["event"]["verdict"]
+                .as_str()
+                .or_else(|| v["verdict"].as_str())
+                .unwrap_or_else(|| panic!("no verdict in the closing record {last}"))
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        tally(recorded.iter().map(String::as_str)),
+        summary,
+        "timelines"
+    );
+    let mut args = vec!["check", "--format", "json"];
+    args.extend(tls.iter().map(String::as_str));
+    let o = run(&args, dir.path());
+    assert_eq!(o.status.code(), Some(want), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let checked: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| {
+            assert_eq!(j["problems"], serde_json::json!([]), "{j}");
+            j["verdict"]["verdict"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(checked, recorded, "check gives the recorded verdicts");
 }

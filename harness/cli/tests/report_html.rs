@@ -128,7 +128,10 @@ async fn expected_failures_and_unexpected_passes_show_as_the_summary_counts_them
         .collect();
     let html = render("t", &views);
     // The headline is the summary's totals line, from the same verdicts.
-    let verdicts: Vec<CaseVerdict> = reports.iter().map(CaseVerdict::of_report).collect();
+    let verdicts: Vec<CaseVerdict> = reports
+        .iter()
+        .map(conformance_core::engine::CaseReport::verdict)
+        .collect();
     let line = Totals::of(&verdicts).to_string();
     assert_eq!(
         line,
@@ -329,6 +332,7 @@ async fn a_served_case_is_drawn_from_its_first_record_on_a_named_clock() {
     tokio::time::advance(std::time::Duration::from_secs(20)).await;
     rec.record(Event::RunFinished {
         outcome: "passed".into(),
+        verdict: Some("passed".into()),
     });
     let t = rec.snapshot();
     let html = render(
@@ -376,6 +380,7 @@ async fn an_emulated_case_says_its_times_are_virtual_and_starts_its_axis_at_0() 
     tokio::time::advance(std::time::Duration::from_secs(20)).await;
     rec.record(Event::RunFinished {
         outcome: "passed".into(),
+        verdict: Some("passed".into()),
     });
     let t = rec.snapshot();
     let html = render(

@@ -8,8 +8,52 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{CaseReport, Outcome};
+use crate::checks::CheckOutcome;
 use crate::timeline::{Event, Expectation, StageStatus, Timeline};
+
+/// What running a case came to, before the known failures are applied: the engine's outcome.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", content = "reason", rename_all = "snake_case")]
+pub enum Outcome {
+    Passed,
+    /// The product broke a requirement; the reason names the first thing that broke.
+    Failed(String),
+    /// The harness or infrastructure could not run the case.
+    Error(String),
+    Skipped(String),
+}
+
+/// How the reason of an interrupted case's outcome begins.
+const INTERRUPTED: &str = "interrupted by ";
+
+impl Outcome {
+    /// A case the run's interruption (`why`: the signal) stopped or never started: an error,
+    /// since it says nothing about the product.
+    pub fn interrupted(why: &str, what: &str) -> Self {
+        Self::Error(format!("{INTERRUPTED}{why}: {what}"))
+    }
+
+    /// Whether the run's interruption stopped this case or kept it from starting.
+    pub fn is_interrupted(&self) -> bool {
+        matches!(self, Self::Error(r) if r.starts_with(INTERRUPTED))
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Passed => "passed",
+            Self::Failed(_) => "failed",
+            Self::Error(_) => "error",
+            Self::Skipped(_) => "skipped",
+        }
+    }
+
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Self::Passed => None,
+            Self::Failed(r) | Self::Error(r) | Self::Skipped(r) => Some(r),
+        }
+    }
+}
 
 /// What one case came to.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,20 +124,15 @@ impl CaseVerdict {
         }
     }
 
-    /// The verdict of a case the engine ran, with the known failures its timeline records.
-    pub fn of_report(r: &CaseReport) -> Self {
-        let expected = r
-            .timeline
-            .run_info()
-            .map(|i| i.expected_failures.as_slice())
-            .unwrap_or_default();
-        Self::of_report_with(r, expected)
-    }
-
-    /// The verdict of a case the engine ran, with the known failures `expected`.
-    pub fn of_report_with(r: &CaseReport, expected: &[Expectation]) -> Self {
-        let broken = broken(r.failed_checks().map(|c| c.requirements.as_slice()));
-        Self::of(&r.outcome, &broken, expected)
+    /// The verdict of a case whose outcome is `outcome` and whose checks came to `checks`.
+    pub fn of_checks(outcome: &Outcome, checks: &[CheckOutcome], expected: &[Expectation]) -> Self {
+        let broken = broken(
+            checks
+                .iter()
+                .filter(|c| !c.passed)
+                .map(|c| c.requirements.as_slice()),
+        );
+        Self::of(outcome, &broken, expected)
     }
 
     /// The verdict a saved timeline records, with the known failures it records; none for a

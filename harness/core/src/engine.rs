@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 
+use crate::case_verdict::CaseVerdict;
 use crate::checks::{CheckOutcome, evaluate_all};
 use crate::scenario::{Case, Ctx, Stage, StepError, restore_fault};
 use crate::target::{Target, TargetError, TargetFactory, TargetInfo};
@@ -101,48 +102,7 @@ impl Default for EngineOptions {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "outcome", content = "reason", rename_all = "snake_case")]
-pub enum Outcome {
-    Passed,
-    /// The product broke a requirement; the reason names the first thing that broke.
-    Failed(String),
-    /// The harness or infrastructure could not run the case.
-    Error(String),
-    Skipped(String),
-}
-
-/// How the reason of an interrupted case's outcome begins.
-const INTERRUPTED: &str = "interrupted by ";
-
-impl Outcome {
-    /// A case the run's interruption (`why`: the signal) stopped or never started: an error,
-    /// since it says nothing about the product.
-    pub fn interrupted(why: &str, what: &str) -> Self {
-        Self::Error(format!("{INTERRUPTED}{why}: {what}"))
-    }
-
-    /// Whether the run's interruption stopped this case or kept it from starting.
-    pub fn is_interrupted(&self) -> bool {
-        matches!(self, Self::Error(r) if r.starts_with(INTERRUPTED))
-    }
-
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Passed => "passed",
-            Self::Failed(_) => "failed",
-            Self::Error(_) => "error",
-            Self::Skipped(_) => "skipped",
-        }
-    }
-
-    pub fn reason(&self) -> Option<&str> {
-        match self {
-            Self::Passed => None,
-            Self::Failed(r) | Self::Error(r) | Self::Skipped(r) => Some(r),
-        }
-    }
-}
+pub use crate::case_verdict::Outcome;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StageReport {
@@ -177,6 +137,21 @@ pub struct CaseReport {
 impl CaseReport {
     pub fn failed_checks(&self) -> impl Iterator<Item = &CheckOutcome> {
         self.checks.iter().filter(|c| !c.passed)
+    }
+
+    /// The case's verdict, with the known failures its timeline records.
+    pub fn verdict(&self) -> CaseVerdict {
+        let expected = self
+            .timeline
+            .run_info()
+            .map(|i| i.expected_failures.as_slice())
+            .unwrap_or_default();
+        self.verdict_with(expected)
+    }
+
+    /// The case's verdict with the known failures `expected`.
+    pub fn verdict_with(&self, expected: &[crate::timeline::Expectation]) -> CaseVerdict {
+        CaseVerdict::of_checks(&self.outcome, &self.checks, expected)
     }
 }
 
@@ -280,6 +255,12 @@ impl Engine {
         let case_info = case.info(info.clone());
         let mut versions = info.versions.clone();
         versions.insert("harness".into(), env!("CARGO_PKG_VERSION").into());
+        let expected = self
+            .opts
+            .expected
+            .as_ref()
+            .map(|f| f(&case.id()))
+            .unwrap_or_default();
         rec.record(Event::RunStarted(RunInfo {
             scenario: scenario.id.clone(),
             title: scenario.title.clone(),
@@ -296,12 +277,7 @@ impl Engine {
             requirements: scenario.requirements.clone(),
             params: case.params.as_text(),
             versions,
-            expected_failures: self
-                .opts
-                .expected
-                .as_ref()
-                .map(|f| f(&case.id()))
-                .unwrap_or_default(),
+            expected_failures: expected.clone(),
         }));
         let mut stages = Stages {
             rec: rec.clone(),
@@ -309,8 +285,12 @@ impl Engine {
             current: None,
         };
         let (outcome, checks) = self.drive(case, &case_info, &rec, &mut stages).await;
+        // The closing record states the case's verdict too, so a reader of the timeline (and
+        // `check`) sees what the run reported.
+        let verdict = CaseVerdict::of_checks(&outcome, &checks, &expected);
         rec.record(Event::RunFinished {
             outcome: outcome.name().to_string(),
+            verdict: Some(verdict.key().to_string()),
         });
         let timeline = rec.snapshot();
         let wall_ms = wall_start.elapsed().map_or(0, |d| d.as_millis() as u64);

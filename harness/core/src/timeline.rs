@@ -62,6 +62,10 @@ pub enum Event {
     },
     RunFinished {
         outcome: String,
+        /// The case's verdict ([`crate::case_verdict::CaseVerdict::key`]); absent in timelines
+        /// written before verdicts were recorded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        verdict: Option<String>,
     },
 }
 
@@ -333,7 +337,15 @@ impl Timeline {
     /// The outcome the run recorded when the case finished; none for a timeline cut before.
     pub fn outcome(&self) -> Option<&str> {
         self.entries.iter().rev().find_map(|e| match &e.event {
-            Event::RunFinished { outcome } => Some(outcome.as_str()),
+            Event::RunFinished { outcome, .. } => Some(outcome.as_str()),
+            _ => None,
+        })
+    }
+
+    /// The verdict the run recorded in the closing record, if it recorded one.
+    pub fn verdict(&self) -> Option<&str> {
+        self.entries.iter().rev().find_map(|e| match &e.event {
+            Event::RunFinished { verdict, .. } => verdict.as_deref(),
             _ => None,
         })
     }
@@ -657,7 +669,7 @@ impl Recorder {
     /// The timeline so far, in canonical order. Within one millisecond, what the harness did
     /// and read itself keeps its order and comes first; what watchers and pollers saw in that
     /// millisecond follows, ordered by resourceVersion (the order in which the cluster made the
-    /// changes). Watcher tasks and the scenario's task may run in either order at the same
+    /// changes); the closing record comes last. Watcher tasks and the scenario's task may run in either order at the same
     /// instant, which would otherwise make two runs of the same case differ for no reason.
     pub fn snapshot(&self) -> Timeline {
         let inner = self.lock();
@@ -683,8 +695,13 @@ impl Recorder {
                 j += 1;
             }
             // Stable: the harness's events keep their order; watched ones theirs within a
-            // resourceVersion.
-            tagged[i..j].sort_by_key(|(w, e)| (*w, if *w { rv(e) } else { 0 }));
+            // resourceVersion; the closing record stays last, after what watchers saw in its
+            // millisecond.
+            tagged[i..j].sort_by_key(|(w, e)| match e.event {
+                Event::RunFinished { .. } => (2, 0),
+                _ if *w => (1, rv(e)),
+                _ => (0, 0),
+            });
             i = j;
         }
         let entries = tagged
@@ -797,6 +814,7 @@ mod tests {
         rec.mark("gateway-back");
         rec.record(Event::RunFinished {
             outcome: "failed".into(),
+            verdict: Some("failed".into()),
         });
         rec.snapshot()
     }
@@ -891,5 +909,24 @@ mod tests {
             pod.summary(),
             "Pod/openshell/default--a uid=u-1 deleted phase=Failed Ready=False(PodFailed) agent=terminated(-1) restarts=3 replicas=0/1"
         );
+    }
+
+    #[test]
+    fn the_closing_record_stays_last_after_what_watchers_saw_in_its_millisecond() {
+        let rec = Recorder::new();
+        rec.record(Event::Note {
+            message: "teardown".into(),
+        });
+        rec.record_watched(Event::Object(ObjectState::new("Pod", Some("ns"), "p")));
+        rec.record(Event::RunFinished {
+            outcome: "passed".into(),
+            verdict: Some("passed".into()),
+        });
+        let t = rec.snapshot();
+        assert!(matches!(
+            t.entries.last().unwrap().event,
+            Event::RunFinished { .. }
+        ));
+        assert!(matches!(t.entries[1].event, Event::Object(_)));
     }
 }

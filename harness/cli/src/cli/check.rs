@@ -234,6 +234,15 @@ fn check_one(path: &Path, t: &Timeline, expectations: Option<&Expectations>) -> 
         .map(|o| o.diagnosis())
         .collect();
     let verdict = CaseVerdict::of_timeline_with(t, &expected).expect("checked above");
+    // Under the run's own known failures the verdict must be the one the run recorded.
+    if let (None, Some(recorded)) = (expectations, t.verdict())
+        && recorded != verdict.key()
+    {
+        j.problems.push(format!(
+            "the case's verdict DIFFERS: recorded {recorded}, re-judged {}",
+            verdict.key()
+        ));
+    }
     j.judgement = if !j.problems.is_empty() {
         Judgement::Fails
     } else if matches!(

@@ -427,7 +427,7 @@ fn finish(
     wall: Duration,
     interrupted: Option<&'static str>,
 ) -> Result<ExitStatus, Error> {
-    let verdicts: Vec<CaseVerdict> = reports.iter().map(CaseVerdict::of_report).collect();
+    let verdicts: Vec<CaseVerdict> = reports.iter().map(CaseReport::verdict).collect();
     let dir = &args.artifacts;
     let tl_dir = dir.join("timelines");
     // Only finished cases have a timeline `check` can judge; the JUnit names every case.

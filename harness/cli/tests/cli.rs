@@ -5,35 +5,12 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+#[path = "common/binary.rs"]
+mod binary;
 #[path = "common/junit_consumers.rs"]
 mod junit_consumers;
 
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_openshell-conformance"));
-    // The run's defaults must not depend on the caller's environment.
-    for (k, _) in std::env::vars() {
-        if k.starts_with("OPENSHELL_CONFORMANCE_") {
-            c.env_remove(k);
-        }
-    }
-    c
-}
-
-fn run(args: &[&str], dir: &Path) -> Output {
-    bin()
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("the binary runs")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use binary::{bin, run, text};
 
 fn code(o: &Output) -> i32 {
     o.status.code().unwrap_or(-1)
@@ -66,15 +43,6 @@ fn topology_names() -> Vec<String> {
         .into_iter()
         .map(String::from)
         .collect()
-}
-
-/// How many shipped topologies run on OpenShell `version`.
-fn topologies_on(version: &str) -> usize {
-    let v = semver::Version::parse(version).unwrap();
-    conformance_core::topology::Topologies::builtin()
-        .all()
-        .filter(|t| t.supports(&v))
-        .count()
 }
 
 #[test]
@@ -126,36 +94,6 @@ fn a_defect_makes_the_run_exit_1_and_name_the_broken_requirement() {
     );
     let xml = std::fs::read_to_string(dir.path().join("out/j.xml")).unwrap();
     assert!(xml.contains("<failure"), "{xml}");
-}
-
-#[test]
-fn known_upstream_failures_are_expected_failures_and_the_run_exits_0() {
-    let dir = tempfile::tempdir().unwrap();
-    let o = run(
-        &[
-            "run",
-            "--model",
-            "openshell-0.0.111",
-            "--scenario",
-            "bootstrap-outage",
-            "--scenario",
-            "gateway-restart",
-        ],
-        dir.path(),
-    );
-    let out = text(&o);
-    assert_eq!(code(&o), 0, "{out}");
-    // gateway-restart passes and both bootstrap-outage variants fail as expected, on each
-    // topology v0.0.111 runs.
-    let n = topologies_on("0.0.111");
-    assert!(
-        out.contains(&format!(
-            "{} passed, 0 failed, {} expected failures",
-            n,
-            2 * n
-        )),
-        "{out}"
-    );
 }
 
 #[test]

@@ -47,11 +47,7 @@ async fn junit_has_a_suite_per_case_and_a_testcase_per_stage_and_check() {
     assert_eq!(report.test_suites.len(), 4);
     let failing = &report.test_suites[0];
     assert_eq!(failing.name.as_str(), "outage-demo[combined,outage=30s]");
-    let props: BTreeMap<String, String> = failing
-        .properties
-        .iter()
-        .map(|p| (p.name.to_string(), p.value.to_string()))
-        .collect();
+    let props = props(failing);
     assert_eq!(props["topology"], "combined");
     assert_eq!(props["target"], "fake");
     assert_eq!(props["model"], "in-test");
@@ -152,11 +148,7 @@ async fn an_expected_failure_is_skipped_as_xfail_with_what_was_seen_and_counts_n
     let suite = &report.test_suites[0];
     assert_eq!((suite.failures, suite.errors), (0, 0), "{xml}");
     assert!(suite.skipped > 0, "{xml}");
-    let props: BTreeMap<String, String> = suite
-        .properties
-        .iter()
-        .map(|p| (p.name.to_string(), p.value.to_string()))
-        .collect();
+    let props = props(suite);
     assert_eq!(props["outcome"], "expected-failure");
     assert_eq!(props["expected-failure.requirement"], "R9");
     let xfails: Vec<_> = suite
@@ -235,10 +227,13 @@ async fn an_unexpected_pass_is_a_failure_of_type_xpass_that_says_what_to_do() {
             .as_str()
             .contains("update the expectations")
     );
-    let outcome = suite
+    assert_eq!(props(suite)["outcome"], "unexpected-pass");
+}
+
+fn props(suite: &quick_junit::TestSuite) -> BTreeMap<String, String> {
+    suite
         .properties
         .iter()
-        .find(|p| p.name.as_str() == "outcome")
-        .unwrap();
-    assert_eq!(outcome.value.as_str(), "unexpected-pass");
+        .map(|p| (p.name.to_string(), p.value.to_string()))
+        .collect()
 }

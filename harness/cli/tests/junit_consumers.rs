@@ -3,8 +3,9 @@
 //! summary. The interrupted run is checked in `cli.rs`, the served one in `served_real_path.rs`.
 
 use std::path::Path;
-use std::process::Command;
 
+#[path = "common/binary.rs"]
+mod binary;
 #[path = "common/junit_consumers.rs"]
 mod junit_consumers;
 
@@ -15,23 +16,10 @@ fn run_and_read(args: &[&str], want_exit: i32, test: &str) {
         "target: openshell-0.0.111\nexpected_failures:\n  - case: \"gateway-restart[*\"\n    requirement: R9\n    report: \"#9999, fixed since\"\n",
     )
     .unwrap();
-    let mut c = Command::new(env!("CARGO_BIN_EXE_openshell-conformance"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("OPENSHELL_CONFORMANCE_") {
-            c.env_remove(k);
-        }
-    }
-    let o = c
-        .args(args)
-        .args(["--artifacts", "a"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let mut args = args.to_vec();
+    args.extend(["--artifacts", "a"]);
+    let o = binary::run(&args, dir.path());
+    let out = binary::text(&o);
     assert_eq!(o.status.code(), Some(want_exit), "{out}");
     let junit = Path::new(dir.path()).join("a/junit.xml");
     let Some(parsed) = junit_consumers::read(&junit, test) else {

@@ -312,18 +312,18 @@ async fn headless_chromium_renders_the_report_with_the_fault_window_visible() {
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_served_case_is_drawn_from_its_first_record_on_a_named_clock() {
+/// A passed case's timeline on `target` whose first drawable record (a pod) comes `first` into
+/// the case, and which closes 20 s after it.
+async fn one_pod_case(target: &str, first: u64) -> conformance_core::timeline::Timeline {
     use conformance_core::timeline::{Event, ObjectState, Recorder, RunInfo};
     let rec = Recorder::new();
     rec.record(Event::RunStarted(RunInfo {
         scenario: "provisioning".into(),
         topology: "combined".into(),
-        target: "existing".into(),
+        target: target.into(),
         ..Default::default()
     }));
-    // The install records nothing to draw for 40 s, as on a served cluster.
-    tokio::time::advance(std::time::Duration::from_secs(40)).await;
+    tokio::time::advance(std::time::Duration::from_secs(first)).await;
     rec.record(Event::Object(ObjectState::new(
         "Pod",
         Some("openshell"),
@@ -334,14 +334,24 @@ async fn a_served_case_is_drawn_from_its_first_record_on_a_named_clock() {
         outcome: "passed".into(),
         verdict: Some("passed".into()),
     });
-    let t = rec.snapshot();
-    let html = render(
+    rec.snapshot()
+}
+
+fn render_one(t: &conformance_core::timeline::Timeline) -> String {
+    render(
         "t",
         &[CaseView {
-            timeline: &t,
+            timeline: t,
             links: vec![],
         }],
-    );
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_served_case_is_drawn_from_its_first_record_on_a_named_clock() {
+    // The install records nothing to draw for 40 s, as on a served cluster.
+    let t = one_pod_case("existing", 40).await;
+    let html = render_one(&t);
     assert!(
         html.contains("<dt>clock</dt><dd>real time (this machine&#39;s wall clock), from the case&#39;s start</dd>"),
         "{html}"
@@ -366,30 +376,8 @@ async fn a_served_case_is_drawn_from_its_first_record_on_a_named_clock() {
 
 #[tokio::test(start_paused = true)]
 async fn an_emulated_case_says_its_times_are_virtual_and_starts_its_axis_at_0() {
-    use conformance_core::timeline::{Event, ObjectState, Recorder, RunInfo};
-    let rec = Recorder::new();
-    rec.record(Event::RunStarted(RunInfo {
-        target: "emulated".into(),
-        ..Default::default()
-    }));
-    rec.record(Event::Object(ObjectState::new(
-        "Pod",
-        Some("openshell"),
-        "p",
-    )));
-    tokio::time::advance(std::time::Duration::from_secs(20)).await;
-    rec.record(Event::RunFinished {
-        outcome: "passed".into(),
-        verdict: Some("passed".into()),
-    });
-    let t = rec.snapshot();
-    let html = render(
-        "t",
-        &[CaseView {
-            timeline: &t,
-            links: vec![],
-        }],
-    );
+    let t = one_pod_case("emulated", 0).await;
+    let html = render_one(&t);
     assert!(
         html.contains("<dt>clock</dt><dd>virtual time, from the case&#39;s start</dd>"),
         "{html}"

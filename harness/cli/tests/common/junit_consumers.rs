@@ -64,12 +64,14 @@ print(json.dumps(dict(stated=stated, counted=counted, suites=out)))
 /// (printed as a skip) when the consumers are not installed, outside CI.
 pub fn read(junit: &Path, test: &str) -> Option<Parsed> {
     let dir = require(Tool::JunitConsumers, test)?;
-    let out = Command::new("python3")
-        .args(["-c", PARSE])
-        .arg(junit)
-        .env("PYTHONPATH", &dir)
-        .output()
-        .expect("python3 runs");
+    let python = |args: &[&std::ffi::OsStr]| {
+        Command::new("python3")
+            .args(args)
+            .env("PYTHONPATH", &dir)
+            .output()
+            .expect("python3 runs")
+    };
+    let out = python(&["-c".as_ref(), PARSE.as_ref(), junit.as_os_str()]);
     assert!(
         out.status.success(),
         "junitparser cannot read {}: {}",
@@ -84,13 +86,12 @@ pub fn read(junit: &Path, test: &str) -> Option<Parsed> {
         junit.display()
     );
     let html = junit.with_extension("junit2html.html");
-    let rendered = Command::new("python3")
-        .args(["-m", "junit2htmlreport"])
-        .arg(junit)
-        .arg(&html)
-        .env("PYTHONPATH", &dir)
-        .output()
-        .expect("python3 runs");
+    let rendered = python(&[
+        "-m".as_ref(),
+        "junit2htmlreport".as_ref(),
+        junit.as_os_str(),
+        html.as_os_str(),
+    ]);
     assert!(
         rendered.status.success(),
         "junit2html cannot render {}: {}",

@@ -111,7 +111,8 @@ async fn bind_at_wall_clock(
 
 /// The `emulate serve` command: a fresh default cluster, a kubeconfig, then serve forever.
 pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
-    let (listener, addr, config) = bind_at_wall_clock(args.listen).await?;
+    // `start_images` binds the address itself: binding it here first made every fixed port
+    // "already in use".
     if args.images {
         let model = args.model.as_deref().unwrap_or_default();
         let served = start_images(
@@ -137,6 +138,7 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
         }
         return served.wait().await;
     }
+    let (listener, addr, config) = bind_at_wall_clock(args.listen).await?;
     // With --model, the cluster runs the Kubernetes models and the OpenShell model, installed.
     let target = match &args.model {
         None => None,

@@ -432,6 +432,69 @@ fn emulate_serve_runs_a_scenario_live_against_the_served_cluster() {
     assert!(all.contains("provisioning[combined]: passed"), "{all}");
 }
 
+#[test]
+fn emulate_serve_with_images_listens_on_the_fixed_port_it_is_given() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    // A port that was free a moment ago (issue 31 item 8: the command always failed with
+    // "Address already in use", binding the address twice).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut child = bin()
+        .args([
+            "emulate",
+            "serve",
+            "--listen",
+            &listen,
+            "--kubeconfig-out",
+            "kc",
+            "--model",
+            "contract",
+            "--images",
+        ])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    while let Ok(line) = rx.recv_timeout(std::time::Duration::from_secs(30)) {
+        let done = line.contains("listening on");
+        seen.push(line);
+        if done {
+            break;
+        }
+    }
+    let exited = child.try_wait().unwrap();
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let all = format!(
+        "{}\n{}",
+        seen.join("\n"),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(exited.is_none(), "it exited: {all}");
+    assert!(
+        all.contains(&format!(
+            "emulated Kubernetes API listening on http://{listen}"
+        )),
+        "{all}"
+    );
+}
+
 /// Runs `gateway-restart[combined]` with a defect that fails it, and returns the timeline.
 fn failing_timeline(dir: &Path) -> (std::path::PathBuf, String) {
     let o = run(

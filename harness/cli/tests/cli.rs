@@ -227,6 +227,17 @@ fn bad_flags_and_values_exit_2_with_a_message_that_says_what_to_do() {
             ],
             &unknown_topology,
         ),
+        (
+            // Issue 31 item 14: silently ignored, the run modelled v0.5.4.
+            &[
+                "run",
+                "--model",
+                "openshell-0.0.111",
+                "--agent-sandbox-version",
+                "v0.5.0",
+            ],
+            "on the emulated target the Agent Sandbox release is --agent-sandbox (e.g. --agent-sandbox v0.5.0)",
+        ),
         (&["frobnicate"], "unrecognized subcommand"),
     ];
     for (args, says) in cases {

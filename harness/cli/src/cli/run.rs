@@ -148,6 +148,15 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
                     "--keep, --set and --values apply to real targets (--target kind|k3d|existing)",
                 ));
             }
+            // The emulated target models the Agent Sandbox release `--agent-sandbox` names; the
+            // real targets' flags would be ignored here, and the verdicts can differ by release.
+            if args.real.agent_sandbox_version != "auto"
+                || args.real.agent_sandbox_manifest.is_some()
+            {
+                return Err(Error::usage(
+                    "--agent-sandbox-version and --agent-sandbox-manifest apply to real and served targets; on the emulated target the Agent Sandbox release is --agent-sandbox (e.g. --agent-sandbox v0.5.0)",
+                ));
+            }
             let f = emulated_factory(&args)?;
             let info = f.info();
             (f, info)

@@ -444,6 +444,30 @@ fn emulate_serve_runs_a_scenario_live_against_the_served_cluster() {
 }
 
 #[test]
+fn doctor_says_the_kubeconfig_is_missing_rather_than_the_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(
+        &[
+            "doctor",
+            "--provider",
+            "existing",
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+            "--context",
+            "x",
+        ],
+        dir.path(),
+    );
+    let out = text(&o);
+    // Issue 31 item 13: it said "context x is not in the kubeconfig".
+    assert!(
+        out.contains("kubeconfig /nonexistent/kubeconfig does not exist"),
+        "{out}"
+    );
+    assert!(!out.contains("is not in the kubeconfig"), "{out}");
+}
+
+#[test]
 fn emulate_serve_with_images_listens_on_the_fixed_port_it_is_given() {
     use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();

@@ -150,12 +150,13 @@ fn tools(o: &DoctorOptions) -> Vec<Tool> {
     v
 }
 
-/// Runs every check. `client` is None when no kubeconfig context could be loaded (then the
-/// cluster checks say so); kind and k3d clusters that do not exist yet are created by the run.
+/// Runs every check. `client` is why no kubeconfig context could be loaded when none could
+/// (the cluster checks say so); kind and k3d clusters that do not exist yet are created by the
+/// run.
 pub async fn run(
     o: &DoctorOptions,
     runner: &dyn CommandRunner,
-    client: Option<&Client>,
+    client: Result<&Client, &str>,
 ) -> DoctorReport {
     let mut r = DoctorReport::default();
     for t in tools(o) {
@@ -207,14 +208,14 @@ pub async fn run(
         }
     }
     match client {
-        None => r.push(
+        Err(why) => r.push(
             "cluster",
             if o.provider == Provider::Existing {
                 Status::Missing
             } else {
                 Status::Note
             },
-            format!("context {} is not in the kubeconfig", o.context),
+            why.to_string(),
             Some(match o.provider {
                 Provider::Existing => {
                     "pass --kubeconfig and --context of a reachable cluster".into()
@@ -225,7 +226,7 @@ pub async fn run(
                 ),
             }),
         ),
-        Some(c) => cluster_checks(o, c, &mut r).await,
+        Ok(c) => cluster_checks(o, c, &mut r).await,
     }
     r
 }
@@ -345,13 +346,13 @@ pub async fn run_for(
         context: opts.context.clone(),
     };
     // kind and k3d runs use a private kubeconfig that exists only after `cluster up`.
-    let kubeconfig = opts.kubeconfig.as_deref().filter(|p| p.exists());
-    let client = if opts.kubeconfig.is_some() && kubeconfig.is_none() {
-        None
-    } else {
-        crate::apiclient::client_for(kubeconfig, &opts.context)
+    // Why no client could be made is what the cluster row says: a missing or unreadable
+    // kubeconfig is not a missing context.
+    let client = match opts.kubeconfig.as_deref() {
+        Some(p) if !p.exists() => Err(format!("kubeconfig {} does not exist", p.display())),
+        kubeconfig => crate::apiclient::client_for(kubeconfig, &opts.context)
             .await
-            .ok()
+            .map_err(|e| one_line(&e)),
     };
-    run(&o, runner, client.as_ref()).await
+    run(&o, runner, client.as_ref().map_err(String::as_str)).await
 }

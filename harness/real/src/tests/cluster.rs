@@ -193,6 +193,9 @@ fn doctor_opts(provider: Provider) -> DoctorOptions {
     }
 }
 
+/// Why the doctor had no client, as `run_for` says it when the context is missing.
+const NO_CONTEXT: &str = "context `kind-openshell-conformance` is not in the kubeconfig";
+
 #[tokio::test]
 async fn doctor_reports_missing_tools_with_fixes_and_says_the_run_cannot_start() {
     let r = ScriptedRunner::new(Unscripted::Fail);
@@ -209,7 +212,7 @@ async fn doctor_reports_missing_tools_with_fixes_and_says_the_run_cannot_start()
         CmdOutput::ok("Client Version: v1.32.4\n"),
     );
     // kind and openshell are absent: the scripted runner has no output for them.
-    let rep = doctor::run(&doctor_opts(Provider::Kind), &r, None).await;
+    let rep = doctor::run(&doctor_opts(Provider::Kind), &r, Err(NO_CONTEXT)).await;
     assert!(!rep.can_start());
     assert_eq!(rep.exit_status(), ExitStatus::Infrastructure);
     let by = |n: &str| rep.checks.iter().find(|c| c.name == n).unwrap().clone();
@@ -244,7 +247,7 @@ async fn doctor_passes_when_every_tool_answers_with_a_recent_version() {
         CmdOutput::ok("Client Version: v1.32.4\n"),
     );
     r.respond("openshell --version", CmdOutput::ok("openshell 0.0.111\n"));
-    let rep = doctor::run(&doctor_opts(Provider::K3d), &r, None).await;
+    let rep = doctor::run(&doctor_opts(Provider::K3d), &r, Err(NO_CONTEXT)).await;
     assert!(rep.can_start(), "{rep}");
     assert!(
         r.lines().iter().all(|l| !l.starts_with("kind")),
@@ -255,7 +258,7 @@ async fn doctor_passes_when_every_tool_answers_with_a_recent_version() {
 #[tokio::test]
 async fn doctor_for_an_existing_cluster_without_a_context_cannot_start() {
     let r = ScriptedRunner::new(Unscripted::Succeed);
-    let rep = doctor::run(&doctor_opts(Provider::Existing), &r, None).await;
+    let rep = doctor::run(&doctor_opts(Provider::Existing), &r, Err(NO_CONTEXT)).await;
     assert!(!rep.can_start());
     assert!(
         r.lines().iter().all(|l| !l.starts_with("docker")),

@@ -1689,7 +1689,7 @@ async fn the_doctor_sees_a_reachable_cluster_and_the_sandbox_crd() {
         namespace: NS.into(),
         context: "kind-x".into(),
     };
-    let rep = doctor::run(&o, &r, Some(&c.client())).await;
+    let rep = doctor::run(&o, &r, Ok(&c.client())).await;
     let by = |n: &str| rep.checks.iter().find(|x| x.name == n).unwrap().clone();
     assert_eq!(by("cluster").status, Status::Ok, "{rep}");
     let crd = by("agent-sandbox CRDs");

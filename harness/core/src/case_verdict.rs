@@ -89,6 +89,17 @@ pub enum CaseVerdict {
 }
 
 impl CaseVerdict {
+    /// Every [`Self::key`].
+    pub const KEYS: [&'static str; 7] = [
+        "passed",
+        "failed",
+        "expected-failure",
+        "unexpected-pass",
+        "error",
+        "skipped",
+        "interrupted",
+    ];
+
     /// The verdict of a case whose outcome is `outcome`, whose failing checks name the
     /// requirements `broken`, with the known failures `expected` that name it. A failure is
     /// expected only if a failing check breaks the requirement a known failure names.

@@ -290,7 +290,21 @@ pub enum TimelineError {
     Io(#[from] std::io::Error),
     #[error("timeline line {line}: {message}")]
     Parse { line: usize, message: String },
+    #[error(
+        "timeline line {line} is longer than {MAX_LINE} bytes: not a timeline this harness wrote"
+    )]
+    LineTooLong { line: usize },
+    /// Well-formed, but not something `run` writes: judging it would vouch for it.
+    #[error("timeline line {line}: {message}")]
+    Invalid { line: usize, message: String },
 }
+
+/// The longest line a timeline may have. The longest `run` writes are container log excerpts,
+/// well under a megabyte; a bound keeps `check /dev/zero` from allocating without end.
+pub const MAX_LINE: usize = 16 << 20;
+
+/// The outcomes a closing record may name ([`crate::engine::Outcome::name`]).
+const OUTCOMES: [&str; 4] = ["passed", "failed", "error", "skipped"];
 
 impl Timeline {
     /// The sampling interval an observer declared for objects of `kind`, if they were sampled
@@ -391,17 +405,58 @@ impl Timeline {
         String::from_utf8(buf).expect("serde_json writes UTF-8")
     }
 
-    pub fn read_jsonl(input: impl BufRead) -> Result<Self, TimelineError> {
-        let mut entries = Vec::new();
-        for (i, line) in input.lines().enumerate() {
-            let line = line?;
-            if line.trim().is_empty() {
+    /// Reads a timeline `run` wrote, refusing what it cannot have written: a line longer than
+    /// [`MAX_LINE`], a record after the closing one, an outcome or verdict it does not know, or
+    /// a newer harness's file.
+    pub fn read_jsonl(mut input: impl BufRead) -> Result<Self, TimelineError> {
+        let mut entries: Vec<Entry> = Vec::new();
+        let mut buf = Vec::new();
+        let mut closed_at = None;
+        for line in 1.. {
+            buf.clear();
+            let n =
+                std::io::Read::take(&mut input, MAX_LINE as u64 + 1).read_until(b'\n', &mut buf)?;
+            if n == 0 {
+                break;
+            }
+            if buf.len() > MAX_LINE {
+                return Err(TimelineError::LineTooLong { line });
+            }
+            let text = String::from_utf8_lossy(&buf);
+            if text.trim().is_empty() {
                 continue;
             }
-            let entry = serde_json::from_str(&line).map_err(|e| TimelineError::Parse {
-                line: i + 1,
+            let entry: Entry = serde_json::from_str(&text).map_err(|e| TimelineError::Parse {
+                line,
                 message: e.to_string(),
             })?;
+            let invalid = |message: String| TimelineError::Invalid { line, message };
+            if let Some(closed) = closed_at {
+                return Err(invalid(format!(
+                    "a record after the closing record of line {closed}"
+                )));
+            }
+            match &entry.event {
+                Event::RunStarted(info) => check_version(info).map_err(invalid)?,
+                Event::RunFinished { outcome, verdict } => {
+                    if !OUTCOMES.contains(&outcome.as_str()) {
+                        return Err(invalid(format!(
+                            "unknown outcome {outcome:?} (known: {})",
+                            OUTCOMES.join(", ")
+                        )));
+                    }
+                    if let Some(v) = verdict.as_deref()
+                        && !crate::case_verdict::CaseVerdict::KEYS.contains(&v)
+                    {
+                        return Err(invalid(format!(
+                            "unknown verdict {v:?} (known: {})",
+                            crate::case_verdict::CaseVerdict::KEYS.join(", ")
+                        )));
+                    }
+                    closed_at = Some(line);
+                }
+                _ => {}
+            }
             entries.push(entry);
         }
         Ok(Self { entries })
@@ -410,6 +465,21 @@ impl Timeline {
     #[cfg(test)]
     pub(crate) fn from_jsonl(text: &str) -> Result<Self, TimelineError> {
         Self::read_jsonl(text.as_bytes())
+    }
+}
+
+/// A timeline from a newer harness may record what this one cannot judge.
+fn check_version(info: &RunInfo) -> Result<(), String> {
+    let ours = semver::Version::parse(env!("CARGO_PKG_VERSION")).expect("our own version");
+    match info.versions.get("harness") {
+        None => Ok(()),
+        Some(v) => match semver::Version::parse(v) {
+            Ok(theirs) if theirs <= ours => Ok(()),
+            Ok(theirs) => Err(format!(
+                "written by harness {theirs}, newer than this one ({ours}): judge it with that version"
+            )),
+            Err(e) => Err(format!("harness version {v:?} is not a version: {e}")),
+        },
     }
 }
 
@@ -928,5 +998,59 @@ mod tests {
             Event::RunFinished { .. }
         ));
         assert!(matches!(t.entries[1].event, Event::Object(_)));
+    }
+
+    /// The sample's JSON lines with `edit` applied to them.
+    fn edited(edit: impl Fn(&mut Vec<String>)) -> String {
+        let mut lines: Vec<String> = sample().to_jsonl().lines().map(String::from).collect();
+        edit(&mut lines);
+        lines.join("\n")
+    }
+
+    #[test]
+    fn a_timeline_run_could_not_have_written_is_refused_naming_the_line() {
+        // A record after the closing one.
+        let text = edited(|l| {
+            let first = l[1].clone();
+            l.push(first)
+        });
+        let e = Timeline::from_jsonl(&text).unwrap_err().to_string();
+        assert!(e.contains("a record after the closing record"), "{e}");
+        // An outcome and a verdict nobody writes.
+        let text = edited(|l| {
+            let last = l.len() - 1;
+            l[last] = l[last].replace("\"failed\"", "\"bogus-outcome\"");
+        });
+        let e = Timeline::from_jsonl(&text).unwrap_err().to_string();
+        assert!(e.contains("unknown outcome \"bogus-outcome\""), "{e}");
+        let text = edited(|l| {
+            let last = l.len() - 1;
+            l[last] = l[last].replace("\"verdict\":\"failed\"", "\"verdict\":\"meh\"");
+        });
+        let e = Timeline::from_jsonl(&text).unwrap_err().to_string();
+        assert!(e.contains("unknown verdict \"meh\""), "{e}");
+        // A newer harness's file.
+        let text = edited(|l| {
+            l[0] = l[0].replace("\"versions\":{", "\"versions\":{\"harness\":\"999.0.0\",");
+        });
+        let e = Timeline::from_jsonl(&text).unwrap_err().to_string();
+        assert!(
+            e.contains("written by harness 999.0.0, newer than this one"),
+            "{e}"
+        );
+        // Our own version and the sample itself are fine.
+        let ours = format!(
+            "\"versions\":{{\"harness\":\"{}\",",
+            env!("CARGO_PKG_VERSION")
+        );
+        let text = edited(|l| l[0] = l[0].replace("\"versions\":{", &ours));
+        assert!(Timeline::from_jsonl(&text).is_ok());
+    }
+
+    #[test]
+    fn a_line_longer_than_the_bound_is_refused_without_reading_it_all() {
+        let long = "x".repeat(MAX_LINE + 10);
+        let e = Timeline::from_jsonl(&long).unwrap_err();
+        assert!(matches!(e, TimelineError::LineTooLong { line: 1 }), "{e}");
     }
 }

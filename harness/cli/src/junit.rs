@@ -197,5 +197,28 @@ pub fn write(
     let xml = report(name, cases, verdicts)
         .to_string()
         .map_err(|e| std::io::Error::other(e.to_string()))?;
-    std::fs::write(path, xml)
+    replace(path, xml.as_bytes())
+}
+
+/// Writes `bytes` to `path` whole or not at all: into a temporary file in the same directory,
+/// then renamed over `path`. The file is readable by all (0644), as reports are meant to be
+/// shared; none holds key material.
+pub fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".openshell-conformance-")
+        .tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    }
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }

@@ -238,6 +238,11 @@ fn bad_flags_and_values_exit_2_with_a_message_that_says_what_to_do() {
             ],
             "on the emulated target the Agent Sandbox release is --agent-sandbox (e.g. --agent-sandbox v0.5.0)",
         ),
+        // Issue 31 item 7: it said "cannot remove /proc/version", having tried.
+        (
+            &["run", "--html", "/proc/version"],
+            "--html /proc/version: cannot write it",
+        ),
         // Issue 31 item 12: it aborted with exit 134, allocating for one endless line.
         (&["check", "/dev/zero"], "is longer than 16777216 bytes"),
         (&["frobnicate"], "unrecognized subcommand"),

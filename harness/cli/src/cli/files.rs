@@ -19,6 +19,6 @@ pub(super) fn write_file(path: &std::path::Path, content: &str) -> Result<(), Er
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::usage_from(format!("cannot create {}", dir.display()), e))?;
     }
-    std::fs::write(path, content)
+    crate::junit::replace(path, content.as_bytes())
         .map_err(|e| Error::usage_from(format!("cannot write {}", path.display()), e))
 }

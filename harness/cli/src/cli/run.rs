@@ -54,20 +54,23 @@ fn check_outputs(args: &RunArgs) -> Result<(), Error> {
     Ok(())
 }
 
-/// Opens `path` for writing as the run's end will (making its directory), without changing
-/// a file that is there: a file the probe made is removed again.
+/// Checks that the run's end can write `path` the way it will (a temporary file beside it,
+/// renamed over it; see [`crate::junit::replace`]), without changing a file that is there.
 fn probe_file(path: &Path) -> std::io::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    let existed = path.exists();
-    std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(path)?;
-    if !existed {
-        std::fs::remove_file(path)?;
+    if path.is_dir() {
+        return Err(std::io::Error::other("it is a directory"));
     }
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    // Dropped at once, so removed again.
+    tempfile::Builder::new()
+        .prefix(".openshell-conformance-probe-")
+        .tempfile_in(dir)?;
     Ok(())
 }
 

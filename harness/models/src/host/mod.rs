@@ -101,8 +101,11 @@ impl HostRuntime {
             return Err(conformance_node::NodeError::Unsupported(why).into());
         }
         let node = NodeNetwork::create(NODE_IP, 24)?;
+        // It holds the pods' Secrets and ServiceAccount tokens: only this user may enter it
+        // (the default would be 0755 under the system's temporary directory).
         let state = tempfile::Builder::new()
             .prefix("openshell-conformance-node-")
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .tempdir()
             .map_err(|e| HostError::Io(format!("cannot create the node's state directory: {e}")))?;
         Ok(Self {
@@ -744,5 +747,30 @@ impl ContainerProgram for HostProgram {
         lock(&self.rt.inner.pods).remove(pod_uid);
         let dir = self.rt.state().join("pods").join(pod_uid);
         let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_node_state_directory_holding_secrets_is_private_to_this_user() {
+        // Issue 31 item 2: it was 0755, so another user could read the pods' keys and tokens.
+        if let Some(why) = conformance_node::unsupported() {
+            assert!(
+                !std::env::var("CI").is_ok_and(|v| v == "true"),
+                "CI must run this test: {why}"
+            );
+            eprintln!(
+                "SKIPPED the_node_state_directory_holding_secrets_is_private_to_this_user: {why}"
+            );
+            return;
+        }
+        let rt = HostRuntime::start(HostImages::default()).unwrap();
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(rt.state()).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o700, "{mode:o}");
     }
 }

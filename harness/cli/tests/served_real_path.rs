@@ -727,3 +727,48 @@ async fn a_gateway_that_lets_no_unauthenticated_user_in_stops_the_install_naming
     let left = tools.leftovers(&served.kubeconfig()).await;
     assert!(left.is_empty(), "left behind: {}", left.join("; "));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_served_run_removes_the_private_directory_it_made_for_itself() {
+    let test = "a_served_run_removes_the_private_directory_it_made_for_itself";
+    let Some(tools) = Tools::require(test) else {
+        return;
+    };
+    // Issue 31 item 3: every run left its private directory, with a client tls.key, behind.
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let mut args: Vec<String> = vec!["run".into(), "--target".into(), "served".into()];
+    args.extend(tools.real_flags());
+    for a in [
+        "--model",
+        "contract",
+        "--topology",
+        "combined",
+        "--scenario",
+        "provisioning",
+        "--artifacts",
+    ] {
+        args.push(a.into());
+    }
+    args.push(dir.path().join("a").display().to_string());
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_openshell-conformance"))
+        .args(&args)
+        .env("PATH", tools.path_env())
+        .env("TMPDIR", &tmp)
+        .output()
+        .await
+        .expect("the harness runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let left: Vec<String> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with("-private"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}\n{text}");
+}

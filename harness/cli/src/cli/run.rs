@@ -74,6 +74,33 @@ fn probe_file(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The private directory a run made for itself, removed when the run ends.
+struct PrivateDir(std::path::PathBuf);
+
+impl PrivateDir {
+    /// The run's private directory if the run chose it (no `--private-dir`): one the user named
+    /// is theirs to keep.
+    fn of_run(args: &RunArgs, dir: &Path) -> Option<Self> {
+        args.real
+            .private_dir
+            .is_none()
+            .then(|| Self(dir.to_path_buf()))
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            eprintln!(
+                "warning: could not remove the run's private directory {}: {e}",
+                self.0.display()
+            );
+        }
+    }
+}
+
 fn emulated_factory(args: &RunArgs) -> Result<Arc<dyn TargetFactory>, Error> {
     let model = args.model.as_deref().unwrap_or("contract");
     let selection = conformance_models::spec::Selection::parse(
@@ -144,6 +171,10 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
             "--openshell-binaries runs the real OpenShell binaries as pods of a served cluster; use it with --target served",
         ));
     }
+    // A private directory the run made for itself (no --private-dir) holds client keys and
+    // kubeconfigs: it is removed when the run ends, whatever its exit. A killed run leaves it,
+    // with the restore journal that may need its kubeconfig.
+    let mut _private: Option<PrivateDir> = None;
     let (factory, info): (Arc<dyn TargetFactory>, TargetInfo) = match args.provider() {
         None => {
             if args.real.keep || !args.real.set.is_empty() || !args.real.values.is_empty() {
@@ -167,6 +198,7 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
         Some(_) if args.target == TargetKind::Served => {
             reject_parallel_jobs(&args)?;
             let plan = served::plan(&args)?;
+            _private = PrivateDir::of_run(&args, &plan.opts.private_dir);
             if args.dry_run {
                 print!("{}", plan.header());
                 let chosen = chosen_topologies(&args)?;
@@ -187,6 +219,7 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
             }
             reject_parallel_jobs(&args)?;
             let opts = real_options(&args.real, provider, &args.artifacts)?;
+            _private = PrivateDir::of_run(&args, &opts.private_dir);
             if args.dry_run {
                 let chosen = chosen_topologies(&args)?;
                 let chosen: Vec<&Topology> = chosen.iter().collect();

@@ -404,9 +404,32 @@ fn without_a_terminal_progress_is_plain_lines_with_stages_and_fault_windows() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("1 cases: 1 passed"));
 }
 
+/// The child's stdout lines up to the first that contains `marker`, waiting at most `secs`
+/// seconds for each.
+fn lines_until(child: &mut std::process::Child, marker: &str, secs: u64) -> Vec<String> {
+    use std::io::{BufRead, BufReader};
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    while let Ok(line) = rx.recv_timeout(std::time::Duration::from_secs(secs)) {
+        let done = line.contains(marker);
+        seen.push(line);
+        if done {
+            break;
+        }
+    }
+    seen
+}
+
 #[test]
 fn emulate_serve_runs_a_scenario_live_against_the_served_cluster() {
-    use std::io::{BufRead, BufReader};
     let mut child = bin()
         .args([
             "emulate",
@@ -422,24 +445,8 @@ fn emulate_serve_runs_a_scenario_live_against_the_served_cluster() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut seen = Vec::new();
     // Real time: provisioning takes a few seconds; the guard is generous.
-    while let Ok(line) = rx.recv_timeout(std::time::Duration::from_secs(60)) {
-        let done = line.contains("still serving");
-        seen.push(line);
-        if done {
-            break;
-        }
-    }
+    let seen = lines_until(&mut child, "still serving", 60);
     let _ = child.kill();
     let _ = child.wait();
     let all = seen.join("\n");
@@ -476,7 +483,6 @@ fn doctor_says_the_kubeconfig_is_missing_rather_than_the_context() {
 
 #[test]
 fn emulate_serve_with_images_listens_on_the_fixed_port_it_is_given() {
-    use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();
     // A port that was free a moment ago (issue 31 item 8: the command always failed with
     // "Address already in use", binding the address twice).
@@ -503,23 +509,7 @@ fn emulate_serve_with_images_listens_on_the_fixed_port_it_is_given() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut seen = Vec::new();
-    while let Ok(line) = rx.recv_timeout(std::time::Duration::from_secs(30)) {
-        let done = line.contains("listening on");
-        seen.push(line);
-        if done {
-            break;
-        }
-    }
+    let seen = lines_until(&mut child, "listening on", 30);
     let exited = child.try_wait().unwrap();
     let _ = child.kill();
     let out = child.wait_with_output().unwrap();

@@ -200,15 +200,7 @@ fn an_unexpected_pass_is_red_in_every_output_and_exits_1() {
 }
 
 /// The verdict keys in the order of the totals line.
-const KEYS: [&str; 7] = [
-    "passed",
-    "failed",
-    "expected-failure",
-    "unexpected-pass",
-    "error",
-    "skipped",
-    "interrupted",
-];
+const KEYS: [&str; 7] = conformance_core::case_verdict::CaseVerdict::KEYS;
 
 fn tally<'a>(keys: impl Iterator<Item = &'a str>) -> [usize; 8] {
     let mut t = [0; 8];

@@ -89,16 +89,8 @@ pub enum CaseVerdict {
 }
 
 impl CaseVerdict {
-    /// Every [`Self::key`].
-    pub const KEYS: [&'static str; 7] = [
-        "passed",
-        "failed",
-        "expected-failure",
-        "unexpected-pass",
-        "error",
-        "skipped",
-        "interrupted",
-    ];
+    /// Every [`Self::key`], in the order of the totals line.
+    pub const KEYS: [&'static str; 7] = crate::timeline::VERDICT_KEYS;
 
     /// The verdict of a case whose outcome is `outcome`, whose failing checks name the
     /// requirements `broken`, with the known failures `expected` that name it. A failure is
@@ -380,5 +372,27 @@ mod tests {
         );
         let cut = [CaseVerdict::Interrupted { reason: "x".into() }];
         assert!(Totals::of(&cut).to_string().ends_with(", 1 interrupted"));
+    }
+
+    #[test]
+    fn every_verdict_key_is_one_a_timeline_may_record() {
+        let r = || "r".to_string();
+        let all = [
+            CaseVerdict::Passed,
+            CaseVerdict::Failed { reason: r() },
+            CaseVerdict::ExpectedFailure {
+                requirement: r(),
+                report: r(),
+                reason: r(),
+            },
+            CaseVerdict::UnexpectedPass {
+                requirement: r(),
+                report: r(),
+            },
+            CaseVerdict::Error { reason: r() },
+            CaseVerdict::Skipped { reason: r() },
+            CaseVerdict::Interrupted { reason: r() },
+        ];
+        assert_eq!(all.map(|v| v.key()), CaseVerdict::KEYS);
     }
 }

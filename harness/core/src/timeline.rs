@@ -306,6 +306,18 @@ pub const MAX_LINE: usize = 16 << 20;
 /// The outcomes a closing record may name ([`crate::engine::Outcome::name`]).
 const OUTCOMES: [&str; 4] = ["passed", "failed", "error", "skipped"];
 
+/// The verdicts a closing record may name: the keys of `case_verdict::CaseVerdict`, which
+/// builds on this module, so the list lives here.
+pub const VERDICT_KEYS: [&str; 7] = [
+    "passed",
+    "failed",
+    "expected-failure",
+    "unexpected-pass",
+    "error",
+    "skipped",
+    "interrupted",
+];
+
 impl Timeline {
     /// The sampling interval an observer declared for objects of `kind`, if they were sampled
     /// rather than streamed (see [`SAMPLING_INTERVAL_KEY`]).
@@ -446,11 +458,11 @@ impl Timeline {
                         )));
                     }
                     if let Some(v) = verdict.as_deref()
-                        && !crate::case_verdict::CaseVerdict::KEYS.contains(&v)
+                        && !VERDICT_KEYS.contains(&v)
                     {
                         return Err(invalid(format!(
                             "unknown verdict {v:?} (known: {})",
-                            crate::case_verdict::CaseVerdict::KEYS.join(", ")
+                            VERDICT_KEYS.join(", ")
                         )));
                     }
                     closed_at = Some(line);

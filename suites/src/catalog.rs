@@ -81,15 +81,14 @@ pub enum PlanError {
     },
 }
 
-/// The check plan the catalog gives the case a timeline recorded (its scenario, topology and
-/// parameters), so a saved plan can be compared with it; or why the catalog cannot say.
-pub fn plan_for(run: &RunInfo) -> Result<Vec<Check>, PlanError> {
-    let case = case_for(run)?;
+/// The check plan the catalog gives `case`, so a saved plan can be compared with it.
+pub fn plan_of(case: &Case) -> Vec<Check> {
     // What a scenario checks does not depend on the target, only on the case.
-    Ok((case.scenario.checks)(&case.info(TargetInfo::default())))
+    (case.scenario.checks)(&case.info(TargetInfo::default()))
 }
 
-/// The catalog's case that a timeline recorded (its scenario, topology and parameters).
+/// The catalog's case that a timeline recorded (its scenario, topology and parameters), or why
+/// the catalog cannot say.
 pub fn case_for(run: &RunInfo) -> Result<Case, PlanError> {
     let topology = Topologies::builtin()
         .get(&run.topology)

@@ -6,8 +6,6 @@
 
 use std::path::Path;
 
-use conformance_core::case_verdict::CaseVerdict;
-use conformance_core::engine::CaseReport;
 use conformance_core::error::{Error, Result};
 use conformance_core::release::Releases;
 use conformance_core::timeline::Expectation;
@@ -99,19 +97,19 @@ impl Expectations {
             })
             .collect()
     }
-
-    /// The verdict of a case the engine ran, under these expectations (the one rule is
-    /// [`CaseVerdict::of`]).
-    pub fn classify(&self, report: &CaseReport) -> CaseVerdict {
-        report.verdict_with(&self.for_case(&report.case_id))
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use conformance_core::case_verdict::CaseVerdict;
     use conformance_core::checks::CheckOutcome;
-    use conformance_core::engine::Outcome;
+    use conformance_core::engine::{CaseReport, Outcome};
+
+    /// A case's verdict under `e`: the known failures that name it, by the one rule.
+    fn classify(e: &Expectations, report: &CaseReport) -> CaseVerdict {
+        report.verdict_with(&e.for_case(&report.case_id))
+    }
     use conformance_core::target::TargetInfo;
 
     fn report(case_id: &str, outcome: Outcome, failed_reqs: &[&str]) -> CaseReport {
@@ -159,7 +157,7 @@ mod tests {
             &["R2", "R1"],
         );
         assert_eq!(
-            known().classify(&r),
+            classify(&known(), &r),
             CaseVerdict::ExpectedFailure {
                 requirement: "R1".into(),
                 report: "#3274".into(),
@@ -176,7 +174,7 @@ mod tests {
             &["R6"],
         );
         assert_eq!(
-            known().classify(&r),
+            classify(&known(), &r),
             CaseVerdict::Failed {
                 reason: "lost a sentinel".into()
             }
@@ -185,11 +183,14 @@ mod tests {
 
     #[test]
     fn a_listed_case_that_passes_is_an_unexpected_pass_and_fails_the_run() {
-        let v = known().classify(&report(
-            "bootstrap-outage[combined,outage=30s]",
-            Outcome::Passed,
-            &[],
-        ));
+        let v = classify(
+            &known(),
+            &report(
+                "bootstrap-outage[combined,outage=30s]",
+                Outcome::Passed,
+                &[],
+            ),
+        );
         assert!(matches!(v, CaseVerdict::UnexpectedPass { .. }));
         assert!(!v.acceptable());
         assert_eq!(v.label(), "UNEXPECTED PASS");
@@ -199,20 +200,25 @@ mod tests {
     fn unlisted_cases_keep_their_outcome() {
         let e = known();
         assert_eq!(
-            e.classify(&report(
-                "bootstrap-outage[sidecar,outage=30s]",
-                Outcome::Passed,
-                &[]
-            )),
+            classify(
+                &e,
+                &report("bootstrap-outage[sidecar,outage=30s]", Outcome::Passed, &[])
+            ),
             CaseVerdict::Passed
         );
         assert!(matches!(
-            e.classify(&report("x[combined]", Outcome::Skipped("no".into()), &[])),
+            classify(
+                &e,
+                &report("x[combined]", Outcome::Skipped("no".into()), &[])
+            ),
             CaseVerdict::Skipped { .. }
         ));
         assert!(
-            !e.classify(&report("x[combined]", Outcome::Error("boom".into()), &[]))
-                .acceptable()
+            !classify(
+                &e,
+                &report("x[combined]", Outcome::Error("boom".into()), &[])
+            )
+            .acceptable()
         );
     }
 

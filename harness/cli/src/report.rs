@@ -181,23 +181,19 @@ fn rank(outcome: &str) -> u8 {
 
 /// The totals line, the summary's own ([`Totals`]), and a line per unexpected pass saying
 /// what to do.
-fn totals(cases: &[&CaseView<'_>]) -> String {
-    let verdicts: Vec<CaseVerdict> = cases
-        .iter()
-        .filter_map(|c| CaseVerdict::of_timeline(c.timeline))
-        .collect();
-    let mut line = Totals::of(&verdicts).to_string();
-    let unfinished = cases.len() - verdicts.len();
+fn totals(cases: &[Judged<'_>]) -> String {
+    let mut line = Totals::of(cases.iter().filter_map(|c| c.verdict.as_ref())).to_string();
+    let unfinished = cases.iter().filter(|c| c.verdict.is_none()).count();
     if unfinished > 0 {
         let _ = write!(line, ", {unfinished} unfinished");
     }
     let mut html = format!("<p class=\"totals\">{}</p>\n", escape(&line));
     for c in cases {
-        if let Some(v @ CaseVerdict::UnexpectedPass { .. }) = CaseVerdict::of_timeline(c.timeline) {
+        if let Some(v @ CaseVerdict::UnexpectedPass { .. }) = &c.verdict {
             let _ = writeln!(
                 html,
                 "<p class=\"o-unexpected-pass\">UNEXPECTED PASS {}: {}</p>",
-                escape(&case_name(c.timeline)),
+                escape(&case_name(c.view.timeline)),
                 escape(&v.explanation().unwrap_or_default())
             );
         }
@@ -205,9 +201,40 @@ fn totals(cases: &[&CaseView<'_>]) -> String {
     html
 }
 
+/// A case to render with its verdict, given once from its timeline.
+struct Judged<'a> {
+    view: &'a CaseView<'a>,
+    verdict: Option<CaseVerdict>,
+}
+
+impl Judged<'_> {
+    /// The verdict's key (`expected-failure`, ...), the same as the summary's; `unfinished`
+    /// for a timeline cut before its closing record.
+    fn outcome(&self) -> &'static str {
+        self.verdict.as_ref().map_or("unfinished", CaseVerdict::key)
+    }
+
+    /// How a reader sees the verdict, and what it means beyond its name.
+    fn label(&self) -> (&'static str, Option<String>) {
+        match &self.verdict {
+            Some(
+                v @ (CaseVerdict::ExpectedFailure { .. } | CaseVerdict::UnexpectedPass { .. }),
+            ) => (v.label(), v.explanation()),
+            Some(v) => (v.label(), None),
+            None => ("unfinished", None),
+        }
+    }
+}
+
 pub fn render(title: &str, cases: &[CaseView<'_>]) -> String {
-    let mut ordered: Vec<&CaseView<'_>> = cases.iter().collect();
-    ordered.sort_by_key(|c| rank(&outcome_of(c.timeline)));
+    let mut ordered: Vec<Judged<'_>> = cases
+        .iter()
+        .map(|view| Judged {
+            view,
+            verdict: CaseVerdict::of_timeline(view.timeline),
+        })
+        .collect();
+    ordered.sort_by_key(|c| rank(c.outcome()));
     let mut html = String::new();
     let _ = write!(
         html,
@@ -226,25 +253,6 @@ pub fn render(title: &str, cases: &[CaseView<'_>]) -> String {
     html
 }
 
-/// A case's verdict key (`expected-failure`, ...), the same as the summary's; `unfinished` for
-/// a timeline cut before its closing record.
-fn outcome_of(t: &Timeline) -> String {
-    CaseVerdict::of_timeline(t)
-        .map_or("unfinished", |v| v.key())
-        .to_string()
-}
-
-/// How a reader sees a case's verdict, and what it means beyond its name.
-fn outcome_label(t: &Timeline) -> (String, Option<String>) {
-    match CaseVerdict::of_timeline(t) {
-        Some(v @ (CaseVerdict::ExpectedFailure { .. } | CaseVerdict::UnexpectedPass { .. })) => {
-            (v.label().to_string(), v.explanation())
-        }
-        Some(v) => (v.label().to_string(), None),
-        None => ("unfinished".into(), None),
-    }
-}
-
 fn case_name(t: &Timeline) -> String {
     t.run_info()
         .map(|i| {
@@ -258,54 +266,51 @@ fn case_name(t: &Timeline) -> String {
         .unwrap_or_else(|| "(unnamed run)".into())
 }
 
-fn summary_table(cases: &[&CaseView<'_>]) -> String {
+fn summary_table(cases: &[Judged<'_>]) -> String {
     let mut s = String::from(
         "<table class=\"summary\"><tr><th>case</th><th>outcome</th><th>checks failed</th><th>duration</th></tr>\n",
     );
     for (i, c) in cases.iter().enumerate() {
         let failed = c
+            .view
             .timeline
             .check_outcomes()
             .iter()
             .filter(|o| !o.passed)
             .count();
-        let outcome = outcome_of(c.timeline);
-        let (label, why) = outcome_label(c.timeline);
+        let outcome = c.outcome();
+        let (label, why) = c.label();
         let title = why.map_or(String::new(), |w| format!(" title=\"{}\"", escape(&w)));
         let _ = writeln!(
             s,
             "<tr><td><a href=\"#case-{i}\">{}</a></td><td class=\"o-{}\"{title}>{}</td><td>{failed}</td><td>{}</td></tr>",
-            escape(&case_name(c.timeline)),
-            escape(&outcome),
-            escape(&label),
-            fmt_ms(c.timeline.duration().as_millis() as u64)
+            escape(&case_name(c.view.timeline)),
+            escape(outcome),
+            escape(label),
+            fmt_ms(c.view.timeline.duration().as_millis() as u64)
         );
     }
     s.push_str("</table>\n");
     s
 }
 
-fn case_section(index: usize, c: &CaseView<'_>) -> String {
+fn case_section(index: usize, judged: &Judged<'_>) -> String {
+    let c = judged.view;
     let t = c.timeline;
     let start = first_drawn(t);
     let end = t.entries.last().map_or(0, |e| e.at_ms).max(start + 1);
     let mut s = String::new();
-    let outcome = outcome_of(t);
-    let (label, why) = outcome_label(t);
+    let outcome = judged.outcome();
+    let (label, why) = judged.label();
     let _ = writeln!(
         s,
         "<section id=\"case-{index}\" class=\"case\"><h2>{} <span class=\"o-{}\">{}</span></h2>",
         escape(&case_name(t)),
-        escape(&outcome),
-        escape(&label)
+        escape(outcome),
+        escape(label)
     );
     if let Some(why) = why {
-        let _ = writeln!(
-            s,
-            "<p class=\"o-{}\">{}</p>",
-            escape(&outcome),
-            escape(&why)
-        );
+        let _ = writeln!(s, "<p class=\"o-{}\">{}</p>", escape(outcome), escape(&why));
     }
     if let Some(info) = t.run_info() {
         let mut meta = vec![

@@ -274,13 +274,7 @@ fn summary_exit_code_junit_html_timelines_and_check_agree_on_every_model_and_a_d
     }
     // HTML: the same totals line.
     let html = std::fs::read_to_string(a.join("report.html")).unwrap();
-    let line = out
-        .lines()
-        .find(|l| l.contains(" cases: "))
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap();
+    let line = totals_line(&out);
     assert!(
         html.contains(&format!("<p class=\"totals\">{line}</p>")),
         "HTML: {line}"
@@ -320,6 +314,7 @@ fn summary_exit_code_junit_html_timelines_and_check_agree_on_every_model_and_a_d
         .iter()
         .map(|j| {
             assert_eq!(j["problems"], serde_json::json!([]), "{j}");
+            assert_eq!(j["plan_differences"], serde_json::json!([]), "{j}");
             j["verdict"]["verdict"].as_str().unwrap()
         })
         .collect();

@@ -129,13 +129,7 @@ impl CaseVerdict {
 
     /// The verdict of a case whose outcome is `outcome` and whose checks came to `checks`.
     pub fn of_checks(outcome: &Outcome, checks: &[CheckOutcome], expected: &[Expectation]) -> Self {
-        let broken = broken(
-            checks
-                .iter()
-                .filter(|c| !c.passed)
-                .map(|c| c.requirements.as_slice()),
-        );
-        Self::of(outcome, &broken, expected)
+        Self::of(outcome, &broken(checks), expected)
     }
 
     /// The verdict a saved timeline records, with the known failures it records; none for a
@@ -143,23 +137,16 @@ impl CaseVerdict {
     pub fn of_timeline(t: &Timeline) -> Option<Self> {
         let expected = t
             .run_info()
-            .map(|i| i.expected_failures.clone())
+            .map(|i| i.expected_failures.as_slice())
             .unwrap_or_default();
-        Self::of_timeline_with(t, &expected)
+        Self::of_timeline_with(t, expected)
     }
 
     /// The verdict of a saved timeline with the known failures `expected`, as `check
     /// --expectations` gives it.
     pub fn of_timeline_with(t: &Timeline, expected: &[Expectation]) -> Option<Self> {
         let outcome = outcome_of(t)?;
-        let failing = t.check_outcomes();
-        let broken = broken(
-            failing
-                .iter()
-                .filter(|c| !c.passed)
-                .map(|c| c.requirements.as_slice()),
-        );
-        Some(Self::of(&outcome, &broken, expected))
+        Some(Self::of(&outcome, &broken(t.check_outcomes()), expected))
     }
 
     /// The name reports and tools use (`expected-failure`, `unexpected-pass`, ...).
@@ -220,11 +207,11 @@ impl CaseVerdict {
     }
 }
 
-/// The requirements the failing checks name, each once.
-fn broken<'a>(failing: impl Iterator<Item = &'a [String]>) -> Vec<&'a str> {
+/// The requirements the failing ones of `checks` name, each once.
+fn broken<'a>(checks: impl IntoIterator<Item = &'a CheckOutcome>) -> Vec<&'a str> {
     let mut out: Vec<&str> = Vec::new();
-    for reqs in failing {
-        for r in reqs {
+    for c in checks.into_iter().filter(|c| !c.passed) {
+        for r in &c.requirements {
             if !out.contains(&r.as_str()) {
                 out.push(r);
             }

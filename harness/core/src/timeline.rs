@@ -434,11 +434,14 @@ impl Timeline {
             if buf.len() > MAX_LINE {
                 return Err(TimelineError::LineTooLong { line });
             }
-            let text = String::from_utf8_lossy(&buf);
+            // As `BufRead::lines` did: bytes that are not UTF-8 are a read error.
+            let text = std::str::from_utf8(&buf).map_err(|e| {
+                TimelineError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+            })?;
             if text.trim().is_empty() {
                 continue;
             }
-            let entry: Entry = serde_json::from_str(&text).map_err(|e| TimelineError::Parse {
+            let entry: Entry = serde_json::from_str(text).map_err(|e| TimelineError::Parse {
                 line,
                 message: e.to_string(),
             })?;

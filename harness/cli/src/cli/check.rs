@@ -14,7 +14,7 @@ use conformance_catalog::expectations::Expectations;
 use conformance_core::case_verdict::CaseVerdict;
 use conformance_core::checks::{Check, CheckOutcome};
 use conformance_core::error::{Error, ExitStatus};
-use conformance_core::timeline::{Event, StageStatus, Timeline};
+use conformance_core::timeline::Timeline;
 use serde::Serialize;
 
 use super::args::{CheckArgs, Format};
@@ -45,8 +45,10 @@ struct Judged {
     verdict: Option<CaseVerdict>,
     checks_passed: usize,
     checks: usize,
-    /// What differs from the record or the catalog, and why the file cannot be judged.
+    /// What differs from the record, and why the file cannot be judged.
     problems: Vec<String>,
+    /// How the stored check plan differs from the catalog's for the case.
+    plan_differences: Vec<String>,
     /// The failing checks' diagnoses.
     failing: Vec<String>,
     notes: Vec<String>,
@@ -61,6 +63,7 @@ impl Judged {
             checks_passed: 0,
             checks: 0,
             problems: Vec::new(),
+            plan_differences: Vec::new(),
             failing: Vec::new(),
             notes: Vec::new(),
         }
@@ -81,33 +84,23 @@ impl Judged {
             println!("{name}: skipped: {reason}");
             return;
         }
-        let plan: Vec<&String> = self
-            .problems
-            .iter()
-            .filter(|p| p.starts_with("plan "))
-            .collect();
-        if !plan.is_empty() {
+        if !self.plan_differences.is_empty() {
             println!("{name}: the stored check plan DIFFERS from the catalog's for this case:");
-            for p in plan {
-                println!("  {}", p.trim_start_matches("plan "));
+            for p in &self.plan_differences {
+                println!("  {p}");
             }
         }
-        let differing: Vec<&String> = self
-            .problems
-            .iter()
-            .filter(|p| !p.starts_with("plan "))
-            .collect();
         println!(
             "{name}: {} of {} checks passed, {}",
             self.checks_passed,
             self.checks,
-            if differing.is_empty() {
+            if self.problems.is_empty() {
                 "as recorded"
             } else {
                 "DIFFERENT from the verdicts recorded in the file"
             }
         );
-        for d in differing {
+        for d in &self.problems {
             println!("  {d}");
         }
         for f in &self.failing {
@@ -196,10 +189,9 @@ fn check_one(path: &Path, t: &Timeline, expectations: Option<&Expectations>) -> 
         }
         (None, _) => run.expected_failures.clone(),
     };
-    if t.outcome() == Some("skipped") {
-        j.verdict = Some(CaseVerdict::Skipped {
-            reason: skip_reason(t),
-        });
+    let verdict = CaseVerdict::of_timeline_with(t, &expected).expect("checked above");
+    if let CaseVerdict::Skipped { .. } = verdict {
+        j.verdict = Some(verdict);
         return j;
     }
     let plan = t.check_plan();
@@ -211,10 +203,8 @@ fn check_one(path: &Path, t: &Timeline, expectations: Option<&Expectations>) -> 
     }
     match &case {
         Ok(case) => {
-            let catalog = (case.scenario.checks)(&case.info(Default::default()));
-            for d in plan_differences(&plan, &catalog) {
-                j.problems.push(format!("plan {d}"));
-            }
+            j.plan_differences =
+                plan_differences(&plan, &conformance_catalog::catalog::plan_of(case));
         }
         Err(why) => j.notes.push(format!(
             "the stored check plan was not compared: {}",
@@ -233,7 +223,6 @@ fn check_one(path: &Path, t: &Timeline, expectations: Option<&Expectations>) -> 
         .filter(|o| !o.passed)
         .map(|o| o.diagnosis())
         .collect();
-    let verdict = CaseVerdict::of_timeline_with(t, &expected).expect("checked above");
     // Under the run's own known failures the verdict must be the one the run recorded.
     if let (None, Some(recorded)) = (expectations, t.verdict())
         && recorded != verdict.key()
@@ -243,7 +232,7 @@ fn check_one(path: &Path, t: &Timeline, expectations: Option<&Expectations>) -> 
             verdict.key()
         ));
     }
-    j.judgement = if !j.problems.is_empty() {
+    j.judgement = if !j.problems.is_empty() || !j.plan_differences.is_empty() {
         Judgement::Fails
     } else if matches!(
         verdict,
@@ -257,17 +246,6 @@ fn check_one(path: &Path, t: &Timeline, expectations: Option<&Expectations>) -> 
     };
     j.verdict = Some(verdict);
     j
-}
-
-/// Why the case was skipped, as its stages recorded it.
-fn skip_reason(t: &Timeline) -> String {
-    t.entries
-        .iter()
-        .find_map(|e| match &e.event {
-            Event::Stage(s) if s.status == StageStatus::Skipped => s.message.clone(),
-            _ => None,
-        })
-        .unwrap_or_else(|| "no reason recorded".into())
 }
 
 /// Each check whose re-judged verdict is not the recorded one, or that is on one side only.

@@ -1,11 +1,12 @@
 //! `openshell-conformance emulate serve`: the emulated cluster over real TCP in real time, with
 //! the OpenShell model installed or one catalog case running live, so `kubectl` can watch it.
-//! Loopback only: the served cluster has no authentication.
+//! Loopback only, and HTTPS with a token only the kubeconfig it writes holds (mode 0600): see
+//! `kube_emulator::serve`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use kube_emulator::serve::{bind, serve_on, write_kubeconfig};
+use kube_emulator::serve::{Endpoint, bind};
 use kube_emulator::{Cluster, ClusterConfig};
 
 /// Arguments of `emulate serve`.
@@ -14,7 +15,9 @@ pub struct ServeArgs {
     /// Address to listen on; must be a loopback address (e.g. 127.0.0.1:8001, or port 0 for any).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
-    /// Where to write a kubeconfig for the emulated cluster.
+    /// Where to write the kubeconfig for the emulated cluster (mode 0600: it holds the token
+    /// the server requires). Without it, one is written to a private temporary directory and
+    /// removed when the server stops.
     #[arg(long)]
     pub kubeconfig_out: Option<PathBuf>,
     /// Install an OpenShell model into the served cluster (contract, openshell-0.0.111,
@@ -63,6 +66,9 @@ pub enum ServeError {
     /// The machine cannot run containers as processes, or the node could not be set up.
     #[error("{0}")]
     Host(#[from] conformance_models::host::HostError),
+    /// The machine refused what serving needs (a private directory, signal handlers).
+    #[error("{0}: {1}")]
+    Machine(&'static str, std::io::Error),
 }
 
 /// As a command's error: a non-loopback address is a usage error, the rest are infrastructure
@@ -81,21 +87,18 @@ impl From<ServeError> for conformance_core::error::Error {
                     Error::usage_from(format!("cannot write kubeconfig {}", path.display()), io)
                 }
                 Server::Serve(io) => Error::infra_from("server failed", io),
+                Server::Credentials(_) => Error::infra(s.to_string()),
             },
             ServeError::Host(h) => Error::infra(h.to_string()),
+            ServeError::Machine(what, io) => Error::infra_from(what, io),
         }
     }
 }
 
 /// Binds `listen` and makes a cluster configuration whose clock starts at the wall clock: real
 /// time, for the people and tools that watch a served cluster.
-async fn bind_at_wall_clock(
-    listen: SocketAddr,
-) -> Result<(tokio::net::TcpListener, SocketAddr, ClusterConfig), ServeError> {
-    let listener = bind(listen).await?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| kube_emulator::serve::ServeError::Bind(listen, e))?;
+async fn bind_at_wall_clock(listen: SocketAddr) -> Result<(Endpoint, ClusterConfig), ServeError> {
+    let endpoint = bind(listen).await?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
@@ -106,11 +109,70 @@ async fn bind_at_wall_clock(
         epoch_subsec_nanos: now.subsec_nanos(),
         ..ClusterConfig::default()
     };
-    Ok((listener, addr, config))
+    Ok((endpoint, config))
 }
 
-/// The `emulate serve` command: a fresh default cluster, a kubeconfig, then serve forever.
+/// The `emulate serve` command: a fresh default cluster, a kubeconfig, then serve until SIGINT
+/// or SIGTERM.
 pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
+    // The kubeconfig holds the server's token: without --kubeconfig-out it goes to a directory
+    // only this user can enter, removed when the server stops (hence the signal handling below:
+    // a process killed by SIGINT would leave it).
+    let private = match &args.kubeconfig_out {
+        Some(_) => None,
+        None => Some(
+            tempfile::Builder::new()
+                .prefix("openshell-conformance-serve-")
+                .tempdir()
+                .map_err(|e| {
+                    ServeError::Machine("cannot make a private directory for the kubeconfig", e)
+                })?,
+        ),
+    };
+    let kubeconfig = match (&args.kubeconfig_out, &private) {
+        (Some(path), _) => path.clone(),
+        (None, Some(dir)) => dir.path().join("kubeconfig"),
+        (None, None) => unreachable!("a private directory is made when no path is given"),
+    };
+    let stop = stop_signal()?;
+    tokio::select! {
+        served = serve_until_stopped(&args, &kubeconfig) => served,
+        why = stop => {
+            println!("{why}: stopping the served cluster");
+            Ok(())
+        }
+    }
+}
+
+/// Resolves with the name of the first SIGINT or SIGTERM, caught from the moment this returns.
+fn stop_signal() -> Result<impl std::future::Future<Output = &'static str>, ServeError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let caught = |e| ServeError::Machine("cannot catch SIGINT and SIGTERM", e);
+    let mut int = signal(SignalKind::interrupt()).map_err(caught)?;
+    let mut term = signal(SignalKind::terminate()).map_err(caught)?;
+    Ok(async move {
+        tokio::select! {
+            biased;
+            _ = int.recv() => "SIGINT",
+            _ = term.recv() => "SIGTERM",
+        }
+    })
+}
+
+/// Prints where the API listens and how to reach it.
+fn announce(addr: SocketAddr, kubeconfig: &std::path::Path) {
+    println!("emulated Kubernetes API listening on https://{addr}");
+    println!(
+        "kubeconfig written to {} (mode 0600: it holds the token the server requires)",
+        kubeconfig.display()
+    );
+    println!("try: kubectl --kubeconfig {} get pods -A", kubeconfig.display());
+}
+
+async fn serve_until_stopped(
+    args: &ServeArgs,
+    kubeconfig: &std::path::Path,
+) -> Result<(), ServeError> {
     // `start_images` binds the address itself: binding it here first made every fixed port
     // "already in use".
     if args.images {
@@ -120,7 +182,7 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
             &args.defects,
             &args.topology,
             args.listen,
-            args.kubeconfig_out.as_deref(),
+            Some(kubeconfig),
             args.openshell_binaries.as_deref(),
         )
         .await?;
@@ -128,17 +190,11 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
             "images mean models ({model}, topology {}); nothing installed: apply the Agent Sandbox manifest and install the OpenShell chart",
             args.topology
         );
-        println!(
-            "emulated Kubernetes API listening on http://{}",
-            served.addr
-        );
-        if let Some(path) = &served.kubeconfig {
-            println!("kubeconfig written to {}", path.display());
-            println!("try: kubectl --kubeconfig {} get pods -A", path.display());
-        }
+        announce(served.addr, kubeconfig);
         return served.wait().await;
     }
-    let (listener, addr, config) = bind_at_wall_clock(args.listen).await?;
+    let (endpoint, config) = bind_at_wall_clock(args.listen).await?;
+    let addr = endpoint.addr();
     // With --model, the cluster runs the Kubernetes models and the OpenShell model, installed.
     let target = match &args.model {
         None => None,
@@ -192,23 +248,12 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
             "no OpenShell model: the Kubernetes models run (one node, workload, Job and Agent Sandbox controllers)"
         );
     }
-    println!("emulated Kubernetes API listening on http://{addr}");
-    if let Some(path) = &args.kubeconfig_out {
-        // Like every file the harness writes, the kubeconfig gets its directory made.
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| kube_emulator::serve::ServeError::Kubeconfig(path.clone(), e))?;
-        }
-        write_kubeconfig(path, addr)?;
-        println!("kubeconfig written to {}", path.display());
-        println!("try: kubectl --kubeconfig {} get pods -A", path.display());
-    } else {
-        println!("try: kubectl --server http://{addr} get pods -A");
-    }
+    endpoint.write_kubeconfig(kubeconfig)?;
+    announce(addr, kubeconfig);
     // The target (and with it the models) lives until the server ends: dropping it would stop
     // every controller and the kubelet.
     if let (Some(t), Some(case)) = (&target, case) {
-        let server = tokio::spawn(serve_on(listener, cluster));
+        let server = tokio::spawn(endpoint.serve(cluster));
         println!("running {} in real time; watch it with kubectl", case.id());
         // The case's teardown must not stop the models: the cluster goes on reconciling.
         t.keep_models_after_teardown();
@@ -233,7 +278,7 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
             })
             .map_err(ServeError::from);
     }
-    let served = serve_on(listener, cluster).await;
+    let served = endpoint.serve(cluster).await;
     drop(target);
     Ok(served?)
 }
@@ -241,10 +286,13 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
 /// A cluster served in this process by [`start_images`]; dropping it stops the server and
 /// every model.
 pub struct ServedCluster {
-    /// Where the API listens (plain HTTP, loopback).
+    /// Where the API listens (HTTPS, loopback).
     pub addr: SocketAddr,
-    /// The kubeconfig written for it, if one was asked for (context `kube-emulator`).
+    /// The kubeconfig written for it, if one was asked for (context `kube-emulator`, mode
+    /// 0600).
     pub kubeconfig: Option<PathBuf>,
+    /// What a client in this process needs to reach it (the CA and the token).
+    pub credentials: kube_emulator::serve::Credentials,
     /// The cluster itself, for in-process inspection (objects, container filesystems).
     pub cluster: Cluster,
     server: tokio::task::JoinHandle<Result<(), kube_emulator::serve::ServeError>>,
@@ -296,7 +344,8 @@ pub async fn start_images(
     kubeconfig_out: Option<&std::path::Path>,
     openshell_binaries: Option<&std::path::Path>,
 ) -> Result<ServedCluster, ServeError> {
-    let (listener, addr, config) = bind_at_wall_clock(listen).await?;
+    let (endpoint, config) = bind_at_wall_clock(listen).await?;
+    let addr = endpoint.addr();
     let sel = conformance_models::Selection::parse(model, defects, None)
         .map_err(|e| ServeError::Usage(e.to_string()))?;
     let topology = conformance_core::topology::Topologies::builtin()
@@ -320,20 +369,17 @@ pub async fn start_images(
     let cluster = target.cluster.clone();
     let kubeconfig = match kubeconfig_out {
         Some(path) => {
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|e| {
-                    kube_emulator::serve::ServeError::Kubeconfig(path.to_path_buf(), e)
-                })?;
-            }
-            write_kubeconfig(path, addr)?;
+            endpoint.write_kubeconfig(path)?;
             Some(path.to_path_buf())
         }
         None => None,
     };
-    let server = tokio::spawn(serve_on(listener, cluster.clone()));
+    let credentials = endpoint.credentials().clone();
+    let server = tokio::spawn(endpoint.serve(cluster.clone()));
     Ok(ServedCluster {
         addr,
         kubeconfig,
+        credentials,
         cluster,
         server,
         _target: target,

@@ -519,7 +519,7 @@ fn emulate_serve_with_images_listens_on_the_fixed_port_it_is_given() {
     assert!(exited.is_none(), "it exited: {all}");
     assert!(
         all.contains(&format!(
-            "emulated Kubernetes API listening on http://{listen}"
+            "emulated Kubernetes API listening on https://{listen}"
         )),
         "{all}"
     );

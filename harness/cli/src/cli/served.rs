@@ -23,8 +23,8 @@ use conformance_real::options::{Provider, RealOptions};
 
 use super::args::{RunArgs, real_options};
 
-/// The one context of a served cluster's kubeconfig (`kube_emulator::serve::kubeconfig`).
-pub(crate) const CONTEXT: &str = "kube-emulator";
+/// The one context of a served cluster's kubeconfig.
+pub(crate) const CONTEXT: &str = kube_emulator::serve::CONTEXT;
 
 /// The model the served cluster's images run when `--model` is not given: the release whose
 /// chart the harness installs by default (`installed_by_default` in `fixtures/releases/`).
@@ -213,7 +213,7 @@ impl Plan {
             None => format!("model {}", self.model),
         };
         eprintln!(
-            "served cluster for {} on http://{} ({runs}); kubeconfig {}, context {CONTEXT}",
+            "served cluster for {} on https://{} ({runs}); kubeconfig {}, context {CONTEXT}",
             topology.name,
             served.addr,
             kubeconfig.display()

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses its own part
 
-use kube_emulator::serve::{bind, serve_on, write_kubeconfig};
+use kube_emulator::serve::bind;
 use kube_emulator::{Cluster, ClusterConfig};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -32,14 +32,13 @@ pub struct Out {
 
 pub async fn serve(config: ClusterConfig) -> Served {
     let cluster = Cluster::new(config);
-    let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let endpoint = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
-    write_kubeconfig(&kubeconfig, addr).unwrap();
+    endpoint.write_kubeconfig(&kubeconfig).unwrap();
     let c = cluster.clone();
     let server = tokio::spawn(async move {
-        let _ = serve_on(listener, c).await;
+        let _ = endpoint.serve(c).await;
     });
     Served {
         cluster,

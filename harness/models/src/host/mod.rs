@@ -163,7 +163,7 @@ impl HostRuntime {
         let addr = SocketAddr::from((NODE_IP, POD_API_PORT));
         let listener = self.inner.node.listen(addr)?;
         let kubeconfig = self.state().join("kubeconfig");
-        std::fs::write(&kubeconfig, kube_emulator::serve::kubeconfig(addr))
+        std::fs::write(&kubeconfig, kube_emulator::serve::node_kubeconfig(addr))
             .map_err(|e| HostError::Io(format!("cannot write {}: {e}", kubeconfig.display())))?;
         let unserved = self.inner.unserved.clone();
         let router = cluster.router().layer(axum::middleware::from_fn(

@@ -63,15 +63,18 @@ async fn serve(install_model: bool) -> Served {
     if install_model {
         install::install(&target.cluster, &target.model).expect("install");
     }
-    let listener = kube_emulator::serve::bind("127.0.0.1:0".parse().unwrap())
+    let endpoint = kube_emulator::serve::bind("127.0.0.1:0".parse().unwrap())
         .await
         .expect("bind");
-    let addr = listener.local_addr().unwrap();
+    let config = endpoint
+        .credentials()
+        .client_config(endpoint.addr())
+        .await
+        .expect("a client configuration");
     let cluster = target.cluster.clone();
     let server = tokio::spawn(async move {
-        let _ = kube_emulator::serve::serve_on(listener, cluster).await;
+        let _ = endpoint.serve(cluster).await;
     });
-    let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
     let client = kube::Client::try_from(config).expect("client");
     Served {
         target,

@@ -9,6 +9,10 @@ use std::path::PathBuf;
 use kube_emulator::serve::{Endpoint, bind};
 use kube_emulator::{Cluster, ClusterConfig};
 
+/// The start of the name of the private directory `emulate serve` keeps its kubeconfig in:
+/// this prefix, the process id, `-`, a random part (a later run removes one a SIGKILL left).
+pub const PRIVATE_DIR_PREFIX: &str = "openshell-conformance-serve-";
+
 /// Arguments of `emulate serve`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
@@ -122,7 +126,7 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
         Some(_) => None,
         None => Some(
             tempfile::Builder::new()
-                .prefix("openshell-conformance-serve-")
+                .prefix(&format!("{PRIVATE_DIR_PREFIX}{}-", std::process::id()))
                 .tempdir()
                 .map_err(|e| {
                     ServeError::Machine("cannot make a private directory for the kubeconfig", e)
@@ -166,7 +170,10 @@ fn announce(addr: SocketAddr, kubeconfig: &std::path::Path) {
         "kubeconfig written to {} (mode 0600: it holds the token the server requires)",
         kubeconfig.display()
     );
-    println!("try: kubectl --kubeconfig {} get pods -A", kubeconfig.display());
+    println!(
+        "try: kubectl --kubeconfig {} get pods -A",
+        kubeconfig.display()
+    );
 }
 
 async fn serve_until_stopped(

@@ -1034,3 +1034,67 @@ fn identical_runs_write_byte_identical_timelines_junit_and_html_whatever_the_job
         );
     }
 }
+
+#[test]
+fn a_run_removes_the_key_directories_a_killed_run_left_under_the_temporary_directory() {
+    // Issue 31 items 2-3: each SIGKILL left a node state directory (pods' keys and tokens) and
+    // a private directory, and later runs never cleaned them.
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let left = tmp.join(format!("openshell-conformance-node-{dead}-AbC123"));
+    std::fs::create_dir(&left).unwrap();
+    std::fs::write(left.join("tls.key"), "-----BEGIN PRIVATE KEY-----").unwrap();
+    let o = bin()
+        .args(["run", "--scenario", "provisioning[combined]"])
+        .current_dir(dir.path())
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert!(!left.exists(), "the killed run's directory is left");
+    assert!(
+        text(&o).contains("removed 1 directory left by killed runs"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn a_run_refuses_an_artifacts_directory_whose_journal_holds_faults_on_a_live_cluster() {
+    // Issue 31 item 9: a stale journal was never mentioned, and a new run merged its own
+    // entries into it under its own context.
+    let dir = tempfile::tempdir().unwrap();
+    let art = dir.path().join("art");
+    std::fs::create_dir_all(art.join("timelines")).unwrap();
+    let earlier = art.join("timelines/provisioning_combined_.jsonl");
+    std::fs::write(&earlier, "{}\n").unwrap();
+    std::fs::write(
+        art.join("restore-journal.json"),
+        r#"{"context":"kind-x","entries":[{"id":"node-access-n","fault":"supervisor-kill","undo":{"undo":"delete-pod","namespace":"openshell","name":"n"}}]}"#,
+    )
+    .unwrap();
+    let o = run(
+        &[
+            "run",
+            "--target",
+            "existing",
+            "--context",
+            "kind-x",
+            "--artifacts",
+            art.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert_eq!(code(&o), 2, "{}", text(&o));
+    assert!(
+        text(&o).contains("1 fault(s) an earlier run left active on context kind-x"),
+        "{}",
+        text(&o)
+    );
+    assert!(text(&o).contains("restore --journal"), "{}", text(&o));
+    assert!(earlier.exists(), "nothing was cleared before the refusal");
+}

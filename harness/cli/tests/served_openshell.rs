@@ -13,7 +13,9 @@ use std::time::Duration;
 use conformance_testtools::{Tool, require_all};
 use rstest::rstest;
 use serde_json::Value;
-use served_support::{Harness, MODEL, Tools, assert_same_check_verdicts, summary_verdicts};
+use served_support::{
+    Harness, MODEL, Tools, assert_same_check_verdicts, private_keys_under, summary_verdicts,
+};
 
 /// The Agent Sandbox release of the real manifest (the emulated side models the same one).
 const AGENT_SANDBOX: &str = "v0.5.0";
@@ -169,15 +171,23 @@ async fn real_openshell_v0_0_111_gives_the_models_verdicts_and_reproduces_the_bo
     args.push(release.display().to_string());
     args.extend(tools.real_flags());
     args.extend(common.iter().cloned());
-    args.extend([
-        "--artifacts".into(),
-        real_artifacts.display().to_string(),
-        "--private-dir".into(),
-        dir.path().join("private").display().to_string(),
-    ]);
-    let (code, out) = Harness::spawn(&tools, &args)
+    args.extend(["--artifacts".into(), real_artifacts.display().to_string()]);
+    // The run's own temporary directory: its private directory and the node's state directory
+    // (the pods' keys and tokens) are made there, and must be gone when it ends.
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let (code, out) = Harness::spawn_with(&tools, &args, &[("TMPDIR", &tmp)])
         .finish(Duration::from_secs(900))
         .await;
+    let keys = [
+        private_keys_under(&tmp),
+        private_keys_under(&real_artifacts),
+    ]
+    .concat();
+    assert!(
+        keys.is_empty(),
+        "private keys left after the run: {keys:?}\n{out}"
+    );
 
     let emulated_artifacts = dir.path().join("emulated");
     let emulated = std::process::Command::new(env!("CARGO_BIN_EXE_openshell-conformance"))

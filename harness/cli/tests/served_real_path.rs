@@ -771,4 +771,10 @@ async fn a_served_run_removes_the_private_directory_it_made_for_itself() {
         .filter(|n| n.ends_with("-private"))
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}\n{text}");
+    let keys = [
+        served_support::private_keys_under(&tmp),
+        served_support::private_keys_under(&dir.path().join("a")),
+    ]
+    .concat();
+    assert!(keys.is_empty(), "private keys left: {keys:?}\n{text}");
 }

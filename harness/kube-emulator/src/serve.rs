@@ -85,7 +85,10 @@ impl Credentials {
             .map_err(|e| ServeError::Credentials(e.to_string()))?
             .with_no_client_auth()
             .with_single_cert(
-                vec![cert.der().clone(), CertificateDer::from(ca_cert.der().to_vec())],
+                vec![
+                    cert.der().clone(),
+                    CertificateDer::from(ca_cert.der().to_vec()),
+                ],
                 PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
             )
             .map_err(|e| ServeError::Credentials(e.to_string()))?;
@@ -303,7 +306,10 @@ mod tests {
         assert!(!c.admits(&with(&c.token)));
         assert!(!c.admits(&http::HeaderMap::new()));
         assert_eq!(c.token.len(), 64, "256 bits in hex");
-        assert!(!format!("{c:?}").contains(&c.token), "the token stays out of logs");
+        assert!(
+            !format!("{c:?}").contains(&c.token),
+            "the token stays out of logs"
+        );
     }
 
     #[test]

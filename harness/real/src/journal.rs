@@ -52,6 +52,10 @@ pub struct JournalFile {
     pub context: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubeconfig: Option<PathBuf>,
+    /// Written by a run whose cluster lived in its own process (`run --target served`): when
+    /// the run is killed its cluster goes with it, so nothing is left to restore.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cluster_ended_with_run: bool,
     pub entries: Vec<Entry>,
 }
 
@@ -63,6 +67,7 @@ pub struct Journal {
     lock: std::sync::Arc<tokio::sync::Mutex<()>>,
     context: String,
     kubeconfig: Option<PathBuf>,
+    cluster_ends_with_run: bool,
 }
 
 /// The journal's file name inside a run directory.
@@ -75,7 +80,15 @@ impl Journal {
             lock: Default::default(),
             context: context.to_string(),
             kubeconfig,
+            cluster_ends_with_run: false,
         }
+    }
+
+    /// Marks the journal of a run whose cluster ends with it (see
+    /// [`JournalFile::cluster_ended_with_run`]).
+    pub fn cluster_ends_with_run(mut self, yes: bool) -> Self {
+        self.cluster_ends_with_run = yes;
+        self
     }
 
     pub fn path(&self) -> &Path {
@@ -117,6 +130,7 @@ impl Journal {
         let mut f = Self::read(&self.path).await?;
         f.context = self.context.clone();
         f.kubeconfig = self.kubeconfig.clone();
+        f.cluster_ended_with_run = self.cluster_ends_with_run;
         f.entries.retain(|e| e.id != entry.id);
         f.entries.push(entry);
         Self::write(&self.path, &f).await
@@ -144,6 +158,57 @@ impl Journal {
     pub async fn entries(&self) -> Result<Vec<Entry>> {
         Ok(Self::read(&self.path).await?.entries)
     }
+}
+
+/// Removes the journal of a run whose cluster ended with it.
+async fn remove_ended(path: &Path) -> Result<()> {
+    match tokio::fs::remove_file(path).await {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::infra_from(
+            format!("restore journal {}", path.display()),
+            e,
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// What a new run does with a journal an earlier run left where it writes its own.
+#[derive(Debug, PartialEq)]
+pub enum Earlier {
+    /// None there, or one with nothing left in it.
+    None,
+    /// A served run's journal (its cluster ended with it), now removed, with its entry count.
+    Removed(usize),
+}
+
+/// Checks for a journal an earlier run left at `path`, before a new run writes its own there:
+/// a served run's is removed (its cluster is gone); one that holds faults on a cluster that
+/// outlived its run is refused (exit 2), since the new run would merge its own entries into it
+/// and judge a cluster that may still have them active.
+pub async fn earlier(path: &Path) -> Result<Earlier> {
+    if !tokio::fs::try_exists(path).await.unwrap_or(false) {
+        return Ok(Earlier::None);
+    }
+    let file = Journal::read(path).await.map_err(|e| {
+        Error::usage(format!(
+            "{} is not a restore journal this harness wrote ({}); move it away or remove it",
+            path.display(),
+            one_line(&e)
+        ))
+    })?;
+    if file.entries.is_empty() {
+        return Ok(Earlier::None);
+    }
+    if file.cluster_ended_with_run {
+        remove_ended(path).await?;
+        return Ok(Earlier::Removed(file.entries.len()));
+    }
+    Err(Error::usage(format!(
+        "{} holds {} fault(s) an earlier run left active on context {}: undo them first with `openshell-conformance restore --journal {}`, or remove the file if that cluster is gone",
+        path.display(),
+        file.entries.len(),
+        file.context,
+        path.display()
+    )))
 }
 
 /// Carries out one undo.
@@ -222,10 +287,21 @@ pub async fn undo(client: &Client, u: &Undo, deadline: Duration) -> Result<()> {
 pub struct RestoreReport {
     pub restored: Vec<String>,
     pub failed: Vec<String>,
+    /// Entries of a journal whose cluster ended with its run: nothing to undo, the journal is
+    /// removed.
+    pub ended: usize,
 }
 
 impl std::fmt::Display for RestoreReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.ended > 0 {
+            return writeln!(
+                f,
+                "nothing to restore: the journal is from a served run (`run --target served`), whose cluster ended with it; its {} entr{} named faults on that cluster only. The journal is removed.",
+                self.ended,
+                if self.ended == 1 { "y" } else { "ies" }
+            );
+        }
         if self.restored.is_empty() && self.failed.is_empty() {
             return writeln!(f, "nothing to restore");
         }
@@ -294,6 +370,13 @@ pub async fn restore(
     let file = Journal::read(path).await?;
     if file.entries.is_empty() {
         return Ok(RestoreReport::default());
+    }
+    if file.cluster_ended_with_run {
+        remove_ended(path).await?;
+        return Ok(RestoreReport {
+            ended: file.entries.len(),
+            ..RestoreReport::default()
+        });
     }
     crate::interlock::check(&file.context, allow_contexts)?;
     let client = crate::apiclient::client_for(file.kubeconfig.as_deref(), &file.context).await?;

@@ -181,6 +181,9 @@ pub struct RealOptions {
     pub private_dir: PathBuf,
     /// The run id, the value of [`pins::RUN_LABEL`] on what this run creates.
     pub run_id: String,
+    /// The cluster lives in this process and ends with it (`run --target served`): the restore
+    /// journal says so, since a killed run leaves nothing to restore.
+    pub cluster_ends_with_run: bool,
     pub namespace: String,
     pub release: String,
     /// The repository root, where `kind-config.yaml` and `k3d-config.yaml` are.
@@ -268,6 +271,12 @@ impl Default for Timeouts {
             cli_lifecycle: Duration::from_secs(330),
         }
     }
+}
+
+/// The name of a run's own private directory (no `--private-dir`), under the system's temporary
+/// directory: it ends in `-<process id>-private`, so a later run can tell one a killed run left.
+pub fn default_private_dir_name(run_id: &str) -> String {
+    format!("openshell-conformance-{run_id}-private")
 }
 
 /// A fresh run id: seconds since the epoch and the process id, valid as a label value.
@@ -360,9 +369,10 @@ impl RealArgs {
         let run_dir = self.run_dir.clone().unwrap_or_else(|| {
             std::env::temp_dir().join(format!("openshell-conformance-{run_id}"))
         });
-        let private_dir = self.private_dir.clone().unwrap_or_else(|| {
-            std::env::temp_dir().join(format!("openshell-conformance-{run_id}-private"))
-        });
+        let private_dir = self
+            .private_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join(default_private_dir_name(run_id)));
         if private_dir.starts_with(&run_dir) {
             return Err(Error::usage(format!(
                 "--private-dir {} is inside {}: credentials must stay out of the artifacts",
@@ -406,6 +416,7 @@ impl RealArgs {
             run_dir,
             private_dir,
             run_id: run_id.to_string(),
+            cluster_ends_with_run: false,
             namespace: pins::NAMESPACE.to_string(),
             release: pins::RELEASE.to_string(),
             repo_root: repo_root.into(),

@@ -787,7 +787,8 @@ impl Target for RealTarget {
             o.run_dir.join(journal::FILE_NAME),
             &o.context,
             o.kubeconfig.clone(),
-        );
+        )
+        .cluster_ends_with_run(o.cluster_ends_with_run);
         let mut injector = FaultInjector::new(
             self.client.clone(),
             journal,

@@ -7,6 +7,7 @@
 mod args;
 mod check;
 mod files;
+mod leftovers;
 mod list;
 mod progress;
 mod run;
@@ -41,10 +42,12 @@ pub async fn run(cli: Cli) -> ExitStatus {
         },
         Command::Emulate {
             command: EmulateCommand::Serve(args),
-        } => crate::serve::run(args)
-            .await
-            .map(|()| ExitStatus::Success)
-            .map_err(Error::from),
+        } => {
+            leftovers::sweep_temp_dir();
+            crate::serve::run(args).await
+        }
+        .map(|()| ExitStatus::Success)
+        .map_err(Error::from),
         Command::Restore(args) => run::restore(&args).await,
     };
     match result {

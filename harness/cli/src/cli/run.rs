@@ -165,6 +165,9 @@ fn expectations_for(args: &RunArgs, info: &TargetInfo) -> Result<Expectations, E
 pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
     if !args.dry_run {
         check_outputs(&args)?;
+        if args.provider().is_some() {
+            check_earlier_journal(&args).await?;
+        }
     }
     if args.openshell_binaries.is_some() && args.target != TargetKind::Served {
         return Err(Error::usage(
@@ -247,6 +250,8 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
         return Ok(ExitStatus::Success);
     }
     let pause = pause_after_case()?;
+    // What killed runs left under the temporary directory (keys, tokens) goes now.
+    super::leftovers::sweep_temp_dir();
     if let Some(removed) = clear_earlier_run(&args)? {
         eprintln!(
             "removed the files of an earlier run from {}: {removed}",
@@ -270,7 +275,9 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
     };
     // From here SIGINT and SIGTERM no longer kill the process: they interrupt the run.
     let signals = Signals::install()?;
-    let watcher = tokio::spawn(signals.interrupt(interrupt.clone(), args.artifacts.clone()));
+    let journal = (args.target != TargetKind::Served)
+        .then(|| args.artifacts.join(conformance_real::journal::FILE_NAME));
+    let watcher = tokio::spawn(signals.interrupt(interrupt.clone(), journal));
     let wall = std::time::SystemTime::now();
     let jobs = args.jobs();
     let reports = if args.provider().is_none() {
@@ -401,7 +408,8 @@ impl Signals {
 
     /// The first signal interrupts the run (cases restore their faults, results are written);
     /// a second one ends the process at once, leaving what is not restored to the journal.
-    async fn interrupt(mut self, interrupt: Interrupt, artifacts: PathBuf) {
+    /// `journal`: where faults left active are, unless the cluster ends with this process.
+    async fn interrupt(mut self, interrupt: Interrupt, journal: Option<PathBuf>) {
         let first = self.next().await;
         eprintln!(
             "{first}: interrupting the run; restoring faults and writing the results of the \
@@ -409,13 +417,17 @@ impl Signals {
         );
         interrupt.raise(first);
         let second = self.next().await;
-        let journal = artifacts.join(conformance_real::journal::FILE_NAME);
-        eprintln!(
-            "{second}, a second signal: exiting at once without writing results; faults still active are in {} \
-             (`openshell-conformance restore --journal {}` undoes them on a real cluster)",
-            journal.display(),
-            journal.display()
-        );
+        match journal {
+            Some(journal) => eprintln!(
+                "{second}, a second signal: exiting at once without writing results; faults still active are in {} \
+                 (`openshell-conformance restore --journal {}` undoes them on a real cluster)",
+                journal.display(),
+                journal.display()
+            ),
+            None => eprintln!(
+                "{second}, a second signal: exiting at once without writing results; the served cluster ends with this process"
+            ),
+        }
         std::process::exit(interrupted_status(first).code().into());
     }
 }
@@ -426,6 +438,21 @@ fn interrupted_status(signal: &str) -> ExitStatus {
     } else {
         ExitStatus::Interrupted
     }
+}
+
+/// Refuses a restore journal with faults an earlier run left on a cluster that outlived it, and
+/// removes a served run's, saying so (see [`conformance_real::journal::earlier`]).
+async fn check_earlier_journal(args: &RunArgs) -> Result<(), Error> {
+    let path = args.artifacts.join(conformance_real::journal::FILE_NAME);
+    if let conformance_real::journal::Earlier::Removed(n) =
+        conformance_real::journal::earlier(&path).await?
+    {
+        eprintln!(
+            "removed {}, the restore journal of a killed served run ({n} fault(s) on its cluster, which ended with it)",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// Removes what an earlier run left where this run writes (timelines, diagnostics, JUnit,

@@ -105,7 +105,9 @@ pub(crate) fn plan(args: &RunArgs) -> Result<Plan> {
     let mut real = args.real.clone();
     real.allow_context.push(CONTEXT.to_string());
     real.context = Some(CONTEXT.to_string());
-    let opts = real_options(&real, Provider::Existing, &args.artifacts)?;
+    let mut opts = real_options(&real, Provider::Existing, &args.artifacts)?;
+    // Its cluster lives in this process: a journal of a killed run names nothing to restore.
+    opts.cluster_ends_with_run = true;
     Ok(Plan {
         model,
         binaries: args.openshell_binaries.clone(),

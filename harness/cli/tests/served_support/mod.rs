@@ -263,8 +263,14 @@ pub struct Harness {
 
 impl Harness {
     pub fn spawn(tools: &Tools, args: &[String]) -> Self {
+        Self::spawn_with(tools, args, &[])
+    }
+
+    /// [`Self::spawn`] with `env` added (e.g. a `TMPDIR` of the test's own).
+    pub fn spawn_with(tools: &Tools, args: &[String], env: &[(&str, &Path)]) -> Self {
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_openshell-conformance"))
             .args(args)
+            .envs(env.iter().copied())
             .env("PATH", tools.path_env())
             .env("NO_COLOR", "1")
             .env_remove("RUST_LOG")
@@ -442,4 +448,32 @@ pub fn assert_same_check_verdicts(served: &Path, emulated: &Path) {
         "checks whose verdicts differ:\n{}",
         differ.join("\n")
     );
+}
+
+/// The files under `dir` (recursively) that hold a PEM private key: after a run, key material
+/// of ours that outlived it.
+pub fn private_keys_under(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            match e.file_type() {
+                Ok(t) if t.is_dir() => todo.push(path),
+                Ok(t)
+                    if t.is_file()
+                        && std::fs::read(&path).is_ok_and(|b| {
+                            b.windows(b"PRIVATE KEY".len()).any(|w| w == b"PRIVATE KEY")
+                        }) =>
+                {
+                    found.push(path);
+                }
+                _ => {}
+            }
+        }
+    }
+    found
 }

@@ -6,9 +6,12 @@
 //! API server (a kubeconfig, see below), readiness from its probe, its output as the
 //! container log, `kubectl exec` and port-forward into it, and signals on stop and delete.
 //!
-//! Emulation gaps, on purpose: the API server is plain HTTP on the node's address and each
+//! Emulation gaps, on purpose: the API server is plain HTTP without credentials on the node's
+//! address, which only the node's own network namespace reaches (no other user's process can
+//! connect, unlike the loopback API the harness uses, which requires a token), and each
 //! process gets `KUBECONFIG` naming it (no in-cluster TLS: the in-cluster variables name the
-//! node's address, but no CA file is mounted, so kube-rs clients fall back to the kubeconfig); there is no DNS server, names
+//! node's address, but no CA file is mounted, so kube-rs clients fall back to the
+//! kubeconfig); there is no DNS server, names
 //! resolve through `/etc/hosts`; exec probes, resource limits, capabilities and seccomp
 //! profiles of the pod spec are not applied; the primary group is `runAsGroup`, else the
 //! pod's `fsGroup`; projected ServiceAccount tokens are written when a container starts and
@@ -47,6 +50,9 @@ use conformance_kube_models::program::{ContainerCtx, ContainerProgram};
 pub const NODE_IP: Ipv4Addr = Ipv4Addr::new(10, 244, 0, 1);
 /// The port the API server listens on for pods, at [`NODE_IP`].
 pub const POD_API_PORT: u16 = 6443;
+/// The start of the name of a node's state directory, under the system's temporary directory:
+/// this prefix, the process id, `-`, a random part.
+pub const STATE_DIR_PREFIX: &str = "openshell-conformance-node-";
 /// Where a process container finds the kubeconfig that names the API server.
 const KUBECONFIG_PATH: &str = "/var/run/kube-emulator/kubeconfig";
 /// The host directories that form every image's base system (those that exist).
@@ -103,8 +109,9 @@ impl HostRuntime {
         let node = NodeNetwork::create(NODE_IP, 24)?;
         // It holds the pods' Secrets and ServiceAccount tokens: only this user may enter it
         // (the default would be 0755 under the system's temporary directory).
+        // Named with this process's id, so a later run can tell the directory of a killed one.
         let state = tempfile::Builder::new()
-            .prefix("openshell-conformance-node-")
+            .prefix(&format!("{STATE_DIR_PREFIX}{}-", std::process::id()))
             .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .tempdir()
             .map_err(|e| HostError::Io(format!("cannot create the node's state directory: {e}")))?;

@@ -456,3 +456,77 @@ fn the_real_target_reports_the_charts_release_so_unsupported_topologies_are_skip
     let f = RealFactory::new(o, Arc::new(ScriptedRunner::new(Unscripted::Fail))).unwrap();
     assert_eq!(f.info().openshell, None);
 }
+
+fn stop_entry() -> Entry {
+    Entry {
+        id: "gateway-stop-openshell".into(),
+        fault: "gateway-stop".into(),
+        undo: Undo::ScaleBack {
+            workload: workload(),
+            replicas: 1,
+        },
+    }
+}
+
+#[tokio::test]
+async fn restore_of_a_served_runs_journal_removes_it_with_nothing_to_undo_and_no_interlock() {
+    // Issue 31 item 9: the cluster of `run --target served` died with the killed run, so its
+    // journal was refused by the interlock, then failed to connect, and stayed forever.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("restore-journal.json");
+    Journal::new(&path, "kube-emulator", None)
+        .cluster_ends_with_run(true)
+        .add(stop_entry())
+        .await
+        .unwrap();
+    let report = crate::journal::restore(&path, &[], std::time::Duration::from_secs(1))
+        .await
+        .expect("nothing to restore, and no context to allow");
+    assert_eq!(report.ended, 1);
+    assert!(report.to_string().contains("served run"), "{report}");
+    assert!(!path.exists(), "the journal is removed");
+}
+
+#[tokio::test]
+async fn a_new_run_removes_a_served_runs_journal_and_refuses_one_with_faults_on_a_live_cluster() {
+    use crate::journal::{Earlier, earlier};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("restore-journal.json");
+    assert_eq!(earlier(&path).await.unwrap(), Earlier::None);
+
+    Journal::new(&path, "kube-emulator", None)
+        .cluster_ends_with_run(true)
+        .add(stop_entry())
+        .await
+        .unwrap();
+    assert_eq!(earlier(&path).await.unwrap(), Earlier::Removed(1));
+    assert!(!path.exists());
+
+    Journal::new(&path, "kind-x", None)
+        .add(stop_entry())
+        .await
+        .unwrap();
+    let err = earlier(&path).await.unwrap_err();
+    assert_eq!(
+        err.exit_status(),
+        conformance_core::error::ExitStatus::Usage
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("1 fault(s)") && msg.contains("kind-x"),
+        "{msg}"
+    );
+    assert!(msg.contains("restore --journal"), "{msg}");
+    assert!(
+        path.exists(),
+        "a journal with faults on a live cluster is kept"
+    );
+
+    std::fs::write(&path, b"\x00\x01 not json").unwrap();
+    let err = earlier(&path).await.unwrap_err();
+    assert_eq!(
+        err.exit_status(),
+        conformance_core::error::ExitStatus::Usage
+    );
+    assert!(err.to_string().contains("not a restore journal"), "{err}");
+}

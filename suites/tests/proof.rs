@@ -155,7 +155,7 @@ fn a_topology_defined_only_as_yaml_gets_the_behaviour_of_its_placement() {
 }
 
 /// The detection matrix, one row per defect switch, so the rows run side by side.
-const MATRIX_ROWS: [&str; 14] = [
+const MATRIX_ROWS: [&str; 15] = [
     "bootstrap-gives-up-after-retry-window",
     "sidecar-gives-up-after-120s",
     "workload-starts-before-policy",
@@ -170,6 +170,7 @@ const MATRIX_ROWS: [&str; 14] = [
     "gate-and-pvc-leaked-on-failure",
     "supervisor-reattach-refused",
     "failure-cause-not-reported",
+    "retries-give-up-after-15m",
 ];
 
 #[test]
@@ -190,7 +191,7 @@ fn the_detection_matrix_has_a_row_for_every_defect_switch() {
 /// of two.
 #[rstest]
 fn every_defect_is_caught_by_some_scenario_naming_the_broken_requirement(
-    #[values(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)] row: usize,
+    #[values(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14)] row: usize,
 ) {
     let name = MATRIX_ROWS[row];
     let d = DEFECTS
@@ -539,4 +540,31 @@ fn each_defect_breaks_its_rule_where_the_catalog_looks_for_it(
         "{defect} was not caught on {pattern} naming {requirement}:\n{}",
         reports.iter().map(describe).collect::<Vec<_>>().join("\n")
     );
+}
+
+#[test]
+fn retries_that_give_up_after_15_minutes_are_caught_by_the_outages_past_15_minutes_only() {
+    // Issue: nothing in the default catalog reached past 15 minutes of outage, so a supervisor
+    // that gives up then passed everything. The 16-minute variants catch it; the shorter
+    // outages must not, or the switch would not show that those variants are needed.
+    let all: Vec<Topology> = Topologies::builtin().all().cloned().collect();
+    let cases = catalog::cases(&all, &Pick::default());
+    let selection = Selection::parse("contract", &["retries-give-up-after-15m".into()], None);
+    let reports = run_cases(selection.unwrap(), cases);
+    let caught: Vec<&str> = reports
+        .iter()
+        .filter(|r| !matches!(r.outcome, Outcome::Passed))
+        .map(|r| r.case_id.as_str())
+        .collect();
+    assert!(!caught.is_empty(), "nothing caught the defect");
+    assert!(
+        caught.iter().all(|id| id.contains("outage=16m")),
+        "cases other than the 16-minute outages failed: {caught:?}"
+    );
+    for scenario in ["gateway-outage[", "bootstrap-outage["] {
+        assert!(
+            caught.iter().any(|id| id.starts_with(scenario)),
+            "{scenario}…outage=16m] caught nothing: {caught:?}"
+        );
+    }
 }

@@ -140,6 +140,7 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
     };
     let stop = stop_signal()?;
     tokio::select! {
+        biased;
         served = serve_until_stopped(&args, &kubeconfig) => served,
         why = stop => {
             println!("{why}: stopping the served cluster");

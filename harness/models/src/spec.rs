@@ -189,6 +189,7 @@ pub enum Defect {
     GateAndPvcLeakedOnFailure,
     SupervisorReattachRefused,
     FailureCauseNotReported,
+    RetriesGiveUpAfter15m,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -285,6 +286,12 @@ pub const DEFECTS: &[DefectInfo] = &[
         description: "failures show Error with no reason, no message and no cause in the logs",
         requirement: "R14",
     },
+    DefectInfo {
+        defect: Defect::RetriesGiveUpAfter15m,
+        name: "retries-give-up-after-15m",
+        description: "bootstrap and the supervisor session stop retrying after 15 minutes without the gateway, and the supervisor exits",
+        requirement: "R1",
+    },
 ];
 
 impl Defect {
@@ -335,6 +342,8 @@ impl Defect {
             Self::SupervisorReattachRefused => b.reattach_refused = true,
             // R14.
             Self::FailureCauseNotReported => b.diagnostics = Diagnostics::Hidden,
+            // R1/R5: "forever", broken only past the catalog's shorter outages.
+            Self::RetriesGiveUpAfter15m => b.retries_give_up = true,
         }
     }
 }
@@ -509,6 +518,9 @@ pub struct Behaviour {
     pub bootstrap_retry_forever: bool,
     /// The sidecar's process side gives up after SIDECAR_READY_TIMEOUT_SECS (F2.5).
     pub sidecar_gives_up: bool,
+    /// Bootstrap and the supervisor session stop retrying after
+    /// [`Timings::retries_give_up_after`] without the gateway, and the supervisor exits.
+    pub retries_give_up: bool,
     /// The main command starts before the token exchange and policy fetch (F2.8 says after).
     pub workload_before_policy: bool,
     /// Non-retryable gRPC codes fail bootstrap at once (F2.2).
@@ -571,6 +583,8 @@ pub struct Timings {
     pub sidecar_ready_timeout: Duration,
     /// The process supervisor polls the control socket this often (F2.5).
     pub sidecar_poll: Duration,
+    /// With [`Behaviour::retries_give_up`]: how long retries last without the gateway.
+    pub retries_give_up_after: Duration,
     /// Session reconnect backoff 1 s doubling to 30 s (F2.7).
     pub session_backoff_initial: Duration,
     pub session_backoff_cap: Duration,
@@ -604,6 +618,7 @@ impl Default for Timings {
             connect_timeout: Duration::from_secs(10),
             sidecar_ready_timeout: Duration::from_secs(120),
             sidecar_poll: Duration::from_millis(100),
+            retries_give_up_after: Duration::from_secs(15 * 60),
             session_backoff_initial: Duration::from_secs(1),
             session_backoff_cap: Duration::from_secs(30),
             heartbeat: Duration::from_secs(15),
@@ -736,6 +751,7 @@ mod tests {
         Behaviour {
             bootstrap_retry_forever: contract && !d(Defect::BootstrapGivesUpAfterRetryWindow),
             sidecar_gives_up: !contract || d(Defect::SidecarGivesUpAfter120s),
+            retries_give_up: d(Defect::RetriesGiveUpAfter15m),
             workload_before_policy: d(Defect::WorkloadStartsBeforePolicy),
             permanent_errors_fail_fast: !d(Defect::PermanentErrorsRetriedForever),
             tls_error_permanent: contract && !d(Defect::PermanentErrorsRetriedForever),

@@ -218,6 +218,7 @@ impl Boundary {
     async fn bootstrap(&self) -> Result<(String, SandboxConfig), Fatal> {
         let t = &self.model.timings;
         let forever = self.b().bootstrap_retry_forever;
+        let started = tokio::time::Instant::now();
         let mut n: u32 = 0;
         loop {
             n += 1;
@@ -235,6 +236,16 @@ impl Boundary {
                         return Err(Fatal {
                             message: format!("Policy fetch failed: {}", e.message),
                         });
+                    }
+                    if self.b().retries_give_up && started.elapsed() >= t.retries_give_up_after {
+                        // Defect `retries-give-up-after-15m`.
+                        let m = format!(
+                            "Policy fetch failed: gave up after {}s of retries: {}",
+                            t.retries_give_up_after.as_secs(),
+                            e.message
+                        );
+                        self.log.line(&format!("ERROR openshell_sandbox: {m}"));
+                        return Err(Fatal { message: m });
                     }
                     if !forever && n >= t.policy_fetch_attempts {
                         let m = format!(
@@ -382,6 +393,8 @@ impl Boundary {
         let _reporter = AbortOnDrop(reporter);
         let mut reattach = adopted;
         let mut n: u32 = 0;
+        // Since when the session has been down (defect `retries-give-up-after-15m`).
+        let mut lost_since: Option<tokio::time::Instant> = None;
         loop {
             if gated {
                 // The workload pod may have been replaced (stop and start) since the last
@@ -404,6 +417,7 @@ impl Boundary {
             match res {
                 Ok(mut session) => {
                     n = 0;
+                    lost_since = None;
                     reattach = false;
                     self.log.line(&format!(
                         "OCSF NET:OPEN [INFO] supervisor session established (session_id={}, heartbeat_secs={})",
@@ -422,6 +436,14 @@ impl Boundary {
                     std::future::pending::<()>().await;
                 }
                 Err(_) => {}
+            }
+            let lost = *lost_since.get_or_insert_with(tokio::time::Instant::now);
+            if self.b().retries_give_up && lost.elapsed() >= t.retries_give_up_after {
+                self.log.line(&format!(
+                    "OCSF NET:FAIL [HIGH] supervisor session down for {}s, giving up",
+                    t.retries_give_up_after.as_secs()
+                ));
+                return;
             }
             n += 1;
             let d = backoff(t.session_backoff_initial, t.session_backoff_cap, n);
@@ -546,7 +568,7 @@ impl Boundary {
             Ok((token, cfg)) => {
                 self.serve(link, token, cfg, adopted).await;
                 Fatal {
-                    message: "supervisor session refused".into(),
+                    message: "supervisor session refused or given up".into(),
                 }
             }
             Err(f) => f,

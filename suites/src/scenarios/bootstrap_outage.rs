@@ -13,8 +13,9 @@ use super::common::*;
 
 /// The catalog's entry: this scenario and the parameter sets it runs with.
 pub(crate) fn entry() -> Entry {
-    // Longer than the policy-fetch retry window (11 s) and than the sidecar wait (120 s).
-    Entry::new(bootstrap_outage(), outages_of(&[30, 150]))
+    // Longer than the policy-fetch retry window (11 s), than the sidecar wait (120 s), and than
+    // 15 minutes (a retry loop with a time limit, which R1 and R5 rule out).
+    Entry::new(bootstrap_outage(), outages_of(&[30, 150, 960]))
 }
 
 pub(crate) fn bootstrap_outage() -> Scenario {

@@ -756,6 +756,24 @@ fn an_outage_shorter_than_the_minimum_is_refused_like_zero_naming_the_minimum() 
 }
 
 #[test]
+fn an_outage_longer_than_the_maximum_is_refused_at_once_naming_the_maximum() {
+    let dir = tempfile::tempdir().unwrap();
+    for d in ["10000y", "999999999999999h", "7d 1s", "8d"] {
+        let started = std::time::Instant::now();
+        let o = run(
+            &["run", "--scenario", "gateway-outage", "--outage", d],
+            dir.path(),
+        );
+        let out = text(&o);
+        assert_eq!(code(&o), 2, "{d}: {out}");
+        assert!(out.contains("give at most 7d"), "{d}: {out}");
+        assert!(started.elapsed().as_secs() < 10, "{d}: it ran");
+    }
+    let o = run(&["run", "--dry-run", "--outage", "7d"], dir.path());
+    assert_eq!(code(&o), 0, "{}", text(&o));
+}
+
+#[test]
 fn log_lines_on_a_pipe_carry_no_colour() {
     let dir = tempfile::tempdir().unwrap();
     let o = bin()

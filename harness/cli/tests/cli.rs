@@ -257,17 +257,17 @@ fn bad_flags_and_values_exit_2_with_a_message_that_says_what_to_do() {
 fn an_infrastructure_error_caused_by_an_io_error_prints_the_context_then_the_io_error_and_exits_3()
 {
     let dir = tempfile::tempdir().unwrap();
-    // A directory where the restore journal should be: reading it fails with an I/O error.
-    let journal = dir.path().join("restore-journal.json");
-    std::fs::create_dir(&journal).unwrap();
-    let io = std::fs::read_to_string(&journal).unwrap_err().to_string();
+    // A loopback port another process holds: listening on it fails with an I/O error.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = held.local_addr().unwrap().to_string();
+    let io = std::net::TcpListener::bind(&addr).unwrap_err().to_string();
     let o = run(
-        &["restore", "--journal", journal.to_str().unwrap()],
+        &["emulate", "serve", "--model", "contract", "--listen", &addr],
         dir.path(),
     );
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(code(&o), 3, "{err}");
-    let context = format!("error: restore journal {}\n", journal.display());
+    let context = format!("error: cannot listen on {addr}\n");
     let cause = format!("  caused by: {io}\n");
     assert!(err.contains(&format!("{context}{cause}")), "{err}");
 }
@@ -989,6 +989,83 @@ fn a_signal_during_run_writes_the_finished_cases_marks_the_rest_interrupted_and_
     let html = std::fs::read_to_string(art.join("report.html")).unwrap();
     assert!(!html.contains("EARLIER RUN"));
     assert!(html.contains(&format!("(interrupted by SIG{signal})")));
+}
+
+/// Issue 31 items 4 and 11: each exited 3, several after the earlier run's files were removed
+/// or the served cluster started.
+#[test]
+fn user_given_paths_are_refused_with_exit_2_naming_flag_and_path_before_anything_is_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("chart")).unwrap();
+    std::fs::write(d.join("chart/Chart.yaml"), "version: [unclosed\n").unwrap();
+    std::fs::write(d.join("bad.yaml"), "a: [unclosed\n").unwrap();
+    std::fs::write(d.join("openshell"), "#!/bin/sh\n").unwrap();
+    std::fs::create_dir(d.join("jdir")).unwrap();
+    std::fs::write(d.join("junk"), [0x00, 0xff, 0x13, 0x37, 0xc3]).unwrap();
+    let inside = d.join("art2/priv").display().to_string();
+    let served = ["run", "--target", "served"];
+    let cases: Vec<(Vec<&str>, String)> = vec![
+        (
+            [&served[..], &["--chart-path", "chart"]].concat(),
+            "--chart-path chart: ".into(),
+        ),
+        (
+            [&served[..], &["--agent-sandbox-manifest", "bad.yaml"]].concat(),
+            "--agent-sandbox-manifest bad.yaml: not YAML".into(),
+        ),
+        (
+            [&served[..], &["--openshell-bin", "./openshell"]].concat(),
+            "--openshell-bin ./openshell: not an executable file".into(),
+        ),
+        (
+            [&served[..], &["--values", "missing.yaml"]].concat(),
+            "--values missing.yaml: cannot read it".into(),
+        ),
+        (
+            [&served[..], &["--values", "bad.yaml"]].concat(),
+            "--values bad.yaml: not YAML".into(),
+        ),
+        (
+            [&served[..], &["--private-dir", "/proc/priv"]].concat(),
+            "--private-dir /proc/priv: the run cannot make its directory there".into(),
+        ),
+        (
+            vec!["run", "--target", "kind", "--values", "bad.yaml"],
+            "--values bad.yaml: not YAML".into(),
+        ),
+        (
+            [
+                &served[..],
+                &["--artifacts", "art2", "--private-dir", &inside],
+            ]
+            .concat(),
+            format!("--private-dir {inside} is inside art2: credentials must stay out"),
+        ),
+        (
+            vec!["restore", "--journal", "jdir"],
+            "restore --journal jdir: not a file".into(),
+        ),
+        (
+            vec!["restore", "--journal", "junk"],
+            "restore --journal junk: not a restore journal".into(),
+        ),
+    ];
+    for (args, says) in cases {
+        // What an earlier run left, which a refused run must not touch.
+        std::fs::create_dir_all(d.join("artifacts/timelines")).unwrap();
+        std::fs::write(d.join("artifacts/junit.xml"), "EARLIER RUN").unwrap();
+        let o = run(&args, d);
+        let out = text(&o);
+        assert_eq!(code(&o), 2, "{args:?}: {out}");
+        assert!(out.contains(&says), "{args:?} should say {says:?}:\n{out}");
+        assert!(!out.contains("served cluster for"), "{args:?}: {out}");
+        assert_eq!(
+            std::fs::read_to_string(d.join("artifacts/junit.xml")).unwrap(),
+            "EARLIER RUN",
+            "{args:?}"
+        );
+    }
 }
 
 #[test]

@@ -8,7 +8,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use conformance_core::error::Error;
-use conformance_real::options::{Provider, RealArgs, RealOptions, env_bool, new_run_id};
+use conformance_real::options::{
+    Provider, RealArgs, RealOptions, env_bool, new_run_id, refuse_inside,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -343,11 +345,15 @@ pub(super) fn real_options(
     provider: Provider,
     artifacts: &Path,
 ) -> Result<RealOptions, Error> {
+    real.check_paths()?;
     let mut real = real.clone();
     if real.run_dir.is_none() {
         real.run_dir = Some(artifacts.to_path_buf());
     }
-    real.resolve(provider, &new_run_id(), repo_root())
+    let opts = real.resolve(provider, &new_run_id(), repo_root())?;
+    // The run directory may be elsewhere (--run-dir); the artifacts are uploaded all the same.
+    refuse_inside(&opts.private_dir, artifacts)?;
+    Ok(opts)
 }
 
 #[cfg(test)]

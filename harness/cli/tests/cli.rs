@@ -908,9 +908,13 @@ fn a_signal_during_run_writes_the_finished_cases_marks_the_rest_interrupted_and_
     let art = dir.path().join("artifacts");
     // What an earlier, all-passing run left behind.
     std::fs::create_dir_all(art.join("timelines")).unwrap();
-    std::fs::create_dir_all(art.join("diagnostics/old-case")).unwrap();
-    std::fs::write(art.join("timelines/seeded-sweep[gateway].jsonl"), "{}").unwrap();
-    std::fs::write(art.join("diagnostics/old-case/pods.txt"), "old").unwrap();
+    std::fs::create_dir_all(art.join("diagnostics/combined-1234")).unwrap();
+    std::fs::write(
+        art.join("timelines/seeded-sweep_gateway_.jsonl"),
+        "{\"seq\":1,\"at_ms\":0,\"type\":\"run_started\"}\n",
+    )
+    .unwrap();
+    std::fs::write(art.join("diagnostics/combined-1234/pods.txt"), "old").unwrap();
     std::fs::write(art.join("junit.xml"), "EARLIER RUN").unwrap();
     std::fs::write(art.join("report.html"), "EARLIER RUN").unwrap();
 
@@ -989,6 +993,106 @@ fn a_signal_during_run_writes_the_finished_cases_marks_the_rest_interrupted_and_
     let html = std::fs::read_to_string(art.join("report.html")).unwrap();
     assert!(!html.contains("EARLIER RUN"));
     assert!(html.contains(&format!("(interrupted by SIG{signal})")));
+}
+
+/// Issue 31 item 6: a signal in the first milliseconds left the earlier run's JUnit beside
+/// part of its timelines. The run pauses (test knob) just before it removes them.
+#[test]
+fn a_signal_before_the_earlier_runs_files_are_removed_interrupts_the_run_after_removing_them_whole()
+{
+    use std::io::{BufRead, BufReader, Read};
+    let dir = tempfile::tempdir().unwrap();
+    let art = dir.path().join("artifacts");
+    let o = run(&["run", "--scenario", "gateway-restart"], dir.path());
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let mut child = bin()
+        .args(["run", "--scenario", "provisioning", "--jobs", "1"])
+        .env("OPENSHELL_CONFORMANCE_TEST_PAUSE_BEFORE_CLEAR", "3s")
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("pausing before the earlier run's files are removed") {
+        let mut line = String::new();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "the run ended before it paused: {seen}"
+        );
+        seen.push_str(&line);
+    }
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    stderr.read_to_string(&mut seen).unwrap();
+    let status = child.wait().unwrap();
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let out = format!("{out}{seen}");
+    assert_eq!(status.code(), Some(130), "{status:?}\n{out}");
+    assert!(
+        out.contains("removed the files of an earlier run from artifacts"),
+        "{out}"
+    );
+    // Nothing of the earlier run is left, hidden or not; what is there is this run's.
+    let names: Vec<String> = files_under(&art).into_keys().collect();
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.contains("gateway-restart") && !n.starts_with('.')),
+        "{names:?}"
+    );
+    let junit = std::fs::read_to_string(art.join("junit.xml")).unwrap();
+    assert!(!junit.contains("gateway-restart"), "{junit}");
+    assert!(junit.contains("interrupted by SIGINT"), "{junit}");
+}
+
+/// Issue 31 item 5: the run removed `proj/timelines/mydata.txt` and `proj/diagnostics/notes.txt`.
+#[test]
+fn an_artifacts_directory_holding_files_the_run_did_not_write_is_refused_naming_them_and_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let proj = dir.path().join("proj");
+    let args = [
+        "run",
+        "--scenario",
+        "provisioning",
+        "--topology",
+        "combined",
+        "--artifacts",
+        "proj",
+    ];
+    let o = run(&args, dir.path());
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    std::fs::write(proj.join("timelines/mydata.txt"), "mine").unwrap();
+    std::fs::create_dir_all(proj.join("diagnostics")).unwrap();
+    std::fs::write(proj.join("diagnostics/notes.txt"), "mine").unwrap();
+    let before = files_under(&proj);
+    let o = run(&args, dir.path());
+    let out = text(&o);
+    assert_eq!(code(&o), 2, "{out}");
+    assert!(
+        out.contains(
+            "diagnostics/notes.txt, timelines/mydata.txt not written by openshell-conformance"
+        ) && out.contains("move them elsewhere"),
+        "{out}"
+    );
+    assert!(!out.contains("start provisioning"), "a case ran: {out}");
+    assert_eq!(files_under(&proj), before, "a file changed");
+    // Moved away, the run replaces its own earlier files.
+    std::fs::remove_file(proj.join("timelines/mydata.txt")).unwrap();
+    std::fs::remove_file(proj.join("diagnostics/notes.txt")).unwrap();
+    let o = run(&args, dir.path());
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert!(text(&o).contains("removed the files of an earlier run"));
 }
 
 /// Issue 31 items 4 and 11: each exited 3, several after the earlier run's files were removed

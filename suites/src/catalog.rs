@@ -32,6 +32,12 @@ pub struct Selection {
     pub seed: Option<u64>,
 }
 
+/// The command of a sandbox's long-running main process, as the scenarios give it: the targets'
+/// tests run it to see that it outlasts any outage.
+pub fn workload_command() -> Vec<String> {
+    scenarios::common::workload_command()
+}
+
 /// Expands the catalog into cases: scenario × topology × variant, in catalog order.
 pub fn cases(topologies: &[Topology], sel: &Selection) -> Vec<Case> {
     let mut out = Vec::new();

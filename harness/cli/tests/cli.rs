@@ -257,17 +257,17 @@ fn bad_flags_and_values_exit_2_with_a_message_that_says_what_to_do() {
 fn an_infrastructure_error_caused_by_an_io_error_prints_the_context_then_the_io_error_and_exits_3()
 {
     let dir = tempfile::tempdir().unwrap();
-    // A directory where the restore journal should be: reading it fails with an I/O error.
-    let journal = dir.path().join("restore-journal.json");
-    std::fs::create_dir(&journal).unwrap();
-    let io = std::fs::read_to_string(&journal).unwrap_err().to_string();
+    // A loopback port another process holds: listening on it fails with an I/O error.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = held.local_addr().unwrap().to_string();
+    let io = std::net::TcpListener::bind(&addr).unwrap_err().to_string();
     let o = run(
-        &["restore", "--journal", journal.to_str().unwrap()],
+        &["emulate", "serve", "--model", "contract", "--listen", &addr],
         dir.path(),
     );
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(code(&o), 3, "{err}");
-    let context = format!("error: restore journal {}\n", journal.display());
+    let context = format!("error: cannot listen on {addr}\n");
     let cause = format!("  caused by: {io}\n");
     assert!(err.contains(&format!("{context}{cause}")), "{err}");
 }
@@ -756,6 +756,24 @@ fn an_outage_shorter_than_the_minimum_is_refused_like_zero_naming_the_minimum() 
 }
 
 #[test]
+fn an_outage_longer_than_the_maximum_is_refused_at_once_naming_the_maximum() {
+    let dir = tempfile::tempdir().unwrap();
+    for d in ["10000y", "999999999999999h", "7d 1s", "8d"] {
+        let started = std::time::Instant::now();
+        let o = run(
+            &["run", "--scenario", "gateway-outage", "--outage", d],
+            dir.path(),
+        );
+        let out = text(&o);
+        assert_eq!(code(&o), 2, "{d}: {out}");
+        assert!(out.contains("give at most 7d"), "{d}: {out}");
+        assert!(started.elapsed().as_secs() < 10, "{d}: it ran");
+    }
+    let o = run(&["run", "--dry-run", "--outage", "7d"], dir.path());
+    assert_eq!(code(&o), 0, "{}", text(&o));
+}
+
+#[test]
 fn log_lines_on_a_pipe_carry_no_colour() {
     let dir = tempfile::tempdir().unwrap();
     let o = bin()
@@ -890,9 +908,13 @@ fn a_signal_during_run_writes_the_finished_cases_marks_the_rest_interrupted_and_
     let art = dir.path().join("artifacts");
     // What an earlier, all-passing run left behind.
     std::fs::create_dir_all(art.join("timelines")).unwrap();
-    std::fs::create_dir_all(art.join("diagnostics/old-case")).unwrap();
-    std::fs::write(art.join("timelines/seeded-sweep[gateway].jsonl"), "{}").unwrap();
-    std::fs::write(art.join("diagnostics/old-case/pods.txt"), "old").unwrap();
+    std::fs::create_dir_all(art.join("diagnostics/combined-1234")).unwrap();
+    std::fs::write(
+        art.join("timelines/seeded-sweep_gateway_.jsonl"),
+        "{\"seq\":1,\"at_ms\":0,\"type\":\"run_started\"}\n",
+    )
+    .unwrap();
+    std::fs::write(art.join("diagnostics/combined-1234/pods.txt"), "old").unwrap();
     std::fs::write(art.join("junit.xml"), "EARLIER RUN").unwrap();
     std::fs::write(art.join("report.html"), "EARLIER RUN").unwrap();
 
@@ -971,6 +993,183 @@ fn a_signal_during_run_writes_the_finished_cases_marks_the_rest_interrupted_and_
     let html = std::fs::read_to_string(art.join("report.html")).unwrap();
     assert!(!html.contains("EARLIER RUN"));
     assert!(html.contains(&format!("(interrupted by SIG{signal})")));
+}
+
+/// Issue 31 item 6: a signal in the first milliseconds left the earlier run's JUnit beside
+/// part of its timelines. The run pauses (test knob) just before it removes them.
+#[test]
+fn a_signal_before_the_earlier_runs_files_are_removed_interrupts_the_run_after_removing_them_whole()
+{
+    use std::io::{BufRead, BufReader, Read};
+    let dir = tempfile::tempdir().unwrap();
+    let art = dir.path().join("artifacts");
+    let o = run(&["run", "--scenario", "gateway-restart"], dir.path());
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let mut child = bin()
+        .args(["run", "--scenario", "provisioning", "--jobs", "1"])
+        .env("OPENSHELL_CONFORMANCE_TEST_PAUSE_BEFORE_CLEAR", "3s")
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("pausing before the earlier run's files are removed") {
+        let mut line = String::new();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "the run ended before it paused: {seen}"
+        );
+        seen.push_str(&line);
+    }
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    stderr.read_to_string(&mut seen).unwrap();
+    let status = child.wait().unwrap();
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let out = format!("{out}{seen}");
+    assert_eq!(status.code(), Some(130), "{status:?}\n{out}");
+    assert!(
+        out.contains("removed the files of an earlier run from artifacts"),
+        "{out}"
+    );
+    // Nothing of the earlier run is left, hidden or not; what is there is this run's.
+    let names: Vec<String> = files_under(&art).into_keys().collect();
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.contains("gateway-restart") && !n.starts_with('.')),
+        "{names:?}"
+    );
+    let junit = std::fs::read_to_string(art.join("junit.xml")).unwrap();
+    assert!(!junit.contains("gateway-restart"), "{junit}");
+    assert!(junit.contains("interrupted by SIGINT"), "{junit}");
+}
+
+/// Issue 31 item 5: the run removed `proj/timelines/mydata.txt` and `proj/diagnostics/notes.txt`.
+#[test]
+fn an_artifacts_directory_holding_files_the_run_did_not_write_is_refused_naming_them_and_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let proj = dir.path().join("proj");
+    let args = [
+        "run",
+        "--scenario",
+        "provisioning",
+        "--topology",
+        "combined",
+        "--artifacts",
+        "proj",
+    ];
+    let o = run(&args, dir.path());
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    std::fs::write(proj.join("timelines/mydata.txt"), "mine").unwrap();
+    std::fs::create_dir_all(proj.join("diagnostics")).unwrap();
+    std::fs::write(proj.join("diagnostics/notes.txt"), "mine").unwrap();
+    let before = files_under(&proj);
+    let o = run(&args, dir.path());
+    let out = text(&o);
+    assert_eq!(code(&o), 2, "{out}");
+    assert!(
+        out.contains(
+            "diagnostics/notes.txt, timelines/mydata.txt not written by openshell-conformance"
+        ) && out.contains("move them elsewhere"),
+        "{out}"
+    );
+    assert!(!out.contains("start provisioning"), "a case ran: {out}");
+    assert_eq!(files_under(&proj), before, "a file changed");
+    // Moved away, the run replaces its own earlier files.
+    std::fs::remove_file(proj.join("timelines/mydata.txt")).unwrap();
+    std::fs::remove_file(proj.join("diagnostics/notes.txt")).unwrap();
+    let o = run(&args, dir.path());
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert!(text(&o).contains("removed the files of an earlier run"));
+}
+
+/// Issue 31 items 4 and 11: each exited 3, several after the earlier run's files were removed
+/// or the served cluster started.
+#[test]
+fn user_given_paths_are_refused_with_exit_2_naming_flag_and_path_before_anything_is_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("chart")).unwrap();
+    std::fs::write(d.join("chart/Chart.yaml"), "version: [unclosed\n").unwrap();
+    std::fs::write(d.join("bad.yaml"), "a: [unclosed\n").unwrap();
+    std::fs::write(d.join("openshell"), "#!/bin/sh\n").unwrap();
+    std::fs::create_dir(d.join("jdir")).unwrap();
+    std::fs::write(d.join("junk"), [0x00, 0xff, 0x13, 0x37, 0xc3]).unwrap();
+    let inside = d.join("art2/priv").display().to_string();
+    let served = ["run", "--target", "served"];
+    let cases: Vec<(Vec<&str>, String)> = vec![
+        (
+            [&served[..], &["--chart-path", "chart"]].concat(),
+            "--chart-path chart: ".into(),
+        ),
+        (
+            [&served[..], &["--agent-sandbox-manifest", "bad.yaml"]].concat(),
+            "--agent-sandbox-manifest bad.yaml: not YAML".into(),
+        ),
+        (
+            [&served[..], &["--openshell-bin", "./openshell"]].concat(),
+            "--openshell-bin ./openshell: not an executable file".into(),
+        ),
+        (
+            [&served[..], &["--values", "missing.yaml"]].concat(),
+            "--values missing.yaml: cannot read it".into(),
+        ),
+        (
+            [&served[..], &["--values", "bad.yaml"]].concat(),
+            "--values bad.yaml: not YAML".into(),
+        ),
+        (
+            [&served[..], &["--private-dir", "/proc/priv"]].concat(),
+            "--private-dir /proc/priv: the run cannot make its directory there".into(),
+        ),
+        (
+            vec!["run", "--target", "kind", "--values", "bad.yaml"],
+            "--values bad.yaml: not YAML".into(),
+        ),
+        (
+            [
+                &served[..],
+                &["--artifacts", "art2", "--private-dir", &inside],
+            ]
+            .concat(),
+            format!("--private-dir {inside} is inside art2: credentials must stay out"),
+        ),
+        (
+            vec!["restore", "--journal", "jdir"],
+            "restore --journal jdir: not a file".into(),
+        ),
+        (
+            vec!["restore", "--journal", "junk"],
+            "restore --journal junk: not a restore journal".into(),
+        ),
+    ];
+    for (args, says) in cases {
+        // What an earlier run left, which a refused run must not touch.
+        std::fs::create_dir_all(d.join("artifacts/timelines")).unwrap();
+        std::fs::write(d.join("artifacts/junit.xml"), "EARLIER RUN").unwrap();
+        let o = run(&args, d);
+        let out = text(&o);
+        assert_eq!(code(&o), 2, "{args:?}: {out}");
+        assert!(out.contains(&says), "{args:?} should say {says:?}:\n{out}");
+        assert!(!out.contains("served cluster for"), "{args:?}: {out}");
+        assert_eq!(
+            std::fs::read_to_string(d.join("artifacts/junit.xml")).unwrap(),
+            "EARLIER RUN",
+            "{args:?}"
+        );
+    }
 }
 
 #[test]

@@ -97,8 +97,9 @@ impl Journal {
 
     /// Reads a journal file; a missing file is an empty journal.
     pub async fn read(path: &Path) -> Result<JournalFile> {
-        match tokio::fs::read_to_string(path).await {
-            Ok(text) => serde_json::from_str(&text)
+        match tokio::fs::read(path).await {
+            // Not UTF-8 is not JSON: the same refusal as any other file that is no journal.
+            Ok(bytes) => serde_json::from_slice(&bytes)
                 .map_err(|e| Error::config(path, "(document)", e.to_string())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(JournalFile::default()),
             Err(e) => Err(Error::infra_from(
@@ -357,17 +358,24 @@ pub async fn restore(
     allow_contexts: &[String],
     deadline: Duration,
 ) -> Result<RestoreReport> {
-    if let Err(e) = tokio::fs::metadata(path).await {
-        return Err(Error::usage_from(
-            format!(
-                "restore journal {} cannot be read; give the {FILE_NAME} of the run to repair \
-                 (a run that undid all its faults removes its journal: then no restore is needed)",
-                path.display()
-            ),
-            e,
-        ));
+    let cannot = |why: &str| {
+        format!(
+            "restore --journal {}: {why}; give the {FILE_NAME} of the run to repair \
+             (a run that undid all its faults removes its journal: then no restore is needed)",
+            path.display()
+        )
+    };
+    match tokio::fs::metadata(path).await {
+        Err(e) => return Err(Error::usage_from(cannot("cannot be read"), e)),
+        Ok(m) if !m.is_file() => return Err(Error::usage(cannot("not a file"))),
+        Ok(_) => {}
     }
-    let file = Journal::read(path).await?;
+    let file = Journal::read(path).await.map_err(|e| match e {
+        Error::Config { message, .. } => {
+            Error::usage(cannot(&format!("not a restore journal ({message})")))
+        }
+        other => other,
+    })?;
     if file.entries.is_empty() {
         return Ok(RestoreReport::default());
     }

@@ -1,7 +1,7 @@
 //! Options of the real-cluster path: a `clap::Args` struct the CLI flattens into `run`,
 //! `doctor`, `cluster up|down` and `restore`, and the resolved [`RealOptions`] the library uses.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
@@ -369,17 +369,15 @@ impl RealArgs {
         let run_dir = self.run_dir.clone().unwrap_or_else(|| {
             std::env::temp_dir().join(format!("openshell-conformance-{run_id}"))
         });
-        let private_dir = self
-            .private_dir
-            .clone()
-            .unwrap_or_else(|| std::env::temp_dir().join(default_private_dir_name(run_id)));
-        if private_dir.starts_with(&run_dir) {
-            return Err(Error::usage(format!(
-                "--private-dir {} is inside {}: credentials must stay out of the artifacts",
-                private_dir.display(),
-                run_dir.display()
-            )));
-        }
+        // Absolute: the tools the run starts (the openshell CLI's configuration, kubectl's
+        // kubeconfig) are handed this path, and a relative one would not name the same place
+        // for all of them.
+        let private_dir = match &self.private_dir {
+            Some(dir) => std::path::absolute(dir)
+                .map_err(|e| Error::usage_from(format!("--private-dir {}", dir.display()), e))?,
+            None => std::env::temp_dir().join(default_private_dir_name(run_id)),
+        };
+        refuse_inside(&private_dir, &run_dir)?;
         // kind and k3d write their context to a private kubeconfig, so the user's own is never
         // edited and no credential lands in the artifacts.
         let kubeconfig = match provider {
@@ -425,6 +423,163 @@ impl RealArgs {
     }
 }
 
+/// `path` as the filesystem sees it: absolute, with the symbolic links of the part that exists
+/// resolved, so two spellings of one directory compare equal even before it is made.
+pub fn resolved(path: &Path) -> PathBuf {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut rest = Vec::new();
+    let mut cur = abs.as_path();
+    loop {
+        if let Ok(real) = std::fs::canonicalize(cur) {
+            return rest.iter().rev().fold(real, |p, name| p.join(name));
+        }
+        match (cur.parent(), cur.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                cur = parent;
+            }
+            _ => return abs,
+        }
+    }
+}
+
+/// Refuses a private directory inside `artifacts` (the run directory or `--artifacts`): what
+/// a CI job uploads must hold no credential.
+pub fn refuse_inside(private_dir: &Path, artifacts: &Path) -> Result<()> {
+    if resolved(private_dir).starts_with(resolved(artifacts)) {
+        return Err(Error::usage(format!(
+            "--private-dir {} is inside {}: credentials must stay out of the artifacts; give a \
+             directory outside it",
+            private_dir.display(),
+            artifacts.display()
+        )));
+    }
+    Ok(())
+}
+
+impl RealArgs {
+    /// Checks every file and directory the flags name, before anything starts: each is there
+    /// and is what the run will read it as (a chart, YAML, an executable, a directory the run
+    /// can create). Exit 2, naming the flag and the path.
+    pub fn check_paths(&self) -> Result<()> {
+        if let Some(dir) = &self.chart_path {
+            let file = dir.join("Chart.yaml");
+            let bad = |why: String| {
+                Error::usage(format!(
+                    "--chart-path {}: {why}; give the directory of an unpacked OpenShell chart",
+                    dir.display()
+                ))
+            };
+            if !file.is_file() {
+                return Err(bad("no Chart.yaml there".into()));
+            }
+            let chart = ChartSource::Local { path: dir.clone() };
+            let check = |r: Result<()>| r.map_err(|e| bad(conformance_core::error::one_line(&e)));
+            check(openshell_release(&chart).map(drop))?;
+            check(local_chart_version(dir).map(drop))?;
+        }
+        if let Some(path) = &self.agent_sandbox_manifest {
+            check_yaml(path, "--agent-sandbox-manifest", true)?;
+        }
+        for path in &self.values {
+            check_yaml(path, "--values", false)?;
+        }
+        let bin = Path::new(&self.openshell_bin);
+        if bin.components().count() > 1 {
+            check_executable(bin)?;
+        }
+        if let Some(dir) = &self.private_dir {
+            check_creatable(dir).map_err(|e| {
+                Error::usage_from(
+                    format!(
+                        "--private-dir {}: the run cannot make its directory there",
+                        dir.display()
+                    ),
+                    e,
+                )
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// A YAML file the run hands to a tool: readable text, YAML, each document a mapping (a helm
+/// values file is one document; a manifest may be several).
+fn check_yaml(path: &Path, flag: &str, documents: bool) -> Result<()> {
+    let text = std::fs::read(path)
+        .map_err(|e| Error::usage_from(format!("{flag} {}: cannot read it", path.display()), e))?;
+    let bad = |why: String| Error::usage(format!("{flag} {}: {why}", path.display()));
+    let text = String::from_utf8(text).map_err(|_| bad("not a text file".into()))?;
+    let docs: Vec<serde_json::Value> = if documents {
+        serde_saphyr::from_multiple(&text)
+    } else {
+        serde_saphyr::from_str::<Option<serde_json::Value>>(&text).map(|d| d.into_iter().collect())
+    }
+    .map_err(|e| bad(format!("not YAML: {e}")))?;
+    if docs.iter().any(|d| !(d.is_object() || d.is_null())) {
+        return Err(bad("a YAML document that is not a mapping".into()));
+    }
+    Ok(())
+}
+
+/// `--openshell-bin` given as a path: a file the run can execute.
+fn check_executable(bin: &Path) -> Result<()> {
+    let meta = std::fs::metadata(bin).map_err(|e| {
+        Error::usage_from(
+            format!("--openshell-bin {}: no such file", bin.display()),
+            e,
+        )
+    })?;
+    #[cfg(unix)]
+    let executable = {
+        use std::os::unix::fs::PermissionsExt as _;
+        meta.permissions().mode() & 0o111 != 0
+    };
+    #[cfg(not(unix))]
+    let executable = true;
+    if !meta.is_file() || !executable {
+        return Err(Error::usage(format!(
+            "--openshell-bin {}: not an executable file; give the openshell CLI binary",
+            bin.display()
+        )));
+    }
+    Ok(())
+}
+
+/// A directory that is there, or one that can be made where it is named: probed by making and
+/// removing a directory in its nearest existing ancestor, so nothing is left.
+fn check_creatable(dir: &Path) -> std::io::Result<()> {
+    let dir = std::path::absolute(dir)?;
+    let existing = dir
+        .ancestors()
+        .find(|a| std::fs::symlink_metadata(a).is_ok())
+        .unwrap_or(Path::new("/"));
+    if !existing.is_dir() {
+        return Err(std::io::Error::other(format!(
+            "{} is not a directory",
+            existing.display()
+        )));
+    }
+    tempfile::Builder::new()
+        .prefix(".openshell-conformance-probe-")
+        .tempdir_in(existing)
+        .map(drop)
+}
+
+/// The `version` of a local chart's `Chart.yaml`.
+fn local_chart_version(path: &Path) -> Result<semver::Version> {
+    let file = path.join("Chart.yaml");
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| Error::usage_from(format!("cannot read {}", file.display()), e))?;
+    let v: serde_json::Value = serde_saphyr::from_str(&text)
+        .map_err(|e| Error::config(&file, "(document)", e.to_string()))?;
+    let text = v
+        .get("version")
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| Error::config(&file, "version", "missing"))?;
+    semver::Version::parse(text).map_err(|e| Error::config(&file, "version", e.to_string()))
+}
+
 /// See [`RealOptions::openshell_version`].
 fn openshell_release(chart: &ChartSource) -> Result<Option<semver::Version>> {
     let v = match chart {
@@ -460,19 +615,7 @@ impl RealOptions {
         match &self.chart {
             ChartSource::Oci { version, .. } => semver::Version::parse(version)
                 .map_err(|e| Error::usage_from(format!("chart version {version}"), e)),
-            ChartSource::Local { path } => {
-                let file = path.join("Chart.yaml");
-                let text = std::fs::read_to_string(&file)
-                    .map_err(|e| Error::usage_from(format!("cannot read {}", file.display()), e))?;
-                let v: serde_json::Value = serde_saphyr::from_str(&text)
-                    .map_err(|e| Error::config(&file, "(document)", e.to_string()))?;
-                let text = v
-                    .get("version")
-                    .and_then(|v| v.as_str())
-                    .ok_or_else(|| Error::config(&file, "version", "missing"))?;
-                semver::Version::parse(text)
-                    .map_err(|e| Error::config(&file, "version", e.to_string()))
-            }
+            ChartSource::Local { path } => local_chart_version(path),
         }
     }
 
@@ -650,6 +793,161 @@ mod tests {
             conformance_core::error::ExitStatus::Usage
         );
         assert!(err.to_string().contains("no such file"), "{err}");
+    }
+
+    #[test]
+    fn a_relative_private_dir_is_made_absolute_before_the_run_starts() {
+        let o = args(&["--private-dir", "relpriv", "--run-dir", "/elsewhere"])
+            .resolve(Provider::Kind, "r1", ".")
+            .unwrap();
+        assert!(o.private_dir.is_absolute(), "{}", o.private_dir.display());
+        assert_eq!(
+            o.private_dir,
+            std::env::current_dir().unwrap().join("relpriv")
+        );
+        assert_eq!(o.kubeconfig, Some(o.private_dir.join("kubeconfig")));
+    }
+
+    #[test]
+    fn a_private_dir_inside_the_artifacts_is_refused_however_either_is_spelled_made_or_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
+        let cwd = std::env::current_dir().unwrap();
+        let rel = |p: &str| cwd.join(p).display().to_string();
+        for (run_dir, private) in [
+            // Relative artifacts, absolute private directory, neither made yet.
+            ("art2".to_string(), rel("art2/priv")),
+            (rel("art2"), "art2/priv".to_string()),
+            ("art2/.".to_string(), "./art2/x/../priv".to_string()),
+            // One directory through a symbolic link and by its own name.
+            (
+                dir.path().join("link").display().to_string(),
+                real.join("priv").display().to_string(),
+            ),
+            (
+                real.display().to_string(),
+                dir.path().join("link/new/priv").display().to_string(),
+            ),
+        ] {
+            let err = args(&["--run-dir", &run_dir, "--private-dir", &private])
+                .resolve(Provider::Kind, "r1", ".")
+                .unwrap_err();
+            assert_eq!(
+                err.exit_status(),
+                conformance_core::error::ExitStatus::Usage,
+                "{run_dir} {private}"
+            );
+            assert!(
+                err.to_string()
+                    .contains("credentials must stay out of the artifacts"),
+                "{err}"
+            );
+        }
+        assert!(
+            args(&["--run-dir", "art2", "--private-dir", "art2-private"])
+                .resolve(Provider::Kind, "r1", ".")
+                .is_ok(),
+            "a sibling whose name starts alike is outside"
+        );
+    }
+
+    #[test]
+    fn every_file_and_directory_a_flag_names_is_checked_and_refused_naming_the_flag_and_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let chart = d.join("chart");
+        std::fs::create_dir(&chart).unwrap();
+        std::fs::write(chart.join("Chart.yaml"), "version: [unclosed\n").unwrap();
+        let bad_version = d.join("chart2");
+        std::fs::create_dir(&bad_version).unwrap();
+        std::fs::write(
+            bad_version.join("Chart.yaml"),
+            "name: openshell\nversion: soon\n",
+        )
+        .unwrap();
+        std::fs::write(d.join("bad.yaml"), "a: [unclosed\n").unwrap();
+        std::fs::write(d.join("list.yaml"), "- a\n- b\n").unwrap();
+        std::fs::write(d.join("binary.yaml"), [0xff, 0xfe, 0x00, 0x9c]).unwrap();
+        std::fs::write(d.join("openshell"), "#!/bin/sh\n").unwrap();
+        let p = |n: &str| d.join(n).display().to_string();
+        let cases: Vec<(Vec<String>, String)> = vec![
+            (
+                vec!["--chart-path".into(), p("chart")],
+                format!("--chart-path {}", p("chart")),
+            ),
+            (
+                vec!["--chart-path".into(), p("chart2")],
+                format!("--chart-path {}", p("chart2")),
+            ),
+            (
+                vec!["--agent-sandbox-manifest".into(), p("bad.yaml")],
+                format!("--agent-sandbox-manifest {}: not YAML", p("bad.yaml")),
+            ),
+            (
+                vec!["--agent-sandbox-manifest".into(), p("binary.yaml")],
+                format!(
+                    "--agent-sandbox-manifest {}: not a text file",
+                    p("binary.yaml")
+                ),
+            ),
+            (
+                vec!["--values".into(), p("missing.yaml")],
+                format!("--values {}: cannot read it", p("missing.yaml")),
+            ),
+            (
+                vec!["--values".into(), p("bad.yaml")],
+                format!("--values {}: not YAML", p("bad.yaml")),
+            ),
+            (
+                vec!["--values".into(), p("list.yaml")],
+                format!(
+                    "--values {}: a YAML document that is not a mapping",
+                    p("list.yaml")
+                ),
+            ),
+            (
+                vec!["--openshell-bin".into(), p("openshell")],
+                format!("--openshell-bin {}: not an executable file", p("openshell")),
+            ),
+            (
+                vec!["--openshell-bin".into(), p("chart")],
+                format!("--openshell-bin {}: not an executable file", p("chart")),
+            ),
+            (
+                vec!["--private-dir".into(), "/proc/priv".into()],
+                "--private-dir /proc/priv: the run cannot make its directory there".into(),
+            ),
+            (
+                vec!["--private-dir".into(), p("openshell/priv")],
+                format!("--private-dir {}: the run cannot make", p("openshell/priv")),
+            ),
+        ];
+        for (flags, says) in cases {
+            let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+            let err = args(&flags).check_paths().unwrap_err();
+            assert_eq!(
+                err.exit_status(),
+                conformance_core::error::ExitStatus::Usage,
+                "{flags:?}"
+            );
+            assert!(err.to_string().contains(&says), "{flags:?}: {err}");
+        }
+        std::fs::write(d.join("values.yaml"), "# only a comment\n").unwrap();
+        std::fs::write(d.join("manifest.yaml"), "kind: A\n---\nkind: B\n").unwrap();
+        let private = d.join("new/private");
+        args(&[
+            "--values",
+            &p("values.yaml"),
+            "--agent-sandbox-manifest",
+            &p("manifest.yaml"),
+            "--private-dir",
+            private.to_str().unwrap(),
+        ])
+        .check_paths()
+        .unwrap();
+        assert!(!d.join("new").exists(), "the probe left the directory");
     }
 
     #[test]

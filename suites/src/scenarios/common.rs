@@ -147,10 +147,13 @@ pub(crate) const CLEANUP: Duration = Duration::from_secs(120);
 /// How long a terminal or stopped sandbox is watched after a fault, to see that it stays put.
 pub(crate) const SETTLE: Duration = Duration::from_secs(90);
 
-/// A long-running main process that appends a line to the start marker each time it starts.
+/// A main process that appends a line to the start marker each time it starts and never ends
+/// on its own: one that completed during a long outage (`sleep 1000000` did at `--outage 12d`)
+/// would read as the gateway losing a running sandbox. A POSIX loop rather than `sleep
+/// infinity`, which not every image's `sleep` takes.
 pub(crate) fn workload_command() -> Vec<String> {
     sh(&format!(
-        "mkdir -p /sandbox/.conformance; echo {START_MARK} >> /sandbox/{STARTS_FILE}; sleep 1000000"
+        "mkdir -p /sandbox/.conformance; echo {START_MARK} >> /sandbox/{STARTS_FILE}; while :; do sleep 3600; done"
     ))
 }
 

@@ -8,7 +8,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use conformance_core::error::Error;
-use conformance_real::options::{Provider, RealArgs, RealOptions, env_bool, new_run_id};
+use conformance_real::options::{
+    Provider, RealArgs, RealOptions, env_bool, new_run_id, refuse_inside,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -222,7 +224,7 @@ pub struct RunArgs {
         env = "OPENSHELL_CONFORMANCE_SCENARIO"
     )]
     pub scenarios: Vec<String>,
-    /// Replace every scenario's outage length (humantime: 30s, 2m30s, 5m).
+    /// Replace every scenario's outage length (humantime: 30s, 2m30s, 5m; 1s to 7d).
     #[arg(long, value_parser = parse_duration, env = "OPENSHELL_CONFORMANCE_OUTAGE")]
     pub outage: Option<Duration>,
     /// Seed of the fault sweep's schedule.
@@ -279,6 +281,11 @@ impl RunArgs {
 /// the same message, since the fault could not be seen to start and end.
 const MIN_OUTAGE: Duration = Duration::from_secs(1);
 
+/// The longest outage `--outage` takes. The emulated target pays about 0.8 s of wall clock per
+/// virtual day of outage, so an unbounded one (`10000y`) never ends; a week is longer than any
+/// outage worth testing and keeps an emulated case within seconds.
+pub(crate) const MAX_OUTAGE: Duration = Duration::from_secs(7 * 24 * 3600);
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s)
         .map_err(|e| format!("'{s}' is not a duration ({e}); write it like 30s, 2m30s or 5m"))?;
@@ -286,6 +293,12 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!(
             "'{s}' is shorter than the shortest outage; give at least {}",
             humantime::format_duration(MIN_OUTAGE)
+        ));
+    }
+    if d > MAX_OUTAGE {
+        return Err(format!(
+            "'{s}' is longer than the longest outage; give at most {}d",
+            MAX_OUTAGE.as_secs() / 86_400
         ));
     }
     Ok(d)
@@ -332,9 +345,35 @@ pub(super) fn real_options(
     provider: Provider,
     artifacts: &Path,
 ) -> Result<RealOptions, Error> {
+    real.check_paths()?;
     let mut real = real.clone();
     if real.run_dir.is_none() {
         real.run_dir = Some(artifacts.to_path_buf());
     }
-    real.resolve(provider, &new_run_id(), repo_root())
+    let opts = real.resolve(provider, &new_run_id(), repo_root())?;
+    // The run directory may be elsewhere (--run-dir); the artifacts are uploaded all the same.
+    refuse_inside(&opts.private_dir, artifacts)?;
+    Ok(opts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MAX_OUTAGE;
+    use kube_emulator::shell;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_sandbox_workload_outlasts_ten_times_the_longest_outage_the_command_line_takes() {
+        let argv = conformance_catalog::catalog::workload_command();
+        let mut mounts = shell::Mounts::new();
+        mounts.mount("/sandbox", shell::Volume::new(), false);
+        let hooks = shell::DefaultHooks::new(0);
+        let env = Default::default();
+        let run = shell::run(&argv, &[], &env, "/", &mounts, &hooks);
+        let ended = tokio::time::timeout(MAX_OUTAGE * 10, run).await;
+        assert!(
+            ended.is_err(),
+            "the workload ended on its own: {:?}",
+            ended.map(|o| (o.exit_code, String::from_utf8_lossy(&o.stderr).into_owned()))
+        );
+    }
 }

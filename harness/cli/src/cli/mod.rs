@@ -6,6 +6,7 @@
 
 mod args;
 mod check;
+mod earlier;
 mod files;
 mod leftovers;
 mod list;

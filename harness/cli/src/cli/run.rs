@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::args::{ProviderArgs, RestoreArgs, RunArgs, TargetKind, real_options};
+use super::earlier::EarlierRun;
 use super::files::write_file;
 use super::progress::Progress;
 use super::served;
@@ -51,6 +52,8 @@ fn check_outputs(args: &RunArgs) -> Result<(), Error> {
             Error::usage_from(format!("{flag} {}: cannot write it", path.display()), e)
         })?;
     }
+    // Refuses a directory holding files the run did not write, before anything starts.
+    EarlierRun::find(args)?;
     Ok(())
 }
 
@@ -250,9 +253,21 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
         return Ok(ExitStatus::Success);
     }
     let pause = pause_after_case()?;
+    // From here SIGINT and SIGTERM no longer kill the process: they interrupt the run. Caught
+    // before the earlier run's files are removed, so a signal cannot cut the removal short;
+    // it is seen once they are gone, and the run then starts interrupted.
+    let signals = Signals::install()?;
+    let pause_before_clear = test_pause(PAUSE_BEFORE_CLEAR)?;
+    if !pause_before_clear.is_zero() {
+        eprintln!("{PAUSE_BEFORE_CLEAR}: pausing before the earlier run's files are removed");
+        tokio::time::sleep(pause_before_clear).await;
+    }
     // What killed runs left under the temporary directory (keys, tokens) goes now.
     super::leftovers::sweep_temp_dir();
-    if let Some(removed) = clear_earlier_run(&args)? {
+    // Found again: the directory may have changed since check_outputs looked.
+    let earlier = EarlierRun::find(&args)?;
+    earlier.clear()?;
+    if let Some(removed) = earlier.describe() {
         eprintln!(
             "removed the files of an earlier run from {}: {removed}",
             args.artifacts.display()
@@ -273,8 +288,6 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
         }),
         ..EngineOptions::default()
     };
-    // From here SIGINT and SIGTERM no longer kill the process: they interrupt the run.
-    let signals = Signals::install()?;
     let journal = (args.target != TargetKind::Served)
         .then(|| args.artifacts.join(conformance_real::journal::FILE_NAME));
     let watcher = tokio::spawn(signals.interrupt(interrupt.clone(), journal));
@@ -330,12 +343,21 @@ fn chosen_topologies(args: &RunArgs) -> Result<Vec<Topology>, Error> {
 /// would otherwise end within a second of virtual time. Not for ordinary use.
 pub(crate) const PAUSE_AFTER_CASE: &str = "OPENSHELL_CONFORMANCE_TEST_PAUSE_AFTER_CASE";
 
+/// Test knob: `OPENSHELL_CONFORMANCE_TEST_PAUSE_BEFORE_CLEAR` (a duration) makes the run wait
+/// that long on the wall clock just before it removes the earlier run's files, so a test can
+/// signal it at that moment. Not for ordinary use.
+pub(crate) const PAUSE_BEFORE_CLEAR: &str = "OPENSHELL_CONFORMANCE_TEST_PAUSE_BEFORE_CLEAR";
+
 fn pause_after_case() -> Result<Duration, Error> {
-    match std::env::var(PAUSE_AFTER_CASE) {
+    test_pause(PAUSE_AFTER_CASE)
+}
+
+fn test_pause(knob: &str) -> Result<Duration, Error> {
+    match std::env::var(knob) {
         Err(_) => Ok(Duration::ZERO),
         Ok(v) => humantime::parse_duration(&v).map_err(|e| {
             Error::usage(format!(
-                "{PAUSE_AFTER_CASE}={v} is not a duration ({e}); write it like 500ms or 2s"
+                "{knob}={v} is not a duration ({e}); write it like 500ms or 2s"
             ))
         }),
     }
@@ -453,30 +475,6 @@ async fn check_earlier_journal(args: &RunArgs) -> Result<(), Error> {
         );
     }
     Ok(())
-}
-
-/// Removes what an earlier run left where this run writes (timelines, diagnostics, JUnit,
-/// HTML), so no file of it stays beside this run's; the restore journal stays, since it may
-/// hold faults a killed run left behind. Returns what was removed, if anything.
-fn clear_earlier_run(args: &RunArgs) -> Result<Option<String>, Error> {
-    let dir = &args.artifacts;
-    let mut removed = Vec::new();
-    let cannot = |p: &Path, e| Error::usage_from(format!("cannot remove {}", p.display()), e);
-    for sub in ["timelines", "diagnostics"] {
-        let path = dir.join(sub);
-        if path.is_dir() {
-            let n = std::fs::read_dir(&path).map_or(0, |d| d.count());
-            std::fs::remove_dir_all(&path).map_err(|e| cannot(&path, e))?;
-            removed.push(format!("{sub}/ ({n} entries)"));
-        }
-    }
-    for path in [args.junit_path(), args.html_path()] {
-        if path.is_file() {
-            std::fs::remove_file(&path).map_err(|e| cannot(&path, e))?;
-            removed.push(path.display().to_string());
-        }
-    }
-    Ok((!removed.is_empty()).then(|| removed.join(", ")))
 }
 
 fn sanitize(id: &str) -> String {

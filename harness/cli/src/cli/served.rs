@@ -86,6 +86,14 @@ pub(crate) fn plan(args: &RunArgs) -> Result<Plan> {
             manifest.display()
         )));
     }
+    // The user's paths before the machine's tools: a bad path is refused (exit 2) wherever
+    // the run is started.
+    let mut real = args.real.clone();
+    real.allow_context.push(CONTEXT.to_string());
+    real.context = Some(CONTEXT.to_string());
+    let mut opts = real_options(&real, Provider::Existing, &args.artifacts)?;
+    // Its cluster lives in this process: a journal of a killed run names nothing to restore.
+    opts.cluster_ends_with_run = true;
     check_tool(
         &args.real.openshell_bin,
         "--openshell-bin",
@@ -102,12 +110,6 @@ pub(crate) fn plan(args: &RunArgs) -> Result<Plan> {
     }
     check_tool("helm", "PATH", "helm 3")?;
     check_tool("kubectl", "PATH", "kubectl")?;
-    let mut real = args.real.clone();
-    real.allow_context.push(CONTEXT.to_string());
-    real.context = Some(CONTEXT.to_string());
-    let mut opts = real_options(&real, Provider::Existing, &args.artifacts)?;
-    // Its cluster lives in this process: a journal of a killed run names nothing to restore.
-    opts.cluster_ends_with_run = true;
     Ok(Plan {
         model,
         binaries: args.openshell_binaries.clone(),

@@ -1270,7 +1270,7 @@ fn a_run_refuses_an_artifacts_directory_whose_journal_holds_faults_on_a_live_clu
     let art = dir.path().join("art");
     std::fs::create_dir_all(art.join("timelines")).unwrap();
     let earlier = art.join("timelines/provisioning_combined_.jsonl");
-    std::fs::write(&earlier, "{}\n").unwrap();
+    std::fs::write(&earlier, "{\"seq\":1,\"type\":\"run_started\"}\n").unwrap();
     std::fs::write(
         art.join("restore-journal.json"),
         r#"{"context":"kind-x","entries":[{"id":"node-access-n","fault":"supervisor-kill","undo":{"undo":"delete-pod","namespace":"openshell","name":"n"}}]}"#,

@@ -151,3 +151,59 @@ async fn kubectl_with_another_token_is_told_it_must_log_in() {
         refused.stderr
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_local_user_can_neither_read_the_kubeconfig_nor_list_secrets() {
+    // The second local user, where this machine lets the test be one: as root, through
+    // util-linux's setpriv; elsewhere the modes and the 401 above stand for it.
+    let me = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m));
+    let setpriv = std::path::Path::new("/usr/bin/setpriv");
+    if me.ok() != Some(0) || !setpriv.exists() {
+        // Our CI runs as root with util-linux: there the test must run.
+        assert!(
+            !conformance_testtools::in_ci(),
+            "in CI this test must run as root with /usr/bin/setpriv"
+        );
+        eprintln!(
+            "SKIP another_local_user_can_neither_read_the_kubeconfig_nor_list_secrets: needs root and /usr/bin/setpriv to act as another user"
+        );
+        return;
+    }
+    let served = common::serve(ClusterConfig::default()).await;
+    let as_nobody = |args: &[&str]| {
+        std::process::Command::new(setpriv)
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .args(args)
+            .output()
+            .expect("setpriv runs")
+    };
+    // As if written into a directory others can enter (`--kubeconfig-out /tmp/kc`): the file's
+    // own mode must keep them out.
+    std::fs::set_permissions(served.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let read = as_nobody(&["cat", served.kubeconfig.to_str().unwrap()]);
+    assert!(!read.status.success(), "another user read the kubeconfig");
+    assert!(
+        String::from_utf8_lossy(&read.stderr).contains("Permission denied"),
+        "{}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+    // What another user can do without it: reach the port and be refused.
+    let kubeconfig = std::fs::read_to_string(&served.kubeconfig).unwrap();
+    let addr = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: https://"))
+        .unwrap()
+        .to_string();
+    let probe = format!(
+        "exec 3<>/dev/tcp/{}/{} && echo reachable",
+        addr.rsplit_once(':').unwrap().0,
+        addr.rsplit_once(':').unwrap().1
+    );
+    let reach = as_nobody(&["bash", "-c", &probe]);
+    assert!(
+        String::from_utf8_lossy(&reach.stdout).contains("reachable"),
+        "the probe itself works: {}",
+        String::from_utf8_lossy(&reach.stderr)
+    );
+    // Reaching it, a request without the kubeconfig's token gets 401 (the first test).
+}

@@ -850,13 +850,21 @@ fn the_html_report_of_a_run_names_the_model_and_its_defect_switches() {
 }
 
 /// A run of the four `provisioning` cases, paused on the wall clock after each case by the
-/// test knob, interrupted by `signal` once the first case is done; returns (exit code, stderr,
-/// seconds from the signal to the exit).
+/// test knob, interrupted by `signal` once the first case is done; returns (exit code, stdout
+/// then stderr, seconds from the signal to the exit).
 fn interrupt_after_first_case(dir: &Path, signal: &str) -> (i32, String, f64) {
+    let knob = ("OPENSHELL_CONFORMANCE_TEST_PAUSE_AFTER_CASE", "60s");
+    signal_run_at(dir, knob, " done ", signal)
+}
+
+/// `run --scenario provisioning --jobs 1` with the test knob `knob` (a pause), sent `signal`
+/// once a line of its stderr contains `at`; returns (exit code, stdout then stderr, seconds
+/// from the signal to the exit).
+fn signal_run_at(dir: &Path, knob: (&str, &str), at: &str, signal: &str) -> (i32, String, f64) {
     use std::io::{BufRead, BufReader, Read};
     let mut child = bin()
         .args(["run", "--scenario", "provisioning", "--jobs", "1"])
-        .env("OPENSHELL_CONFORMANCE_TEST_PAUSE_AFTER_CASE", "60s")
+        .env(knob.0, knob.1)
         .current_dir(dir)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -868,10 +876,10 @@ fn interrupt_after_first_case(dir: &Path, signal: &str) -> (i32, String, f64) {
         let mut line = String::new();
         assert!(
             stderr.read_line(&mut line).unwrap() > 0,
-            "the run ended before its first case was done: {seen}"
+            "the run ended before it printed {at:?}: {seen}"
         );
         seen.push_str(&line);
-        if line.contains(" done ") {
+        if line.contains(at) {
             break;
         }
     }
@@ -1000,45 +1008,14 @@ fn a_signal_during_run_writes_the_finished_cases_marks_the_rest_interrupted_and_
 #[test]
 fn a_signal_before_the_earlier_runs_files_are_removed_interrupts_the_run_after_removing_them_whole()
 {
-    use std::io::{BufRead, BufReader, Read};
     let dir = tempfile::tempdir().unwrap();
     let art = dir.path().join("artifacts");
     let o = run(&["run", "--scenario", "gateway-restart"], dir.path());
     assert_eq!(code(&o), 0, "{}", text(&o));
-    let mut child = bin()
-        .args(["run", "--scenario", "provisioning", "--jobs", "1"])
-        .env("OPENSHELL_CONFORMANCE_TEST_PAUSE_BEFORE_CLEAR", "3s")
-        .current_dir(dir.path())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("the binary starts");
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut seen = String::new();
-    while !seen.contains("pausing before the earlier run's files are removed") {
-        let mut line = String::new();
-        assert!(
-            stderr.read_line(&mut line).unwrap() > 0,
-            "the run ended before it paused: {seen}"
-        );
-        seen.push_str(&line);
-    }
-    let kill = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    stderr.read_to_string(&mut seen).unwrap();
-    let status = child.wait().unwrap();
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    let out = format!("{out}{seen}");
-    assert_eq!(status.code(), Some(130), "{status:?}\n{out}");
+    let knob = ("OPENSHELL_CONFORMANCE_TEST_PAUSE_BEFORE_CLEAR", "3s");
+    let at = "pausing before the earlier run's files are removed";
+    let (exit, out, _) = signal_run_at(dir.path(), knob, at, "INT");
+    assert_eq!(exit, 130, "{out}");
     assert!(
         out.contains("removed the files of an earlier run from artifacts"),
         "{out}"

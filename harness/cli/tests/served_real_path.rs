@@ -319,6 +319,18 @@ async fn smoke(model: &str, topology: &str, scenarios: &[&str]) {
     // And check by check: a check that passes on one side only is a harness bug even where
     // the case verdicts agree (supervisor-restart's "Ready again" was one).
     assert_same_check_verdicts(&dir.path().join("served"), &dir.path().join("emulated"));
+    // The HTML links every case's bundle (`--diagnostics always`): it looked for a bundle
+    // named after the case, which the real target never writes, so it linked none.
+    let html = std::fs::read_to_string(dir.path().join("served/report.html")).unwrap();
+    let bundles = files_ending(&dir.path().join("served/diagnostics"), ".tar.gz");
+    assert!(!bundles.is_empty(), "no bundle was written");
+    for b in bundles {
+        let name = b.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            html.contains(&format!("<a href=\"diagnostics/{name}\">diagnostics</a>")),
+            "the report does not link {name}"
+        );
+    }
     // One registration per topology per run, reused by every case: a second `gateway add` of
     // the name is refused by the CLI (docs/upstream-facts.md F6.2), so a run that registered per
     // case would error from its second case on.

@@ -166,6 +166,20 @@ pub(crate) fn redact_json(v: &mut serde_json::Value) {
 }
 
 /// What goes into a bundle, and what could not be collected.
+/// How a case's timeline names its diagnostics bundle: a note, this prefix and the archive's
+/// path. The reports link the bundle from it.
+pub(crate) const BUNDLE_NOTE: &str = "diagnostics bundle: ";
+
+/// The archive of the diagnostics bundle `timeline` names, if it names one.
+pub fn bundle_of(timeline: &conformance_core::timeline::Timeline) -> Option<PathBuf> {
+    timeline.entries.iter().rev().find_map(|e| match &e.event {
+        conformance_core::timeline::Event::Note { message } => {
+            message.strip_prefix(BUNDLE_NOTE).map(PathBuf::from)
+        }
+        _ => None,
+    })
+}
+
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Bundle {
     pub dir: PathBuf,

@@ -18,6 +18,8 @@ mod cli;
 pub mod cluster;
 pub mod command;
 mod diagnostics;
+/// The reports link the diagnostics bundle a case's timeline names.
+pub use diagnostics::bundle_of;
 pub mod doctor;
 mod faults;
 mod gateway;

@@ -1027,9 +1027,11 @@ impl Target for RealTarget {
                 self.rec.elapsed().as_millis()
             ));
             match self.diagnostics_with(&i, &dir, Some(&timeline)).await {
-                Ok(b) => self
-                    .rec
-                    .note(format!("diagnostics bundle: {}", b.archive.display())),
+                Ok(b) => self.rec.note(format!(
+                    "{}{}",
+                    crate::diagnostics::BUNDLE_NOTE,
+                    b.archive.display()
+                )),
                 Err(e) => errors.push(format!("diagnostics: {}", one_line(&e))),
             }
         }

@@ -509,14 +509,12 @@ fn finish(
     for r in &finished {
         let mut l = vec![(
             "timeline".to_string(),
-            format!("timelines/{}.jsonl", sanitize(&r.case_id)),
+            tl_dir.join(format!("{}.jsonl", sanitize(&r.case_id))),
         )];
-        let bundle = dir.join("diagnostics").join(sanitize(&r.case_id));
-        if bundle.is_dir() {
-            l.push((
-                "diagnostics".into(),
-                format!("diagnostics/{}", sanitize(&r.case_id)),
-            ));
+        // The bundle the case's timeline names (real targets write `<topology>-<ms>.tar.gz`;
+        // the report looked for one named after the case, so it never linked one).
+        if let Some(bundle) = conformance_real::bundle_of(&r.timeline).filter(|b| b.exists()) {
+            l.push(("diagnostics".into(), bundle));
         }
         links.push(l);
     }
@@ -529,7 +527,7 @@ fn finish(
             timeline: &r.timeline,
             links: links
                 .into_iter()
-                .map(|(label, href)| (label, relative_to(&html_path, &dir.join(&href))))
+                .map(|(label, path)| (label, relative_to(&html_path, &path)))
                 .collect(),
         })
         .collect();

@@ -122,21 +122,17 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
     // The kubeconfig holds the server's token: without --kubeconfig-out it goes to a directory
     // only this user can enter, removed when the server stops (hence the signal handling below:
     // a process killed by SIGINT would leave it).
-    let private = match &args.kubeconfig_out {
-        Some(_) => None,
-        None => Some(
-            tempfile::Builder::new()
+    let (kubeconfig, _private) = match &args.kubeconfig_out {
+        Some(path) => (path.clone(), None),
+        None => {
+            let dir = tempfile::Builder::new()
                 .prefix(&format!("{PRIVATE_DIR_PREFIX}{}-", std::process::id()))
                 .tempdir()
                 .map_err(|e| {
                     ServeError::Machine("cannot make a private directory for the kubeconfig", e)
-                })?,
-        ),
-    };
-    let kubeconfig = match (&args.kubeconfig_out, &private) {
-        (Some(path), _) => path.clone(),
-        (None, Some(dir)) => dir.path().join("kubeconfig"),
-        (None, None) => unreachable!("a private directory is made when no path is given"),
+                })?;
+            (dir.path().join("kubeconfig"), Some(dir))
+        }
     };
     let stop = stop_signal()?;
     tokio::select! {

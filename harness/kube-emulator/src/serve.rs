@@ -128,9 +128,9 @@ impl Credentials {
     /// token (quoted: a token of digits would otherwise be read as a number).
     pub fn kubeconfig(&self, addr: SocketAddr) -> String {
         let ca = base64::engine::general_purpose::STANDARD.encode(&self.ca_pem);
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: {CONTEXT}\n  cluster:\n    server: https://{addr}\n    certificate-authority-data: {ca}\ncontexts:\n- name: {CONTEXT}\n  context:\n    cluster: {CONTEXT}\n    user: {CONTEXT}\n    namespace: default\ncurrent-context: {CONTEXT}\nusers:\n- name: {CONTEXT}\n  user:\n    token: \"{}\"\n",
-            self.token
+        kubeconfig_text(
+            &format!("https://{addr}\n    certificate-authority-data: {ca}"),
+            &format!("\n    token: \"{}\"", self.token),
         )
     }
 
@@ -148,8 +148,14 @@ impl Credentials {
 /// A kubeconfig for the pods of a node, naming an API server reachable only inside the node's
 /// network namespace, where no other user's process can connect: plain HTTP, no credentials.
 pub fn node_kubeconfig(addr: SocketAddr) -> String {
+    kubeconfig_text(&format!("http://{addr}"), " {}")
+}
+
+/// A kubeconfig with one context, [`CONTEXT`]: `server` is the cluster's server line's value
+/// (and any lines after it), `user` what follows `user:`.
+fn kubeconfig_text(server: &str, user: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: {CONTEXT}\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: {CONTEXT}\n  context:\n    cluster: {CONTEXT}\n    user: {CONTEXT}\n    namespace: default\ncurrent-context: {CONTEXT}\nusers:\n- name: {CONTEXT}\n  user: {{}}\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: {CONTEXT}\n  cluster:\n    server: {server}\ncontexts:\n- name: {CONTEXT}\n  context:\n    cluster: {CONTEXT}\n    user: {CONTEXT}\n    namespace: default\ncurrent-context: {CONTEXT}\nusers:\n- name: {CONTEXT}\n  user:{user}\n"
     )
 }
 

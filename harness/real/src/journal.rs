@@ -143,14 +143,7 @@ impl Journal {
         let mut f = Self::read(&self.path).await?;
         f.entries.retain(|e| e.id != id);
         if f.entries.is_empty() {
-            match tokio::fs::remove_file(&self.path).await {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(Error::infra_from(
-                    format!("restore journal {}", self.path.display()),
-                    e,
-                )),
-            }
+            remove_file(&self.path).await
         } else {
             Self::write(&self.path, &f).await
         }
@@ -161,8 +154,9 @@ impl Journal {
     }
 }
 
-/// Removes the journal of a run whose cluster ended with it.
-async fn remove_ended(path: &Path) -> Result<()> {
+/// Removes a journal file (one already gone is fine): when it is empty, or its cluster ended
+/// with its run.
+async fn remove_file(path: &Path) -> Result<()> {
     match tokio::fs::remove_file(path).await {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::infra_from(
             format!("restore journal {}", path.display()),
@@ -200,7 +194,7 @@ pub async fn earlier(path: &Path) -> Result<Earlier> {
         return Ok(Earlier::None);
     }
     if file.cluster_ended_with_run {
-        remove_ended(path).await?;
+        remove_file(path).await?;
         return Ok(Earlier::Removed(file.entries.len()));
     }
     Err(Error::usage(format!(
@@ -380,7 +374,7 @@ pub async fn restore(
         return Ok(RestoreReport::default());
     }
     if file.cluster_ended_with_run {
-        remove_ended(path).await?;
+        remove_file(path).await?;
         return Ok(RestoreReport {
             ended: file.entries.len(),
             ..RestoreReport::default()

@@ -276,8 +276,12 @@ impl Default for Timeouts {
 /// The name of a run's own private directory (no `--private-dir`), under the system's temporary
 /// directory: it ends in `-<process id>-private`, so a later run can tell one a killed run left.
 pub fn default_private_dir_name(run_id: &str) -> String {
-    format!("openshell-conformance-{run_id}-private")
+    format!("{PRIVATE_DIR_START}{run_id}{PRIVATE_DIR_END}")
 }
+
+/// What a [`default_private_dir_name`] starts and ends with, around the run id.
+pub const PRIVATE_DIR_START: &str = "openshell-conformance-";
+pub const PRIVATE_DIR_END: &str = "-private";
 
 /// A fresh run id: seconds since the epoch and the process id, valid as a label value.
 pub fn new_run_id() -> String {

@@ -55,6 +55,8 @@ impl EarlierRun {
         let artifacts = args.artifacts.clone();
         let mut foreign = Vec::new();
         let mut dirs = Vec::new();
+        let builtin = conformance_core::topology::Topologies::builtin();
+        let topologies = builtin.names();
         for sub in DIRS {
             let path = artifacts.join(sub);
             match std::fs::symlink_metadata(&path) {
@@ -70,7 +72,7 @@ impl EarlierRun {
             for entry in std::fs::read_dir(&path).map_err(|e| cannot_read(&path, e))? {
                 let entry = entry.map_err(|e| cannot_read(&path, e))?;
                 n += 1;
-                if !is_ours(sub, &entry.path()) {
+                if !is_ours(sub, &entry.path(), &topologies) {
                     foreign.push(format!("{sub}/{}", entry.file_name().to_string_lossy()));
                 }
             }
@@ -176,7 +178,7 @@ fn cannot_read(path: &Path, e: std::io::Error) -> Error {
 }
 
 /// Whether an entry of `timelines/` or `diagnostics/` is one a run writes.
-fn is_ours(sub: &str, path: &Path) -> bool {
+fn is_ours(sub: &str, path: &Path, topologies: &[&str]) -> bool {
     let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
         return false;
     };
@@ -190,8 +192,8 @@ fn is_ours(sub: &str, path: &Path) -> bool {
     match sub {
         "timelines" => is_file && name.ends_with(".jsonl") && opens_like_a_timeline(path),
         _ => match name.strip_suffix(".tar.gz") {
-            Some(bundle) => is_file && is_bundle_name(bundle),
-            None => is_dir && is_bundle_name(name),
+            Some(bundle) => is_file && is_bundle_name(bundle, topologies),
+            None => is_dir && is_bundle_name(name, topologies),
         },
     }
 }
@@ -217,13 +219,9 @@ fn opens_like_a_timeline(path: &Path) -> bool {
 }
 
 /// `<topology>-<milliseconds>`, the name the real target gives a case's diagnostics bundle.
-fn is_bundle_name(name: &str) -> bool {
+fn is_bundle_name(name: &str, topologies: &[&str]) -> bool {
     name.rsplit_once('-').is_some_and(|(topology, ms)| {
-        !ms.is_empty()
-            && ms.bytes().all(|b| b.is_ascii_digit())
-            && conformance_core::topology::Topologies::builtin()
-                .names()
-                .contains(&topology)
+        !ms.is_empty() && ms.bytes().all(|b| b.is_ascii_digit()) && topologies.contains(&topology)
     })
 }
 

@@ -65,9 +65,10 @@ fn owner(name: &str) -> Option<(u32, Kind)> {
         return pid_then_random(rest).map(|p| (p, Kind::Ending));
     }
     // `openshell-conformance-<secs>-<pid>-private` (conformance_real::options).
-    let shape = conformance_real::options::default_private_dir_name("");
-    let (start, end) = shape.split_once("-private").map(|(s, _)| (s, "-private"))?;
-    let run_id = name.strip_prefix(start)?.strip_suffix(end)?;
+    use conformance_real::options::{PRIVATE_DIR_END, PRIVATE_DIR_START};
+    let run_id = name
+        .strip_prefix(PRIVATE_DIR_START)?
+        .strip_suffix(PRIVATE_DIR_END)?;
     let (secs, pid) = run_id.split_once('-')?;
     secs.parse::<u64>().ok()?;
     pid.parse().ok().map(|p| (p, Kind::Private))

@@ -19,7 +19,7 @@ use crate::target::{
 };
 use crate::timeline::{
     ActionStatus, Event, FaultPhase, FaultRecord, ObjectRef, ObjectState, Recorder, SentinelOp,
-    SentinelRecord, SentinelResult,
+    SentinelPath, SentinelRecord, SentinelResult,
 };
 use crate::topology::Topology;
 
@@ -498,6 +498,21 @@ pub const SENTINEL_REQUIREMENT: &str = "R6";
 /// Where sentinels live inside a sandbox: on the workspace volume (`/sandbox`,
 /// docs/upstream-facts.md F3.6), in a directory of their own.
 pub(crate) const SENTINEL_DIR: &str = "/sandbox/.conformance";
+/// [`SENTINEL_DIR`] relative to the workspace root, as [`Target::read_workspace`] takes it.
+const SENTINEL_SUBDIR: &str = ".conformance";
+
+/// The word a shell-usability command prints before it reads a sentinel ([`Ctx::use_shell`]).
+const SHELL_RAN: &str = "usable";
+
+/// What a read through the shell came to: the file's content, missing, or a failure to run.
+fn sentinel_read(r: Result<ExecResult, TargetError>) -> SentinelResult {
+    match r {
+        Ok(r) if r.exit_code == 0 => SentinelResult::Ok(r.stdout),
+        Ok(r) if r.stderr.contains("No such file") => SentinelResult::Missing,
+        Ok(r) => SentinelResult::Failed(format!("exit {}: {}", r.exit_code, r.stderr.trim())),
+        Err(e) => SentinelResult::Failed(crate::error::one_line(&e)),
+    }
+}
 
 /// A fault the case injected and has not yet restored.
 #[derive(Clone, Debug)]
@@ -909,6 +924,7 @@ impl Ctx {
             sandbox: sandbox.to_string(),
             op: SentinelOp::Write,
             result: result.clone(),
+            via: SentinelPath::Shell,
         }));
         match (result, harness_failure) {
             // The harness could not reach the product at all: its own failure.
@@ -924,14 +940,71 @@ impl Ctx {
         }
     }
 
-    /// Reads a sentinel back and records what came back: its content, missing, or a failure
-    /// to run the read at all.
+    /// Reads a sentinel back through the sandbox's shell (the user's path) and records what
+    /// came back: its content, missing, or a failure to run the read at all. Where the shell
+    /// could not run the read, it is read from the workspace volume instead
+    /// ([`Ctx::read_sentinel_at_rest`]), so that a sandbox that cannot run is still judged on
+    /// what its workspace kept (R6) and not only on its shell; the result is the shell's.
     pub async fn read_sentinel(&self, sandbox: &str, key: &str) -> SentinelResult {
         let script = format!("cat {SENTINEL_DIR}/{key}");
-        let result = match self.sh(sandbox, &script).await {
-            Ok(r) if r.exit_code == 0 => SentinelResult::Ok(r.stdout),
-            Ok(r) if r.stderr.contains("No such file") => SentinelResult::Missing,
-            Ok(r) => SentinelResult::Failed(format!("exit {}: {}", r.exit_code, r.stderr.trim())),
+        let result = sentinel_read(self.sh(sandbox, &script).await);
+        self.record_read(sandbox, key, &result).await;
+        result
+    }
+
+    /// Runs one command through the sandbox's shell that says it ran and then reads the
+    /// sentinel `key` back, so that a shell judged usable is a shell that reached the
+    /// workspace: the read is recorded as [`Ctx::read_sentinel`] records it (an empty or
+    /// remounted workspace fails the sentinels' requirement, not the shell's). Whether the
+    /// shell ran the command.
+    pub async fn use_shell(&self, sandbox: &str, key: &str) -> bool {
+        let script = format!("echo {SHELL_RAN} && cat {SENTINEL_DIR}/{key}");
+        let r = self.sh(sandbox, &script).await;
+        let ran = r.as_ref().is_ok_and(|r| {
+            r.stdout
+                .strip_prefix(SHELL_RAN)
+                .is_some_and(|rest| rest.starts_with('\n'))
+        });
+        let result = match r {
+            Ok(mut r) if ran => {
+                r.stdout.drain(..=SHELL_RAN.len());
+                sentinel_read(Ok(r))
+            }
+            Ok(r) => SentinelResult::Failed(format!(
+                "the shell did not run the command (exit {}): {}",
+                r.exit_code,
+                r.stderr.trim()
+            )),
+            Err(e) => sentinel_read(Err(e)),
+        };
+        self.record_read(sandbox, key, &result).await;
+        ran
+    }
+
+    /// Records a read through the shell; one that could not run is followed by a read from
+    /// the workspace volume.
+    async fn record_read(&self, sandbox: &str, key: &str, result: &SentinelResult) {
+        self.rec.record(Event::Sentinel(SentinelRecord {
+            key: key.to_string(),
+            sandbox: sandbox.to_string(),
+            op: SentinelOp::Read,
+            result: result.clone(),
+            via: SentinelPath::Shell,
+        }));
+        if matches!(result, SentinelResult::Failed(_)) {
+            self.read_sentinel_at_rest(sandbox, key).await;
+        }
+    }
+
+    /// Reads a sentinel from the sandbox's workspace volume without going through the sandbox
+    /// ([`Ctx::read_workspace`], a reader pod on a real cluster) and records what came back:
+    /// for a sandbox that cannot run a command (finished, failed), whose workspace must still
+    /// hold what was written (R6).
+    pub async fn read_sentinel_at_rest(&self, sandbox: &str, key: &str) -> SentinelResult {
+        let path = format!("{SENTINEL_SUBDIR}/{key}");
+        let result = match self.read_workspace(sandbox, &path).await {
+            Ok(Some(content)) => SentinelResult::Ok(content),
+            Ok(None) => SentinelResult::Missing,
             Err(e) => SentinelResult::Failed(crate::error::one_line(&e)),
         };
         self.rec.record(Event::Sentinel(SentinelRecord {
@@ -939,6 +1012,7 @@ impl Ctx {
             sandbox: sandbox.to_string(),
             op: SentinelOp::Read,
             result: result.clone(),
+            via: SentinelPath::Reader,
         }));
         result
     }

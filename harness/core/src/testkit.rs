@@ -183,8 +183,15 @@ impl Target for Fake {
                 stderr: "sh: cannot execute: permission denied".into(),
             });
         }
-        // Just enough shell for sentinels: `... printf %s 'V' > PATH` and `cat PATH`.
-        let script = &argv[2];
+        // Just enough shell for sentinels: `... printf %s 'V' > PATH` and `cat PATH`, the
+        // latter also after `echo WORD && `.
+        let (said, script) = match argv[2].split_once(" && cat ") {
+            Some((echo, path)) if echo.starts_with("echo ") => (
+                format!("{}\n", &echo["echo ".len()..]),
+                format!("cat {path}"),
+            ),
+            _ => (String::new(), argv[2].clone()),
+        };
         if let Some((_, rest)) = script.split_once("printf %s '") {
             let (value, path) = rest.split_once("' > ").unwrap();
             s.files.insert(path.to_string(), value.to_string());
@@ -194,12 +201,12 @@ impl Target for Fake {
             return Ok(match s.files.get(path) {
                 Some(v) => ExecResult {
                     exit_code: 0,
-                    stdout: v.clone(),
+                    stdout: format!("{said}{v}"),
                     stderr: String::new(),
                 },
                 None => ExecResult {
                     exit_code: 1,
-                    stdout: String::new(),
+                    stdout: said,
                     stderr: format!("cat: {path}: No such file or directory"),
                 },
             });

@@ -240,6 +240,24 @@ pub enum SentinelResult {
     Failed(String),
 }
 
+/// The way a sentinel was written or read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SentinelPath {
+    /// Through the sandbox's own shell, the user's path (`openshell sandbox exec`).
+    #[default]
+    Shell,
+    /// From the workspace volume without the sandbox (a reader pod mounting its PVC), where
+    /// the sandbox cannot run a command (finished, failed, stopped).
+    Reader,
+}
+
+impl SentinelPath {
+    fn is_shell(&self) -> bool {
+        *self == Self::Shell
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SentinelRecord {
     pub key: String,
@@ -247,6 +265,9 @@ pub struct SentinelRecord {
     pub op: SentinelOp,
     #[serde(flatten)]
     pub result: SentinelResult,
+    /// Absent in timelines written before reads through the reader existed: the shell.
+    #[serde(default, skip_serializing_if = "SentinelPath::is_shell")]
+    pub via: SentinelPath,
 }
 
 /// The log of one container of one pod.
@@ -870,8 +891,16 @@ mod tests {
                 sandbox: "a".into(),
                 op: SentinelOp::Read,
                 result,
+                via: SentinelPath::Shell,
             }));
         }
+        rec.record(Event::Sentinel(SentinelRecord {
+            key: "s1".into(),
+            sandbox: "a".into(),
+            op: SentinelOp::Read,
+            result: SentinelResult::Ok(String::new()),
+            via: SentinelPath::Reader,
+        }));
         rec.record(Event::Observation {
             key: "main-starts".into(),
             subject: Some("a".into()),

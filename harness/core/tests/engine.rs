@@ -7,12 +7,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use conformance_core::engine::{Engine, EngineOptions, Outcome, recheck};
+use conformance_core::phase::Phase;
 use conformance_core::scenario::{Case, Ctx, Params, Stage, Step, StepResult};
 use conformance_core::target::{
     Capability, Fault, Target, TargetFactory, TargetInfo, TargetResult,
 };
 use conformance_core::testkit::*;
-use conformance_core::timeline::{Event, FaultPhase, Recorder, SentinelResult, Timeline};
+use conformance_core::timeline::{
+    Event, FaultPhase, Recorder, SentinelOp, SentinelPath, SentinelResult, Timeline,
+};
 use conformance_core::topology::{Topologies, Topology};
 use futures::future::BoxFuture;
 
@@ -607,4 +610,93 @@ async fn the_waits_a_scenario_mandates_are_on_its_timeline(
         assert!(which.starts_with(prefix), "{which} (want {prefix}…)");
         assert_eq!(ms, &serde_json::json!(want_ms), "{which}");
     }
+}
+
+/// Reads the sentinel `s1` of the main sandbox after the outage: through the shell checking
+/// it is usable, once the sandbox is Ready again, or through the plain read at once, without
+/// waiting for it to be Ready.
+fn read_right_after(shell_check: bool) -> Vec<Step> {
+    let read: fn(&mut Ctx) -> BoxFuture<'_, StepResult> = if shell_check {
+        |ctx| {
+            Box::pin(async move {
+                let name = ctx.sandbox_name("main");
+                ctx.wait_phase(&name, &[Phase::Ready], Duration::from_secs(120))
+                    .await?;
+                let ran = ctx.use_shell(&name, "s1").await;
+                ctx.observe_value("shell-ran", None, serde_json::json!(ran));
+                Ok(())
+            })
+        }
+    } else {
+        |ctx| {
+            Box::pin(async move {
+                let name = ctx.sandbox_name("main");
+                ctx.read_sentinel(&name, "s1").await;
+                Ok(())
+            })
+        }
+    };
+    let mut steps = standard_steps();
+    steps.pop();
+    steps.push(Step::new(Stage::Verify, "read back at once", read));
+    steps
+}
+
+fn sentinel_reads(t: &Timeline) -> Vec<(SentinelPath, SentinelResult)> {
+    t.entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Sentinel(s) if s.op == SentinelOp::Read => Some((s.via, s.result.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sentinel_the_shell_cannot_read_is_read_from_the_workspace_volume_and_judged_on_it() {
+    // Left in Error by the outage, the sandbox refuses the exec; its workspace still holds the
+    // sentinel, so the sentinels' requirement holds and the refusal is the shell's to answer.
+    let r = engine(Factory::new(Quirk::ErrorOnOutage))
+        .run_case(&case(read_right_after(false)))
+        .await;
+    let reads = sentinel_reads(&r.timeline);
+    assert_eq!(reads.len(), 2, "{reads:?}");
+    assert!(
+        matches!(&reads[0], (SentinelPath::Shell, SentinelResult::Failed(m)) if m.contains("sandbox is not ready")),
+        "{reads:?}"
+    );
+    assert!(
+        matches!(&reads[1], (SentinelPath::Reader, SentinelResult::Ok(v)) if v.starts_with("s1-")),
+        "{reads:?}"
+    );
+    let sentinels = r
+        .checks
+        .iter()
+        .find(|c| c.name == "workspace sentinels retained")
+        .unwrap();
+    assert!(sentinels.passed, "{}", sentinels.message);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shell_that_runs_over_an_emptied_workspace_is_usable_and_fails_the_sentinels() {
+    let r = engine(Factory::new(Quirk::LosesFiles))
+        .run_case(&case(read_right_after(true)))
+        .await;
+    let ran = r.timeline.entries.iter().find_map(|e| match &e.event {
+        Event::Observation { key, value, .. } if key == "shell-ran" => value.as_bool(),
+        _ => None,
+    });
+    assert_eq!(ran, Some(true));
+    let reads = sentinel_reads(&r.timeline);
+    assert!(
+        reads.contains(&(SentinelPath::Shell, SentinelResult::Missing)),
+        "{reads:?}"
+    );
+    let sentinels = r
+        .checks
+        .iter()
+        .find(|c| c.name == "workspace sentinels retained")
+        .unwrap();
+    assert!(!sentinels.passed);
+    assert!(sentinels.message.contains("LOST"), "{}", sentinels.message);
 }

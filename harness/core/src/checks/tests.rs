@@ -104,6 +104,7 @@ impl Tb {
                 sandbox: "a".into(),
                 op,
                 result,
+                via: crate::timeline::SentinelPath::Shell,
             }),
         )
     }

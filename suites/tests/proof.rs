@@ -69,6 +69,136 @@ fn every_scenario_passes_on_the_contract_model(#[case] topo: &str) {
     assert!(bad.is_empty(), "on contract/{topo}:\n{}", bad.join("\n"));
 }
 
+/// The faults of a case after which a sandbox they touched was never read back, described.
+///
+/// A fault touches the sandbox it names, or (a gateway fault) every sandbox of the case that
+/// existed while it lasted. After the fault's end, some sentinel of that sandbox must be read
+/// back by a read that ran (through its shell, or from its workspace volume where it cannot
+/// run), and where the sandbox was Ready before the fault began, that sentinel must have been
+/// written before it began: a sentinel written after the fault says nothing about what the
+/// fault did. A sandbox never Ready in the whole case held nothing a user could have written.
+fn faults_without_a_later_workspace_read(t: &Timeline) -> Vec<String> {
+    use conformance_core::timeline::{
+        ActionStatus, FaultPhase, GATEWAY_SANDBOX_KIND, SentinelOp, SentinelResult,
+    };
+    let first = |f: &dyn Fn(&Event) -> bool| t.entries.iter().position(|e| f(&e.event));
+    let mut sandboxes: BTreeSet<String> = BTreeSet::new();
+    // fault id -> (subject, started, ended)
+    let mut faults: BTreeMap<String, (Option<String>, Option<usize>, Option<usize>)> =
+        BTreeMap::new();
+    for (i, e) in t.entries.iter().enumerate() {
+        match &e.event {
+            Event::Action(a) if a.name == "create" && a.status == ActionStatus::Started => {
+                sandboxes.extend(a.subject.clone());
+            }
+            Event::Fault(f) => {
+                let w = faults
+                    .entry(f.id.clone())
+                    .or_insert((f.subject.clone(), None, None));
+                match f.phase {
+                    FaultPhase::Started => {
+                        w.1.get_or_insert(i);
+                    }
+                    FaultPhase::Ended | FaultPhase::RestoreFailed => {
+                        w.2.get_or_insert(i);
+                    }
+                    FaultPhase::Requested => {}
+                }
+            }
+            _ => {}
+        }
+    }
+    let created = |s: &str| {
+        first(
+            &|e| matches!(e, Event::Action(a) if a.name == "create" && a.subject.as_deref() == Some(s)),
+        )
+    };
+    let deleted = |s: &str| {
+        first(
+            &|e| matches!(e, Event::Action(a) if a.name == "delete" && a.subject.as_deref() == Some(s)),
+        )
+    };
+    let first_ready = |s: &str| {
+        first(&|e| {
+            matches!(e, Event::Object(o) if o.kind == GATEWAY_SANDBOX_KIND
+                && o.name == s
+                && o.phase.as_deref() == Some(Phase::Ready.name()))
+        })
+    };
+    let written = |s: &str, key: &str| {
+        first(&|e| {
+            matches!(e, Event::Sentinel(w) if w.op == SentinelOp::Write
+                && w.sandbox == s
+                && w.key == key
+                && matches!(w.result, SentinelResult::Ok(_)))
+        })
+    };
+    let mut missing = Vec::new();
+    for (id, (subject, started, ended)) in &faults {
+        let Some(started) = *started else { continue };
+        let Some(ended) = *ended else {
+            missing.push(format!("fault {id} never ended"));
+            continue;
+        };
+        let touched: Vec<String> = match subject {
+            Some(s) => vec![s.clone()],
+            None => sandboxes
+                .iter()
+                .filter(|s| created(s).is_some_and(|c| c < ended))
+                .filter(|s| deleted(s).is_none_or(|d| d > started))
+                .cloned()
+                .collect(),
+        };
+        for s in touched {
+            let Some(ready) = first_ready(&s) else {
+                continue;
+            };
+            let read_back = t.entries.iter().enumerate().skip(ended + 1).any(|(_, e)| {
+                matches!(&e.event, Event::Sentinel(r) if r.op == SentinelOp::Read
+                    && r.sandbox == s
+                    && !matches!(r.result, SentinelResult::Failed(_))
+                    && written(&s, &r.key).is_some_and(|w| ready > started || w < started))
+            });
+            if !read_back {
+                missing.push(format!(
+                    "fault {id} touched {s}, whose workspace was not read back after it ended"
+                ));
+            }
+        }
+    }
+    missing
+}
+
+/// Every fault any case injects, on every scenario, variant and topology of the catalog, is
+/// followed by a read of the workspace of each sandbox it touched (see
+/// [`faults_without_a_later_workspace_read`]): a scenario that stops reading after its fault
+/// would let a fault that empties the workspace pass.
+#[test]
+fn every_fault_of_the_catalog_is_followed_by_a_read_of_the_workspace_it_touched() {
+    let cases = catalog::cases(&all_topologies(), &Pick::default());
+    let reports = run_cases(Selection::contract(), cases);
+    let mut faults = 0;
+    let mut unread = Vec::new();
+    for r in &reports {
+        faults += r
+            .timeline
+            .entries
+            .iter()
+            .filter(|e| matches!(&e.event, Event::Fault(f) if f.phase == conformance_core::timeline::FaultPhase::Started))
+            .count();
+        for m in faults_without_a_later_workspace_read(&r.timeline) {
+            unread.push(format!("{}: {m}", r.case_id));
+        }
+    }
+    assert!(faults > 0, "the catalog injected no fault");
+    assert!(
+        unread.is_empty(),
+        "{} of {faults} faults:\n{}",
+        unread.len(),
+        unread.join("\n")
+    );
+}
+
 /// A topology the harness does not ship: the sidecar placement under another name, with other
 /// container names. Adding a topology with an existing placement is this YAML and nothing else.
 const RENAMED_SIDECAR: &str = r#"

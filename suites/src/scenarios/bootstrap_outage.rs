@@ -80,8 +80,7 @@ fn verify_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         ctx.settle_phase(&name, &[Phase::Ready], BOOTSTRAP_RECOVERY)
             .await;
         record_recovery(ctx, &Anchor::fault_end(&GATEWAY_OUTAGE), &name);
-        check_shell(ctx, &name).await;
-        ctx.read_sentinel(&name, "before-fault").await;
+        check_shell(ctx, &name, BEFORE_FAULT).await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         observe_start_marks(ctx, &name).await;
         ctx.mark(&VERIFIED);

@@ -56,12 +56,25 @@ pub(crate) const MAIN: &str = "main";
 /// workload has started, write a sentinel.
 pub(crate) fn seed_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
-        let name = create_ready(ctx, MAIN, None).await?;
-        wait_workload_started(ctx, &name).await;
-        ctx.write_sentinel(&name, "before-fault").await?;
+        seed_ready(ctx, None).await?;
         Ok(())
     })
 }
+
+/// Creates the main sandbox running the workload with `policy`, waits until it is Ready and
+/// its workload has started, and writes the sentinel [`BEFORE_FAULT`]; the sandbox's name.
+pub(crate) async fn seed_ready(
+    ctx: &Ctx,
+    policy: Option<RestartPolicy>,
+) -> Result<String, StepError> {
+    let name = create_ready(ctx, MAIN, policy).await?;
+    wait_workload_started(ctx, &name).await;
+    ctx.write_sentinel(&name, BEFORE_FAULT).await?;
+    Ok(name)
+}
+
+/// The sentinel a scenario writes before its fault and reads back after it.
+pub(crate) const BEFORE_FAULT: &str = "before-fault";
 
 /// How long the sandbox pod may still be seen running once the gateway says Stopped: the two
 /// reach the timeline through different observers (the gateway's stream, the pod watch).
@@ -157,10 +170,13 @@ pub(crate) fn workload_command() -> Vec<String> {
     ))
 }
 
-/// A main process that records its start and exits with `code`.
+/// A main process that records its start, waits until the sentinel [`BEFORE_FAULT`] is in its
+/// workspace and exits with `code`: the sentinel is written through the shell of a running
+/// sandbox, the user's path, and read back once the sandbox has finished and cannot run one.
 pub(crate) fn completing_command(code: i32) -> Vec<String> {
     sh(&format!(
-        "mkdir -p /sandbox/.conformance; echo {START_MARK} >> /sandbox/{STARTS_FILE}; exit {code}"
+        "mkdir -p /sandbox/.conformance; echo {START_MARK} >> /sandbox/{STARTS_FILE}; \
+         while [ ! -f /sandbox/.conformance/{BEFORE_FAULT} ]; do sleep 1; done; exit {code}"
     ))
 }
 
@@ -301,15 +317,11 @@ pub(crate) fn rebootstrap(ctx: &Ctx, sandbox: &str) -> Fault {
     }
 }
 
-/// Runs a real command through the sandbox shell and records whether it worked.
-pub(crate) async fn check_shell(ctx: &Ctx, sandbox: &str) {
-    let ok = match ctx
-        .sh(sandbox, "echo usable && ls /sandbox > /dev/null")
-        .await
-    {
-        Ok(r) => r.exit_code == 0 && r.stdout.trim() == "usable",
-        Err(_) => false,
-    };
+/// Runs a real command through the sandbox shell that reads the sentinel `key` back, and
+/// records whether the shell ran it: a shell that runs commands against an empty workspace is
+/// usable, and its read fails the sentinels (R6) ([`Ctx::use_shell`]).
+pub(crate) async fn check_shell(ctx: &Ctx, sandbox: &str, key: &str) {
+    let ok = ctx.use_shell(sandbox, key).await;
     ctx.observe_value(
         &shell_key(sandbox),
         Some(sandbox),
@@ -649,8 +661,7 @@ pub(crate) fn verify_ready(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         for fault in [&GATEWAY_OUTAGE, &GATEWAY_RESTART] {
             record_recovery(ctx, &Anchor::fault_end(fault), &name);
         }
-        check_shell(ctx, &name).await;
-        ctx.read_sentinel(&name, "before-fault").await;
+        check_shell(ctx, &name, BEFORE_FAULT).await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         observe_start_marks(ctx, &name).await;
         ctx.mark(&VERIFIED);

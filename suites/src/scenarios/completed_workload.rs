@@ -1,5 +1,6 @@
 //! A main process that exits (0 or non-zero) stays finished through a gateway restart or a
-//! supervisor restart: nothing replays it (bug 3; #2884, #3117).
+//! supervisor restart: nothing replays it (bug 3; #2884, #3117), and its workspace, which
+//! only the reader can reach once the sandbox has finished, keeps what was written (R6).
 
 use conformance_core::checks::{Anchor, Check, Window};
 use conformance_core::keys::{FaultKey, Marker};
@@ -66,12 +67,12 @@ pub(crate) fn completed_workload() -> Scenario {
     Scenario {
         id: "completed-workload".into(),
         title: "Completed workload through a gateway or supervisor restart".into(),
-        requirements: ["R7", "R13"].map(String::from).to_vec(),
+        requirements: ["R6", "R7", "R13"].map(String::from).to_vec(),
         requires: vec![Capability::MainCommand],
         steps: vec![
             Step::new(
                 Stage::Seed,
-                "run a workload to completion",
+                "write a sentinel, which ends the workload",
                 run_to_completion,
             ),
             Step::new(
@@ -81,7 +82,7 @@ pub(crate) fn completed_workload() -> Scenario {
             ),
             Step::new(
                 Stage::Verify,
-                "count the workload's starts",
+                "read the workspace back and count the workload's starts",
                 count_completed,
             ),
             Step::new(Stage::Verify, "delete the sandbox", delete_main),
@@ -98,6 +99,11 @@ fn run_to_completion(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         let exit = ctx.variant::<Completed>()?.exit;
         let spec = spec(ctx, MAIN, completing_command(exit), None);
         ctx.create_sandbox(&spec).await?;
+        ctx.wait_phase(&spec.name, &[Phase::Ready], PROVISION_TIMEOUT)
+            .await?;
+        wait_workload_started(ctx, &spec.name).await;
+        // The workload ends once it sees the sentinel.
+        ctx.write_sentinel(&spec.name, BEFORE_FAULT).await?;
         ctx.wait_phase(&spec.name, TERMINAL, PROVISION_TIMEOUT)
             .await?;
         ctx.mark(&COMPLETED);
@@ -125,7 +131,10 @@ fn count_completed(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
         ctx.get_sandbox(&name).await.ok();
+        // The sandbox has finished: no shell runs in it, the reader reads its workspace.
+        ctx.read_sentinel_at_rest(&name, BEFORE_FAULT).await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+        observe_start_marks(ctx, &name).await;
         Ok(())
     })
 }
@@ -169,6 +178,8 @@ fn completed_checks(case: &CaseInfo) -> Vec<Check> {
                 MAIN,
                 1,
             ),
+            sentinels(),
+            start_marks_kept(case, MAIN),
         ],
         case,
     )

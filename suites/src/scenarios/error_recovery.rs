@@ -91,8 +91,7 @@ fn recover(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
             Err(TargetError::Refused { .. }) => {}
             Err(e) => return Err(e.into()),
         }
-        check_shell(ctx, &name).await;
-        ctx.read_sentinel(&name, "before-fault").await;
+        check_shell(ctx, &name, BEFORE_FAULT).await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         observe_start_marks(ctx, &name).await;
         ctx.mark(&RECOVERED);

@@ -42,11 +42,10 @@ fn use_sandbox(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
         wait_starts(ctx, &name, 1, RECOVERY).await;
-        check_shell(ctx, &name).await;
-        // A workspace write and read on a fresh sandbox.
-        if ctx.write_sentinel(&name, "fresh").await.is_ok() {
-            ctx.read_sentinel(&name, "fresh").await;
-        }
+        // A workspace write, and the shell reads it back, on a fresh sandbox. A write that
+        // fails leaves the sentinels check without a sentinel (R6); the shell is still judged.
+        ctx.write_sentinel(&name, "fresh").await.ok();
+        check_shell(ctx, &name, "fresh").await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         observe_start_marks(ctx, &name).await;
         Ok(())

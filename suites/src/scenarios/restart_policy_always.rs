@@ -56,7 +56,7 @@ pub(crate) fn restart_policy_always() -> Scenario {
     Scenario {
         id: "restart-policy-always".into(),
         title: "Restart policy always when the main process ends".into(),
-        requirements: ["R10", "R13"].map(String::from).to_vec(),
+        requirements: ["R6", "R10", "R13"].map(String::from).to_vec(),
         requires: vec![
             Capability::MainCommand,
             Capability::RestartPolicy,
@@ -65,7 +65,7 @@ pub(crate) fn restart_policy_always() -> Scenario {
         steps: vec![
             Step::new(
                 Stage::Seed,
-                "create a sandbox with restart policy always",
+                "create a sandbox with restart policy always and write a sentinel",
                 seed_always,
             ),
             Step::new(Stage::Fault, "end the main process", end_main),
@@ -78,7 +78,7 @@ pub(crate) fn restart_policy_always() -> Scenario {
 
 fn seed_always(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
-        create_ready(ctx, MAIN, Some(RestartPolicy::Always)).await?;
+        seed_ready(ctx, Some(RestartPolicy::Always)).await?;
         Ok(())
     })
 }
@@ -148,8 +148,9 @@ fn verify_restarted(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
         ctx.settle_phase(&name, &[Phase::Ready], RESTARTED).await;
-        check_shell(ctx, &name).await;
+        check_shell(ctx, &name, BEFORE_FAULT).await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
+        observe_start_marks(ctx, &name).await;
         ctx.mark(&VERIFIED);
         Ok(())
     })
@@ -190,6 +191,8 @@ fn restart_checks(case: &CaseInfo) -> Vec<Check> {
                 1,
             ),
             shell_usable(case, MAIN, &["R10"]),
+            sentinels(),
+            start_marks_kept(case, MAIN),
         ]
         .into_iter()
         .chain((1..=ENDS).map(|k| {

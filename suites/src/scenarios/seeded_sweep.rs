@@ -166,8 +166,7 @@ async fn run_one(ctx: &mut Ctx, role: &str, planned: &PlannedFault) -> StepResul
     ) {
         ctx.write_sentinel(&name, role).await.ok();
     }
-    check_shell(ctx, &name).await;
-    ctx.read_sentinel(&name, role).await;
+    check_shell(ctx, &name, role).await;
     observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
     observe_start_marks(ctx, &name).await;
     ctx.mark(&verified_marker(&name));

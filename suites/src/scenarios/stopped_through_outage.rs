@@ -46,7 +46,7 @@ pub(crate) fn stopped_through_outage() -> Scenario {
 fn seed_and_stop(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = create_ready(ctx, MAIN, None).await?;
-        ctx.write_sentinel(&name, "before-fault").await?;
+        ctx.write_sentinel(&name, BEFORE_FAULT).await?;
         ctx.stop_sandbox(&name).await?;
         ctx.wait_phase(&name, &[Phase::Stopped], Duration::from_secs(120))
             .await?;
@@ -76,8 +76,7 @@ fn start_and_verify(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         ctx.settle_phase(&name, &[Phase::Ready], PROVISION_TIMEOUT)
             .await;
         wait_starts(ctx, &name, 2, RECOVERY).await;
-        check_shell(ctx, &name).await;
-        ctx.read_sentinel(&name, "before-fault").await;
+        check_shell(ctx, &name, BEFORE_FAULT).await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         observe_start_marks(ctx, &name).await;
         Ok(())

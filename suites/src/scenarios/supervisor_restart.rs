@@ -83,8 +83,7 @@ fn verify_reattached(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         // Let a crash loop, if any, show itself.
         ctx.sleep(SETTLE).await;
         ctx.get_sandbox(&name).await.ok();
-        check_shell(ctx, &name).await;
-        ctx.read_sentinel(&name, "before-fault").await;
+        check_shell(ctx, &name, BEFORE_FAULT).await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         observe_start_marks(ctx, &name).await;
         ctx.mark(&VERIFIED);

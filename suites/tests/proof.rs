@@ -285,7 +285,7 @@ fn a_topology_defined_only_as_yaml_gets_the_behaviour_of_its_placement() {
 }
 
 /// The detection matrix, one row per defect switch, so the rows run side by side.
-const MATRIX_ROWS: [&str; 15] = [
+const MATRIX_ROWS: [&str; 16] = [
     "bootstrap-gives-up-after-retry-window",
     "sidecar-gives-up-after-120s",
     "workload-starts-before-policy",
@@ -301,6 +301,7 @@ const MATRIX_ROWS: [&str; 15] = [
     "supervisor-reattach-refused",
     "failure-cause-not-reported",
     "retries-give-up-after-15m",
+    "workspace-emptied-on-gateway-restart",
 ];
 
 #[test]
@@ -321,7 +322,7 @@ fn the_detection_matrix_has_a_row_for_every_defect_switch() {
 /// of two.
 #[rstest]
 fn every_defect_is_caught_by_some_scenario_naming_the_broken_requirement(
-    #[values(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14)] row: usize,
+    #[values(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)] row: usize,
 ) {
     let name = MATRIX_ROWS[row];
     let d = DEFECTS
@@ -640,6 +641,11 @@ fn the_same_seed_gives_a_byte_identical_timeline() {
     "R13"
 )]
 #[case::reattach_refused("supervisor-reattach-refused", "supervisor-restart[*", "R12")]
+#[case::workspace_emptied(
+    "workspace-emptied-on-gateway-restart",
+    "gateway-restart[combined]",
+    "R6"
+)]
 #[case::cause_not_reported(
     "failure-cause-not-reported",
     "permanent-bootstrap-error[combined,*",
@@ -697,4 +703,47 @@ fn retries_that_give_up_after_15_minutes_are_caught_by_the_outages_past_15_minut
             "{scenario}…outage=16m] caught nothing: {caught:?}"
         );
     }
+}
+
+#[test]
+fn a_workspace_emptied_on_a_gateway_restart_is_caught_where_the_sandbox_cannot_run_a_shell_too() {
+    // Issue: completed-workload and restart-policy-always never read the workspace after their
+    // gateway restart, so a workspace emptied there passed them (12 cases); the restart-policy
+    // case's one exec after the restart (`ls /sandbox`) passed on an empty workspace.
+    let cases = catalog::cases(
+        &all_topologies(),
+        &Pick {
+            patterns: vec![
+                "completed-workload[*via=gateway-restart]".into(),
+                "restart-policy-always[*trigger=gateway-restart]".into(),
+            ],
+            ..Pick::default()
+        },
+    );
+    let selection = Selection::parse(
+        "contract",
+        &["workspace-emptied-on-gateway-restart".into()],
+        None,
+    );
+    let reports = run_cases(selection.unwrap(), cases);
+    for scenario in ["completed-workload", "restart-policy-always"] {
+        assert!(
+            reports.iter().any(|r| r.scenario == scenario),
+            "no {scenario} case ran"
+        );
+    }
+    let missed: Vec<String> = reports
+        .iter()
+        .filter(|r| {
+            !(matches!(r.outcome, Outcome::Failed(_))
+                && r.failed_checks()
+                    .any(|c| c.requirements.iter().any(|q| q == "R6")))
+        })
+        .map(describe)
+        .collect();
+    assert!(
+        missed.is_empty(),
+        "not caught naming R6:\n{}",
+        missed.join("\n")
+    );
 }

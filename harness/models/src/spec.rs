@@ -190,6 +190,7 @@ pub enum Defect {
     SupervisorReattachRefused,
     FailureCauseNotReported,
     RetriesGiveUpAfter15m,
+    WorkspaceEmptiedOnGatewayRestart,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -292,6 +293,12 @@ pub const DEFECTS: &[DefectInfo] = &[
         description: "bootstrap and the supervisor session stop retrying after 15 minutes without the gateway, and the supervisor exits",
         requirement: "R1",
     },
+    DefectInfo {
+        defect: Defect::WorkspaceEmptiedOnGatewayRestart,
+        name: "workspace-emptied-on-gateway-restart",
+        description: "every file of the workspace is truncated to 0 bytes when the supervisor's session comes back after the gateway was away",
+        requirement: "R6",
+    },
 ];
 
 impl Defect {
@@ -344,6 +351,8 @@ impl Defect {
             Self::FailureCauseNotReported => b.diagnostics = Diagnostics::Hidden,
             // R1/R5: "forever", broken only past the catalog's shorter outages.
             Self::RetriesGiveUpAfter15m => b.retries_give_up = true,
+            // R6: the workspace survives a gateway restart too.
+            Self::WorkspaceEmptiedOnGatewayRestart => b.workspace_emptied_on_reconnect = true,
         }
     }
 }
@@ -530,6 +539,9 @@ pub struct Behaviour {
     pub tls_validation: bool,
     /// A replacement pod starts on a fresh workspace (F3.6: the PVC survives).
     pub fresh_workspace_on_pod_replacement: bool,
+    /// Every workspace file is truncated to 0 bytes when a supervisor's session is established
+    /// again after the gateway was away (F3.6: nothing on the gateway's side touches the PVC).
+    pub workspace_emptied_on_reconnect: bool,
     /// A gateway restart marks running sandboxes StartFailed (field report bug 3).
     pub restart_marks_start_failed: bool,
     /// A gateway restart starts sandboxes the user stopped (F1.15: it leaves them alone).
@@ -757,6 +769,7 @@ mod tests {
             tls_error_permanent: contract && !d(Defect::PermanentErrorsRetriedForever),
             tls_validation: !d(Defect::TlsValidationSkipped),
             fresh_workspace_on_pod_replacement: d(Defect::WorkspacePvcReplacedOnPodReplacement),
+            workspace_emptied_on_reconnect: d(Defect::WorkspaceEmptiedOnGatewayRestart),
             restart_marks_start_failed: reported || d(Defect::GatewayRestartMarksError),
             restart_starts_stopped: d(Defect::GatewayRestartStartsStoppedSandboxes),
             completed_phase: !upstream,

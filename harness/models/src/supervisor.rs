@@ -336,6 +336,27 @@ impl Boundary {
             .line("INFO openshell_sandbox: workspace initialised (fresh volume)");
     }
 
+    /// Defect `workspace-emptied-on-gateway-restart`: every file of the workspace truncated
+    /// to 0 bytes, its names kept.
+    fn empty_workspace(&self) {
+        let vol = self
+            .cluster
+            .pvc_volume(&self.ns, &workspace_pvc_name(&self.cr));
+        let mut dirs = vec![String::new()];
+        while let Some(dir) = dirs.pop() {
+            for name in vol.list(&format!("{dir}/")).unwrap_or_default() {
+                let path = format!("{dir}/{name}");
+                if vol.read(&path).is_some() {
+                    vol.write(&path, b"");
+                } else {
+                    dirs.push(path);
+                }
+            }
+        }
+        self.log
+            .line("INFO openshell_sandbox: workspace initialised (session re-established)");
+    }
+
     /// Everything after bootstrap: attach (gated topologies), wait for the main process, the
     /// session with reconnects, and exit reports. Never returns unless the session is refused.
     async fn serve(&self, link: Arc<Link>, token: String, cfg: SandboxConfig, adopted: bool) {
@@ -392,6 +413,9 @@ impl Boundary {
         };
         let _reporter = AbortOnDrop(reporter);
         let mut reattach = adopted;
+        // Whether this supervisor had a session that ended: the next one comes back after the
+        // gateway was away.
+        let mut had_session = false;
         let mut n: u32 = 0;
         // Since when the session has been down (defect `retries-give-up-after-15m`).
         let mut lost_since: Option<tokio::time::Instant> = None;
@@ -424,6 +448,10 @@ impl Boundary {
                         session.id,
                         session.heartbeat.as_secs()
                     ));
+                    if had_session && self.b().workspace_emptied_on_reconnect {
+                        self.empty_workspace();
+                    }
+                    had_session = true;
                     if session.relaunch_main {
                         link.relaunch.send_modify(|n| *n += 1);
                     }

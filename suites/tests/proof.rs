@@ -83,24 +83,30 @@ fn faults_without_a_later_workspace_read(t: &Timeline) -> Vec<String> {
     };
     let first = |f: &dyn Fn(&Event) -> bool| t.entries.iter().position(|e| f(&e.event));
     let mut sandboxes: BTreeSet<String> = BTreeSet::new();
-    // fault id -> (subject, started, ended)
-    let mut faults: BTreeMap<String, (Option<String>, Option<usize>, Option<usize>)> =
-        BTreeMap::new();
+    /// A fault's sandbox, if it names one, and where its window starts and ends.
+    #[derive(Default)]
+    struct Window {
+        subject: Option<String>,
+        started: Option<usize>,
+        ended: Option<usize>,
+    }
+    let mut faults: BTreeMap<String, Window> = BTreeMap::new();
     for (i, e) in t.entries.iter().enumerate() {
         match &e.event {
             Event::Action(a) if a.name == "create" && a.status == ActionStatus::Started => {
                 sandboxes.extend(a.subject.clone());
             }
             Event::Fault(f) => {
-                let w = faults
-                    .entry(f.id.clone())
-                    .or_insert((f.subject.clone(), None, None));
+                let w = faults.entry(f.id.clone()).or_insert_with(|| Window {
+                    subject: f.subject.clone(),
+                    ..Window::default()
+                });
                 match f.phase {
                     FaultPhase::Started => {
-                        w.1.get_or_insert(i);
+                        w.started.get_or_insert(i);
                     }
                     FaultPhase::Ended | FaultPhase::RestoreFailed => {
-                        w.2.get_or_insert(i);
+                        w.ended.get_or_insert(i);
                     }
                     FaultPhase::Requested => {}
                 }
@@ -134,13 +140,13 @@ fn faults_without_a_later_workspace_read(t: &Timeline) -> Vec<String> {
         })
     };
     let mut missing = Vec::new();
-    for (id, (subject, started, ended)) in &faults {
-        let Some(started) = *started else { continue };
-        let Some(ended) = *ended else {
+    for (id, w) in &faults {
+        let Some(started) = w.started else { continue };
+        let Some(ended) = w.ended else {
             missing.push(format!("fault {id} never ended"));
             continue;
         };
-        let touched: Vec<String> = match subject {
+        let touched: Vec<String> = match &w.subject {
             Some(s) => vec![s.clone()],
             None => sandboxes
                 .iter()

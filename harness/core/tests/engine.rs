@@ -642,6 +642,15 @@ fn read_right_after(shell_check: bool) -> Vec<Step> {
     steps
 }
 
+fn sentinels_check(
+    r: &conformance_core::engine::CaseReport,
+) -> &conformance_core::checks::CheckOutcome {
+    r.checks
+        .iter()
+        .find(|c| c.name == "workspace sentinels retained")
+        .unwrap()
+}
+
 fn sentinel_reads(t: &Timeline) -> Vec<(SentinelPath, SentinelResult)> {
     t.entries
         .iter()
@@ -669,11 +678,7 @@ async fn a_sentinel_the_shell_cannot_read_is_read_from_the_workspace_volume_and_
         matches!(&reads[1], (SentinelPath::Reader, SentinelResult::Ok(v)) if v.starts_with("s1-")),
         "{reads:?}"
     );
-    let sentinels = r
-        .checks
-        .iter()
-        .find(|c| c.name == "workspace sentinels retained")
-        .unwrap();
+    let sentinels = sentinels_check(&r);
     assert!(sentinels.passed, "{}", sentinels.message);
 }
 
@@ -692,11 +697,7 @@ async fn a_shell_that_runs_over_an_emptied_workspace_is_usable_and_fails_the_sen
         reads.contains(&(SentinelPath::Shell, SentinelResult::Missing)),
         "{reads:?}"
     );
-    let sentinels = r
-        .checks
-        .iter()
-        .find(|c| c.name == "workspace sentinels retained")
-        .unwrap();
+    let sentinels = sentinels_check(&r);
     assert!(!sentinels.passed);
     assert!(sentinels.message.contains("LOST"), "{}", sentinels.message);
 }

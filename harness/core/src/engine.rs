@@ -385,7 +385,8 @@ impl Engine {
                 ));
             }
             let mut outcome = Outcome::interrupted(why, &what);
-            self.tear_down(&*target, rec, stages, &mut outcome).await;
+            self.tear_down(&*target, rec, stages, &mut outcome, None)
+                .await;
             return (outcome, Vec::new());
         }
 
@@ -395,17 +396,31 @@ impl Engine {
                 rec.observe(s);
             }
         }
+        let missed = target
+            .verify_observation()
+            .await
+            .err()
+            .map(|e| crate::error::one_line(&e));
         drop(observers);
         let outcomes = evaluate_all(&checks, &rec.snapshot());
         for o in &outcomes {
             rec.record(Event::Check(o.clone()));
         }
         let mut outcome = outcome_of(step_error.as_ref(), &outcomes, &restore_errors);
+        // Checks over a timeline the observers left incomplete say nothing either way, so a
+        // lossy observer can neither pass nor fail a case.
+        let missed = missed.filter(|_| !matches!(outcome, Outcome::Skipped(_)));
+        if let Some(missed) = &missed
+            && matches!(outcome, Outcome::Passed | Outcome::Failed(_))
+        {
+            outcome = Outcome::Error(missed.clone());
+        }
         mark_unreached(scenario, stages);
         if !matches!(outcome, Outcome::Passed | Outcome::Skipped(_)) {
             record_sandbox_logs(&*target, rec).await;
         }
-        self.tear_down(&*target, rec, stages, &mut outcome).await;
+        self.tear_down(&*target, rec, stages, &mut outcome, missed)
+            .await;
         (outcome, outcomes)
     }
 
@@ -494,29 +509,45 @@ impl Engine {
     }
 
     /// Tears the target down, unless a failed case is kept for inspection; a teardown that
-    /// fails turns a passed case into an error.
+    /// fails turns a passed case into an error. What the observers `missed` makes the stage an
+    /// error too, so every report and a saved timeline name it (the stage's message is what
+    /// `check` reads back as the reason).
     async fn tear_down(
         &self,
         target: &dyn Target,
         rec: &crate::timeline::Recorder,
         stages: &mut Stages,
         outcome: &mut Outcome,
+        missed: Option<String>,
     ) {
         stages.begin(Stage::Teardown);
         let keep = self.opts.keep_on_failure && matches!(outcome, Outcome::Failed(_));
-        if keep {
+        let torn = if keep {
             rec.note(
                 "keeping the sandboxes of this failed case for inspection (--keep-on-failure)",
             );
-            stages.end(StageStatus::Skipped, Some("kept for inspection".into()));
-        } else if let Err(e) = target.teardown().await {
-            let e = crate::error::one_line(&e);
-            stages.end(StageStatus::Error, Some(e.clone()));
-            if matches!(outcome, Outcome::Passed) {
-                *outcome = Outcome::Error(format!("teardown: {e}"));
-            }
+            None
         } else {
-            stages.end(StageStatus::Passed, None);
+            Some(
+                target
+                    .teardown()
+                    .await
+                    .map_err(|e| crate::error::one_line(&e)),
+            )
+        };
+        if let Some(Err(e)) = &torn
+            && matches!(outcome, Outcome::Passed)
+        {
+            *outcome = Outcome::Error(format!("teardown: {e}"));
+        }
+        match (missed, torn) {
+            (Some(m), Some(Err(e))) => {
+                stages.end(StageStatus::Error, Some(format!("{m}; teardown: {e}")))
+            }
+            (Some(m), _) => stages.end(StageStatus::Error, Some(m)),
+            (None, Some(Err(e))) => stages.end(StageStatus::Error, Some(e)),
+            (None, None) => stages.end(StageStatus::Skipped, Some("kept for inspection".into())),
+            (None, Some(Ok(()))) => stages.end(StageStatus::Passed, None),
         }
     }
 }

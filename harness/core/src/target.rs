@@ -465,6 +465,15 @@ pub trait Target: Send + Sync {
         Ok(())
     }
 
+    /// Checks, while the observers still run, that they missed nothing the target's own record
+    /// says happened (on real targets: every phase commit the gateway logged for the case's
+    /// sandboxes is on the timeline). An error names what was missed: the case is then an
+    /// infrastructure error whatever its checks say, since they judged an incomplete timeline.
+    /// Targets whose observers see every write (the emulated one) return Ok.
+    async fn verify_observation(&self) -> TargetResult<()> {
+        Ok(())
+    }
+
     /// The container logs of the sandbox's pods (current and previous), for diagnosing a failed
     /// case. Targets that cannot read logs return none.
     async fn logs(&self, sandbox: &str) -> TargetResult<Vec<LogExcerpt>> {

@@ -50,6 +50,8 @@ struct FakeState {
 /// A target whose sandboxes become Ready 2 s after create and 5 s after the gateway returns.
 struct Fake {
     quirk: Quirk,
+    /// Its observers miss a phase its own record holds (a lossy observer).
+    misses_a_phase: bool,
     state: Arc<Mutex<FakeState>>,
     restores: Arc<AtomicUsize>,
 }
@@ -119,6 +121,7 @@ impl Target for Fake {
     async fn observe(&self, rec: Recorder) -> TargetResult<Observers> {
         let me = Fake {
             quirk: self.quirk,
+            misses_a_phase: self.misses_a_phase,
             state: self.state.clone(),
             restores: self.restores.clone(),
         };
@@ -310,11 +313,22 @@ impl Target for Fake {
         }])
     }
 
+    async fn verify_observation(&self) -> TargetResult<()> {
+        if self.misses_a_phase {
+            return Err(TargetError::infra(MISSED_PHASE));
+        }
+        Ok(())
+    }
+
     async fn teardown(&self) -> TargetResult<()> {
         self.state.lock().unwrap().sandboxes.clear();
         Ok(())
     }
 }
+
+/// What a [`Factory::missing_a_phase`] target says its observers missed.
+pub const MISSED_PHASE: &str =
+    "observer missed the phase commit Ready -> Provisioning of sandbox demo";
 
 pub fn info() -> TargetInfo {
     TargetInfo {
@@ -329,6 +343,7 @@ pub fn info() -> TargetInfo {
 pub struct Factory {
     pub quirk: Quirk,
     pub restores: Arc<AtomicUsize>,
+    misses_a_phase: bool,
 }
 
 impl Factory {
@@ -336,6 +351,15 @@ impl Factory {
         Arc::new(Self {
             quirk,
             restores: Arc::new(AtomicUsize::new(0)),
+            misses_a_phase: false,
+        })
+    }
+
+    /// Targets with `quirk` whose observers miss a phase their own record holds.
+    pub fn missing_a_phase(quirk: Quirk) -> Arc<Self> {
+        Arc::new(Self {
+            misses_a_phase: true,
+            ..Arc::into_inner(Self::new(quirk)).expect("not shared yet")
         })
     }
 }
@@ -349,6 +373,7 @@ impl TargetFactory for Factory {
     async fn provision(&self, _t: &Topology, _rec: &Recorder) -> TargetResult<Arc<dyn Target>> {
         Ok(Arc::new(Fake {
             quirk: self.quirk,
+            misses_a_phase: self.misses_a_phase,
             state: Arc::new(Mutex::new(FakeState {
                 gateway_up: true,
                 sandboxes: BTreeMap::new(),

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use conformance_core::case_verdict::CaseVerdict;
 use conformance_core::engine::{Engine, EngineOptions, Outcome, recheck};
 use conformance_core::phase::Phase;
 use conformance_core::scenario::{Case, Ctx, Params, Stage, Step, StepResult};
@@ -14,7 +15,7 @@ use conformance_core::target::{
 };
 use conformance_core::testkit::*;
 use conformance_core::timeline::{
-    Event, FaultPhase, Recorder, SentinelOp, SentinelPath, SentinelResult, Timeline,
+    Event, FaultPhase, Recorder, SentinelOp, SentinelPath, SentinelResult, StageStatus, Timeline,
 };
 use conformance_core::topology::{Topologies, Topology};
 use futures::future::BoxFuture;
@@ -316,6 +317,31 @@ async fn a_restore_whose_effect_does_not_come_back_is_an_error_naming_the_restor
             .iter()
             .any(|(_, p)| *p == FaultPhase::RestoreFailed),
         "the failed restore is on the timeline"
+    );
+}
+
+#[rstest::rstest]
+#[case::passing(Quirk::None)]
+#[case::failing(Quirk::ErrorOnOutage)]
+#[tokio::test(start_paused = true)]
+async fn a_lossy_observer_makes_a_passing_or_failing_case_an_infrastructure_error_naming_what_it_missed(
+    #[case] quirk: Quirk,
+) {
+    let r = engine(Factory::missing_a_phase(quirk))
+        .run_case(&case(standard_steps()))
+        .await;
+    assert_eq!(r.outcome, Outcome::Error(MISSED_PHASE.into()));
+    // Every report and a saved timeline give the reason: the teardown stage carries it.
+    let teardown = r.stages.last().unwrap();
+    assert_eq!(
+        (teardown.stage, teardown.status, teardown.message.as_deref()),
+        (Stage::Teardown, StageStatus::Error, Some(MISSED_PHASE))
+    );
+    assert_eq!(
+        CaseVerdict::of_timeline(&r.timeline),
+        Some(CaseVerdict::Error {
+            reason: MISSED_PHASE.into()
+        })
     );
 }
 

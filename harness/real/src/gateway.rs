@@ -243,7 +243,7 @@ impl Wake {
 
     /// Until the next change, taking every change already there with it (one probe for a
     /// burst). A stream that ended never wakes again.
-    async fn next(&mut self) {
+    pub(crate) async fn next(&mut self) {
         use futures::{FutureExt, StreamExt};
         if self.0.next().await.is_none() {
             self.0 = Box::pin(futures::stream::pending());
@@ -329,7 +329,7 @@ pub(crate) fn named(name: &str) -> kube::runtime::watcher::Config {
 }
 
 /// Changes of the workload's pods.
-fn pods_wake(client: &Client, w: &Workload) -> Wake {
+pub(crate) fn pods_wake(client: &Client, w: &Workload) -> Wake {
     Wake::on(
         Api::<Pod>::namespaced(client.clone(), &w.namespace),
         kube::runtime::watcher::Config::default()

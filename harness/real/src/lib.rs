@@ -17,12 +17,14 @@ mod apiclient;
 mod cli;
 pub mod cluster;
 pub mod command;
+pub mod completeness;
 mod diagnostics;
 /// The reports link the diagnostics bundle a case's timeline names.
 pub use diagnostics::bundle_of;
 pub mod doctor;
 mod faults;
 mod gateway;
+mod gateway_log;
 mod install;
 mod interlock;
 pub mod journal;

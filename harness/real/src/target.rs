@@ -24,6 +24,7 @@ use crate::cluster::{self, ClusterUp};
 use crate::command::{CommandRunner, run_ok};
 use crate::faults::{FaultInjector, RestoreGuard};
 use crate::gateway;
+use crate::gateway_log::GatewayLog;
 use crate::install::{self, Install};
 use crate::journal::{self, Journal};
 use crate::leftovers;
@@ -206,6 +207,11 @@ type SharedInstall = Arc<tokio::sync::Mutex<Option<Arc<Setup>>>>;
 /// Key of the observation that ties a case's timeline to the wall clock: its value is the
 /// wall-clock time (milliseconds since the Unix epoch) at the entry's `at_ms`.
 pub const WALL_CLOCK_KEY: &str = "wall_clock_unix_ms";
+
+/// How long the end of a case waits for the phase observer to record the gateway's last
+/// commits before calling one missed: the stream's delays are milliseconds, the poller's its
+/// 2 s period and a CLI call.
+const OBSERVER_SETTLE: Duration = Duration::from_secs(5);
 
 /// How long reusing an installation waits for its gateway to be ready before reinstalling: a
 /// gateway that a restored fault left down is replaced rather than waited for as long as an
@@ -395,6 +401,9 @@ pub struct RealTarget {
     deleted: Mutex<BTreeSet<String>>,
     /// Sandboxes being created, for the phase stream to look for at once.
     expected: watch::Expected,
+    /// The gateway's log from the start of observation, for checking that the observer missed
+    /// none of the phase commits it holds.
+    gateway_log: Mutex<Option<GatewayLog>>,
     injectors: Option<Injectors>,
     access: AccessMap,
     shared: SharedInstall,
@@ -419,6 +428,7 @@ impl RealTarget {
             created: Default::default(),
             deleted: Default::default(),
             expected: Default::default(),
+            gateway_log: Default::default(),
             injectors: None,
             access: Default::default(),
             shared: Default::default(),
@@ -868,6 +878,10 @@ impl Target for RealTarget {
             ),
         });
         let mut obs = observe::spawn(self.client.clone(), &spec)(rec.clone());
+        *self.gateway_log.lock().expect("gateway_log lock") = Some(GatewayLog::start(
+            self.client.clone(),
+            i.setup.workload.clone(),
+        ));
         // A real cluster keeps no count of main-process starts: the pod runs with
         // restartPolicy Never, so its restartCount stays 0 (docs/upstream-facts.md F1.14,
         // F4.13), and the 0.0.x CLI prints no restart count (F9.1 adds one later). The workload's own start marks are the
@@ -1005,6 +1019,15 @@ impl Target for RealTarget {
             .injector
             .verify_restored(fault)
             .await
+    }
+
+    async fn verify_observation(&self) -> TargetResult<()> {
+        let Some(log) = self.gateway_log.lock().expect("gateway_log lock").take() else {
+            return Ok(());
+        };
+        let read = log.finish().await;
+        let sandboxes = self.created.lock().expect("created lock").clone();
+        crate::completeness::verify(&self.rec, &read, &sandboxes, OBSERVER_SETTLE).await
     }
 
     async fn teardown(&self) -> TargetResult<()> {
@@ -1230,10 +1253,13 @@ pub fn wants_diagnostics(
     match policy {
         DiagnosticsPolicy::Always => true,
         DiagnosticsPolicy::Never => false,
-        DiagnosticsPolicy::OnFailure => timeline.entries.iter().any(|e| match &e.event {
-            Event::Check(c) => !c.passed,
-            Event::Stage(s) => matches!(s.status, StageStatus::Failed | StageStatus::Error),
-            _ => false,
-        }),
+        DiagnosticsPolicy::OnFailure => {
+            crate::completeness::noted_missed(timeline)
+                || timeline.entries.iter().any(|e| match &e.event {
+                    Event::Check(c) => !c.passed,
+                    Event::Stage(s) => matches!(s.status, StageStatus::Failed | StageStatus::Error),
+                    _ => false,
+                })
+        }
     }
 }

@@ -10,7 +10,7 @@ mod real_tools;
 mod watch;
 
 /// The notes a recorder holds, in order.
-fn notes(rec: &conformance_core::timeline::Recorder) -> Vec<String> {
+pub(crate) fn notes(rec: &conformance_core::timeline::Recorder) -> Vec<String> {
     rec.snapshot()
         .entries
         .iter()

@@ -4,6 +4,7 @@
 
 mod cli;
 mod cluster;
+mod completeness;
 mod emulated;
 mod reads;
 mod real_tools;

@@ -54,6 +54,14 @@ pub(super) struct Gateway {
     pub(super) get_answers: Arc<Mutex<VecDeque<(Code, String)>>>,
     pub(super) get_calls: Arc<AtomicUsize>,
     pub(super) list_calls: Arc<AtomicUsize>,
+    /// Its log: a `Sandbox phase changed` line per phase it commits, as our gateway model
+    /// writes them, with the kubelet's timestamp in front.
+    pub(super) log: Arc<Mutex<Vec<String>>>,
+    /// Lossy: every stream but a sandbox's first drops its first event, the sandbox as it is
+    /// when the stream opens (what a reconnecting observer needs most).
+    pub(super) drops_first_event_after_reconnect: Arc<AtomicBool>,
+    /// Streams opened per sandbox id.
+    opened: Arc<Mutex<HashMap<String, usize>>>,
 }
 
 pub(super) fn sandbox(name: &str, labels: &[(&str, &str)], phase: SandboxPhase) -> Sandbox {
@@ -87,10 +95,26 @@ impl Gateway {
 
     pub(super) fn put(&self, s: Sandbox) {
         let meta = s.metadata.clone().unwrap();
-        self.sandboxes
+        let phase = |s: Option<&Sandbox>| {
+            s.and_then(|s| s.status.as_ref())
+                .map_or(SandboxPhase::Unspecified, |st| {
+                    SandboxPhase::try_from(st.phase).unwrap()
+                })
+        };
+        let old = self
+            .sandboxes
             .lock()
             .unwrap()
             .insert(meta.name.clone(), s.clone());
+        let (old, new) = (phase(old.as_ref()), phase(Some(&s)));
+        if old != new {
+            self.log.lock().unwrap().push(format!(
+                "{} INFO openshell_server::compute: Sandbox phase changed sandbox_id={} sandbox_name={} old_phase={old:?} new_phase={new:?}",
+                humantime::format_rfc3339_nanos(std::time::SystemTime::now()),
+                meta.id,
+                meta.name
+            ));
+        }
         let _ = self.bus(&meta.id).send(Some(s));
     }
 
@@ -204,12 +228,22 @@ impl OpenShell for Gateway {
             .ok_or_else(|| Status::not_found("sandbox not found"))?;
         self.open_streams.fetch_add(1, Ordering::SeqCst);
         let open = Open(self.open_streams.clone());
+        let reconnect = {
+            let mut opened = self.opened.lock().unwrap();
+            let n = opened.entry(id.clone()).or_default();
+            *n += 1;
+            *n > 1
+        };
+        let drop_first = reconnect
+            && self
+                .drops_first_event_after_reconnect
+                .load(Ordering::SeqCst);
         let event = |s: Sandbox| SandboxStreamEvent {
             payload: Some(sandbox_stream_event::Payload::Sandbox(s)),
         };
         let stream = async_stream(move |tx| async move {
             let _open = open;
-            if tx.send(Ok(event(snapshot))).await.is_err() {
+            if !drop_first && tx.send(Ok(event(snapshot))).await.is_err() {
                 return;
             }
             while let Ok(Some(s)) = rx.recv().await {
@@ -297,7 +331,7 @@ impl Relay {
     }
 }
 
-fn fast() -> WatchSettings {
+pub(super) fn fast() -> WatchSettings {
     WatchSettings {
         discover_every: Duration::from_millis(200),
         discover_fast: Duration::from_millis(20),
@@ -309,7 +343,7 @@ fn fast() -> WatchSettings {
 }
 
 /// A fallback that only says it ran and why.
-fn marking_fallback(rec: &Recorder) -> Fallback {
+pub(super) fn marking_fallback(rec: &Recorder) -> Fallback {
     let rec = rec.clone();
     Box::new(move |why: String| {
         Box::pin(async move {
@@ -321,7 +355,7 @@ fn marking_fallback(rec: &Recorder) -> Fallback {
 
 /// The phases recorded for the gateway's sandbox `name`, in order, with `deleted` marking the
 /// end.
-fn phases(rec: &Recorder, name: &str) -> Vec<String> {
+pub(super) fn phases(rec: &Recorder, name: &str) -> Vec<String> {
     rec.snapshot()
         .entries
         .iter()
@@ -363,7 +397,7 @@ fn observer(rec: &Recorder) -> Option<String> {
 }
 
 /// Waits until `done` holds, failing with the stage, the deadline and the last state seen.
-async fn until<T: std::fmt::Debug>(
+pub(super) async fn until<T: std::fmt::Debug>(
     stage: &str,
     mut seen: impl FnMut() -> T,
     done: impl Fn(&T) -> bool,

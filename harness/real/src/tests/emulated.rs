@@ -15,6 +15,7 @@ use crate::faults::FaultInjector;
 use crate::gateway::{self, Workload, WorkloadKind};
 use crate::journal::{self, Journal};
 use crate::portforward::{ForwardStats, forward_connection};
+use conformance_core::phase::Phase;
 use conformance_core::scenario::DEFAULT_WORKSPACE;
 use conformance_core::target::{Fault, TargetError, sandbox_resource_name, workspace_pvc_name};
 use conformance_core::timeline::{Event, Recorder, StartCount};
@@ -2319,4 +2320,62 @@ fn assert_no_reader_pods(c: &Cluster) {
             .ends_with("-ws-reader")),
         "{pods:?}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_gateway_log_keeps_what_a_deleted_gateway_pod_logged_and_reads_the_last_pod_to_the_end()
+{
+    use crate::completeness::phase_commits;
+    let c = cluster();
+    let uid = create_gateway(&c, 1);
+    let generation = Arc::new(AtomicU32::new(0));
+    let ctl = run_sts_controller(c.clone(), uid, generation.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let log = crate::gateway_log::GatewayLog::start(c.client(), workload());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let line = |from: &str, to: &str| {
+        format!(
+            "INFO openshell_server::compute: Sandbox phase changed sandbox_id=1 sandbox_name=a old_phase={from} new_phase={to}\n"
+        )
+    };
+    c.append_log(
+        NS,
+        "openshell-0",
+        "openshell-gateway",
+        &line("Provisioning", "Ready"),
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // A gateway restart takes the first pod's log with it.
+    c.delete(
+        &ResourceRef::pods(),
+        Some(NS),
+        "openshell-0",
+        &Default::default(),
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(generation.load(Ordering::SeqCst), 2);
+    // Logged just before the end: the last read finds it.
+    c.append_log(
+        NS,
+        "openshell-0",
+        "openshell-gateway",
+        &line("Ready", "Provisioning"),
+    );
+    let read = log.finish().await;
+    let commits: Vec<(Phase, Phase)> = phase_commits(&read.text)
+        .into_iter()
+        .map(|c| (c.from, c.to))
+        .collect();
+    assert_eq!(
+        commits,
+        [
+            (Phase::Provisioning, Phase::Ready),
+            (Phase::Ready, Phase::Provisioning)
+        ],
+        "{}",
+        read.text
+    );
+    assert!(read.unreadable.is_empty(), "{:?}", read.unreadable);
+    ctl.abort();
 }

@@ -14,7 +14,8 @@ use conformance_testtools::{Tool, require_all};
 use rstest::rstest;
 use serde_json::Value;
 use served_support::{
-    Harness, MODEL, Tools, assert_same_check_verdicts, private_keys_under, summary_verdicts,
+    Harness, MODEL, Tools, assert_every_logged_commit_on_its_timeline, assert_same_check_verdicts,
+    private_keys_under, summary_verdicts,
 };
 
 /// The Agent Sandbox release of the real manifest (the emulated side models the same one).
@@ -171,6 +172,9 @@ async fn real_openshell_v0_0_111_gives_the_models_verdicts_and_reproduces_the_bo
     args.push(release.display().to_string());
     args.extend(tools.real_flags());
     args.extend(common.iter().cloned());
+    // Every case's bundle holds the real gateway's log: its phase commits are checked against
+    // the timelines below.
+    args.extend(["--diagnostics".into(), "always".into()]);
     args.extend(["--artifacts".into(), real_artifacts.display().to_string()]);
     // The run's own temporary directory: its private directory and the node's state directory
     // (the pods' keys and tokens) are made there, and must be gone when it ends.
@@ -241,6 +245,14 @@ async fn real_openshell_v0_0_111_gives_the_models_verdicts_and_reproduces_the_bo
             "API requests of the real OpenShell processes the served cluster could not serve: 0"
         ),
         "the served cluster failed requests of the real binaries:\n{out}"
+    );
+
+    // Every phase commit the real gateway logged (its own words, in tracing's format) is on its
+    // case's timeline, and the harness says it checked that itself.
+    let checked = assert_every_logged_commit_on_its_timeline(&real_artifacts);
+    assert!(
+        checked > 0,
+        "no phase commit of the real gateway was checked:\n{out}"
     );
 
     let tl = timeline(&real_artifacts, "bootstrap-outage");

@@ -15,8 +15,11 @@ use std::time::Duration;
 #[path = "common/junit_consumers.rs"]
 mod junit_consumers;
 
+use conformance_real::completeness::PhaseCommit;
 use served_support::{
-    Harness, MODEL, ServeProc, Tools, assert_same_check_verdicts, summary_verdicts,
+    Harness, MODEL, ServeProc, Tools, assert_every_logged_commit_on_its_timeline,
+    assert_same_check_verdicts, files_ending, logged_commits, recorded_after, summary_verdicts,
+    timeline_entries, wall_zero_ms,
 };
 
 fn bin() -> std::process::Command {
@@ -87,13 +90,7 @@ struct Timeline(Vec<serde_json::Value>);
 
 impl Timeline {
     fn read(path: &Path) -> Self {
-        let text = std::fs::read_to_string(path)
-            .unwrap_or_else(|e| panic!("timeline {}: {e}", path.display()));
-        Self(
-            text.lines()
-                .filter_map(|l| serde_json::from_str(l).ok())
-                .collect(),
-        )
+        Self(timeline_entries(path))
     }
 
     /// The timeline's length: the case's duration in the run's own time (virtual on the
@@ -163,96 +160,23 @@ impl Timeline {
             })
             .map_or(0, |at| at - start)
     }
-
-    /// The wall-clock time (ms since the Unix epoch) of the timeline's `at_ms` 0, from the
-    /// real target's wall-clock observation.
-    fn wall_zero_ms(&self) -> Option<i64> {
-        self.0.iter().find_map(|e| {
-            (e["type"] == "observation" && e["key"] == "wall_clock_unix_ms")
-                .then(|| Some(e["value"].as_i64()? - e["at_ms"].as_i64()?))
-                .flatten()
-        })
-    }
-
-    /// Each gateway phase as the timeline first recorded it after `from_ms`: (sandbox, phase,
-    /// at_ms).
-    fn gateway_phases(&self) -> Vec<(String, String, i64)> {
-        self.0
-            .iter()
-            .filter(|e| e["type"] == "object" && e["kind"] == "OpenShellSandbox")
-            .filter_map(|e| {
-                Some((
-                    e["name"].as_str()?.to_string(),
-                    e["phase"].as_str()?.to_string(),
-                    e["at_ms"].as_i64()?,
-                ))
-            })
-            .collect()
-    }
-}
-
-/// The gateway's phase commits in its container log (`Sandbox phase changed`, with the
-/// kubelet's timestamp): (wall ms since the Unix epoch, sandbox, new phase).
-fn phase_commits(log: &str) -> Vec<(i64, String, String)> {
-    log.lines()
-        .filter(|l| l.contains("Sandbox phase changed"))
-        .filter_map(|l| {
-            let (stamp, rest) = l.split_once(' ')?;
-            let at = humantime::parse_rfc3339_weak(stamp.trim_end_matches('Z'))
-                .ok()?
-                .duration_since(std::time::UNIX_EPOCH)
-                .ok()?
-                .as_millis() as i64;
-            let field = |k: &str| {
-                rest.split_whitespace()
-                    .find_map(|w| w.strip_prefix(&format!("{k}=")))
-                    .map(|v| v.trim_matches('"').to_string())
-            };
-            Some((at, field("sandbox_name")?, field("new_phase")?))
-        })
-        .collect()
 }
 
 /// The delays between the gateway committing a phase and the case's timeline recording it,
-/// for every commit inside the case's window that the timeline recorded.
-fn phase_delays(timeline: &Timeline, commits: &[(i64, String, String)]) -> Vec<i64> {
-    let Some(zero) = timeline.wall_zero_ms() else {
+/// for every commit of its sandboxes inside the case's window that the timeline recorded.
+fn phase_delays(timeline: &Timeline, commits: &[PhaseCommit]) -> Vec<i64> {
+    let Some(zero) = wall_zero_ms(&timeline.0) else {
         return Vec::new();
     };
     let end = zero + timeline.duration_ms();
-    let seen = timeline.gateway_phases();
     commits
         .iter()
-        .filter(|(at, _, _)| (zero..=end).contains(at))
-        .filter_map(|(at, name, phase)| {
-            // The first time the timeline shows this sandbox in this phase at or after the
-            // commit (a few ms of clock granularity allowed before it).
-            let recorded = seen
-                .iter()
-                .filter(|(n, p, t)| n == name && p == phase && zero + t >= at - 5)
-                .map(|(_, _, t)| zero + t)
-                .min()?;
-            Some(recorded - at)
+        .filter(|c| {
+            c.logged_unix_ms
+                .is_some_and(|at| (zero..=end).contains(&at))
         })
+        .filter_map(|c| recorded_after(&timeline.0, zero, c))
         .collect()
-}
-
-/// The files under `dir` whose path ends with `suffix`, recursively.
-fn files_ending(dir: &Path, suffix: &str) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.display().to_string().ends_with(suffix) {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 fn min_median_max(v: &mut [i64]) -> String {
@@ -371,14 +295,13 @@ async fn smoke(model: &str, topology: &str, scenarios: &[&str]) {
         served.out
     );
 
+    // Every phase commit the gateway logged is on its case's timeline, and the harness says it
+    // checked that itself: a lossy observer fails the case instead of passing it.
+    let checked = assert_every_logged_commit_on_its_timeline(&dir.path().join("served"));
+    assert!(checked > 0, "no logged phase commit was checked");
+
     // Figures, printed, not asserted: they depend on the machine.
-    let commits: Vec<(i64, String, String)> = files_ending(&dir.path().join("served"), ".log")
-        .iter()
-        .filter(|p| p.display().to_string().contains("/logs/openshell-"))
-        .flat_map(|p| phase_commits(&std::fs::read_to_string(p).unwrap_or_default()))
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let commits = logged_commits(&dir.path().join("served"));
     let mut all_delays = Vec::new();
     let (mut sum_wall, mut sum_mandated, mut sum_bundle) = (0i64, 0i64, 0i64);
     let mut installs = Vec::new();

@@ -25,11 +25,15 @@ use conformance_core::timeline::{
 /// The words the gateway logs a phase commit with.
 pub const PHASE_CHANGED: &str = "Sandbox phase changed";
 
+/// Key of the observation that ties a case's timeline to the wall clock: its value is the
+/// wall-clock time (milliseconds since the Unix epoch) at the entry's `at_ms`.
+pub const WALL_CLOCK_KEY: &str = "wall_clock_unix_ms";
+
 /// How the timeline note and the error about missed commits begin.
 pub(crate) const MISSED: &str = "observer missed";
 
 /// One phase commit the gateway logged.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct PhaseCommit {
     /// When it was logged (ms since the Unix epoch): the line's first timestamp, the kubelet's
     /// when the log was read with timestamps, else the gateway's own.
@@ -168,7 +172,7 @@ pub(crate) fn missed_commits<'a>(t: &Timeline, commits: &'a [PhaseCommit]) -> Ve
 /// The wall-clock time (ms since the Unix epoch) of the timeline's `at_ms` 0.
 fn wall_zero(t: &Timeline) -> Option<i64> {
     t.entries.iter().find_map(|e| match &e.event {
-        Event::Observation { key, value, .. } if key == crate::target::WALL_CLOCK_KEY => {
+        Event::Observation { key, value, .. } if key == WALL_CLOCK_KEY => {
             Some(value.as_i64()? - e.at_ms as i64)
         }
         _ => None,

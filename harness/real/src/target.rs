@@ -22,6 +22,7 @@ use super::{interlock, interlock::Allowed};
 use crate::cli::{OpenShellCli, app_version_from_helm_list};
 use crate::cluster::{self, ClusterUp};
 use crate::command::{CommandRunner, run_ok};
+use crate::completeness::WALL_CLOCK_KEY;
 use crate::faults::{FaultInjector, RestoreGuard};
 use crate::gateway;
 use crate::gateway_log::GatewayLog;
@@ -203,10 +204,6 @@ struct Setup {
 }
 
 type SharedInstall = Arc<tokio::sync::Mutex<Option<Arc<Setup>>>>;
-
-/// Key of the observation that ties a case's timeline to the wall clock: its value is the
-/// wall-clock time (milliseconds since the Unix epoch) at the entry's `at_ms`.
-pub const WALL_CLOCK_KEY: &str = "wall_clock_unix_ms";
 
 /// How long the end of a case waits for the phase observer to record the gateway's last
 /// commits before calling one missed: the stream's delays are milliseconds, the poller's its

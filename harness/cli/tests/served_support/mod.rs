@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use conformance_real::completeness::{PhaseCommit, phase_commits};
 use conformance_testtools::{Tool, require_all};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
@@ -476,4 +477,137 @@ pub fn private_keys_under(dir: &Path) -> Vec<PathBuf> {
         }
     }
     found
+}
+
+/// The files under `dir` whose path ends with `suffix`, recursively, sorted.
+pub fn files_ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.display().to_string().ends_with(suffix) {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The gateway's phase commits in the diagnostics bundles under `artifacts` (the logs of its
+/// pods, `openshell-*`, with the kubelet's timestamps), each once, in the order logged.
+pub fn logged_commits(artifacts: &Path) -> Vec<PhaseCommit> {
+    let mut v: Vec<PhaseCommit> = files_ending(artifacts, ".log")
+        .iter()
+        .filter(|p| p.display().to_string().contains("/logs/openshell-"))
+        .flat_map(|p| phase_commits(&std::fs::read_to_string(p).unwrap_or_default()))
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// A case's timeline as the run wrote it: its entries as JSON.
+pub fn timeline_entries(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("timeline {}: {e}", path.display()))
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The wall-clock time (ms since the Unix epoch) of a timeline's `at_ms` 0, from the real
+/// target's wall-clock observation.
+pub fn wall_zero_ms(entries: &[serde_json::Value]) -> Option<i64> {
+    entries.iter().find_map(|e| {
+        (e["type"] == "observation" && e["key"] == "wall_clock_unix_ms")
+            .then(|| Some(e["value"].as_i64()? - e["at_ms"].as_i64()?))
+            .flatten()
+    })
+}
+
+/// How long after the gateway logged `commit` the timeline first recorded that phase of that
+/// sandbox (ms; a few ms of clock granularity allowed before it), or None if it never did.
+pub fn recorded_after(entries: &[serde_json::Value], zero: i64, c: &PhaseCommit) -> Option<i64> {
+    let at = c.logged_unix_ms?;
+    entries
+        .iter()
+        .filter(|e| {
+            e["type"] == "object"
+                && e["kind"] == "OpenShellSandbox"
+                && e["name"] == c.sandbox.as_str()
+                && e["phase"] == c.to.name()
+        })
+        .filter_map(|e| Some(zero + e["at_ms"].as_i64()?))
+        .filter(|t| *t >= at - 5)
+        .min()
+        .map(|t| t - at)
+}
+
+/// How the harness says on a case's timeline that it found every logged commit there.
+const ALL_COMMITS_SEEN: &str = "phase commits the gateway logged for this case's sandboxes";
+
+/// Asserts that every phase commit the gateway logged for a case's sandboxes while its
+/// observers ran (from its timeline's start to the harness's own check of this, which says so
+/// on the timeline) is on that case's timeline, in that phase at or after the commit; returns
+/// how many were checked. The gateway's log is the one in the diagnostics bundles
+/// (`--diagnostics always`), which holds the pods there at each case's teardown.
+pub fn assert_every_logged_commit_on_its_timeline(artifacts: &Path) -> usize {
+    let commits = logged_commits(artifacts);
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for path in files_ending(&artifacts.join("timelines"), ".jsonl") {
+        let entries = timeline_entries(&path);
+        let case = path.file_name().unwrap().to_string_lossy().into_owned();
+        let sandboxes: std::collections::BTreeSet<&str> = entries
+            .iter()
+            .filter(|e| e["type"] == "object" && e["kind"] == "OpenShellSandbox")
+            .filter_map(|e| e["name"].as_str())
+            .collect();
+        if sandboxes.is_empty() {
+            continue;
+        }
+        let Some(zero) = wall_zero_ms(&entries) else {
+            problems.push(format!("{case}: no wall-clock observation"));
+            continue;
+        };
+        let Some(end) = entries.iter().find_map(|e| {
+            (e["type"] == "note"
+                && e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("all ") && m.contains(ALL_COMMITS_SEEN)))
+            .then(|| e["at_ms"].as_i64())
+            .flatten()
+        }) else {
+            problems.push(format!(
+                "{case}: the harness does not say that every logged commit is on the timeline"
+            ));
+            continue;
+        };
+        for c in commits.iter().filter(|c| {
+            sandboxes.contains(c.sandbox.as_str())
+                && c.logged_unix_ms
+                    .is_some_and(|t| (zero..=zero + end).contains(&t))
+        }) {
+            checked += 1;
+            if recorded_after(&entries, zero, c).is_none() {
+                problems.push(format!(
+                    "{case}: {} -> {} of {} logged at {} ms is not on the timeline",
+                    c.from,
+                    c.to,
+                    c.sandbox,
+                    c.logged_unix_ms.unwrap_or_default() - zero
+                ));
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "logged phase commits missing from the timelines:\n{}",
+        problems.join("\n")
+    );
+    checked
 }

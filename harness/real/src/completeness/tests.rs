@@ -44,7 +44,7 @@ fn the_models_and_real_openshells_commit_lines_read_as_the_same_commit() {
 fn recorder(zero: i64) -> Recorder {
     let rec = Recorder::new();
     rec.record(Event::Observation {
-        key: crate::target::WALL_CLOCK_KEY.into(),
+        key: crate::completeness::WALL_CLOCK_KEY.into(),
         subject: None,
         value: serde_json::json!(zero),
     });

@@ -60,7 +60,7 @@ impl Target for Double {
 
     async fn observe(&self, rec: Recorder) -> TargetResult<Observers> {
         rec.record(Event::Observation {
-            key: crate::target::WALL_CLOCK_KEY.into(),
+            key: crate::completeness::WALL_CLOCK_KEY.into(),
             subject: None,
             value: serde_json::json!(
                 std::time::SystemTime::now()

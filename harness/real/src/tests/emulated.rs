@@ -228,6 +228,19 @@ fn run_sts_controller(
     })
 }
 
+/// Deletes the gateway pod and lets [`run_sts_controller`] replace it (its second generation).
+async fn replace_gateway_pod(c: &Cluster, generation: &AtomicU32) {
+    c.delete(
+        &ResourceRef::pods(),
+        Some(NS),
+        "openshell-0",
+        &Default::default(),
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(generation.load(Ordering::SeqCst), 2);
+}
+
 fn workload() -> Workload {
     Workload {
         kind: WorkloadKind::StatefulSet,
@@ -285,15 +298,7 @@ async fn the_port_forward_resolves_the_gateway_pod_again_for_each_connection() {
     assert_eq!(roundtrip(&c, &stats).await.unwrap(), "gen-1:ping");
 
     // The gateway pod is replaced: the next connection reaches the new pod.
-    c.delete(
-        &ResourceRef::pods(),
-        Some(NS),
-        "openshell-0",
-        &Default::default(),
-    )
-    .unwrap();
-    tokio::time::sleep(Duration::from_secs(60)).await;
-    assert_eq!(generation.load(Ordering::SeqCst), 2);
+    replace_gateway_pod(&c, &generation).await;
     assert_eq!(roundtrip(&c, &stats).await.unwrap(), "gen-2:ping");
 
     // Scaled to zero: a connection is refused after the short resolve wait, like an outage.
@@ -2346,15 +2351,7 @@ async fn the_gateway_log_keeps_what_a_deleted_gateway_pod_logged_and_reads_the_l
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
     // A gateway restart takes the first pod's log with it.
-    c.delete(
-        &ResourceRef::pods(),
-        Some(NS),
-        "openshell-0",
-        &Default::default(),
-    )
-    .unwrap();
-    tokio::time::sleep(Duration::from_secs(60)).await;
-    assert_eq!(generation.load(Ordering::SeqCst), 2);
+    replace_gateway_pod(&c, &generation).await;
     // Logged just before the end: the last read finds it.
     c.append_log(
         NS,

@@ -396,11 +396,16 @@ impl Engine {
                 rec.observe(s);
             }
         }
-        let missed = target
-            .verify_observation()
-            .await
-            .err()
-            .map(|e| crate::error::one_line(&e));
+        let missed =
+            match tokio::time::timeout(OBSERVATION_CHECK_DEADLINE, target.verify_observation())
+                .await
+            {
+                Ok(r) => r.err().map(|e| crate::error::one_line(&e)),
+                Err(_) => Some(format!(
+                    "the harness could not check within {} that its observers missed nothing",
+                    humantime::format_duration(OBSERVATION_CHECK_DEADLINE)
+                )),
+            };
         drop(observers);
         let outcomes = evaluate_all(&checks, &rec.snapshot());
         for o in &outcomes {
@@ -551,6 +556,10 @@ impl Engine {
         }
     }
 }
+
+/// How long the end of a case may take to check that the observers missed nothing (on real
+/// targets: reading the gateway's log and waiting briefly for the observer to catch up).
+const OBSERVATION_CHECK_DEADLINE: Duration = Duration::from_secs(120);
 
 /// The stages a case goes through, in order, each once.
 fn stages_of(scenario: &crate::scenario::Scenario) -> Vec<Stage> {

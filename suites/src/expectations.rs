@@ -129,6 +129,7 @@ mod tests {
                     name: format!("check for {r}"),
                     requirements: vec![r.to_string()],
                     passed: false,
+                    not_evaluated: None,
                     window: None,
                     expected: String::new(),
                     message: String::new(),

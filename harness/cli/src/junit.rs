@@ -9,6 +9,9 @@
 //!   failures are all known is green;
 //! - an unexpected pass adds a testcase `expectation: fails <requirement>` that is a
 //!   `<failure type="xpass">` saying what to do, so a fixed bug turns the dashboard red;
+//! - a check that was not evaluated (a step it depended on stopped the case) is `<skipped
+//!   type="not-evaluated" message="not evaluated: <which step stopped, and why>">`, never a
+//!   failure of its own requirements: the stopped step's stage testcase carries the failure;
 //! - an interrupted case is an `<error>` testcase `interrupted`;
 //! - each suite's `outcome` property is the verdict's key (`passed`, `failed`,
 //!   `expected-failure`, `unexpected-pass`, `error`, `skipped`, `interrupted`).
@@ -147,6 +150,14 @@ fn suite(case: &CaseReport, verdict: &CaseVerdict) -> TestSuite {
     for check in &case.checks {
         let status = if check.passed {
             TestCaseStatus::success()
+        } else if let Some(why) = &check.not_evaluated {
+            // Not a failure of its requirements: a step it depended on stopped the case, and
+            // that step's stage carries the failure.
+            let mut st = TestCaseStatus::skipped();
+            st.set_type("not-evaluated");
+            st.set_message(format!("not evaluated: {why}"));
+            st.set_description(check.diagnosis());
+            st
         } else if matches!(
             verdict,
             CaseVerdict::Error { .. } | CaseVerdict::Interrupted { .. }

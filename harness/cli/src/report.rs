@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use conformance_core::case_verdict::{CaseVerdict, Totals};
-use conformance_core::checks::{CheckOutcome, fmt_ms};
+use conformance_core::checks::{CheckOutcome, CheckStatus, fmt_ms};
 use conformance_core::timeline::{
     ActionStatus, Event, FaultPhase, FaultRecord, GATEWAY_SANDBOX_KIND, ObjectRef, ObjectState,
     Timeline,
@@ -268,22 +268,18 @@ fn case_name(t: &Timeline) -> String {
 
 fn summary_table(cases: &[Judged<'_>]) -> String {
     let mut s = String::from(
-        "<table class=\"summary\"><tr><th>case</th><th>outcome</th><th>checks failed</th><th>duration</th></tr>\n",
+        "<table class=\"summary\"><tr><th>case</th><th>outcome</th><th>checks failed</th><th>checks not evaluated</th><th>duration</th></tr>\n",
     );
     for (i, c) in cases.iter().enumerate() {
-        let failed = c
-            .view
-            .timeline
-            .check_outcomes()
-            .iter()
-            .filter(|o| !o.passed)
-            .count();
+        let outcomes = c.view.timeline.check_outcomes();
+        let count = |status: CheckStatus| outcomes.iter().filter(|o| o.status() == status).count();
+        let (failed, unjudged) = (count(CheckStatus::Failed), count(CheckStatus::NotEvaluated));
         let outcome = c.outcome();
         let (label, why) = c.label();
         let title = why.map_or(String::new(), |w| format!(" title=\"{}\"", escape(&w)));
         let _ = writeln!(
             s,
-            "<tr><td><a href=\"#case-{i}\">{}</a></td><td class=\"o-{}\"{title}>{}</td><td>{failed}</td><td>{}</td></tr>",
+            "<tr><td><a href=\"#case-{i}\">{}</a></td><td class=\"o-{}\"{title}>{}</td><td>{failed}</td><td>{unjudged}</td><td>{}</td></tr>",
             escape(&case_name(c.view.timeline)),
             escape(outcome),
             escape(label),
@@ -363,7 +359,7 @@ fn case_section(index: usize, judged: &Judged<'_>) -> String {
     let failing: Vec<&CheckOutcome> = t
         .check_outcomes()
         .into_iter()
-        .filter(|o| !o.passed)
+        .filter(|o| o.failed())
         .collect();
     if !failing.is_empty() {
         s.push_str("<div class=\"failing\"><h3>Failing checks</h3>\n");
@@ -387,6 +383,26 @@ fn case_section(index: usize, judged: &Judged<'_>) -> String {
                 s.push_str("</ul>");
             }
             s.push_str("</div>\n");
+        }
+        s.push_str("</div>\n");
+    }
+    let unjudged: Vec<&CheckOutcome> = t
+        .check_outcomes()
+        .into_iter()
+        .filter(|o| o.status() == CheckStatus::NotEvaluated)
+        .collect();
+    if !unjudged.is_empty() {
+        // Not failures of their requirements: the step that stopped the case is what broke.
+        s.push_str("<div class=\"unjudged\"><h3>Checks not evaluated</h3>\n");
+        for o in &unjudged {
+            let _ = writeln!(
+                s,
+                "<div class=\"check\"><b>{}</b> [{}]<br>expected: {}<br>not evaluated: {}</div>",
+                escape(&o.name),
+                escape(&o.requirements.join(", ")),
+                escape(&o.expected),
+                escape(o.not_evaluated.as_deref().unwrap_or_default())
+            );
         }
         s.push_str("</div>\n");
     }
@@ -762,12 +778,7 @@ fn events_table(t: &Timeline) -> String {
                     .map(|m| format!(": {m}"))
                     .unwrap_or_default()
             ),
-            Event::Check(c) => format!(
-                "check {} {}: {}",
-                c.name,
-                if c.passed { "passed" } else { "FAILED" },
-                c.message
-            ),
+            Event::Check(c) => format!("check {} {}: {}", c.name, c.status().label(), c.message),
             Event::CheckPlan { checks } => format!("check plan: {} checks", checks.len()),
             Event::Note { message } => format!("note: {message}"),
             Event::Logs(x) => format!(
@@ -805,7 +816,7 @@ table.summary{border-collapse:collapse;margin-bottom:8px}table.summary td,table.
 p.totals{font-weight:bold}.o-passed{color:#17803d}.o-failed{color:#c0262d;font-weight:bold}.o-error{color:#a35200;font-weight:bold}.o-skipped{color:#666}.o-expected-failure{color:#8a6d00}.o-unexpected-pass{color:#c0262d;font-weight:bold}.o-interrupted{color:#a35200}\
 section.case{border-top:2px solid #ddd;margin-top:16px;padding-top:8px}\
 dl.meta{display:grid;grid-template-columns:max-content auto;gap:0 12px;margin:4px 0}dl.meta dt{color:#666}dl.meta dd{margin:0}\
-.failing{background:#fdecec;border:1px solid #e5a0a0;padding:6px 10px;margin:6px 0}.failing .check{margin:4px 0}\
+.failing{background:#fdecec;border:1px solid #e5a0a0;padding:6px 10px;margin:6px 0}.failing .check{margin:4px 0}.unjudged{background:#f3f3f3;border:1px solid #bbb;color:#555;padding:6px 10px;margin:6px 0}.unjudged .check{margin:4px 0}\
 svg.timeline{background:#fff;border:1px solid #ddd;display:block;margin:6px 0}\
 .seg{stroke:#fff;stroke-width:.5}.good{fill:#7cc68d}.wait{fill:#f2c14e}.bad{fill:#e0565b}.rest{fill:#8fa9d6}.gone{fill:#ddd}\
 .seg-label{font-size:10px;fill:#111;pointer-events:none}.lane{font-size:11px;fill:#333}.axis{font-size:10px;fill:#666}\

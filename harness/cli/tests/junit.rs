@@ -87,6 +87,17 @@ async fn junit_has_a_suite_per_case_and_a_testcase_per_stage_and_check() {
             .as_str()
             .contains("last seen:")
     );
+    // The failed verify step never read the sentinel back: the check is skipped as not
+    // evaluated, naming the step, so dashboards count no failure under R6.
+    let TestCaseStatus::Skipped { message, ty, .. } = &failing.test_cases[8].status else {
+        panic!("{:?}", failing.test_cases[8].status)
+    };
+    assert_eq!(ty.as_ref().unwrap().as_str(), "not-evaluated");
+    let message = message.as_ref().unwrap().as_str();
+    assert!(
+        message.starts_with("not evaluated: step ") && message.contains("(stage verify) failed"),
+        "{message}"
+    );
 
     assert!(
         report.test_suites[1]

@@ -207,10 +207,11 @@ impl CaseVerdict {
     }
 }
 
-/// The requirements the failing ones of `checks` name, each once.
+/// The requirements the failing ones of `checks` name, each once. A check that was not
+/// evaluated names none: it says nothing about its requirements.
 fn broken<'a>(checks: impl IntoIterator<Item = &'a CheckOutcome>) -> Vec<&'a str> {
     let mut out: Vec<&str> = Vec::new();
-    for c in checks.into_iter().filter(|c| !c.passed) {
+    for c in checks.into_iter().filter(|c| c.failed()) {
         for r in &c.requirements {
             if !out.contains(&r.as_str()) {
                 out.push(r);
@@ -241,7 +242,7 @@ fn outcome_of(t: &Timeline) -> Option<Outcome> {
                 .or_else(|| {
                     t.check_outcomes()
                         .into_iter()
-                        .find(|c| !c.passed)
+                        .find(|c| c.failed())
                         .map(|c| c.message.clone())
                 })
                 .unwrap_or_else(|| "no reason recorded".into()),
@@ -328,6 +329,34 @@ mod tests {
             }
         );
         assert_eq!(CaseVerdict::of(&failed, &["R9"], &[]).key(), "failed");
+    }
+
+    #[test]
+    fn a_check_that_was_not_evaluated_breaks_no_requirement() {
+        let check = |name: &str, req: &str, not_evaluated: Option<&str>| CheckOutcome {
+            name: name.into(),
+            requirements: vec![req.into()],
+            passed: false,
+            not_evaluated: not_evaluated.map(str::to_string),
+            window: None,
+            expected: String::new(),
+            message: String::new(),
+            last_seen: Vec::new(),
+        };
+        let failed = Outcome::Failed("seed: gave up".into());
+        let checks = [
+            check("provisioned", "R11", None),
+            check("returns to Ready", "R9", Some("step 'seed' failed")),
+        ];
+        // Only the check that failed counts: a known failure of R9 is not what happened.
+        assert_eq!(
+            CaseVerdict::of_checks(&failed, &checks, &known("R9")).key(),
+            "failed"
+        );
+        assert_eq!(
+            CaseVerdict::of_checks(&failed, &checks, &known("R11")).key(),
+            "expected-failure"
+        );
     }
 
     #[test]

@@ -135,8 +135,9 @@ pub struct CaseReport {
 }
 
 impl CaseReport {
+    /// The checks that hold evidence of a broken requirement (not those left unevaluated).
     pub fn failed_checks(&self) -> impl Iterator<Item = &CheckOutcome> {
-        self.checks.iter().filter(|c| !c.passed)
+        self.checks.iter().filter(|c| c.failed())
     }
 
     /// The case's verdict, with the known failures its timeline records.
@@ -178,16 +179,23 @@ impl Stages {
             stage: stage.name().into(),
             status: StageStatus::Started,
             message: None,
+            step: None,
         }));
         self.current = Some((stage, self.rec.elapsed().as_millis() as u64));
     }
 
     fn end(&mut self, status: StageStatus, message: Option<String>) {
+        self.end_by(status, message, None);
+    }
+
+    /// Ends the stage; `step` names the step that ended it early.
+    fn end_by(&mut self, status: StageStatus, message: Option<String>, step: Option<&str>) {
         if let Some((stage, start)) = self.current.take() {
             self.rec.record(Event::Stage(StageRecord {
                 stage: stage.name().into(),
                 status,
                 message: message.clone(),
+                step: step.map(str::to_string),
             }));
             self.reports.push(StageReport {
                 stage,
@@ -210,6 +218,7 @@ impl Stages {
             stage: stage.name().into(),
             status: StageStatus::Skipped,
             message: Some(reason.to_string()),
+            step: None,
         }));
         self.reports.push(StageReport {
             stage,
@@ -610,7 +619,7 @@ async fn run_steps(
             // The whole chain, causes included, as one line.
             let said = crate::error::one_line(&e);
             rec.note(format!("step '{}' stopped: {said}", step.name));
-            stages.end(status_of(&e), Some(said));
+            stages.end_by(status_of(&e), Some(said), Some(&step.name));
             return Some(e);
         }
     }
@@ -630,7 +639,7 @@ fn outcome_of(
             restore_errors.join("; ")
         ));
     }
-    match (step_error, checks.iter().find(|o| !o.passed)) {
+    match (step_error, checks.iter().find(|o| o.failed())) {
         (Some(StepError::Skip(r)), _) => Outcome::Skipped(r.clone()),
         (Some(e @ StepError::Infra { .. }), _) => Outcome::Error(e.reason()),
         (Some(e), _) => Outcome::Failed(e.to_string()),

@@ -297,6 +297,44 @@ pub struct StageRecord {
     pub status: StageStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The step that ended the stage early (failed, could not run, or skipped the case).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+}
+
+/// The step that stopped a case before its steps ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoppedStep {
+    pub stage: String,
+    /// Absent in timelines written before stage records named their step.
+    pub step: Option<String>,
+    pub status: StageStatus,
+    pub message: Option<String>,
+}
+
+impl std::fmt::Display for StoppedStep {
+    /// `step 'write a sentinel' (stage seed) failed: <why>`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.step {
+            Some(step) => write!(f, "step '{step}' (stage {})", self.stage)?,
+            None => write!(f, "stage {}", self.stage)?,
+        }
+        let how = match self.status {
+            StageStatus::Skipped => "was skipped",
+            StageStatus::Error => "could not run",
+            _ => "failed",
+        };
+        write!(f, " {how}")?;
+        // The stage's record keeps the last states a wait saw; the reason names the step.
+        match self
+            .message
+            .as_deref()
+            .map(|m| m.split("; last seen:").next().unwrap_or(m))
+        {
+            Some(m) => write!(f, ": {m}"),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The whole record of one run.
@@ -406,6 +444,30 @@ impl Timeline {
             })
             .flatten()
             .collect()
+    }
+
+    /// The step that stopped the case's steps, as recorded before the checks were judged:
+    /// the checks that depended on what it would have done are not evaluated.
+    pub fn stopped_step(&self) -> Option<StoppedStep> {
+        self.entries
+            .iter()
+            .take_while(|e| !matches!(e.event, Event::Check(_)))
+            .find_map(|e| match &e.event {
+                Event::Stage(s)
+                    if matches!(
+                        s.status,
+                        StageStatus::Failed | StageStatus::Error | StageStatus::Skipped
+                    ) =>
+                {
+                    Some(StoppedStep {
+                        stage: s.stage.clone(),
+                        step: s.step.clone(),
+                        status: s.status,
+                        message: s.message.clone(),
+                    })
+                }
+                _ => None,
+            })
     }
 
     pub fn check_outcomes(&self) -> Vec<&CheckOutcome> {
@@ -924,6 +986,7 @@ mod tests {
             stage: "fault".into(),
             status: StageStatus::Failed,
             message: Some("deadline".into()),
+            step: None,
         }));
         rec.mark("gateway-back");
         rec.record(Event::RunFinished {

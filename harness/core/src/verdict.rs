@@ -232,6 +232,15 @@ pub enum CheckKind {
     },
     /// Every sentinel written was read back intact (see [`Ledger`]).
     Sentinels,
+    /// Ready means usable: once the gateway first reports `sandbox` Ready after `after`, the
+    /// first command its shell runs (an `exec` action that worked) starts within `within_ms`
+    /// of that Ready. Execs refused in between are named; a sandbox that never turned Ready, or
+    /// whose shell was never tried, leaves nothing to judge.
+    UsableOnceReady {
+        sandbox: String,
+        after: Anchor,
+        within_ms: u64,
+    },
 }
 
 /// A named check tied to the requirements it verifies.
@@ -338,6 +347,24 @@ impl Check {
         Self::new(name, reqs, CheckKind::Sentinels)
     }
 
+    pub fn usable_once_ready(
+        name: &str,
+        reqs: &[&str],
+        sandbox: &str,
+        after: Anchor,
+        within: Duration,
+    ) -> Self {
+        Self::new(
+            name,
+            reqs,
+            CheckKind::UsableOnceReady {
+                sandbox: sandbox.to_string(),
+                after,
+                within_ms: within.as_millis() as u64,
+            },
+        )
+    }
+
     /// What the check demands, in words.
     pub(crate) fn expectation(&self) -> String {
         match &self.kind {
@@ -380,6 +407,14 @@ impl Check {
             CheckKind::Sentinels => {
                 "every workspace sentinel written is read back intact".to_string()
             }
+            CheckKind::UsableOnceReady {
+                sandbox,
+                after,
+                within_ms,
+            } => format!(
+                "a command runs through the shell of {sandbox} within {} of its first Ready after {after}",
+                fmt_ms(*within_ms)
+            ),
         }
     }
 }
@@ -397,12 +432,40 @@ impl std::fmt::Display for WindowMs {
     }
 }
 
+/// What a check came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckStatus {
+    Passed,
+    /// The timeline holds evidence that the requirement was broken.
+    Failed,
+    /// A step the check depended on stopped the case, so the timeline holds nothing to judge:
+    /// the check says nothing about its requirements.
+    NotEvaluated,
+}
+
+impl CheckStatus {
+    /// How reports write it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Passed => "passed",
+            Self::Failed => "FAILED",
+            Self::NotEvaluated => "not evaluated",
+        }
+    }
+}
+
 /// The verdict of one check, with what it expected and what it saw.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CheckOutcome {
     pub name: String,
     pub requirements: Vec<String>,
+    /// False for a failed check and for one that was not evaluated.
     pub passed: bool,
+    /// Why the check was not evaluated: which step stopped the case, and why. Absent for a
+    /// check that was judged (and in timelines written before checks could go unevaluated,
+    /// where such a check reads as failed, as it was reported then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_evaluated: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<WindowMs>,
     pub expected: String,
@@ -414,15 +477,32 @@ pub struct CheckOutcome {
 }
 
 impl CheckOutcome {
+    pub fn status(&self) -> CheckStatus {
+        match (self.passed, &self.not_evaluated) {
+            (true, _) => CheckStatus::Passed,
+            (false, None) => CheckStatus::Failed,
+            (false, Some(_)) => CheckStatus::NotEvaluated,
+        }
+    }
+
+    /// Whether the check holds evidence that its requirements were broken.
+    pub fn failed(&self) -> bool {
+        self.status() == CheckStatus::Failed
+    }
+
     /// The full diagnosis of a failure: which check, which requirement, which window, what was
-    /// expected, what happened and the last states seen.
+    /// expected, what happened and the last states seen; for a check not evaluated, why.
     pub fn diagnosis(&self) -> String {
         let mut s = format!(
             "check '{}' [{}] {}",
             self.name,
             self.requirements.join(", "),
-            if self.passed { "passed" } else { "FAILED" }
+            self.status().label()
         );
+        if let Some(why) = &self.not_evaluated {
+            s.push_str(&format!(": {why}\n  expected: {}", self.expected));
+            return s;
+        }
         if let Some(w) = &self.window {
             s.push_str(&format!(" in window {w}"));
         }

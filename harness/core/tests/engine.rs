@@ -77,9 +77,22 @@ async fn a_sandbox_left_in_error_fails_with_the_stage_deadline_and_last_state() 
         [
             "sandbox returns to Ready after the outage",
             "sandbox never Error during the outage",
-            "workspace sentinels retained"
         ]
     );
+    // The sentinel was written but the failed step never read it back: that says nothing
+    // about the workspace, so the check is not evaluated and names the step, not R6 broken.
+    let sentinels = r
+        .checks
+        .iter()
+        .find(|c| c.name == "workspace sentinels retained")
+        .unwrap();
+    let why = sentinels.not_evaluated.as_deref().unwrap_or_default();
+    assert!(
+        why.starts_with("step ") && why.contains("(stage verify) failed: verify: gave up waiting"),
+        "{}",
+        sentinels.diagnosis()
+    );
+    assert!(!r.verdict().explanation().unwrap().contains("R6"));
     let never = r.checks.iter().find(|c| c.name.contains("never")).unwrap();
     assert_eq!(never.message, "it held at 27.001s");
     assert!(

@@ -89,8 +89,8 @@ fn verify_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 }
 
 fn bootstrap_outage_checks(case: &CaseInfo) -> Vec<Check> {
-    let mut checks = vec![
-        provisioned(case, MAIN),
+    let mut checks = provisioned_usable(case, MAIN).to_vec();
+    checks.extend([
         ready_within(
             "the sandbox is Ready again after the gateway returns, without manual deletion",
             &["R1", "R5"],
@@ -170,7 +170,7 @@ fn bootstrap_outage_checks(case: &CaseInfo) -> Vec<Check> {
                 1
             },
         ),
-    ];
+    ]);
     checks.extend(no_leaks(case, MAIN));
     checks
 }

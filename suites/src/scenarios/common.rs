@@ -220,7 +220,8 @@ fn label_safe(s: &str) -> String {
     v
 }
 
-/// Creates a sandbox running the workload and waits until it is Ready (R11's deadline).
+/// Creates a sandbox running the workload and waits until it is Ready (R11's deadline) and
+/// its shell runs a command ([`wait_usable`]).
 pub(crate) async fn create_ready(
     ctx: &Ctx,
     role: &str,
@@ -230,7 +231,32 @@ pub(crate) async fn create_ready(
     ctx.create_sandbox(&spec).await?;
     ctx.wait_phase(&spec.name, &[Phase::Ready], PROVISION_TIMEOUT)
         .await?;
+    wait_usable(ctx, &spec.name).await?;
     Ok(spec.name)
+}
+
+/// How soon after Ready a sandbox's shell must run a command (R11, [`usable_once_ready`]):
+/// the observers' lag between the gateway's Ready and the harness seeing it, plus one exec's
+/// round trip through the CLI on a real cluster.
+pub(crate) const USABLE_AFTER_READY: Duration = Duration::from_secs(5);
+/// How long a Ready sandbox's shell is tried before the step gives up: long enough to measure a
+/// shell that lags Ready, so that the case goes on and the later checks judge what they are
+/// about instead of a write that met an unusable shell.
+pub(crate) const USABLE_WAIT: Duration = Duration::from_secs(60);
+
+/// Right after the sandbox turned Ready: tries its shell until a command runs (each attempt an
+/// `exec` action on the timeline, which [`usable_once_ready`] judges). A shell that refuses for
+/// [`USABLE_WAIT`] stops the step; a harness that cannot reach it is an infrastructure error.
+pub(crate) async fn wait_usable(ctx: &Ctx, sandbox: &str) -> Result<(), StepError> {
+    let what = format!("the shell of the Ready sandbox {sandbox} to run a command");
+    ctx.wait_for(&what, USABLE_WAIT, || async {
+        match ctx.sh(sandbox, "true").await {
+            Ok(_) => Ok(Some(())),
+            Err(TargetError::Refused { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    })
+    .await
 }
 
 /// Marks the moment the scenario counts the workload's starts at, under `key` (per sandbox,
@@ -464,6 +490,27 @@ pub(crate) fn provisioned(case: &CaseInfo, role: &str) -> Check {
     )
 }
 
+/// Ready means usable (R11): the sandbox's shell runs a command within [`USABLE_AFTER_READY`]
+/// of its first Ready after `after` (its creation), so a Ready reported before the sandbox can
+/// be used fails here, under provisioning, and not in whatever the case did next.
+pub(crate) fn usable_once_ready(case: &CaseInfo, role: &str, after: Anchor) -> Check {
+    Check::usable_once_ready(
+        "Ready means usable: the shell runs a command as soon as the sandbox is Ready",
+        &["R11"],
+        &case.sandbox_name(role),
+        after,
+        USABLE_AFTER_READY,
+    )
+}
+
+/// [`provisioned`] and [`usable_once_ready`]: the sandbox a scenario starts from.
+pub(crate) fn provisioned_usable(case: &CaseInfo, role: &str) -> [Check; 2] {
+    [
+        provisioned(case, role),
+        usable_once_ready(case, role, Anchor::action_end("create")),
+    ]
+}
+
 pub(crate) fn sentinels() -> Check {
     Check::sentinels("workspace sentinels are read back intact", &["R6"])
 }
@@ -646,10 +693,10 @@ pub(crate) fn with_leaks(mut checks: Vec<Check>, case: &CaseInfo) -> Vec<Check> 
     checks
 }
 
-/// For scenarios that start from a Ready sandbox: that it got there comes first.
-pub(crate) fn from_ready(mut checks: Vec<Check>, case: &CaseInfo) -> Vec<Check> {
-    checks.insert(0, provisioned(case, MAIN));
-    with_leaks(checks, case)
+/// For scenarios that start from a Ready sandbox: that it got there, usable, comes first.
+pub(crate) fn from_ready(checks: Vec<Check>, case: &CaseInfo) -> Vec<Check> {
+    let all = provisioned_usable(case, MAIN).into_iter().chain(checks);
+    with_leaks(all.collect(), case)
 }
 
 /// Step shared by gateway-restart and gateway-outage: the sandbox is Ready again and usable.
@@ -672,8 +719,8 @@ pub(crate) fn verify_ready(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 /// A Ready sandbox goes through `fault` on the gateway unharmed.
 pub(crate) fn ready_sandbox_checks(case: &CaseInfo, fault: &FaultKey) -> Vec<Check> {
     let pod = Selector::named("Pod", &case.resource_name(&case.sandbox_name(MAIN)));
-    let mut checks = vec![
-        provisioned(case, MAIN),
+    let mut checks = provisioned_usable(case, MAIN).to_vec();
+    checks.extend([
         ready_within(
             "the sandbox returns to Ready once the gateway is back",
             &["R9"],
@@ -723,7 +770,7 @@ pub(crate) fn ready_sandbox_checks(case: &CaseInfo, fault: &FaultKey) -> Vec<Che
         shell_usable(case, MAIN, &["R9"]),
         sentinels(),
         start_marks_kept(case, MAIN),
-    ];
+    ]);
     checks.extend(no_leaks(case, MAIN));
     checks
 }

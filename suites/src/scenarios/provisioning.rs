@@ -32,8 +32,13 @@ fn create_and_wait(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let spec = spec(ctx, MAIN, workload_command(), None);
         ctx.create_sandbox(&spec).await?;
-        ctx.settle_phase(&spec.name, &[Phase::Ready], PROVISION_TIMEOUT)
-            .await;
+        if ctx
+            .settle_phase(&spec.name, &[Phase::Ready], PROVISION_TIMEOUT)
+            .await
+            .is_some()
+        {
+            wait_usable(ctx, &spec.name).await?;
+        }
         Ok(())
     })
 }
@@ -63,6 +68,7 @@ fn provisioning_checks(case: &CaseInfo) -> Vec<Check> {
                 Anchor::action_end("create"),
                 PROVISION_TIMEOUT,
             ),
+            usable_once_ready(case, MAIN, Anchor::action_end("create")),
             starts_eq(
                 "the workload started once",
                 &["R11"],

@@ -9,7 +9,7 @@ use conformance_core::keys::{FaultKey, Marker};
 use conformance_core::phase::Phase;
 use conformance_core::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepError, StepResult};
 use conformance_core::schedule::{FaultSchedule, InjectionPoint, PlannedFault, ScheduleSpec};
-use conformance_core::target::{Capability, Fault, TargetError};
+use conformance_core::target::{Capability, Fault, SandboxSpec, TargetError};
 use futures::future::BoxFuture;
 
 use super::common::*;
@@ -101,6 +101,29 @@ fn run_schedule(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     })
 }
 
+/// Set once a sandbox the sweep provisions before its fault was created.
+fn created_marker(sandbox: &str) -> Marker {
+    Marker::owned(format!("created:{sandbox}"))
+}
+
+/// Whether the sandbox must provision before its fault: then it is checked as every
+/// scenario's first sandbox is (Ready within the provisioning timeout, and usable once Ready).
+fn provisions_first(point: InjectionPoint) -> bool {
+    !matches!(
+        point,
+        InjectionPoint::BeforeCreate | InjectionPoint::DuringBootstrap
+    )
+}
+
+/// Creates the sandbox and waits until it is Ready and its shell runs a command.
+async fn create_usable(ctx: &Ctx, spec: &SandboxSpec) -> StepResult {
+    ctx.create_sandbox(spec).await?;
+    ctx.mark(&created_marker(&spec.name));
+    ctx.wait_phase(&spec.name, &[Phase::Ready], PROVISION_TIMEOUT)
+        .await?;
+    wait_usable(ctx, &spec.name).await
+}
+
 async fn run_one(ctx: &mut Ctx, role: &str, planned: &PlannedFault) -> StepResult {
     let name = ctx.sandbox_name(role);
     let spec = spec(ctx, role, workload_command(), None);
@@ -127,16 +150,12 @@ async fn run_one(ctx: &mut Ctx, role: &str, planned: &PlannedFault) -> StepResul
             ctx.outage(&outage_key(role), outage).await?;
         }
         InjectionPoint::WhileReady => {
-            ctx.create_sandbox(&spec).await?;
-            ctx.wait_phase(&name, &[Phase::Ready], PROVISION_TIMEOUT)
-                .await?;
+            create_usable(ctx, &spec).await?;
             ctx.write_sentinel(&name, role).await?;
             ctx.outage(&outage_key(role), outage).await?;
         }
         InjectionPoint::WhileStopping => {
-            ctx.create_sandbox(&spec).await?;
-            ctx.wait_phase(&name, &[Phase::Ready], PROVISION_TIMEOUT)
-                .await?;
+            create_usable(ctx, &spec).await?;
             ctx.write_sentinel(&name, role).await?;
             ctx.stop_sandbox(&name).await?;
             ctx.outage(&outage_key(role), outage).await?;
@@ -146,9 +165,7 @@ async fn run_one(ctx: &mut Ctx, role: &str, planned: &PlannedFault) -> StepResul
             ctx.start_sandbox(&name).await?;
         }
         InjectionPoint::WhileStarting => {
-            ctx.create_sandbox(&spec).await?;
-            ctx.wait_phase(&name, &[Phase::Ready], PROVISION_TIMEOUT)
-                .await?;
+            create_usable(ctx, &spec).await?;
             ctx.write_sentinel(&name, role).await?;
             ctx.stop_sandbox(&name).await?;
             ctx.wait_phase(&name, &[Phase::Stopped], PROVISION_TIMEOUT)
@@ -157,8 +174,13 @@ async fn run_one(ctx: &mut Ctx, role: &str, planned: &PlannedFault) -> StepResul
             ctx.outage(&outage_key(role), outage).await?;
         }
     }
-    ctx.settle_phase(&name, &[Phase::Ready], PROVISION_TIMEOUT)
+    let ready = ctx
+        .settle_phase(&name, &[Phase::Ready], PROVISION_TIMEOUT)
         .await;
+    // A sandbox first Ready only now provisioned through the outage: usable once Ready too.
+    if ready.is_some() && !provisions_first(planned.point) {
+        wait_usable(ctx, &name).await?;
+    }
     record_recovery(ctx, &recovery_bound(planned.point, role, &name).0, &name);
     if matches!(
         planned.point,
@@ -189,6 +211,24 @@ fn sweep_checks(case: &CaseInfo) -> Vec<Check> {
             planned.point,
             humantime::format_duration(planned.outage)
         );
+        // Its first Ready: after its creation, or after the outage it was created in.
+        let first_ready = if provisions_first(planned.point) {
+            let created = Anchor::marker(&created_marker(&name));
+            checks.push(ready_within(
+                &format!("{role} ({label}) is Ready within the provisioning timeout"),
+                &["R11"],
+                case,
+                &role,
+                created.clone(),
+                PROVISION_TIMEOUT,
+            ));
+            created
+        } else {
+            Anchor::fault_end(&fault)
+        };
+        let mut usable = usable_once_ready(case, &role, first_ready);
+        usable.name = format!("{role} ({label}): {}", usable.name);
+        checks.push(usable);
         let (from, within) = recovery_bound(planned.point, &role, &name);
         checks.push(ready_within(
             &format!("{role} ({label}) is Ready again within its recovery bound"),

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use conformance_catalog::expectations::Expectations;
 use conformance_core::case_verdict::CaseVerdict;
-use conformance_core::checks::{Check, CheckOutcome};
+use conformance_core::checks::{Check, CheckOutcome, CheckStatus};
 use conformance_core::error::{Error, ExitStatus};
 use conformance_core::timeline::Timeline;
 use serde::Serialize;
@@ -44,6 +44,8 @@ struct Judged {
     #[serde(skip_serializing_if = "Option::is_none")]
     verdict: Option<CaseVerdict>,
     checks_passed: usize,
+    /// Checks a stopped step left without anything to judge.
+    checks_not_evaluated: usize,
     checks: usize,
     /// What differs from the record, and why the file cannot be judged.
     problems: Vec<String>,
@@ -51,6 +53,8 @@ struct Judged {
     plan_differences: Vec<String>,
     /// The failing checks' diagnoses.
     failing: Vec<String>,
+    /// The checks not evaluated, each with the step that stopped the case.
+    not_evaluated: Vec<String>,
     notes: Vec<String>,
 }
 
@@ -61,10 +65,12 @@ impl Judged {
             judgement: Judgement::Agrees,
             verdict: None,
             checks_passed: 0,
+            checks_not_evaluated: 0,
             checks: 0,
             problems: Vec::new(),
             plan_differences: Vec::new(),
             failing: Vec::new(),
+            not_evaluated: Vec::new(),
             notes: Vec::new(),
         }
     }
@@ -90,8 +96,12 @@ impl Judged {
                 println!("  {p}");
             }
         }
+        let unjudged = match self.checks_not_evaluated {
+            0 => String::new(),
+            n => format!(" ({n} not evaluated)"),
+        };
         println!(
-            "{name}: {} of {} checks passed, {}",
+            "{name}: {} of {} checks passed{unjudged}, {}",
             self.checks_passed,
             self.checks,
             if self.problems.is_empty() {
@@ -103,7 +113,7 @@ impl Judged {
         for d in &self.problems {
             println!("  {d}");
         }
-        for f in &self.failing {
+        for f in self.failing.iter().chain(&self.not_evaluated) {
             println!("  {}", f.replace('\n', "\n  "));
         }
         match v.explanation() {
@@ -217,12 +227,17 @@ fn check_one(path: &Path, t: &Timeline, expectations: Option<&Expectations>) -> 
         .extend(verdict_differences(&recorded, &again.outcomes));
     j.checks = again.outcomes.len();
     j.checks_passed = again.outcomes.iter().filter(|o| o.passed).count();
-    j.failing = again
-        .outcomes
-        .iter()
-        .filter(|o| !o.passed)
-        .map(|o| o.diagnosis())
-        .collect();
+    let diagnoses = |status: CheckStatus| -> Vec<String> {
+        again
+            .outcomes
+            .iter()
+            .filter(|o| o.status() == status)
+            .map(|o| o.diagnosis())
+            .collect()
+    };
+    j.failing = diagnoses(CheckStatus::Failed);
+    j.not_evaluated = diagnoses(CheckStatus::NotEvaluated);
+    j.checks_not_evaluated = j.not_evaluated.len();
     // Under the run's own known failures the verdict must be the one the run recorded.
     if let (None, Some(recorded)) = (expectations, t.verdict())
         && recorded != verdict.key()
@@ -249,28 +264,39 @@ fn check_one(path: &Path, t: &Timeline, expectations: Option<&Expectations>) -> 
 }
 
 /// Each check whose re-judged verdict is not the recorded one, or that is on one side only.
+///
+/// A harness that did not yet tell unevaluated checks apart recorded them as failed with the
+/// same message; such a record agrees with a re-judged "not evaluated".
 fn verdict_differences(recorded: &[CheckOutcome], again: &[CheckOutcome]) -> Vec<String> {
-    let word = |passed: bool| if passed { "passed" } else { "failed" };
-    let before: BTreeMap<&str, bool> = recorded
-        .iter()
-        .map(|o| (o.name.as_str(), o.passed))
-        .collect();
-    let now: BTreeMap<&str, bool> = again.iter().map(|o| (o.name.as_str(), o.passed)).collect();
+    let word = |status: CheckStatus| match status {
+        CheckStatus::Passed => "passed",
+        CheckStatus::Failed => "failed",
+        CheckStatus::NotEvaluated => "not evaluated",
+    };
+    let before: BTreeMap<&str, &CheckOutcome> =
+        recorded.iter().map(|o| (o.name.as_str(), o)).collect();
     let mut out = Vec::new();
-    for (check, passed) in &now {
+    for now in again {
+        let check = now.name.as_str();
         match before.get(check) {
-            Some(was) if was == passed => {}
+            Some(was) if was.status() == now.status() => {}
+            Some(was)
+                if was.status() == CheckStatus::Failed
+                    && was.not_evaluated.is_none()
+                    && now.status() == CheckStatus::NotEvaluated
+                    && was.message == now.message => {}
             Some(was) => out.push(format!(
                 "verdict of '{check}' DIFFERS: recorded {}, re-judged {}",
-                word(*was),
-                word(*passed)
+                word(was.status()),
+                word(now.status())
             )),
             None => out.push(format!(
                 "'{check}' has no recorded verdict; re-judged {}",
-                word(*passed)
+                word(now.status())
             )),
         }
     }
+    let now: BTreeMap<&str, ()> = again.iter().map(|o| (o.name.as_str(), ())).collect();
     for check in before.keys().filter(|c| !now.contains_key(*c)) {
         out.push(format!(
             "'{check}' has a recorded verdict but is not in the check plan"
@@ -313,6 +339,7 @@ mod tests {
             name: name.into(),
             requirements: vec!["R1".into()],
             passed,
+            not_evaluated: None,
             window: None,
             expected: String::new(),
             message: String::new(),
@@ -329,6 +356,32 @@ mod tests {
         assert_eq!(
             d,
             ["verdict of 'b' DIFFERS: recorded failed, re-judged passed"]
+        );
+    }
+
+    #[test]
+    fn a_check_an_older_harness_recorded_as_failed_agrees_with_not_evaluated_only_if_it_said_the_same()
+     {
+        let unjudged = |message: &str| CheckOutcome {
+            not_evaluated: Some(format!("step 'seed' failed; {message}")),
+            message: message.into(),
+            ..outcome("b", false)
+        };
+        let old = |message: &str| CheckOutcome {
+            message: message.into(),
+            ..outcome("b", false)
+        };
+        let said =
+            "marker 'verified' never happened in this run, so the check could not be evaluated";
+        assert!(verdict_differences(&[old(said)], &[unjudged(said)]).is_empty());
+        assert_eq!(
+            verdict_differences(&[old("it held at 3s")], &[unjudged(said)]),
+            ["verdict of 'b' DIFFERS: recorded failed, re-judged not evaluated"]
+        );
+        // A record that knew about not evaluated is held to it.
+        assert_eq!(
+            verdict_differences(&[unjudged(said)], &[old(said)]),
+            ["verdict of 'b' DIFFERS: recorded not evaluated, re-judged failed"]
         );
     }
 

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use conformance_core::case_verdict::{CaseVerdict as Verdict, Totals};
-use conformance_core::checks::fmt_ms;
+use conformance_core::checks::{CheckStatus, fmt_ms};
 use conformance_core::engine::CaseReport;
 
 fn cell(v: &Verdict) -> &'static str {
@@ -90,6 +90,23 @@ pub(super) fn table(reports: &[CaseReport], verdicts: &[Verdict], wall: Duration
         fmt_ms(virtual_ms),
         wall.as_secs_f64()
     );
+    let unjudged = |r: &CaseReport| {
+        r.checks
+            .iter()
+            .filter(|c| c.status() == CheckStatus::NotEvaluated)
+            .count()
+    };
+    let (checks, cases) = reports
+        .iter()
+        .map(unjudged)
+        .filter(|n| *n > 0)
+        .fold((0, 0), |(checks, cases), n| (checks + n, cases + 1));
+    if checks > 0 {
+        let _ = writeln!(
+            s,
+            "{checks} checks not evaluated in {cases} cases: a step they depended on stopped the case (the JUnit and HTML reports name it)"
+        );
+    }
     for (r, v) in reports.iter().zip(verdicts) {
         // Failures, errors and unexpected passes get a line each; expected failures are
         // listed by the expectations file, interruptions by the run's closing lines.
@@ -100,7 +117,11 @@ pub(super) fn table(reports: &[CaseReport], verdicts: &[Verdict], wall: Duration
             continue;
         }
         let Some(why) = v.explanation() else { continue };
-        let _ = writeln!(s, "{} {}: {why}", cell(v), r.case_id);
+        let unjudged = match unjudged(r) {
+            0 => String::new(),
+            n => format!(" ({n} checks not evaluated)"),
+        };
+        let _ = writeln!(s, "{} {}: {why}{unjudged}", cell(v), r.case_id);
     }
     s
 }

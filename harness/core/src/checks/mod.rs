@@ -10,11 +10,12 @@ mod predicate;
 pub(crate) use ledger::{Ledger, SentinelClass};
 
 use crate::timeline::{
-    ActionStatus, Entry, Event, FaultPhase, ObjectState, StartCount, Timeline, World,
+    ActionStatus, Entry, Event, FaultPhase, ObjectState, SentinelOp, SentinelResult, StartCount,
+    StoppedStep, Timeline, World,
 };
 pub use crate::verdict::{
-    Anchor, Check, CheckKind, CheckOutcome, Cmp, Counted, Predicate, Selector, Window, WindowMs,
-    fmt_ms,
+    Anchor, Check, CheckKind, CheckOutcome, CheckStatus, Cmp, Counted, Predicate, Selector, Window,
+    WindowMs, fmt_ms,
 };
 
 impl Anchor {
@@ -63,7 +64,15 @@ fn nth_index(entries: &[Entry], nth: usize, f: impl Fn(&Event) -> bool) -> Optio
 }
 
 impl Check {
+    #[cfg(test)]
     pub(crate) fn evaluate(&self, t: &Timeline) -> CheckOutcome {
+        self.evaluate_after(t, t.stopped_step().as_ref())
+    }
+
+    /// Judges the check over `t`, whose steps `stopped` ended early if it is given: a check
+    /// that finds nothing to judge then is not evaluated, naming the step and why, instead of
+    /// failing under its own requirements for what another step broke.
+    fn evaluate_after(&self, t: &Timeline, stopped: Option<&StoppedStep>) -> CheckOutcome {
         let verdict = match &self.kind {
             CheckKind::Eventually {
                 predicate,
@@ -89,11 +98,22 @@ impl Check {
                 n,
             } => eval_count(t, counted, during.as_ref(), *cmp, *n),
             CheckKind::Sentinels => eval_sentinels(t),
+            CheckKind::UsableOnceReady {
+                sandbox,
+                after,
+                within_ms,
+            } => eval_usable_once_ready(t, sandbox, after, *within_ms),
+        };
+        let not_evaluated = match (verdict.lack, stopped) {
+            (Lack::Evidence, Some(step)) => Some(format!("{step}; {}", verdict.message)),
+            (Lack::Premise, _) => Some(verdict.message.clone()),
+            _ => None,
         };
         CheckOutcome {
             name: self.name.clone(),
             requirements: self.requirements.clone(),
             passed: verdict.passed,
+            not_evaluated,
             window: verdict.window,
             expected: self.expectation(),
             message: verdict.message,
@@ -104,11 +124,30 @@ impl Check {
 
 /// Evaluates a plan of checks over a timeline.
 pub(crate) fn evaluate_all(checks: &[Check], t: &Timeline) -> Vec<CheckOutcome> {
-    checks.iter().map(|c| c.evaluate(t)).collect()
+    let stopped = t.stopped_step();
+    checks
+        .iter()
+        .map(|c| c.evaluate_after(t, stopped.as_ref()))
+        .collect()
+}
+
+/// Whether the timeline held what a check needs to judge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lack {
+    Judged,
+    /// The evidence is missing (an anchor that never happened, a value never observed, a
+    /// sentinel never written or never read back): after a step stopped the case that is the
+    /// step's doing, and the check is not evaluated. With every step run it stays a failure,
+    /// saying so: the scenario promised what it did not record.
+    Evidence,
+    /// What the check is about never came to be (a sandbox never Ready has no "usable once
+    /// Ready"): not evaluated whatever ended the steps; the checks of that premise judge it.
+    Premise,
 }
 
 struct Verdict {
     passed: bool,
+    lack: Lack,
     window: Option<WindowMs>,
     message: String,
     last_seen: Vec<ObjectState>,
@@ -118,9 +157,26 @@ impl Verdict {
     fn fail(message: String) -> Self {
         Self {
             passed: false,
+            lack: Lack::Judged,
             window: None,
             message,
             last_seen: Vec::new(),
+        }
+    }
+
+    /// Nothing to judge: see [`Lack::Evidence`].
+    fn lacking(message: String) -> Self {
+        Self {
+            lack: Lack::Evidence,
+            ..Self::fail(message)
+        }
+    }
+
+    /// Nothing to judge: see [`Lack::Premise`].
+    fn without_premise(message: String) -> Self {
+        Self {
+            lack: Lack::Premise,
+            ..Self::fail(message)
         }
     }
 }
@@ -143,7 +199,7 @@ fn seen(world: &World, selectors: &[&Selector]) -> Vec<ObjectState> {
 }
 
 fn missing_anchor(a: &Anchor) -> Verdict {
-    Verdict::fail(format!(
+    Verdict::lacking(format!(
         "{a} never happened in this run, so the check could not be evaluated"
     ))
 }
@@ -160,6 +216,7 @@ fn eval_eventually(t: &Timeline, p: &Predicate, after: &Anchor, within_ms: u64) 
         if p.holds(&world) {
             let at = t.entries[j].at_ms;
             return Verdict {
+                lack: Lack::Judged,
                 passed: true,
                 window: Some(WindowMs {
                     from_ms: start,
@@ -191,6 +248,7 @@ fn eval_eventually(t: &Timeline, p: &Predicate, after: &Anchor, within_ms: u64) 
         format!("did not hold by the deadline at {}", fmt_ms(deadline))
     };
     Verdict {
+        lack: Lack::Judged,
         passed: false,
         window: Some(WindowMs {
             from_ms: start,
@@ -299,6 +357,7 @@ fn judge_window(
             first_bad: Some((at, world)),
             ..
         }) => Verdict {
+            lack: Lack::Judged,
             passed: false,
             window: Some(window),
             message: format!("{failed_at} {}", fmt_ms(at)),
@@ -309,6 +368,7 @@ fn judge_window(
             first_bad: None,
             end,
         }) => Verdict {
+            lack: Lack::Judged,
             passed: true,
             window: Some(window),
             message: passed.to_string(),
@@ -373,12 +433,14 @@ fn eval_phase_sequence(
     let last_seen = seen(&world, &[object]);
     match match_sequence(&phases, expected, allowed) {
         Ok(()) => Verdict {
+            lack: Lack::Judged,
             passed: true,
             window: Some(window),
             message: format!("observed {shown}"),
             last_seen,
         },
         Err(why) => Verdict {
+            lack: Lack::Judged,
             passed: false,
             window: Some(window),
             message: format!(
@@ -495,6 +557,7 @@ fn eval_count(
                 Ok(n) => n,
                 Err(why) => {
                     return Verdict {
+                        lack: Lack::Judged,
                         passed: false,
                         window,
                         message: format!("not known: {why}"),
@@ -515,7 +578,7 @@ fn eval_count(
                     _ => None,
                 });
             let Some((at, value)) = read else {
-                return Verdict::fail(format!(
+                return Verdict::lacking(format!(
                     "{marks} was never observed: the workspace's start marks were not read"
                 ));
             };
@@ -528,6 +591,7 @@ fn eval_count(
                 Ok(started) => {
                     let unmarked = started.saturating_sub(marked);
                     return Verdict {
+                        lack: Lack::Judged,
                         passed: cmp.test(unmarked, n),
                         window,
                         message: format!(
@@ -538,6 +602,7 @@ fn eval_count(
                 }
                 Err(why) => {
                     return Verdict {
+                        lack: Lack::Judged,
                         passed: false,
                         window,
                         message: format!("not known: {why}"),
@@ -555,6 +620,11 @@ fn eval_count(
                 Some(v) => v,
                 None => {
                     return Verdict {
+                        lack: if value.is_none() {
+                            Lack::Evidence
+                        } else {
+                            Lack::Judged
+                        },
                         passed: false,
                         window,
                         message: match value {
@@ -568,6 +638,7 @@ fn eval_count(
         }
     };
     Verdict {
+        lack: Lack::Judged,
         passed: cmp.test(actual, n),
         window,
         message: format!("counted {actual}"),
@@ -601,7 +672,25 @@ fn eval_sentinels(t: &Timeline) -> Verdict {
     let ledger = Ledger::from_timeline(t);
     let summaries = ledger.summaries();
     if summaries.is_empty() {
-        return Verdict::fail("no sentinel was written".to_string());
+        // A write the product's path refused is evidence; no write at all is nothing to judge.
+        let refused: Vec<String> = t
+            .entries
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::Sentinel(s) if s.op == SentinelOp::Write => match &s.result {
+                    SentinelResult::Failed(why) => Some(format!("{}:{} {why}", s.sandbox, s.key)),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        if refused.is_empty() {
+            return Verdict::lacking("no sentinel was written".to_string());
+        }
+        return Verdict::fail(format!(
+            "no sentinel was written: the writes failed: {}",
+            refused.join("; ")
+        ));
     }
     let bad: Vec<String> = summaries
         .iter()
@@ -611,6 +700,7 @@ fn eval_sentinels(t: &Timeline) -> Verdict {
     let good = summaries.len() - bad.len();
     if bad.is_empty() {
         Verdict {
+            lack: Lack::Judged,
             passed: true,
             window: None,
             message: summaries
@@ -621,12 +711,122 @@ fn eval_sentinels(t: &Timeline) -> Verdict {
             last_seen: Vec::new(),
         }
     } else {
-        Verdict::fail(format!(
+        let message = format!(
             "{} of {} sentinels not intact: {}",
             bad.len(),
             good + bad.len(),
             bad.join("; ")
-        ))
+        );
+        // Written, and no read of them ever ran: nothing says whether they survived.
+        let unread = summaries
+            .iter()
+            .filter(|s| s.class != SentinelClass::Stable)
+            .all(|s| s.class == SentinelClass::NeverRead && s.failed_reads == 0);
+        if unread {
+            Verdict::lacking(message)
+        } else {
+            Verdict::fail(message)
+        }
+    }
+}
+
+/// See [`CheckKind::UsableOnceReady`].
+fn eval_usable_once_ready(t: &Timeline, sandbox: &str, after: &Anchor, within_ms: u64) -> Verdict {
+    let Some(i) = after.resolve(t) else {
+        return missing_anchor(after);
+    };
+    let view = Selector::named(crate::timeline::GATEWAY_SANDBOX_KIND, sandbox);
+    let ready = Predicate::phase(view.clone(), &[crate::phase::Phase::Ready]);
+    let mut world = world_through(t, i);
+    let mut first_ready = None;
+    for j in i..t.entries.len() {
+        if j > i {
+            world.apply(&t.entries[j].event);
+        }
+        if ready.holds(&world) {
+            first_ready = Some(j);
+            break;
+        }
+    }
+    let Some(r) = first_ready else {
+        return Verdict::without_premise(format!(
+            "{sandbox} was never Ready after {after}: whether Ready was usable cannot be told (the checks on Ready judge that)"
+        ));
+    };
+    let ready_at = t.entries[r].at_ms;
+    let last_seen = seen(&world, &[&view]);
+    // The shell's answers after that Ready, in order: (started at, worked, why not).
+    let mut started: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
+    let mut refused: Vec<(u64, String)> = Vec::new();
+    let mut worked = None;
+    for e in &t.entries[r..] {
+        let Event::Action(a) = &e.event else { continue };
+        if a.name != "exec" || a.subject.as_deref() != Some(sandbox) {
+            continue;
+        }
+        match a.status {
+            ActionStatus::Started => {
+                started.insert(a.id, e.at_ms);
+            }
+            ActionStatus::Ok => {
+                worked = Some(started.get(&a.id).copied().unwrap_or(e.at_ms));
+                break;
+            }
+            ActionStatus::Refused | ActionStatus::Error => refused.push((
+                started.get(&a.id).copied().unwrap_or(e.at_ms),
+                a.detail.clone().unwrap_or_default(),
+            )),
+        }
+    }
+    let refusals = match refused.as_slice() {
+        [] => String::new(),
+        [(at, why), ..] => format!(
+            "; its shell refused {} command(s) before, the first at {}: {why}",
+            refused.len(),
+            fmt_ms(*at)
+        ),
+    };
+    let window = Some(WindowMs {
+        from_ms: ready_at,
+        to_ms: ready_at + within_ms,
+    });
+    match worked {
+        Some(at) => {
+            let gap = at.saturating_sub(ready_at);
+            let passed = gap <= within_ms;
+            Verdict {
+                lack: Lack::Judged,
+                passed,
+                window,
+                message: format!(
+                    "{sandbox} Ready at {}; the first command that worked through its shell started at {}, {} after Ready{refusals}{}",
+                    fmt_ms(ready_at),
+                    fmt_ms(at),
+                    fmt_ms(gap),
+                    if passed {
+                        ""
+                    } else {
+                        ": Ready, but not usable"
+                    }
+                ),
+                last_seen,
+            }
+        }
+        // The steps did not get to try it (they stopped, or the sandbox left Ready first).
+        None if refused.is_empty() => Verdict::without_premise(format!(
+            "no command was run through the shell of {sandbox} after it was Ready at {}",
+            fmt_ms(ready_at)
+        )),
+        None => Verdict {
+            lack: Lack::Judged,
+            passed: false,
+            window,
+            message: format!(
+                "{sandbox} Ready at {}, but no command worked through its shell after it{refusals}: Ready, but not usable",
+                fmt_ms(ready_at)
+            ),
+            last_seen,
+        },
     }
 }
 

@@ -1077,3 +1077,196 @@ fn starts_without_a_mark_in_the_workspace_fail_the_workspace_check_not_the_count
     let o = c.evaluate(&Tb::default().reports_starts().build());
     assert!(!o.passed, "marks never read is not a pass");
 }
+
+// ---- not evaluated, and Ready means usable ------------------------------------------------
+
+impl Tb {
+    fn exec(self, at_s: f64, id: u64, sandbox: &str, status: ActionStatus) -> Self {
+        self.push(
+            at_s,
+            Event::Action(ActionRecord {
+                id,
+                name: "exec".into(),
+                subject: Some(sandbox.into()),
+                status,
+                detail: (status == ActionStatus::Refused).then(|| "relay not up".to_string()),
+            }),
+        )
+    }
+
+    fn stage(self, at_s: f64, stage: &str, status: crate::timeline::StageStatus) -> Self {
+        self.push(
+            at_s,
+            Event::Stage(crate::timeline::StageRecord {
+                stage: stage.into(),
+                status,
+                message: Some(
+                    "[R11] gave up waiting for sandbox a to be Ready after 5m; last seen: x".into(),
+                ),
+                step: Some("create a Ready sandbox".into()),
+            }),
+        )
+    }
+}
+
+fn usable(within_s: u64) -> Check {
+    Check::usable_once_ready(
+        "usable",
+        &["R11"],
+        "a",
+        Anchor::action_end("create"),
+        Duration::from_secs(within_s),
+    )
+}
+
+#[test]
+fn a_shell_that_works_at_ready_is_usable_and_says_how_soon() {
+    let t = Tb::default()
+        .action(0.0, "create", ActionStatus::Ok)
+        .phase(2.0, "a", Phase::Ready)
+        .exec(2.5, 7, "a", ActionStatus::Started)
+        .exec(2.6, 7, "a", ActionStatus::Ok)
+        .t;
+    let o = usable(5).evaluate(&t);
+    assert_eq!(o.status(), CheckStatus::Passed, "{}", o.diagnosis());
+    assert!(o.message.contains("0.500s after Ready"), "{}", o.message);
+}
+
+#[test]
+fn a_shell_that_refuses_past_the_bound_after_ready_fails_naming_ready_but_not_usable() {
+    let mut tb =
+        Tb::default()
+            .action(0.0, "create", ActionStatus::Ok)
+            .phase(2.0, "a", Phase::Ready);
+    for n in 0..20 {
+        let at = 2.0 + n as f64;
+        tb = tb
+            .exec(at, n, "a", ActionStatus::Started)
+            .exec(at, n, "a", ActionStatus::Refused);
+    }
+    let t = tb
+        .exec(22.0, 99, "a", ActionStatus::Started)
+        .exec(22.0, 99, "a", ActionStatus::Ok)
+        .t;
+    let o = usable(5).evaluate(&t);
+    assert_eq!(o.status(), CheckStatus::Failed, "{}", o.diagnosis());
+    for said in [
+        "Ready at 2s",
+        "started at 22s, 20s after Ready",
+        "refused 20 command(s) before, the first at 2s: relay not up",
+        "Ready, but not usable",
+    ] {
+        assert!(o.message.contains(said), "{said}: {}", o.message);
+    }
+    // A shell that never works after Ready fails too; exec on another sandbox does not count.
+    let never = Tb::default()
+        .action(0.0, "create", ActionStatus::Ok)
+        .phase(2.0, "a", Phase::Ready)
+        .exec(3.0, 1, "a", ActionStatus::Refused)
+        .exec(4.0, 2, "b", ActionStatus::Ok)
+        .t;
+    let o = usable(5).evaluate(&never);
+    assert_eq!(o.status(), CheckStatus::Failed, "{}", o.diagnosis());
+    assert!(o.message.contains("no command worked"), "{}", o.message);
+}
+
+#[test]
+fn a_sandbox_never_ready_leaves_ready_means_usable_not_evaluated_whatever_the_steps_did() {
+    let t = Tb::default()
+        .action(0.0, "create", ActionStatus::Ok)
+        .phase(2.0, "a", Phase::Provisioning)
+        .t;
+    let o = usable(5).evaluate(&t);
+    assert_eq!(o.status(), CheckStatus::NotEvaluated, "{}", o.diagnosis());
+    assert!(
+        o.not_evaluated.as_deref().unwrap().contains("never Ready"),
+        "{}",
+        o.diagnosis()
+    );
+}
+
+#[test]
+fn a_check_whose_anchor_a_failed_step_never_reached_is_not_evaluated_naming_the_step() {
+    use crate::timeline::StageStatus;
+    let verified = Anchor::marker(&Marker::new("verified"));
+    let check = Check::eventually(
+        "ready again",
+        &["R9"],
+        Predicate::phase(Selector::named(GATEWAY_SANDBOX_KIND, "a"), &[Phase::Ready]),
+        verified,
+        Duration::from_secs(1),
+    );
+    let base = Tb::default().phase(1.0, "a", Phase::Provisioning);
+    // Every step ran, yet the anchor is missing: the scenario broke its promise, a failure.
+    let o = check.evaluate(&base.t.clone());
+    assert_eq!(o.status(), CheckStatus::Failed, "{}", o.diagnosis());
+    // A step failed before the anchor: nothing to judge, and the reason names the step.
+    let t = Tb { t: base.t }.stage(300.0, "seed", StageStatus::Failed).t;
+    let o = check.evaluate(&t);
+    assert_eq!(o.status(), CheckStatus::NotEvaluated, "{}", o.diagnosis());
+    assert!(!o.failed() && !o.passed);
+    let why = o.not_evaluated.as_deref().unwrap();
+    assert!(
+        why.starts_with("step 'create a Ready sandbox' (stage seed) failed: [R11] gave up waiting")
+            && !why.contains("last seen")
+            && why.contains("marker 'verified' never happened"),
+        "{why}"
+    );
+    assert!(
+        o.diagnosis().contains("[R9] not evaluated: step"),
+        "{}",
+        o.diagnosis()
+    );
+}
+
+#[test]
+fn after_a_failed_step_missing_evidence_is_not_evaluated_but_evidence_against_still_fails() {
+    use crate::timeline::StageStatus;
+    let shell = Check::count(
+        "shell",
+        &["R9"],
+        Counted::Observed {
+            key: "shell-usable:a".into(),
+        },
+        None,
+        Cmp::Eq,
+        1,
+    );
+    let stopped = Tb::default()
+        .sentinel(1.0, "s", SentinelOp::Write, SentinelResult::Ok("v".into()))
+        .stage(2.0, "seed", StageStatus::Failed);
+    let t = stopped.t.clone();
+    // Never observed, never read: not evaluated.
+    assert_eq!(shell.evaluate(&t).status(), CheckStatus::NotEvaluated);
+    assert_eq!(
+        Check::sentinels("s", &["R6"]).evaluate(&t).status(),
+        CheckStatus::NotEvaluated
+    );
+    // Observed 0 and a sentinel read back missing are evidence: they fail.
+    let t = Tb { t }
+        .observed(3.0, "shell-usable:a", serde_json::json!(0))
+        .sentinel(3.0, "s", SentinelOp::Read, SentinelResult::Missing)
+        .t;
+    assert_eq!(shell.evaluate(&t).status(), CheckStatus::Failed);
+    assert_eq!(
+        Check::sentinels("s", &["R6"]).evaluate(&t).status(),
+        CheckStatus::Failed
+    );
+    // A write the product refused is evidence too, step or no step.
+    let refused = Tb::default()
+        .sentinel(
+            1.0,
+            "s",
+            SentinelOp::Write,
+            SentinelResult::Failed("exit 1".into()),
+        )
+        .stage(2.0, "seed", StageStatus::Failed)
+        .t;
+    let o = Check::sentinels("s", &["R6"]).evaluate(&refused);
+    assert_eq!(o.status(), CheckStatus::Failed, "{}", o.diagnosis());
+    assert!(
+        o.message.contains("the writes failed: a:s exit 1"),
+        "{}",
+        o.message
+    );
+}

@@ -339,6 +339,7 @@ fn a_bundle_is_collected_on_failure_only_unless_asked_for_always() {
             stage: "verify".into(),
             status: StageStatus::Passed,
             message: None,
+            step: None,
         }));
         assert!(!wants_diagnostics(
             DiagnosticsPolicy::OnFailure,
@@ -352,6 +353,7 @@ fn a_bundle_is_collected_on_failure_only_unless_asked_for_always() {
             stage: "fault".into(),
             status: StageStatus::Error,
             message: None,
+            step: None,
         }));
         assert!(wants_diagnostics(
             DiagnosticsPolicy::OnFailure,

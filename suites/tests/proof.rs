@@ -291,7 +291,7 @@ fn a_topology_defined_only_as_yaml_gets_the_behaviour_of_its_placement() {
 }
 
 /// The detection matrix, one row per defect switch, so the rows run side by side.
-const MATRIX_ROWS: [&str; 16] = [
+const MATRIX_ROWS: [&str; 17] = [
     "bootstrap-gives-up-after-retry-window",
     "sidecar-gives-up-after-120s",
     "workload-starts-before-policy",
@@ -308,6 +308,7 @@ const MATRIX_ROWS: [&str; 16] = [
     "failure-cause-not-reported",
     "retries-give-up-after-15m",
     "workspace-emptied-on-gateway-restart",
+    "ready-before-shell-usable",
 ];
 
 #[test]
@@ -328,7 +329,7 @@ fn the_detection_matrix_has_a_row_for_every_defect_switch() {
 /// of two.
 #[rstest]
 fn every_defect_is_caught_by_some_scenario_naming_the_broken_requirement(
-    #[values(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)] row: usize,
+    #[values(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16)] row: usize,
 ) {
     let name = MATRIX_ROWS[row];
     let d = DEFECTS
@@ -393,6 +394,52 @@ fn every_defect_is_caught_by_some_scenario_naming_the_broken_requirement(
         &format!("{}, one case at a time vs side by side", d.name),
         &one_at_a_time,
         &side_by_side,
+    );
+}
+
+/// A Ready that comes before a usable shell is named for what it is, under provisioning (R11),
+/// with the time it took: every case it breaks fails that check and no other, so nothing sends
+/// the reader after the workspace (R6) or the outage requirements the case was about.
+#[test]
+fn a_shell_that_lags_ready_fails_ready_means_usable_and_nothing_else() {
+    let selection = Selection::parse("contract", &["ready-before-shell-usable".into()], None);
+    let cases = catalog::cases(&all_topologies(), &Pick::default());
+    let reports = run_cases(selection.unwrap(), cases);
+    let mut caught = 0;
+    for r in &reports {
+        let failed: Vec<_> = r.failed_checks().collect();
+        if failed.is_empty() {
+            assert!(
+                !matches!(r.outcome, Outcome::Failed(_) | Outcome::Error(_)),
+                "{}",
+                describe(r)
+            );
+            continue;
+        }
+        caught += 1;
+        assert!(matches!(r.outcome, Outcome::Failed(_)), "{}", describe(r));
+        for c in &failed {
+            assert!(
+                c.requirements == ["R11"] && c.name.contains("Ready means usable"),
+                "a check under another requirement failed: {}",
+                describe(r)
+            );
+            assert!(
+                c.message.contains("20s after Ready") && c.message.contains("not usable"),
+                "{}",
+                describe(r)
+            );
+        }
+    }
+    let scenarios: BTreeSet<&str> = reports
+        .iter()
+        .filter(|r| r.failed_checks().next().is_some())
+        .map(|r| r.scenario.as_str())
+        .collect();
+    assert!(
+        caught > reports.len() / 2 && scenarios.len() > 5,
+        "caught in {caught} of {} cases, scenarios {scenarios:?}",
+        reports.len()
     );
 }
 

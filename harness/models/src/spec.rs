@@ -191,6 +191,7 @@ pub enum Defect {
     FailureCauseNotReported,
     RetriesGiveUpAfter15m,
     WorkspaceEmptiedOnGatewayRestart,
+    ReadyBeforeShellUsable,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -299,6 +300,12 @@ pub const DEFECTS: &[DefectInfo] = &[
         description: "every file of the workspace is truncated to 0 bytes when the supervisor's session comes back after the gateway was away",
         requirement: "R6",
     },
+    DefectInfo {
+        defect: Defect::ReadyBeforeShellUsable,
+        name: "ready-before-shell-usable",
+        description: "the gateway reports Ready 20 s before the sandbox's shell runs a command",
+        requirement: "R11",
+    },
 ];
 
 impl Defect {
@@ -353,6 +360,8 @@ impl Defect {
             Self::RetriesGiveUpAfter15m => b.retries_give_up = true,
             // R6: the workspace survives a gateway restart too.
             Self::WorkspaceEmptiedOnGatewayRestart => b.workspace_emptied_on_reconnect = true,
+            // R11: provisioning is complete only once the sandbox can be used.
+            Self::ReadyBeforeShellUsable => b.shell_lags_ready = true,
         }
     }
 }
@@ -564,6 +573,10 @@ pub struct Behaviour {
     pub boundary_cannot_attach: bool,
     /// A killed supervisor restarts in its container; else it is PID 1 and ends it (F2.9).
     pub supervisor_restarts_in_place: bool,
+    /// Exec is refused for [`Timings::shell_lag_after_ready`] after a supervisor session made
+    /// the sandbox Ready (F1.7 writes Ready on the session's connect; F1.12 lets exec through
+    /// once Ready).
+    pub shell_lags_ready: bool,
     pub diagnostics: Diagnostics,
 }
 
@@ -618,6 +631,8 @@ pub struct Timings {
     pub reconcile_tick: Duration,
     /// CLI provisioning idle timeout (F6.3).
     pub provision_timeout: Duration,
+    /// With [`Behaviour::shell_lags_ready`]: how long exec is refused after Ready.
+    pub shell_lag_after_ready: Duration,
 }
 
 impl Default for Timings {
@@ -644,6 +659,7 @@ impl Default for Timings {
             supervisor_restart_delay: Duration::from_secs(1),
             reconcile_tick: Duration::from_secs(5),
             provision_timeout: Duration::from_secs(300),
+            shell_lag_after_ready: Duration::from_secs(20),
         }
     }
 }
@@ -782,6 +798,7 @@ mod tests {
             reattach_refused: reported || d(Defect::SupervisorReattachRefused),
             boundary_cannot_attach: reported,
             supervisor_restarts_in_place: !upstream,
+            shell_lags_ready: d(Defect::ReadyBeforeShellUsable),
             diagnostics: if d(Defect::FailureCauseNotReported) {
                 Diagnostics::Hidden
             } else if contract {

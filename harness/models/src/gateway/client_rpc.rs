@@ -177,6 +177,17 @@ impl Gateway {
             if rec.phase != Phase::Ready {
                 return Err(Status::failed_precondition("sandbox is not ready"));
             }
+            // Defect `ready-before-shell-usable`: Ready, but the shell refuses for a while.
+            if core
+                .sessions
+                .get(name)
+                .and_then(|s| s.shell_from)
+                .is_some_and(|t| tokio::time::Instant::now() < t)
+            {
+                return Err(Status::unavailable(
+                    "sandbox shell not reachable yet: the supervisor's relay is not up",
+                ));
+            }
             rec.cr_name.clone()
         };
         let out = self

@@ -40,6 +40,9 @@ pub(crate) struct BoundaryAssignment {
 
 pub(crate) struct SessionEntry {
     pub id: u64,
+    /// Until when exec is refused although the session made the sandbox Ready (defect
+    /// `ready-before-shell-usable`, on a sandbox's first session only).
+    pub shell_from: Option<Instant>,
     /// Held so that dropping the entry (stop, delete, shutdown) ends the supervisor's session.
     pub _alive: watch::Sender<bool>,
 }

@@ -64,6 +64,9 @@ pub struct SandboxRecord {
     /// The 0.1.x boundary attached: the workload pod's gate may open.
     #[serde(default)]
     pub boundary_attached: bool,
+    /// The first supervisor session's shell lag was served (defect `ready-before-shell-usable`).
+    #[serde(default)]
+    pub shell_lag_served: bool,
     /// StartSandbox calls accepted so far (a new boundary epoch on the gateway topology).
     #[serde(default)]
     pub starts: u64,

@@ -145,6 +145,8 @@ impl Gateway {
         }
         let id = core.next_session;
         core.next_session += 1;
+        let shell_from = (rules.b.shell_lags_ready && !rec.shell_lag_served)
+            .then(|| tokio::time::Instant::now() + self.model.timings.shell_lag_after_ready);
         let (alive_tx, alive_rx) = watch::channel(true);
         let (guard_tx, mut guard_rx) = watch::channel(());
         if core
@@ -153,6 +155,7 @@ impl Gateway {
                 name.clone(),
                 SessionEntry {
                     id,
+                    shell_from,
                     _alive: alive_tx,
                 },
             )
@@ -168,6 +171,7 @@ impl Gateway {
         let mut relaunch = false;
         self.commit(&mut core, &name, |r, rec| {
             relaunch = r.session_connected(rec, req);
+            rec.shell_lag_served |= shell_from.is_some();
         });
         self.log(
             "INFO",

@@ -101,6 +101,7 @@ fn run_to_completion(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         ctx.create_sandbox(&spec).await?;
         ctx.wait_phase(&spec.name, &[Phase::Ready], PROVISION_TIMEOUT)
             .await?;
+        wait_usable(ctx, &spec.name).await?;
         wait_workload_started(ctx, &spec.name).await;
         // The workload ends once it sees the sentinel.
         ctx.write_sentinel(&spec.name, BEFORE_FAULT).await?;
@@ -149,6 +150,7 @@ fn completed_checks(case: &CaseInfo) -> Vec<Check> {
                 Anchor::action_end("create"),
                 PROVISION_TIMEOUT,
             ),
+            usable_once_ready(case, MAIN, Anchor::action_end("create")),
             never(
                 "the finished workload is not brought back",
                 &["R7"],

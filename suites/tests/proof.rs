@@ -291,7 +291,7 @@ fn a_topology_defined_only_as_yaml_gets_the_behaviour_of_its_placement() {
 }
 
 /// The detection matrix, one row per defect switch, so the rows run side by side.
-const MATRIX_ROWS: [&str; 17] = [
+const MATRIX_ROWS: [&str; 18] = [
     "bootstrap-gives-up-after-retry-window",
     "sidecar-gives-up-after-120s",
     "workload-starts-before-policy",
@@ -309,6 +309,7 @@ const MATRIX_ROWS: [&str; 17] = [
     "retries-give-up-after-15m",
     "workspace-emptied-on-gateway-restart",
     "ready-before-shell-usable",
+    "backoff-uncapped",
 ];
 
 #[test]
@@ -329,7 +330,7 @@ fn the_detection_matrix_has_a_row_for_every_defect_switch() {
 /// of two.
 #[rstest]
 fn every_defect_is_caught_by_some_scenario_naming_the_broken_requirement(
-    #[values(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16)] row: usize,
+    #[values(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17)] row: usize,
 ) {
     let name = MATRIX_ROWS[row];
     let d = DEFECTS
@@ -808,4 +809,42 @@ fn a_workspace_emptied_on_a_gateway_restart_is_caught_where_the_sandbox_cannot_r
         "not caught naming R6:\n{}",
         missed.join("\n")
     );
+}
+
+#[test]
+fn an_uncapped_back_off_is_caught_in_bootstrap_outages_by_the_back_off_checks_alone() {
+    // Issue: a supervisor whose back-off doubled without a cap recovered from a 2m30s outage
+    // in 105 s instead of 1 s and passed every check (recovery's bound is 120 s). Only R5's
+    // back-off checks catch it there: every failing check of a failing bootstrap-outage case is
+    // one of them, and the 30-second outage (gaps of at most 16 s) is not failed at all.
+    let all: Vec<Topology> = Topologies::builtin().all().cloned().collect();
+    let pick = Pick {
+        patterns: vec!["bootstrap-outage".into()],
+        ..Pick::default()
+    };
+    let selection = Selection::parse("contract", &["backoff-uncapped".into()], None).unwrap();
+    let reports = run_cases(selection, catalog::cases(&all, &pick));
+    let failed: Vec<&CaseReport> = reports
+        .iter()
+        .filter(|r| !matches!(r.outcome, Outcome::Passed))
+        .collect();
+    assert!(
+        !failed.is_empty(),
+        "no bootstrap-outage case caught the defect"
+    );
+    for r in &failed {
+        assert!(
+            !r.case_id.contains("outage=30s"),
+            "{} failed: a 30 s outage stays within the cap",
+            r.case_id
+        );
+        for c in r.failed_checks() {
+            assert!(
+                c.requirements == ["R5"] && c.name.contains("back off"),
+                "{} failed a check other than the back-off's: {}",
+                r.case_id,
+                c.diagnosis()
+            );
+        }
+    }
 }

@@ -28,6 +28,51 @@ impl SandboxLayout {
     }
 }
 
+/// Where a sandbox's supervisor writes its log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SupervisorLog {
+    /// A container of the sandbox's own pod.
+    Container { pod: String, container: String },
+    /// The container of the pods matching `labels` (the sandbox's own supervisor pod, replaced
+    /// with its own name each time).
+    Labelled {
+        labels: BTreeMap<String, String>,
+        container: String,
+    },
+}
+
+impl SandboxLayout {
+    /// Where `sandbox`'s supervisor logs; None where one supervisor serves every sandbox, whose
+    /// log does not say which sandbox an attempt was for.
+    pub fn supervisor_log(&self, sandbox: &str) -> Option<SupervisorLog> {
+        let pod = sandbox_resource_name(&self.workspace, sandbox);
+        match &self.supervisor {
+            SupervisorPlacement::WorkloadContainer => Some(SupervisorLog::Container {
+                pod,
+                container: self.workload_container.clone(),
+            }),
+            SupervisorPlacement::SidecarContainer { container } => Some(SupervisorLog::Container {
+                pod,
+                container: container.clone(),
+            }),
+            SupervisorPlacement::DedicatedPod {
+                selector,
+                sandbox_label,
+                container,
+                ..
+            } => {
+                let mut labels = selector.clone();
+                labels.insert(sandbox_label.clone(), pod);
+                Some(SupervisorLog::Labelled {
+                    labels,
+                    container: container.clone(),
+                })
+            }
+            SupervisorPlacement::SharedDeployment { .. } => None,
+        }
+    }
+}
+
 /// Which process a kill ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Process {

@@ -40,6 +40,7 @@ pub mod phase;
 pub mod pool;
 mod record;
 pub mod release;
+pub mod retries;
 pub mod scenario;
 pub mod schedule;
 pub mod target;

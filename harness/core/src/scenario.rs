@@ -601,6 +601,30 @@ impl Ctx {
         });
     }
 
+    /// Records the attempts `sandbox`'s supervisor has logged so far
+    /// ([`crate::retries::ATTEMPTS_KEY`]), for R5's back-off checks; what kept them from being
+    /// read is recorded instead, and those checks say so.
+    pub async fn record_attempts(&self, sandbox: &str) {
+        /// A log read is one API call; a cluster that does not answer it is judged by the
+        /// checks as unreadable, not waited for.
+        const READ: Duration = Duration::from_secs(30);
+        let unavailable = |why: String| serde_json::json!({ "unavailable": why });
+        let value = match tokio::time::timeout(READ, self.target.supervisor_log(sandbox)).await {
+            Ok(Ok(Some(lines))) => serde_json::to_value(crate::retries::parse_attempts(&lines))
+                .unwrap_or_else(|e| unavailable(e.to_string())),
+            Ok(Ok(None)) => unavailable(format!(
+                "the {} target does not read supervisor logs",
+                self.case.target.kind
+            )),
+            Ok(Err(e)) => unavailable(e.to_string()),
+            Err(_) => unavailable(format!(
+                "reading the supervisor's log got no answer within {}",
+                humantime::format_duration(READ)
+            )),
+        };
+        self.observe_value(crate::retries::ATTEMPTS_KEY, Some(sandbox), value);
+    }
+
     /// Sleeps in tokio time (virtual in emulated runs), recorded as a wait the scenario
     /// mandates ([`crate::timeline::SCENARIO_WAIT_KEY`]).
     pub async fn sleep(&self, d: Duration) {

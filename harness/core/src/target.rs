@@ -474,6 +474,16 @@ pub trait Target: Send + Sync {
         Ok(())
     }
 
+    /// The log of `sandbox`'s supervisor, each line prefixed with the container runtime's
+    /// RFC 3339 timestamp (`kubectl logs --timestamps`), from where the topology puts it
+    /// ([`crate::effect::SandboxLayout::supervisor_log`]); R5's checks read its attempts
+    /// ([`crate::retries`]). None when this target cannot read it, or the topology's supervisor
+    /// serves every sandbox.
+    async fn supervisor_log(&self, sandbox: &str) -> TargetResult<Option<Vec<String>>> {
+        let _ = sandbox;
+        Ok(None)
+    }
+
     /// The container logs of the sandbox's pods (current and previous), for diagnosing a failed
     /// case. Targets that cannot read logs return none.
     async fn logs(&self, sandbox: &str) -> TargetResult<Vec<LogExcerpt>> {

@@ -184,6 +184,14 @@ impl Topology {
         Ok(())
     }
 
+    /// Whether each sandbox has a supervisor of its own (whose log speaks of it alone).
+    pub fn supervisor_per_sandbox(&self) -> bool {
+        !matches!(
+            self.supervisor,
+            SupervisorPlacement::SharedDeployment { .. }
+        )
+    }
+
     /// Whether the supervisor runs inside the sandbox pod (so replacing that pod re-runs
     /// bootstrap and restarts the workload).
     pub fn supervisor_in_sandbox_pod(&self) -> bool {

@@ -232,6 +232,17 @@ pub enum CheckKind {
     },
     /// Every sentinel written was read back intact (see [`Ledger`]).
     Sentinels,
+    /// After each failed `op` attempt the supervisor logged for `sandbox` (observation
+    /// [`crate::retries::ATTEMPTS_KEY`]), its next attempt came within `cap_ms` (the longest
+    /// back-off sleep) plus `attempt_ms` (the longest one attempt may take): the back-off stops
+    /// growing at its cap, no attempt hangs, and recovery after the gateway returns takes at
+    /// most one more sleep and attempt (R5).
+    CappedBackoff {
+        sandbox: String,
+        op: crate::retries::RetryOp,
+        cap_ms: u64,
+        attempt_ms: u64,
+    },
     /// Ready means usable: once the gateway first reports `sandbox` Ready after `after`, the
     /// first command its shell runs (an `exec` action that worked) starts within `within_ms`
     /// of that Ready. Execs refused in between are named; a sandbox that never turned Ready, or
@@ -347,6 +358,26 @@ impl Check {
         Self::new(name, reqs, CheckKind::Sentinels)
     }
 
+    pub fn capped_backoff(
+        name: &str,
+        reqs: &[&str],
+        sandbox: &str,
+        op: crate::retries::RetryOp,
+        cap: Duration,
+        attempt: Duration,
+    ) -> Self {
+        Self::new(
+            name,
+            reqs,
+            CheckKind::CappedBackoff {
+                sandbox: sandbox.to_string(),
+                op,
+                cap_ms: cap.as_millis() as u64,
+                attempt_ms: attempt.as_millis() as u64,
+            },
+        )
+    }
+
     pub fn usable_once_ready(
         name: &str,
         reqs: &[&str],
@@ -407,6 +438,19 @@ impl Check {
             CheckKind::Sentinels => {
                 "every workspace sentinel written is read back intact".to_string()
             }
+            CheckKind::CappedBackoff {
+                sandbox,
+                op,
+                cap_ms,
+                attempt_ms,
+            } => format!(
+                "after every failed {} attempt of {sandbox}'s supervisor, the next attempt within \
+                 {} (back-off cap {} plus one attempt of at most {})",
+                op.name(),
+                fmt_ms(cap_ms + attempt_ms),
+                fmt_ms(*cap_ms),
+                fmt_ms(*attempt_ms)
+            ),
             CheckKind::UsableOnceReady {
                 sandbox,
                 after,

@@ -192,6 +192,7 @@ pub enum Defect {
     RetriesGiveUpAfter15m,
     WorkspaceEmptiedOnGatewayRestart,
     ReadyBeforeShellUsable,
+    BackoffUncapped,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -306,6 +307,12 @@ pub const DEFECTS: &[DefectInfo] = &[
         description: "the gateway reports Ready 20 s before the sandbox's shell runs a command",
         requirement: "R11",
     },
+    DefectInfo {
+        defect: Defect::BackoffUncapped,
+        name: "backoff-uncapped",
+        description: "the supervisor's retry back-off (bootstrap, attach, session) doubles without a cap",
+        requirement: "R5",
+    },
 ];
 
 impl Defect {
@@ -362,6 +369,8 @@ impl Defect {
             Self::WorkspaceEmptiedOnGatewayRestart => b.workspace_emptied_on_reconnect = true,
             // R11: provisioning is complete only once the sandbox can be used.
             Self::ReadyBeforeShellUsable => b.shell_lags_ready = true,
+            // R5: the back-off's cap (F2.1, F2.7).
+            Self::BackoffUncapped => b.backoff_uncapped = true,
         }
     }
 }
@@ -539,6 +548,8 @@ pub struct Behaviour {
     /// Bootstrap and the supervisor session stop retrying after
     /// [`Timings::retries_give_up_after`] without the gateway, and the supervisor exits.
     pub retries_give_up: bool,
+    /// The supervisor's retry back-off doubles without a cap (R5; upstream caps it, F2.1, F2.7).
+    pub backoff_uncapped: bool,
     /// The main command starts before the token exchange and policy fetch (F2.8 says after).
     pub workload_before_policy: bool,
     /// Non-retryable gRPC codes fail bootstrap at once (F2.2).
@@ -780,6 +791,7 @@ mod tests {
             bootstrap_retry_forever: contract && !d(Defect::BootstrapGivesUpAfterRetryWindow),
             sidecar_gives_up: !contract || d(Defect::SidecarGivesUpAfter120s),
             retries_give_up: d(Defect::RetriesGiveUpAfter15m),
+            backoff_uncapped: d(Defect::BackoffUncapped),
             workload_before_policy: d(Defect::WorkloadStartsBeforePolicy),
             permanent_errors_fail_fast: !d(Defect::PermanentErrorsRetriedForever),
             tls_error_permanent: contract && !d(Defect::PermanentErrorsRetriedForever),

@@ -213,6 +213,15 @@ impl Boundary {
             .map_err(|e| format!("transport error: {e}"))
     }
 
+    /// A retry back-off's cap; none under the defect `backoff-uncapped`.
+    fn cap(&self, cap: std::time::Duration) -> std::time::Duration {
+        if self.b().backoff_uncapped {
+            std::time::Duration::MAX
+        } else {
+            cap
+        }
+    }
+
     /// `load_policy` wrapped in `grpc_retry` (F2.1, F2.2): 5 attempts, 1/2/4/4 s, permanent codes
     /// at once; the contract retries with capped backoff until cancelled (R1, R5).
     async fn bootstrap(&self) -> Result<(String, SandboxConfig), Fatal> {
@@ -259,7 +268,7 @@ impl Boundary {
                         (
                             backoff(
                                 t.policy_fetch_backoff_initial,
-                                t.contract_bootstrap_backoff_cap,
+                                self.cap(t.contract_bootstrap_backoff_cap),
                                 n,
                             ),
                             "unbounded".to_string(),
@@ -268,7 +277,7 @@ impl Boundary {
                         (
                             backoff(
                                 t.policy_fetch_backoff_initial,
-                                t.policy_fetch_backoff_cap,
+                                self.cap(t.policy_fetch_backoff_cap),
                                 n,
                             ),
                             t.policy_fetch_attempts.to_string(),
@@ -376,7 +385,11 @@ impl Boundary {
                 match r {
                     Ok(()) => break,
                     Err(e) => {
-                        let d = backoff(t.session_backoff_initial, t.session_backoff_cap, n);
+                        let d = backoff(
+                            t.session_backoff_initial,
+                            self.cap(t.session_backoff_cap),
+                            n,
+                        );
                         self.log.line(&format!(
                             "OCSF NET:FAIL [MED] boundary attach failed, retrying (attempt {n}, retry_in={}s): {e}",
                             d.as_secs()
@@ -474,7 +487,11 @@ impl Boundary {
                 return;
             }
             n += 1;
-            let d = backoff(t.session_backoff_initial, t.session_backoff_cap, n);
+            let d = backoff(
+                t.session_backoff_initial,
+                self.cap(t.session_backoff_cap),
+                n,
+            );
             self.log.line(&format!(
                 "OCSF NET:FAIL [LOW] supervisor session failed, reconnecting (attempt {n})"
             ));

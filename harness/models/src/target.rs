@@ -653,6 +653,16 @@ impl Target for EmulatedTarget {
         self.check_back(FaultEffect::of(fault, &self.layout()))
     }
 
+    async fn supervisor_log(&self, sandbox: &str) -> TargetResult<Option<Vec<String>>> {
+        let Some(at) = self.layout().supervisor_log(sandbox) else {
+            return Ok(None);
+        };
+        conformance_observe::timestamped_log(&self.cluster.client(), NAMESPACE, &at)
+            .await
+            .map(Some)
+            .map_err(|e| TargetError::infra_from("reading the supervisor's log", e))
+    }
+
     async fn teardown(&self) -> TargetResult<()> {
         if let Ok(views) = self.client.list() {
             for v in views {

@@ -3,6 +3,10 @@
 //! gateway workload into timeline object states. The emulated and the real targets share them,
 //! so what the harness sees of a cluster is computed the same way on both.
 
+mod logs;
+
+pub use logs::timestamped_log;
+
 use std::collections::BTreeSet;
 use std::fmt::Debug;
 

@@ -1027,6 +1027,17 @@ impl Target for RealTarget {
         crate::completeness::verify(&self.rec, &read, &sandboxes, OBSERVER_SETTLE).await
     }
 
+    async fn supervisor_log(&self, sandbox: &str) -> TargetResult<Option<Vec<String>>> {
+        let injector = self.installed().await?.injector.clone();
+        let Some(at) = injector.layout().supervisor_log(sandbox) else {
+            return Ok(None);
+        };
+        conformance_observe::timestamped_log(&self.client, &injector.sandbox_namespace, &at)
+            .await
+            .map(Some)
+            .map_err(|e| TargetError::infra_from("reading the supervisor's log", e))
+    }
+
     async fn teardown(&self) -> TargetResult<()> {
         let Some(i) = self.installed.lock().await.take() else {
             let started = self.helm_started.lock().expect("helm_started lock").take();

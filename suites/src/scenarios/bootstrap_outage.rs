@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use conformance_core::checks::{Anchor, Check, Predicate, Selector, Window};
 use conformance_core::phase::Phase;
+use conformance_core::retries::RetryOp;
 use conformance_core::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepResult};
 use conformance_core::target::{Capability, Fault};
 use futures::future::BoxFuture;
@@ -80,6 +81,7 @@ fn verify_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         ctx.settle_phase(&name, &[Phase::Ready], BOOTSTRAP_RECOVERY)
             .await;
         record_recovery(ctx, &Anchor::fault_end(&GATEWAY_OUTAGE), &name);
+        ctx.record_attempts(&name).await;
         check_shell(ctx, &name, BEFORE_FAULT).await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         observe_start_marks(ctx, &name).await;
@@ -171,6 +173,7 @@ fn bootstrap_outage_checks(case: &CaseInfo) -> Vec<Check> {
             },
         ),
     ]);
+    checks.extend(capped_backoff(case, MAIN, RetryOp::Bootstrap));
     checks.extend(no_leaks(case, MAIN));
     checks
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use conformance_core::checks::{Anchor, Check, Cmp, Counted, Predicate, Selector, Window};
 use conformance_core::keys::{FaultKey, Marker};
 use conformance_core::phase::Phase;
+use conformance_core::retries::RetryOp;
 use futures::future::BoxFuture;
 
 use conformance_core::scenario::{CaseInfo, Ctx, Params, Scenario, StepError, StepResult, WakeOn};
@@ -153,6 +154,12 @@ pub(crate) const RECOVERY: Duration = Duration::from_secs(60);
 /// How long bootstrap may take once the gateway is back after a long outage: a capped retry
 /// plus bootstrap plus the session (R1, R5).
 pub(crate) const BOOTSTRAP_RECOVERY: Duration = Duration::from_secs(120);
+/// R5's caps on the supervisor's back-off, the contract's values (docs/upstream-facts.md F2.11):
+/// bootstrap retries sleep at most 8 s, the session and attach reconnects at most 30 s (F2.7),
+/// and one attempt takes at most its 10 s connect timeout (F2.3).
+pub(crate) const BOOTSTRAP_BACKOFF_CAP: Duration = Duration::from_secs(8);
+pub(crate) const SESSION_BACKOFF_CAP: Duration = Duration::from_secs(30);
+pub(crate) const ATTEMPT_BOUND: Duration = Duration::from_secs(10);
 /// A permanent bootstrap error must surface within this (R4).
 pub(crate) const PERMANENT_ERROR_BOUND: Duration = Duration::from_secs(60);
 /// Objects of a deleted sandbox must be gone within this (R13).
@@ -699,6 +706,32 @@ pub(crate) fn from_ready(checks: Vec<Check>, case: &CaseInfo) -> Vec<Check> {
     with_leaks(all.collect(), case)
 }
 
+/// R5 over the attempts `role`'s supervisor logged at `op` (recorded by
+/// [`Ctx::record_attempts`]): after each failure the next attempt within the cap plus one
+/// attempt, so the back-off stops growing, no attempt hangs, and recovery once the gateway is
+/// back takes one more sleep at most. None where one supervisor serves every sandbox: its log
+/// does not say which sandbox an attempt was for.
+pub(crate) fn capped_backoff(case: &CaseInfo, role: &str, op: RetryOp) -> Option<Check> {
+    let cap = match op {
+        RetryOp::Bootstrap => BOOTSTRAP_BACKOFF_CAP,
+        RetryOp::Attach | RetryOp::Session => SESSION_BACKOFF_CAP,
+    };
+    case.topology.supervisor_per_sandbox().then(|| {
+        Check::capped_backoff(
+            &format!(
+                "the supervisor's {} retries back off to at most {} and never hang",
+                op.name(),
+                humantime::format_duration(cap)
+            ),
+            &["R5"],
+            &case.sandbox_name(role),
+            op,
+            cap,
+            ATTEMPT_BOUND,
+        )
+    })
+}
+
 /// Step shared by gateway-restart and gateway-outage: the sandbox is Ready again and usable.
 pub(crate) fn verify_ready(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
@@ -708,6 +741,7 @@ pub(crate) fn verify_ready(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         for fault in [&GATEWAY_OUTAGE, &GATEWAY_RESTART] {
             record_recovery(ctx, &Anchor::fault_end(fault), &name);
         }
+        ctx.record_attempts(&name).await;
         check_shell(ctx, &name, BEFORE_FAULT).await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         observe_start_marks(ctx, &name).await;
@@ -771,6 +805,7 @@ pub(crate) fn ready_sandbox_checks(case: &CaseInfo, fault: &FaultKey) -> Vec<Che
         sentinels(),
         start_marks_kept(case, MAIN),
     ]);
+    checks.extend(capped_backoff(case, MAIN, RetryOp::Session));
     checks.extend(no_leaks(case, MAIN));
     checks
 }

@@ -4,6 +4,7 @@
 //! reproducible from a saved timeline (`openshell-conformance check`), and lets a check speak
 //! about a whole transition history rather than one poll.
 
+mod backoff;
 mod ledger;
 mod predicate;
 
@@ -103,6 +104,25 @@ impl Check {
                 after,
                 within_ms,
             } => eval_usable_once_ready(t, sandbox, after, *within_ms),
+            CheckKind::CappedBackoff {
+                sandbox,
+                op,
+                cap_ms,
+                attempt_ms,
+            } => {
+                let v = backoff::eval_capped_backoff(t, sandbox, *op, cap_ms + attempt_ms);
+                Verdict {
+                    passed: v.passed,
+                    lack: match v.missing {
+                        None => Lack::Judged,
+                        Some(backoff::Missing::NeverRead) => Lack::Evidence,
+                        Some(backoff::Missing::Unreadable) => Lack::Premise,
+                    },
+                    window: None,
+                    message: v.message,
+                    last_seen: Vec::new(),
+                }
+            }
         };
         let not_evaluated = match (verdict.lack, stopped) {
             (Lack::Evidence, Some(step)) => Some(format!("{step}; {}", verdict.message)),

@@ -1270,3 +1270,107 @@ fn after_a_failed_step_missing_evidence_is_not_evaluated_but_evidence_against_st
         o.message
     );
 }
+
+mod capped_backoff {
+    use super::*;
+    use crate::retries::{ATTEMPTS_KEY, Attempt, RetryOp};
+
+    fn check() -> Check {
+        Check::capped_backoff(
+            "session back-off",
+            &["R5"],
+            "s1",
+            RetryOp::Session,
+            Duration::from_secs(30),
+            Duration::from_secs(10),
+        )
+    }
+
+    /// Session attempts failing at these seconds, then one success.
+    fn attempts(failed_at: &[u64], ok_at: u64) -> serde_json::Value {
+        let at = |s: u64, ok| Attempt {
+            op: RetryOp::Session,
+            at_unix_ms: 1_000_000 + s * 1000,
+            ok,
+        };
+        let mut a: Vec<Attempt> = failed_at.iter().map(|s| at(*s, false)).collect();
+        a.push(at(ok_at, true));
+        serde_json::to_value(a).unwrap()
+    }
+
+    fn judged(value: serde_json::Value) -> CheckOutcome {
+        let t = Tb::default()
+            .push(
+                1.0,
+                Event::Observation {
+                    key: ATTEMPTS_KEY.into(),
+                    subject: Some("s1".into()),
+                    value,
+                },
+            )
+            .t;
+        check().evaluate(&t)
+    }
+
+    #[test]
+    fn reconnects_that_grow_to_the_cap_and_stay_there_pass() {
+        let o = judged(attempts(&[0, 1, 3, 7, 15, 31, 61, 91], 121));
+        assert!(o.passed, "{}", o.message);
+        assert!(o.message.contains("longest 30s"), "{}", o.message);
+    }
+
+    #[test]
+    fn a_back_off_that_keeps_doubling_past_the_cap_fails_naming_the_gap() {
+        let o = judged(attempts(&[0, 1, 3, 7, 15, 31, 63], 127));
+        assert!(!o.passed);
+        // 1, 2, 4, 8, 16 and 32 s are within the 40 s limit; the 64 s after 63 s are not.
+        assert!(
+            o.message
+                .contains("failed 63s after the first logged attempt was not followed by another until 64s later, more than 40s"),
+            "{}",
+            o.message
+        );
+    }
+
+    #[test]
+    fn a_slow_recovery_after_the_last_failure_fails_even_within_the_cap() {
+        // The sleeps are capped, but the attempt after the gateway came back took 45 s.
+        let o = judged(attempts(&[0, 1, 3], 48));
+        assert!(!o.passed);
+        assert!(o.message.contains("until 45s later"), "{}", o.message);
+    }
+
+    #[test]
+    fn attempts_never_read_or_unreadable_are_not_a_pass() {
+        let o = check().evaluate(&Tb::default().phase(1.0, "s1", Phase::Ready).t);
+        assert!(!o.passed);
+        assert!(o.message.contains("never read"), "{}", o.message);
+        let o = judged(serde_json::json!({"unavailable": "logs are forbidden"}));
+        assert!(!o.passed);
+        assert!(o.message.contains("logs are forbidden"), "{}", o.message);
+    }
+
+    #[test]
+    fn other_operations_and_a_supervisor_that_never_failed_leave_nothing_to_judge() {
+        let bootstrap_only = serde_json::to_value(vec![
+            Attempt {
+                op: RetryOp::Bootstrap,
+                at_unix_ms: 0,
+                ok: false,
+            },
+            Attempt {
+                op: RetryOp::Bootstrap,
+                at_unix_ms: 600_000,
+                ok: false,
+            },
+        ])
+        .unwrap();
+        let o = judged(bootstrap_only);
+        assert!(o.passed, "{}", o.message);
+        assert!(
+            o.message.contains("no failed session attempt"),
+            "{}",
+            o.message
+        );
+    }
+}

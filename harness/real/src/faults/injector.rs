@@ -140,7 +140,7 @@ pub(super) fn kerr(stage: &str, e: kube::Error) -> TargetError {
 
 impl FaultInjector {
     /// Where this cluster's sandboxes put their parts, to aim faults at them.
-    pub(super) fn layout(&self) -> SandboxLayout {
+    pub fn layout(&self) -> SandboxLayout {
         SandboxLayout {
             workspace: self.workspace.clone(),
             workload_container: self.workload_container.clone(),

@@ -438,6 +438,9 @@ impl Target for SlowCleanup {
     async fn restore(&self, fault: &Fault) -> TargetResult<()> {
         self.inner.restore(fault).await
     }
+    async fn supervisor_log(&self, sandbox: &str) -> TargetResult<Option<Vec<String>>> {
+        self.inner.supervisor_log(sandbox).await
+    }
     async fn teardown(&self) -> TargetResult<()> {
         self.inner.teardown().await
     }

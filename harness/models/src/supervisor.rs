@@ -429,6 +429,7 @@ impl Boundary {
         // Whether this supervisor had a session that ended: the next one comes back after the
         // gateway was away.
         let mut had_session = false;
+        // Failed sessions so far, the back-off's exponent (F2.7, F2.11).
         let mut n: u32 = 0;
         // Since when the session has been down (defect `retries-give-up-after-15m`).
         let mut lost_since: Option<tokio::time::Instant> = None;
@@ -453,7 +454,8 @@ impl Boundary {
             };
             match res {
                 Ok(mut session) => {
-                    n = 0;
+                    // The back-off is not reset by a session that worked: after one long
+                    // outage every later reconnect first sleeps the cap (F2.11).
                     lost_since = None;
                     reattach = false;
                     self.log.line(&format!(

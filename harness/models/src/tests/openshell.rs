@@ -533,3 +533,59 @@ async fn the_supervisor_checks_the_gateways_certificate_against_the_ca_its_pod_m
         assert_eq!(starts(&t, "demo"), 0, "the workload never started");
     }
 }
+
+/// Upstream's session loop never resets its back-off after a session that worked
+/// (docs/upstream-facts.md F2.11): after one long outage the next loss of the gateway is
+/// followed by a full 30 s sleep, not 1 s. Read from the supervisor's own log, as R5's checks
+/// read it.
+#[tokio::test(start_paused = true)]
+async fn after_a_long_outage_the_next_session_loss_waits_the_capped_back_off() {
+    use conformance_core::retries::{RetryOp, gaps, parse_attempts};
+    use conformance_core::target::{Fault, TargetFactory};
+    let topo = conformance_core::topology::Topologies::builtin();
+    let topo = topo.get("combined").unwrap();
+    let f = crate::target::EmulatedFactory::new(Selection::contract());
+    let rec = conformance_core::timeline::Recorder::new();
+    let t = f.provision(topo, &rec).await.unwrap();
+    t.install(topo).await.unwrap();
+    t.create_sandbox(&spec("demo")).await.unwrap();
+    let ready = || async {
+        for _ in 0..1200 {
+            if let Ok(Some(v)) = t.get_sandbox("demo").await
+                && v.phase == Phase::Ready
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        panic!("demo is not Ready");
+    };
+    ready().await;
+    let stop = Fault::GatewayStop;
+    for outage in [120, 5] {
+        t.inject(&stop).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(outage)).await;
+        t.restore(&stop).await.unwrap();
+        ready().await;
+        tokio::time::sleep(Duration::from_secs(40)).await;
+    }
+    let log = t.supervisor_log("demo").await.unwrap().expect("readable");
+    let attempts = parse_attempts(&log);
+    let sessions: Vec<usize> = attempts
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.op == RetryOp::Session && a.ok)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(sessions.len(), 3, "{attempts:?}");
+    let first_outage: Vec<u64> = gaps(&attempts[sessions[0]..=sessions[1]])
+        .iter()
+        .map(|g| g.ms / 1000)
+        .collect();
+    assert_eq!(first_outage[..6], [1, 2, 4, 8, 16, 30], "{first_outage:?}");
+    let second_outage: Vec<u64> = gaps(&attempts[sessions[1]..=sessions[2]])
+        .iter()
+        .map(|g| g.ms / 1000)
+        .collect();
+    assert_eq!(second_outage, [30], "{attempts:?}");
+}

@@ -293,8 +293,9 @@ async fn the_contract_starts_no_workload_before_policy_and_the_defect_does() {
 
 /// End to end through the `Target` trait on the full Kubernetes models (StatefulSet, Agent
 /// Sandbox controller, kubelet): install, create, Ready, main command once.
-#[tokio::test(start_paused = true)]
-async fn target_end_to_end_contract_combined() {
+/// The contract on combined, provisioned and installed through the target factory, as a run
+/// does it.
+async fn contract_combined() -> std::sync::Arc<dyn conformance_core::target::Target> {
     use conformance_core::target::TargetFactory;
     let topo = conformance_core::topology::Topologies::builtin();
     let topo = topo.get("combined").unwrap();
@@ -302,18 +303,29 @@ async fn target_end_to_end_contract_combined() {
     let rec = conformance_core::timeline::Recorder::new();
     let t = f.provision(topo, &rec).await.unwrap();
     t.install(topo).await.unwrap();
-    t.create_sandbox(&spec("demo")).await.unwrap();
+    t
+}
+
+/// Polls the gateway's view of `name` every 250 ms until it is Ready, at most `polls` times.
+async fn until_ready(t: &dyn conformance_core::target::Target, name: &str, polls: u32) {
     let mut phase = Phase::Unspecified;
-    for _ in 0..1200 {
-        if let Ok(Some(v)) = t.get_sandbox("demo").await {
-            phase = v.phase.clone();
+    for _ in 0..polls {
+        if let Ok(Some(v)) = t.get_sandbox(name).await {
+            phase = v.phase;
             if phase == Phase::Ready {
-                break;
+                return;
             }
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    assert_eq!(phase, Phase::Ready);
+    panic!("{name} is not Ready after {polls} polls; last seen {phase:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn target_end_to_end_contract_combined() {
+    let t = contract_combined().await;
+    t.create_sandbox(&spec("demo")).await.unwrap();
+    until_ready(&*t, "demo", 1200).await;
     let starts = t
         .read_workspace("demo", ".conformance/starts")
         .await
@@ -323,17 +335,7 @@ async fn target_end_to_end_contract_combined() {
     let f = conformance_core::target::Fault::GatewayRestart;
     t.inject(&f).await.unwrap();
     t.restore(&f).await.unwrap();
-    let mut phase = Phase::Unspecified;
-    for _ in 0..240 {
-        if let Ok(Some(v)) = t.get_sandbox("demo").await {
-            phase = v.phase.clone();
-            if phase == Phase::Ready {
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    assert_eq!(phase, Phase::Ready);
+    until_ready(&*t, "demo", 240).await;
     let starts = t
         .read_workspace("demo", ".conformance/starts")
         .await
@@ -346,13 +348,8 @@ async fn target_end_to_end_contract_combined() {
 /// it saw, so the engine reports the restore instead of blaming the product.
 #[tokio::test(start_paused = true)]
 async fn a_gateway_stop_is_verified_restored_only_once_the_gateway_is_back_and_ready() {
-    use conformance_core::target::{Fault, TargetFactory};
-    let topo = conformance_core::topology::Topologies::builtin();
-    let topo = topo.get("combined").unwrap();
-    let f = crate::target::EmulatedFactory::new(Selection::contract());
-    let rec = conformance_core::timeline::Recorder::new();
-    let t = f.provision(topo, &rec).await.unwrap();
-    t.install(topo).await.unwrap();
+    use conformance_core::target::Fault;
+    let t = contract_combined().await;
     let stop = Fault::GatewayStop;
     t.inject(&stop).await.unwrap();
     let err = t.verify_restored(&stop).await.unwrap_err().to_string();
@@ -365,13 +362,8 @@ async fn a_gateway_stop_is_verified_restored_only_once_the_gateway_is_back_and_r
 /// Bootstrap credentials broken by a fault count as restored only once the model has them back.
 #[tokio::test(start_paused = true)]
 async fn broken_credentials_are_verified_restored_only_once_they_are_back() {
-    use conformance_core::target::{Fault, TargetFactory};
-    let topo = conformance_core::topology::Topologies::builtin();
-    let topo = topo.get("combined").unwrap();
-    let f = crate::target::EmulatedFactory::new(Selection::contract());
-    let rec = conformance_core::timeline::Recorder::new();
-    let t = f.provision(topo, &rec).await.unwrap();
-    t.install(topo).await.unwrap();
+    use conformance_core::target::Fault;
+    let t = contract_combined().await;
     t.create_sandbox(&spec("demo")).await.unwrap();
     let broken = Fault::BootstrapCredentials {
         sandbox: "demo".into(),
@@ -541,32 +533,16 @@ async fn the_supervisor_checks_the_gateways_certificate_against_the_ca_its_pod_m
 #[tokio::test(start_paused = true)]
 async fn after_a_long_outage_the_next_session_loss_waits_the_capped_back_off() {
     use conformance_core::retries::{RetryOp, gaps, parse_attempts};
-    use conformance_core::target::{Fault, TargetFactory};
-    let topo = conformance_core::topology::Topologies::builtin();
-    let topo = topo.get("combined").unwrap();
-    let f = crate::target::EmulatedFactory::new(Selection::contract());
-    let rec = conformance_core::timeline::Recorder::new();
-    let t = f.provision(topo, &rec).await.unwrap();
-    t.install(topo).await.unwrap();
+    use conformance_core::target::Fault;
+    let t = contract_combined().await;
     t.create_sandbox(&spec("demo")).await.unwrap();
-    let ready = || async {
-        for _ in 0..1200 {
-            if let Ok(Some(v)) = t.get_sandbox("demo").await
-                && v.phase == Phase::Ready
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        panic!("demo is not Ready");
-    };
-    ready().await;
+    until_ready(&*t, "demo", 1200).await;
     let stop = Fault::GatewayStop;
     for outage in [120, 5] {
         t.inject(&stop).await.unwrap();
         tokio::time::sleep(Duration::from_secs(outage)).await;
         t.restore(&stop).await.unwrap();
-        ready().await;
+        until_ready(&*t, "demo", 1200).await;
         tokio::time::sleep(Duration::from_secs(40)).await;
     }
     let log = t.supervisor_log("demo").await.unwrap().expect("readable");

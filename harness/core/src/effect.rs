@@ -28,13 +28,13 @@ impl SandboxLayout {
     }
 }
 
-/// Where a sandbox's supervisor writes its log.
+/// Where a sandbox's supervisor runs: to kill it, or to read its log.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SupervisorLog {
+pub enum SupervisorAt {
     /// A container of the sandbox's own pod.
     Container { pod: String, container: String },
     /// The container of the pods matching `labels` (the sandbox's own supervisor pod, replaced
-    /// with its own name each time).
+    /// with its own name each time, or the pods of the supervisor every sandbox shares).
     Labelled {
         labels: BTreeMap<String, String>,
         container: String,
@@ -42,19 +42,24 @@ pub enum SupervisorLog {
 }
 
 impl SandboxLayout {
-    /// Where `sandbox`'s supervisor logs; None where one supervisor serves every sandbox, whose
-    /// log does not say which sandbox an attempt was for.
-    pub fn supervisor_log(&self, sandbox: &str) -> Option<SupervisorLog> {
+    /// Where `sandbox`'s supervisor runs, and whether it serves that sandbox alone.
+    pub fn supervisor_of(&self, sandbox: &str) -> (SupervisorAt, bool) {
         let pod = sandbox_resource_name(&self.workspace, sandbox);
         match &self.supervisor {
-            SupervisorPlacement::WorkloadContainer => Some(SupervisorLog::Container {
-                pod,
-                container: self.workload_container.clone(),
-            }),
-            SupervisorPlacement::SidecarContainer { container } => Some(SupervisorLog::Container {
-                pod,
-                container: container.clone(),
-            }),
+            SupervisorPlacement::WorkloadContainer => (
+                SupervisorAt::Container {
+                    pod,
+                    container: self.workload_container.clone(),
+                },
+                true,
+            ),
+            SupervisorPlacement::SidecarContainer { container } => (
+                SupervisorAt::Container {
+                    pod,
+                    container: container.clone(),
+                },
+                true,
+            ),
             SupervisorPlacement::DedicatedPod {
                 selector,
                 sandbox_label,
@@ -63,13 +68,33 @@ impl SandboxLayout {
             } => {
                 let mut labels = selector.clone();
                 labels.insert(sandbox_label.clone(), pod);
-                Some(SupervisorLog::Labelled {
-                    labels,
-                    container: container.clone(),
-                })
+                (
+                    SupervisorAt::Labelled {
+                        labels,
+                        container: container.clone(),
+                    },
+                    true,
+                )
             }
-            SupervisorPlacement::SharedDeployment { .. } => None,
+            SupervisorPlacement::SharedDeployment {
+                selector,
+                container,
+                ..
+            } => (
+                SupervisorAt::Labelled {
+                    labels: selector.clone(),
+                    container: container.clone(),
+                },
+                false,
+            ),
         }
+    }
+
+    /// Where `sandbox`'s supervisor logs; None where one supervisor serves every sandbox, whose
+    /// log does not say which sandbox an attempt was for.
+    pub fn supervisor_log(&self, sandbox: &str) -> Option<SupervisorAt> {
+        let (at, own) = self.supervisor_of(sandbox);
+        own.then_some(at)
     }
 }
 
@@ -132,37 +157,21 @@ impl FaultEffect {
                 resource: resource(sandbox),
                 material: *what,
             },
-            Fault::SupervisorKill { sandbox } => {
-                let pod = resource(sandbox);
-                match &layout.supervisor {
-                    SupervisorPlacement::WorkloadContainer => Self::ProcessKilled {
-                        pod,
-                        container: layout.workload_container.clone(),
-                        process: Process::Supervisor,
+            Fault::SupervisorKill { sandbox } => match layout.supervisor_of(sandbox) {
+                (SupervisorAt::Container { pod, container }, _) => Self::ProcessKilled {
+                    pod,
+                    container,
+                    process: Process::Supervisor,
+                },
+                (SupervisorAt::Labelled { labels, .. }, own) => Self::PodsDeleted {
+                    labels,
+                    what: if own {
+                        "the sandbox's supervisor pod"
+                    } else {
+                        "the shared supervisor's pods"
                     },
-                    SupervisorPlacement::SidecarContainer { container } => Self::ProcessKilled {
-                        pod,
-                        container: container.clone(),
-                        process: Process::Supervisor,
-                    },
-                    SupervisorPlacement::DedicatedPod {
-                        selector,
-                        sandbox_label,
-                        ..
-                    } => {
-                        let mut labels = selector.clone();
-                        labels.insert(sandbox_label.clone(), pod);
-                        Self::PodsDeleted {
-                            labels,
-                            what: "the sandbox's supervisor pod",
-                        }
-                    }
-                    SupervisorPlacement::SharedDeployment { selector, .. } => Self::PodsDeleted {
-                        labels: selector.clone(),
-                        what: "the shared supervisor's pods",
-                    },
-                }
-            }
+                },
+            },
         }
     }
 }

@@ -1,6 +1,6 @@
 //! A supervisor's log as the container runtime stamped it, read the same way on every target.
 
-use conformance_core::effect::{SupervisorLog, label_selector};
+use conformance_core::effect::{SupervisorAt, label_selector};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, LogParams};
 use kube::{Client, ResourceExt};
@@ -11,12 +11,12 @@ use kube::{Client, ResourceExt};
 pub async fn timestamped_log(
     client: &Client,
     ns: &str,
-    at: &SupervisorLog,
+    at: &SupervisorAt,
 ) -> Result<Vec<String>, kube::Error> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let (names, container) = match at {
-        SupervisorLog::Container { pod, container } => (vec![pod.clone()], container),
-        SupervisorLog::Labelled { labels, container } => {
+        SupervisorAt::Container { pod, container } => (vec![pod.clone()], container),
+        SupervisorAt::Labelled { labels, container } => {
             let mut found = pods
                 .list(&ListParams::default().labels(&label_selector(labels)))
                 .await?

@@ -63,12 +63,11 @@ impl Expectations {
     }
 
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::usage_from(
-                format!("cannot read expectations file {}", path.display()),
-                e,
-            )
-        })?;
+        let text = conformance_core::user_file::read_to_string(
+            path,
+            conformance_core::user_file::Kind::Expectations,
+            &format!("expectations file {}", path.display()),
+        )?;
         Self::from_yaml(&text, path)
     }
 

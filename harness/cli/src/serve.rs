@@ -127,6 +127,8 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
         None => {
             let dir = tempfile::Builder::new()
                 .prefix(&format!("{PRIVATE_DIR_PREFIX}{}-", std::process::id()))
+                // 0700 from its creation: tempfile leaves the mode to the umask.
+                .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
                 .tempdir()
                 .map_err(|e| {
                     ServeError::Machine("cannot make a private directory for the kubeconfig", e)

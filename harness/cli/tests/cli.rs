@@ -241,8 +241,12 @@ fn bad_flags_and_values_exit_2_with_a_message_that_says_what_to_do() {
             &["run", "--html", "/proc/version"],
             "--html /proc/version: cannot write it",
         ),
-        // Issue 31 item 12: it aborted with exit 134, allocating for one endless line.
-        (&["check", "/dev/zero"], "is longer than 16777216 bytes"),
+        // Issue 31 item 12: it aborted with exit 134, allocating for one endless line; issue 44
+        // item 5: only regular files are read.
+        (
+            &["check", "/dev/zero"],
+            "timeline /dev/zero: not a regular file",
+        ),
         (&["frobnicate"], "unrecognized subcommand"),
     ];
     for (args, says) in cases {
@@ -1085,8 +1089,36 @@ fn user_given_paths_are_refused_with_exit_2_naming_flag_and_path_before_anything
     std::fs::create_dir(d.join("jdir")).unwrap();
     std::fs::write(d.join("junk"), [0x00, 0xff, 0x13, 0x37, 0xc3]).unwrap();
     let inside = d.join("art2/priv").display().to_string();
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(d.join("fifo"))
+            .status()
+            .unwrap()
+            .success()
+    );
+    // Issue 44 item 7: a run with --run-dir ignored the active faults of the journal there.
+    std::fs::write(
+        d.join("kc.yaml"),
+        "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n",
+    )
+    .unwrap();
+    std::fs::create_dir(d.join("rd")).unwrap();
+    std::fs::write(
+        d.join("rd/restore-journal.json"),
+        r#"{"context":"kind-x","entries":[{"id":"gateway-stop-openshell","fault":"gateway-stop","undo":{"undo":"scale-back","workload":{"kind":"StatefulSet","namespace":"openshell","name":"openshell","selector":{}},"replicas":1}}]}"#,
+    )
+    .unwrap();
     let served = ["run", "--target", "served"];
-    let cases: Vec<(Vec<&str>, String)> = vec![
+    let cases: Vec<(Vec<&str>, String)> =
+        vec![
+        (
+            vec![
+                "run", "--target", "existing", "--context", "kind-x", "--kubeconfig", "kc.yaml",
+                "--run-dir", "rd",
+            ],
+            "rd/restore-journal.json holds 1 fault(s) an earlier run left active on context kind-x"
+                .into(),
+        ),
         (
             [&served[..], &["--chart-path", "chart"]].concat(),
             "--chart-path chart: ".into(),
@@ -1123,6 +1155,60 @@ fn user_given_paths_are_refused_with_exit_2_naming_flag_and_path_before_anything
             .concat(),
             format!("--private-dir {inside} is inside art2: credentials must stay out"),
         ),
+        // Issue 44 items 5 and 6: /dev/zero never ended (gigabytes resident); a missing or
+        // garbage kubeconfig exited 3.
+        (
+            [&served[..], &["--values", "/dev/zero"]].concat(),
+            "--values /dev/zero: not a regular file".into(),
+        ),
+        (
+            vec!["run", "--expectations", "/dev/zero"],
+            "expectations file /dev/zero: not a regular file".into(),
+        ),
+        (
+            vec![
+                "run",
+                "--target",
+                "existing",
+                "--context",
+                "kind-x",
+                "--kubeconfig",
+                "nokc",
+            ],
+            "kubeconfig nokc does not exist (--kubeconfig)".into(),
+        ),
+        (
+            vec![
+                "run",
+                "--target",
+                "existing",
+                "--context",
+                "kind-x",
+                "--kubeconfig",
+                "junk",
+            ],
+            "--kubeconfig junk: not a kubeconfig".into(),
+        ),
+        (
+            vec![
+                "run",
+                "--target",
+                "existing",
+                "--context",
+                "kind-x",
+                "--kubeconfig",
+                "/dev/zero",
+            ],
+            "--kubeconfig /dev/zero: not a regular file".into(),
+        ),
+        (
+            vec!["check", "fifo"],
+            "timeline fifo: not a regular file".into(),
+        ),
+        (
+            [&served[..], &["--run-dir", "/proc/rd"]].concat(),
+            "--run-dir /proc/rd: the run cannot make its directory there".into(),
+        ),
         (
             vec!["restore", "--journal", "jdir"],
             "restore --journal jdir: not a file".into(),
@@ -1147,6 +1233,165 @@ fn user_given_paths_are_refused_with_exit_2_naming_flag_and_path_before_anything
             "{args:?}"
         );
     }
+}
+
+/// Issue 44 item 3: each was renamed over (a device node or symbolic link became a regular
+/// file, the input timeline was overwritten, one report replaced the other), with exit 0.
+#[test]
+fn reports_are_written_only_to_a_regular_file_or_a_new_path_and_never_over_an_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let o = run(
+        &[
+            "run",
+            "--scenario",
+            "provisioning",
+            "--topology",
+            "combined",
+        ],
+        d,
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let timeline = std::fs::read_dir(d.join("artifacts/timelines"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let timeline = timeline.to_str().unwrap();
+    std::fs::write(d.join("target"), "the user's").unwrap();
+    std::os::unix::fs::symlink(d.join("target"), d.join("link")).unwrap();
+    let fifo = d.join("fifo");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let quick = ["run", "--scenario", "provisioning", "--artifacts", "art"];
+    // A device node of the test's own (the null device's numbers), never the machine's
+    // /dev/null: a regression would replace the node it names. Making one needs root.
+    let device = std::process::Command::new("mknod")
+        .args(["-m", "666", "null", "c", "1", "3"])
+        .current_dir(d)
+        .status()
+        .is_ok_and(|s| s.success());
+    let mut cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            [&quick[..], &["--html", "link"]].concat(),
+            "--html link: it is a symbolic link",
+        ),
+        (
+            [&quick[..], &["--junit", "fifo"]].concat(),
+            "--junit fifo: it is a FIFO",
+        ),
+        (
+            [&quick[..], &["--junit", "same.xml", "--html", "./same.xml"]].concat(),
+            "--html ./same.xml is also the path of --junit: two reports cannot share one file",
+        ),
+        (
+            vec!["report", timeline, "--html", timeline],
+            "which this command reads: writing there would replace it",
+        ),
+    ];
+    if device {
+        cases.push((
+            [&quick[..], &["--junit", "null"]].concat(),
+            "--junit null: it is a device; reports are written only to a regular file or a new path",
+        ));
+        cases.push((
+            vec!["report", timeline, "--html", "null"],
+            "--html null: it is a device",
+        ));
+    }
+    let before = std::fs::read(timeline).unwrap();
+    for (args, says) in cases {
+        let o = run(&args, d);
+        let out = text(&o);
+        assert_eq!(code(&o), 2, "{args:?}: {out}");
+        assert!(out.contains(says), "{args:?} should say {says:?}:\n{out}");
+        assert!(
+            !out.contains("start provisioning"),
+            "{args:?}: a case ran: {out}"
+        );
+    }
+    assert!(!d.join("art").exists(), "a refused run made its artifacts");
+    assert_eq!(std::fs::read(timeline).unwrap(), before);
+    assert!(
+        std::fs::symlink_metadata(d.join("link"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("target")).unwrap(),
+        "the user's"
+    );
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+    if device {
+        assert!(
+            std::fs::symlink_metadata(d.join("null"))
+                .unwrap()
+                .file_type()
+                .is_char_device(),
+            "the device is still a device"
+        );
+    }
+}
+
+/// Issue 44 items 1 and 4: a private directory another user made first was used (and the
+/// token written into it); `--private-dir` on an existing directory set it to 0700.
+#[test]
+fn a_private_dir_that_is_not_new_or_an_empty_private_directory_of_ours_is_refused_and_left_as_it_was()
+ {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let open = d.join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let full = d.join("full");
+    std::fs::create_dir(&full).unwrap();
+    std::fs::set_permissions(&full, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(full.join("notes"), "mine").unwrap();
+    std::os::unix::fs::symlink(&full, d.join("link")).unwrap();
+    for (private, says) in [
+        (
+            "open",
+            "--private-dir: open has mode 0755: other users can reach it",
+        ),
+        ("full", "--private-dir: full is not empty"),
+        ("link", "--private-dir: link is a symbolic link"),
+    ] {
+        let o = run(
+            &[
+                "run",
+                "--target",
+                "served",
+                "--dry-run",
+                "--private-dir",
+                private,
+            ],
+            d,
+        );
+        let out = text(&o);
+        assert_eq!(code(&o), 2, "{private}: {out}");
+        assert!(out.contains(says), "{private} should say {says:?}:\n{out}");
+    }
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(
+        mode(&open),
+        0o755,
+        "the mode of the user's directory is never changed"
+    );
+    assert_eq!(std::fs::read_to_string(full.join("notes")).unwrap(), "mine");
 }
 
 #[test]

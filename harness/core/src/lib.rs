@@ -48,4 +48,5 @@ pub mod target;
 pub mod testkit;
 pub mod timeline;
 pub mod topology;
+pub mod user_file;
 mod verdict;

@@ -159,19 +159,38 @@ fn kubeconfig_text(server: &str, user: &str) -> String {
     )
 }
 
-/// Writes `text` to `path` readable and writable by this user only (0600), whatever was there.
+/// Writes `text` to `path` readable and writable by this user only: a new file created
+/// exclusively with mode 0600 and never through a symbolic link, so no other user can hold it
+/// open or point it elsewhere. A regular file of this user already there (an earlier
+/// kubeconfig) is replaced; a symbolic link, anything but a regular file, or another user's file
+/// is refused.
 pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
-    #[cfg(unix)]
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    opts.mode(0o600);
-    let mut f = opts.open(path)?;
-    // A file that was there keeps its mode through `open`: narrow it before writing.
-    #[cfg(unix)]
-    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+        Ok(meta) => {
+            let me = std::fs::metadata("/proc/self")?.uid();
+            if meta.file_type().is_symlink() || !meta.is_file() || meta.uid() != me {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    format!(
+                        "{} exists and is not a regular file of this user (a symbolic link, a \
+                         device or another user's file); refusing to write a credential there",
+                        path.display()
+                    ),
+                ));
+            }
+            std::fs::remove_file(path)?;
+        }
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
     f.write_all(text.as_bytes())
 }
 
@@ -329,5 +348,28 @@ mod tests {
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
+    }
+
+    #[test]
+    fn the_kubeconfig_is_never_written_through_a_symbolic_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let theirs = dir.path().join("theirs");
+        std::fs::write(&theirs, "theirs").unwrap();
+        let path = dir.path().join("kubeconfig");
+        std::os::unix::fs::symlink(&theirs, &path).unwrap();
+        let err = write_private(&path, "token").unwrap_err().to_string();
+        assert!(
+            err.contains("refusing to write a credential there"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_to_string(&theirs).unwrap(), "theirs");
+    }
+
+    #[test]
+    fn the_kubeconfig_is_never_written_into_a_device() {
+        let err = write_private(Path::new("/dev/null"), "token")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not a regular file of this user"), "{err}");
     }
 }

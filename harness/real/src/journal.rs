@@ -3,6 +3,7 @@
 //! removes the entry once restored. If the process is killed in between, `openshell-conformance
 //! restore` reads the file and repairs the cluster.
 
+use conformance_core::user_file::Kind;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -362,13 +363,24 @@ pub async fn restore(
     match tokio::fs::metadata(path).await {
         Err(e) => return Err(Error::usage_from(cannot("cannot be read"), e)),
         Ok(m) if !m.is_file() => return Err(Error::usage(cannot("not a file"))),
+        Ok(m) if m.len() > Kind::Journal.cap() => {
+            return Err(Error::usage(cannot(&format!(
+                "{} bytes, more than a restore journal may have ({} MiB)",
+                m.len(),
+                Kind::Journal.cap() >> 20
+            ))));
+        }
         Ok(_) => {}
     }
+    // The user named this file: one that cannot be read is a usage error like a missing one.
     let file = Journal::read(path).await.map_err(|e| match e {
         Error::Config { message, .. } => {
             Error::usage(cannot(&format!("not a restore journal ({message})")))
         }
-        other => other,
+        other => Error::usage(cannot(&format!(
+            "cannot be read ({})",
+            conformance_core::error::one_line(&other)
+        ))),
     })?;
     if file.entries.is_empty() {
         return Ok(RestoreReport::default());

@@ -151,8 +151,13 @@ pub struct RealArgs {
     /// Where the run keeps credentials (the kind/k3d kubeconfig, the gateway's client
     /// certificate, the CLI's configuration), mode 0700; never inside the artifacts. Default: a
     /// directory per run under the system's temporary directory.
+    /// It must be new, or an empty directory of this user that no other user can enter (its mode
+    /// is never changed); the run clears it when it ends unless --keep-private-dir.
     #[arg(long, env = "OPENSHELL_CONFORMANCE_PRIVATE_DIR")]
     pub private_dir: Option<PathBuf>,
+    /// Leave the private directory and the credentials in it after the run.
+    #[arg(long, env = "OPENSHELL_CONFORMANCE_KEEP_PRIVATE_DIR", value_parser = env_bool("OPENSHELL_CONFORMANCE_KEEP_PRIVATE_DIR"))]
+    pub keep_private_dir: bool,
 }
 
 /// Resolved options: defaults filled in, the provider chosen, paths fixed.
@@ -274,9 +279,13 @@ impl Default for Timeouts {
 }
 
 /// The name of a run's own private directory (no `--private-dir`), under the system's temporary
-/// directory: it ends in `-<process id>-private`, so a later run can tell one a killed run left.
-pub fn default_private_dir_name(run_id: &str) -> String {
-    format!("{PRIVATE_DIR_START}{run_id}{PRIVATE_DIR_END}")
+/// directory: `<run id>-<128 random bits>-private`. The process id in the run id lets a later run
+/// tell one a killed run left; the random part keeps another user from creating it first.
+pub fn default_private_dir_name(run_id: &str) -> std::io::Result<String> {
+    let nonce = crate::private::unguessable()?;
+    Ok(format!(
+        "{PRIVATE_DIR_START}{run_id}-{nonce}{PRIVATE_DIR_END}"
+    ))
 }
 
 /// What a [`default_private_dir_name`] starts and ends with, around the run id.
@@ -379,7 +388,10 @@ impl RealArgs {
         let private_dir = match &self.private_dir {
             Some(dir) => std::path::absolute(dir)
                 .map_err(|e| Error::usage_from(format!("--private-dir {}", dir.display()), e))?,
-            None => std::env::temp_dir().join(default_private_dir_name(run_id)),
+            None => std::env::temp_dir().join(
+                default_private_dir_name(run_id)
+                    .map_err(|e| Error::infra_from("a name for the run's private directory", e))?,
+            ),
         };
         refuse_inside(&private_dir, &run_dir)?;
         // kind and k3d write their context to a private kubeconfig, so the user's own is never
@@ -485,6 +497,9 @@ impl RealArgs {
         if let Some(path) = &self.agent_sandbox_manifest {
             check_yaml(path, "--agent-sandbox-manifest", true)?;
         }
+        if let Some(path) = &self.kubeconfig {
+            check_kubeconfig(path)?;
+        }
         for path in &self.values {
             check_yaml(path, "--values", false)?;
         }
@@ -492,7 +507,23 @@ impl RealArgs {
         if bin.components().count() > 1 {
             check_executable(bin)?;
         }
+        if let Some(dir) = &self.run_dir {
+            check_creatable(dir).map_err(|e| {
+                Error::usage_from(
+                    format!(
+                        "--run-dir {}: the run cannot make its directory there",
+                        dir.display()
+                    ),
+                    e,
+                )
+            })?;
+        }
         if let Some(dir) = &self.private_dir {
+            let unusable = crate::private::unusable_private_dir(dir)
+                .map_err(|e| Error::usage_from(format!("--private-dir {}", dir.display()), e))?;
+            if let Some(why) = unusable {
+                return Err(Error::usage(format!("--private-dir: {why}")));
+            }
             check_creatable(dir).map_err(|e| {
                 Error::usage_from(
                     format!(
@@ -510,10 +541,12 @@ impl RealArgs {
 /// A YAML file the run hands to a tool: readable text, YAML, each document a mapping (a helm
 /// values file is one document; a manifest may be several).
 fn check_yaml(path: &Path, flag: &str, documents: bool) -> Result<()> {
-    let text = std::fs::read(path)
-        .map_err(|e| Error::usage_from(format!("{flag} {}: cannot read it", path.display()), e))?;
     let bad = |why: String| Error::usage(format!("{flag} {}: {why}", path.display()));
-    let text = String::from_utf8(text).map_err(|_| bad("not a text file".into()))?;
+    let text = conformance_core::user_file::read_to_string(
+        path,
+        conformance_core::user_file::Kind::Manifest,
+        &format!("{flag} {}", path.display()),
+    )?;
     let docs: Vec<serde_json::Value> = if documents {
         serde_saphyr::from_multiple(&text)
     } else {
@@ -523,6 +556,28 @@ fn check_yaml(path: &Path, flag: &str, documents: bool) -> Result<()> {
     if docs.iter().any(|d| !(d.is_object() || d.is_null())) {
         return Err(bad("a YAML document that is not a mapping".into()));
     }
+    Ok(())
+}
+
+/// `--kubeconfig`: a kubeconfig the run can read (bounded: `/dev/zero` never ended), checked
+/// before anything starts, so a wrong path is the user's mistake (exit 2), not the cluster's.
+fn check_kubeconfig(path: &Path) -> Result<()> {
+    if !path.exists() {
+        return Err(Error::usage(format!(
+            "kubeconfig {} does not exist (--kubeconfig)",
+            path.display()
+        )));
+    }
+    let what = format!("--kubeconfig {}", path.display());
+    let bytes = conformance_core::user_file::read(
+        path,
+        conformance_core::user_file::Kind::Kubeconfig,
+        &what,
+    )?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| Error::usage(format!("{what}: not a kubeconfig (not text)")))?;
+    kube::config::Kubeconfig::from_yaml(&text)
+        .map_err(|e| Error::usage(format!("{what}: not a kubeconfig ({e})")))?;
     Ok(())
 }
 

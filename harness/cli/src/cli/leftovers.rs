@@ -64,14 +64,22 @@ fn owner(name: &str) -> Option<(u32, Kind)> {
     if let Some(rest) = name.strip_prefix(crate::serve::PRIVATE_DIR_PREFIX) {
         return pid_then_random(rest).map(|p| (p, Kind::Ending));
     }
-    // `openshell-conformance-<secs>-<pid>-private` (conformance_real::options).
+    // `openshell-conformance-<secs>-<pid>-<random>-private` (conformance_real::options); older
+    // runs wrote no random part.
     use conformance_real::options::{PRIVATE_DIR_END, PRIVATE_DIR_START};
     let run_id = name
         .strip_prefix(PRIVATE_DIR_START)?
         .strip_suffix(PRIVATE_DIR_END)?;
-    let (secs, pid) = run_id.split_once('-')?;
-    secs.parse::<u64>().ok()?;
-    pid.parse().ok().map(|p| (p, Kind::Private))
+    let mut parts = run_id.splitn(3, '-');
+    parts.next()?.parse::<u64>().ok()?;
+    let pid = parts.next()?.parse().ok()?;
+    if parts
+        .next()
+        .is_some_and(|r| !r.chars().all(|c| c.is_ascii_hexdigit()))
+    {
+        return None;
+    }
+    Some((pid, Kind::Private))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -220,7 +228,7 @@ mod tests {
         for name in [
             format!("{}{pid}-r4nd0m", conformance_models::host::STATE_DIR_PREFIX),
             format!("{}{pid}-r4nd0m", crate::serve::PRIVATE_DIR_PREFIX),
-            conformance_real::options::default_private_dir_name(&run_id),
+            conformance_real::options::default_private_dir_name(&run_id).unwrap(),
         ] {
             assert_eq!(owner(&name).map(|(p, _)| p), Some(pid), "{name}");
         }

@@ -62,6 +62,12 @@ pub async fn run(cli: Cli) -> ExitStatus {
 
 /// `report`: renders saved timelines as HTML.
 fn report(args: &ReportArgs) -> Result<ExitStatus, Error> {
+    let inputs: Vec<(&str, &std::path::Path)> = args
+        .timelines
+        .iter()
+        .map(|t| ("a timeline", t.as_path()))
+        .collect();
+    files::refuse_unsafe_outputs(&[("--html", args.html.as_path())], &inputs)?;
     let timelines = args
         .timelines
         .iter()

@@ -28,6 +28,15 @@ use conformance_core::topology::{Topologies, Topology};
 /// Refuses, before the first case, report paths the run could not write at its end, naming
 /// each (exit 2): a long run must not end in "cannot write" with its verdicts unseen.
 fn check_outputs(args: &RunArgs) -> Result<(), Error> {
+    let (junit, html) = (args.junit_path(), args.html_path());
+    let mut inputs = Vec::new();
+    if let Some(e) = &args.expectations {
+        inputs.push(("the --expectations file", e.as_path()));
+    }
+    super::files::refuse_unsafe_outputs(
+        &[("--junit", junit.as_path()), ("--html", html.as_path())],
+        &inputs,
+    )?;
     let dir = &args.artifacts;
     std::fs::create_dir_all(dir).map_err(|e| {
         Error::usage_from(
@@ -47,7 +56,7 @@ fn check_outputs(args: &RunArgs) -> Result<(), Error> {
                 e,
             )
         })?;
-    for (flag, path) in [("--junit", args.junit_path()), ("--html", args.html_path())] {
+    for (flag, path) in [("--junit", junit), ("--html", html)] {
         probe_file(&path).map_err(|e| {
             Error::usage_from(format!("{flag} {}: cannot write it", path.display()), e)
         })?;
@@ -77,31 +86,59 @@ fn probe_file(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The private directory a run made for itself, removed when the run ends.
-struct PrivateDir(std::path::PathBuf);
+/// The run's private directory, cleared when the run ends whatever its exit (a SIGKILL leaves
+/// it, with the restore journal that may need its kubeconfig), unless `--keep-private-dir`.
+enum PrivateDir {
+    /// Made by the run (the default, or a `--private-dir` that did not exist): removed.
+    Whole(std::path::PathBuf),
+    /// An empty directory of the user's (`--private-dir`): emptied again, left in place.
+    Contents(std::path::PathBuf),
+}
 
 impl PrivateDir {
-    /// The run's private directory if the run chose it (no `--private-dir`): one the user named
-    /// is theirs to keep.
+    /// Called before the run makes anything there, so an existing `dir` is the user's (checked
+    /// empty and private by the options).
     fn of_run(args: &RunArgs, dir: &Path) -> Option<Self> {
-        args.real
-            .private_dir
-            .is_none()
-            .then(|| Self(dir.to_path_buf()))
+        if args.real.keep_private_dir {
+            return None;
+        }
+        let dir = dir.to_path_buf();
+        Some(if args.real.private_dir.is_some() && dir.exists() {
+            Self::Contents(dir)
+        } else {
+            Self::Whole(dir)
+        })
     }
 }
 
 impl Drop for PrivateDir {
     fn drop(&mut self) {
-        if let Err(e) = std::fs::remove_dir_all(&self.0)
+        let (dir, removed) = match self {
+            Self::Whole(dir) => (&*dir, std::fs::remove_dir_all(&*dir)),
+            Self::Contents(dir) => (&*dir, empty_dir(dir)),
+        };
+        if let Err(e) = removed
             && e.kind() != std::io::ErrorKind::NotFound
         {
             eprintln!(
-                "warning: could not remove the run's private directory {}: {e}",
-                self.0.display()
+                "warning: could not remove the credentials in the run's private directory {}: {e}",
+                dir.display()
             );
         }
     }
+}
+
+/// Removes what is in `dir`, not `dir` itself.
+fn empty_dir(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            std::fs::remove_dir_all(entry.path())?;
+        } else {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
 }
 
 fn emulated_factory(args: &RunArgs) -> Result<Arc<dyn TargetFactory>, Error> {
@@ -288,8 +325,7 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
         }),
         ..EngineOptions::default()
     };
-    let journal = (args.target != TargetKind::Served)
-        .then(|| args.artifacts.join(conformance_real::journal::FILE_NAME));
+    let journal = (args.target != TargetKind::Served).then(|| journal_path(&args));
     let watcher = tokio::spawn(signals.interrupt(interrupt.clone(), journal));
     let wall = std::time::SystemTime::now();
     let jobs = args.jobs();
@@ -462,17 +498,37 @@ fn interrupted_status(signal: &str) -> ExitStatus {
     }
 }
 
+/// Where the real path keeps its restore journal: the run directory (`--run-dir`, by default
+/// the artifacts directory), as the target writes it.
+fn journal_path(args: &RunArgs) -> PathBuf {
+    args.real
+        .run_dir
+        .as_deref()
+        .unwrap_or(&args.artifacts)
+        .join(conformance_real::journal::FILE_NAME)
+}
+
 /// Refuses a restore journal with faults an earlier run left on a cluster that outlived it, and
-/// removes a served run's, saying so (see [`conformance_real::journal::earlier`]).
+/// removes a served run's, saying so (see [`conformance_real::journal::earlier`]): in the run
+/// directory, where this run writes its own, and in the artifacts directory, where a run without
+/// `--run-dir` kept it, so neither directory hides active faults from the other.
 async fn check_earlier_journal(args: &RunArgs) -> Result<(), Error> {
-    let path = args.artifacts.join(conformance_real::journal::FILE_NAME);
-    if let conformance_real::journal::Earlier::Removed(n) =
-        conformance_real::journal::earlier(&path).await?
+    let mut paths = vec![journal_path(args)];
+    let in_artifacts = args.artifacts.join(conformance_real::journal::FILE_NAME);
+    if conformance_real::options::resolved(&in_artifacts)
+        != conformance_real::options::resolved(&paths[0])
     {
-        eprintln!(
-            "removed {}, the restore journal of a killed served run ({n} fault(s) on its cluster, which ended with it)",
-            path.display()
-        );
+        paths.push(in_artifacts);
+    }
+    for path in paths {
+        if let conformance_real::journal::Earlier::Removed(n) =
+            conformance_real::journal::earlier(&path).await?
+        {
+            eprintln!(
+                "removed {}, the restore journal of a killed served run ({n} fault(s) on its cluster, which ended with it)",
+                path.display()
+            );
+        }
     }
     Ok(())
 }

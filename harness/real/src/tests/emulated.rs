@@ -1410,7 +1410,7 @@ mod end_to_end {
         )
         .unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let private = tempfile::tempdir().unwrap();
+        let private = crate::tests::private_tempdir();
         let args = RealArgs {
             cluster_name: "openshell-conformance".into(),
             chart: "oci://ghcr.io/nvidia/openshell/helm-chart".into(),

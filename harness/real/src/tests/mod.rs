@@ -21,3 +21,12 @@ pub(crate) fn notes(rec: &conformance_core::timeline::Recorder) -> Vec<String> {
         })
         .collect()
 }
+
+/// A temporary directory as the run makes its private ones: mode 0700 from its creation
+/// (tempfile leaves the mode to the umask, and a private directory others can enter is refused).
+pub(crate) fn private_tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .tempdir()
+        .unwrap()
+}

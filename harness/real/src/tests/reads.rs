@@ -91,7 +91,7 @@ async fn a_sandbox_reads_the_same_through_grpc_as_through_the_real_cli() {
         SandboxPhase::Ready,
     ));
 
-    let home = tempfile::tempdir().unwrap();
+    let home = crate::tests::private_tempdir();
     let cli = OpenShellCli::new(
         Arc::new(SystemRunner),
         bin.to_str().unwrap(),

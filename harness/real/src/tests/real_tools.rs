@@ -124,7 +124,7 @@ fn every_topology_the_chart_supports_renders_with_real_helm_as_the_fixture_inten
         return;
     };
     let run = tempfile::tempdir().unwrap();
-    let private = tempfile::tempdir().unwrap();
+    let private = crate::tests::private_tempdir();
     let o = opts(
         &["--chart-path", chart.to_str().unwrap()],
         run.path(),
@@ -232,7 +232,7 @@ fn a_values_file_turning_authentication_back_on_renders_no_auth_section() {
         return;
     };
     let run = tempfile::tempdir().unwrap();
-    let private = tempfile::tempdir().unwrap();
+    let private = crate::tests::private_tempdir();
     let o = opts(
         &[
             "--chart-path",
@@ -265,7 +265,7 @@ async fn cli_against_status(
     message: &'static str,
 ) -> (OpenShellCli, tempfile::TempDir, tokio::task::JoinHandle<()>) {
     let (addr, server) = serve_status(code, message).await;
-    let home = tempfile::tempdir().unwrap();
+    let home = crate::tests::private_tempdir();
     let cli = real_cli(bin, Arc::new(SystemRunner), home.path(), "proof");
     cli.prepare_home().unwrap();
     let add = SystemRunner
@@ -478,7 +478,7 @@ async fn every_cli_argv_the_harness_emits_parses_with_the_real_cli() {
     };
     let (addr, server) = serve_status(5, "sandbox not found").await;
     let run = tempfile::tempdir().unwrap();
-    let private = tempfile::tempdir().unwrap();
+    let private = crate::tests::private_tempdir();
     let mut argvs: Vec<Vec<String>> = Vec::new();
     let topologies = Topologies::builtin();
     let all: Vec<_> = topologies.all().collect();
@@ -509,7 +509,7 @@ async fn every_cli_argv_the_harness_emits_parses_with_the_real_cli() {
             }
         }
     }
-    let home = tempfile::tempdir().unwrap();
+    let home = crate::tests::private_tempdir();
     let cli = real_cli(&bin, Arc::new(SystemRunner), home.path(), "proof");
     for spec in [
         SandboxSpec {
@@ -606,7 +606,7 @@ async fn the_cli_is_registered_once_from_its_private_home_and_nothing_of_the_use
     let user_env = users_openshell(user_home.path());
     let before = snapshot(user_home.path());
     let runner: Arc<dyn CommandRunner> = Arc::new(AsUser { user: user_env });
-    let private = tempfile::tempdir().unwrap();
+    let private = crate::tests::private_tempdir();
     let home = private.path().join("cli-combined");
     let cli = real_cli(&bin, runner.clone(), &home, "conformance-combined");
 
@@ -711,7 +711,7 @@ fn the_agent_sandbox_release_assets_have_the_names_and_objects_the_install_waits
             pins::AGENT_SANDBOX_CONTROLLER
         );
         let run = tempfile::tempdir().unwrap();
-        let private = tempfile::tempdir().unwrap();
+        let private = crate::tests::private_tempdir();
         let o = opts(
             &["--agent-sandbox-manifest", path.to_str().unwrap()],
             run.path(),

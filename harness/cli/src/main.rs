@@ -2,7 +2,7 @@
 
 use std::io::IsTerminal;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use conformance_core::error::Error;
 use openshell_conformance::cli::{Cli, LogFormat, log_colour, run};
 
@@ -12,8 +12,10 @@ use openshell_conformance::cli::{Cli, LogFormat, log_colour, run};
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    // clap exits with status 2 on bad flags and values, after saying what is wrong.
-    let cli = Cli::parse();
+    // clap exits with status 2 on bad flags and values, after saying what is wrong. The matches
+    // are kept: they tell which flags were typed, not defaulted or taken from the environment.
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let builder = tracing_subscriber::fmt()
@@ -38,6 +40,6 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(e.exit_status().code());
         }
     };
-    let status = rt.block_on(run(cli));
+    let status = rt.block_on(run(cli, &matches));
     std::process::ExitCode::from(status.code())
 }

@@ -31,13 +31,13 @@ pub struct ServeArgs {
     #[arg(long)]
     pub model: Option<String>,
     /// Defect switches on the contract model (repeatable or comma-separated).
-    #[arg(long = "defect")]
+    #[arg(long = "defect", requires = "model")]
     pub defects: Vec<String>,
     /// Supervisor topology of the model (combined, sidecar, supervisor-pod, gateway).
-    #[arg(long, default_value = "combined")]
+    #[arg(long, default_value = "combined", requires = "model")]
     pub topology: String,
     /// Agent Sandbox release for openshell-0.0.111: v0.5.0, v0.5.1 or v0.5.4 (default).
-    #[arg(long)]
+    #[arg(long, requires = "model")]
     pub agent_sandbox: Option<String>,
     /// With --model: run this catalog case (an id or glob, e.g. `gateway-outage*`) in real time
     /// against the served cluster, so you can watch it with kubectl; the server keeps running

@@ -1394,6 +1394,46 @@ fn a_private_dir_that_is_not_new_or_an_empty_private_directory_of_ours_is_refuse
     assert_eq!(std::fs::read_to_string(full.join("notes")).unwrap(), "mine");
 }
 
+/// Issue 44 item 10: each exited 0, the flags silently ignored.
+#[test]
+fn a_flag_for_another_target_or_command_is_refused_naming_it_and_where_it_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, says) in [
+        (
+            &[
+                "run",
+                "--context",
+                "prod",
+                "--kubeconfig",
+                "/nonexistent",
+                "--chart-path",
+                "/nonexistent",
+            ][..],
+            "does not apply to --target emulated: it is for --target",
+        ),
+        (
+            &[
+                "run",
+                "--target",
+                "served",
+                "--sweep-leftovers",
+                "--dry-run",
+            ][..],
+            "--sweep-leftovers does not apply to --target served: it is for --target kind|k3d|existing",
+        ),
+        (&["emulate", "serve", "--defect", "bogus"][..], "--model"),
+    ] {
+        let o = run(args, dir.path());
+        let out = text(&o);
+        assert_eq!(code(&o), 2, "{args:?}: {out}");
+        assert!(out.contains(says), "{args:?} should say {says:?}:\n{out}");
+        assert!(
+            !dir.path().join("artifacts").exists(),
+            "{args:?} wrote artifacts"
+        );
+    }
+}
+
 #[test]
 fn a_run_into_a_fresh_directory_says_nothing_about_earlier_files() {
     let dir = tempfile::tempdir().unwrap();

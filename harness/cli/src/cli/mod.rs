@@ -4,6 +4,7 @@
 //! infrastructure errors. One kind of mistake has one code in every command: a path the user
 //! named that cannot be read or written (a report, a journal, a kubeconfig's directory) is 2.
 
+mod applies;
 mod args;
 mod check;
 mod earlier;
@@ -29,10 +30,14 @@ pub fn log_colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) 
     stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
-/// Runs a parsed command line; returns the process exit status.
-pub async fn run(cli: Cli) -> ExitStatus {
+/// Runs a parsed command line (`matches`, what clap parsed it from, tells which flags the user
+/// typed); returns the process exit status.
+pub async fn run(cli: Cli, matches: &clap::ArgMatches) -> ExitStatus {
     let result = match cli.command {
-        Command::Run(args) => run::run(*args).await,
+        Command::Run(args) => match refuse_foreign_run_flags(matches, args.target) {
+            Ok(()) => run::run(*args).await,
+            Err(e) => Err(e),
+        },
         Command::List(args) => list::list(&args),
         Command::Check(args) => check::check(&args),
         Command::Report(args) => report(&args),
@@ -57,6 +62,17 @@ pub async fn run(cli: Cli) -> ExitStatus {
             eprintln!("{}", conformance_core::error::report(&e));
             e.exit_status()
         }
+    }
+}
+
+/// Refuses a flag of `run` the user typed that does not apply to `target` (see [`applies`]).
+fn refuse_foreign_run_flags(matches: &clap::ArgMatches, target: TargetKind) -> Result<(), Error> {
+    let command = <Cli as clap::CommandFactory>::command();
+    match (matches.subcommand(), command.find_subcommand("run")) {
+        (Some(("run", typed)), Some(run_command)) => {
+            applies::refuse_foreign_flags(run_command, typed, target)
+        }
+        _ => Ok(()),
     }
 }
 

@@ -700,10 +700,24 @@ impl Recorder {
         Self::push(&mut inner, event, true)
     }
 
+    /// Records what a watcher learned late but knows the time of (`at_ms`, clamped to now): a
+    /// phase commit the gateway logged while the observer was disconnected. The snapshot puts
+    /// it in its place among the entries.
+    pub fn record_watched_at(&self, at_ms: u64, event: Event) -> Entry {
+        let mut inner = self.lock();
+        let now = inner.start.elapsed().as_millis() as u64;
+        Self::push_at(&mut inner, at_ms.min(now), event, true)
+    }
+
     fn push(inner: &mut RecorderInner, event: Event, watched: bool) -> Entry {
+        let at_ms = inner.start.elapsed().as_millis() as u64;
+        Self::push_at(inner, at_ms, event, watched)
+    }
+
+    fn push_at(inner: &mut RecorderInner, at_ms: u64, event: Event, watched: bool) -> Entry {
         let entry = Entry {
             seq: inner.entries.len() as u64 + 1,
-            at_ms: inner.start.elapsed().as_millis() as u64,
+            at_ms,
             event,
         };
         if watched && let Event::Object(state) = &entry.event {
@@ -856,6 +870,9 @@ impl Recorder {
             .zip(inner.entries.iter().cloned())
             .collect();
         drop(inner);
+        // Entries are recorded in time order but for those recorded late at their own time
+        // (`record_watched_at`); stable, so the order within a millisecond is kept.
+        tagged.sort_by_key(|(_, e)| e.at_ms);
         let mut i = 0;
         while i < tagged.len() {
             let mut j = i;
@@ -1042,6 +1059,29 @@ mod tests {
         assert_eq!(t.entries[0].at_ms, 0);
         assert_eq!(t.entries[1].at_ms, 330_000);
         assert_eq!(t.entries[1].seq, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_state_recorded_late_at_its_own_time_takes_its_place_on_the_timeline() {
+        let rec = Recorder::new();
+        rec.mark("before");
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        rec.mark("after");
+        rec.record_watched_at(
+            4_000,
+            Event::Object(ObjectState::new("OpenShellSandbox", None, "late")),
+        );
+        // Never in the future.
+        rec.record_watched_at(
+            99_000,
+            Event::Marker {
+                label: "now".into(),
+            },
+        );
+        let t = rec.snapshot();
+        let seen: Vec<(u64, u64)> = t.entries.iter().map(|e| (e.seq, e.at_ms)).collect();
+        assert_eq!(seen, [(1, 0), (2, 4_000), (3, 10_000), (4, 10_000)]);
+        assert!(matches!(&t.entries[1].event, Event::Object(o) if o.name == "late"));
     }
 
     #[test]

@@ -35,6 +35,22 @@ pub(crate) const STREAM_NOTE: &str = "the gateway's sandbox phases are observed 
 /// for reports to show beside the note.
 pub(crate) const PHASE_OBSERVER_KEY: &str = "gateway_phase_observer";
 
+/// Key of the timeline observation (subject `<GATEWAY_SANDBOX_KIND>/<sandbox>`) that says when
+/// a sandbox's WatchSandbox stream broke ([`DISCONNECTED`]) and when it was back ([`CONNECTED`]):
+/// a phase commit the gateway made in between could not be sent, so the completeness check takes
+/// it from the gateway's log; one missing while the stream was up is a lossy observer.
+pub(crate) const STREAM_STATE_KEY: &str = "watch_stream";
+pub(crate) const DISCONNECTED: &str = "disconnected";
+pub(crate) const CONNECTED: &str = "connected";
+
+fn record_stream_state(rec: &Recorder, name: &str, state: &str) {
+    rec.record_watched(Event::Observation {
+        key: STREAM_STATE_KEY.to_string(),
+        subject: Some(format!("{GATEWAY_SANDBOX_KIND}/{name}")),
+        value: serde_json::Value::from(state),
+    });
+}
+
 /// The [`PHASE_OBSERVER_KEY`] value while the streams observe.
 pub(crate) const STREAM_OBSERVER: &str = "WatchSandbox stream";
 
@@ -483,6 +499,7 @@ async fn watch_one(
         let failure = match call {
             Ok(Ok(resp)) => {
                 if let Some(why) = broken.take() {
+                    record_stream_state(&rec, &name, CONNECTED);
                     rec.note(format!(
                         "the WatchSandbox stream of {name} is back after it broke ({why}); phases held meanwhile may be missing"
                     ));
@@ -527,6 +544,9 @@ async fn watch_one(
             }
             Some((s, from_stream)) => {
                 let detail = status_line(&s);
+                if established && broken.is_none() {
+                    record_stream_state(&rec, &name, DISCONNECTED);
+                }
                 if from_stream {
                     // A stream can end for reasons other than an outage (a lagging
                     // subscriber); only a failed reconnect says the gateway is unreachable.
@@ -546,8 +566,18 @@ async fn watch_one(
                     record_deleted(&rec, &name);
                     return;
                 }
-                Ok(false) => {}
+                Ok(false) => {
+                    // Ended, yet the gateway still has it: the stream reconnects, and a
+                    // commit meanwhile could not be sent.
+                    if broken.is_none() {
+                        record_stream_state(&rec, &name, DISCONNECTED);
+                        broken = Some("the stream ended".into());
+                    }
+                }
                 Err(detail) => {
+                    if broken.is_none() {
+                        record_stream_state(&rec, &name, DISCONNECTED);
+                    }
                     broken.get_or_insert(detail.clone());
                     rec.observe(SandboxView::unreachable_state(&name, &detail));
                 }

@@ -32,6 +32,9 @@ use crate::watch::{Expected, GatewayEndpoint, observe_phases};
 /// The real target's parts that observe and judge observation, on a gateway stand-in.
 struct Double {
     gw: Gateway,
+    /// The restarted gateway commits Provisioning once the stream is back, not while it is
+    /// down.
+    commit_after_reconnect: bool,
     relay: Arc<Relay>,
     rec: Recorder,
     expected: Expected,
@@ -158,7 +161,9 @@ impl Target for Double {
             |p| p.last().map(String::as_str) == Some("unreachable"),
         )
         .await;
-        self.gw.set_phase(&name, SandboxPhase::Provisioning);
+        if !self.commit_after_reconnect {
+            self.gw.set_phase(&name, SandboxPhase::Provisioning);
+        }
         Ok(())
     }
 
@@ -175,6 +180,10 @@ impl Target for Double {
             },
         )
         .await;
+        if self.commit_after_reconnect {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            self.gw.set_phase(&name, SandboxPhase::Provisioning);
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
         self.gw.set_phase(&name, SandboxPhase::Ready);
         Ok(())
@@ -205,6 +214,7 @@ fn info() -> TargetInfo {
 struct Factory {
     gw: Gateway,
     relay: Arc<Relay>,
+    commit_after_reconnect: bool,
 }
 
 #[async_trait]
@@ -217,6 +227,7 @@ impl TargetFactory for Factory {
         Ok(Arc::new(Double {
             gw: self.gw.clone(),
             relay: self.relay.clone(),
+            commit_after_reconnect: self.commit_after_reconnect,
             rec: rec.clone(),
             expected: Expected::default(),
             created: Default::default(),
@@ -234,14 +245,30 @@ fn restart(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     })
 }
 
-async fn run(lossy: bool) -> (conformance_core::engine::CaseReport, String) {
+/// How the gateway stand-in's stream behaves across the restart.
+#[derive(Clone, Copy, PartialEq)]
+enum Stream {
+    /// Every event delivered.
+    Whole,
+    /// The sandbox as it is when the stream reopens is not sent: the Provisioning the restarted
+    /// gateway committed while the stream was down never reaches the observer.
+    DropsReopenedState,
+    /// The first change after the stream reopened is not sent: the Provisioning committed once
+    /// the stream is back is lost while it is up.
+    DropsChangeWhileUp,
+}
+
+async fn run(stream: Stream) -> (conformance_core::engine::CaseReport, String) {
     let gw = Gateway::default();
     gw.drops_first_event_after_reconnect
-        .store(lossy, Ordering::SeqCst);
+        .store(stream == Stream::DropsReopenedState, Ordering::SeqCst);
+    gw.drops_first_change_after_reconnect
+        .store(stream == Stream::DropsChangeWhileUp, Ordering::SeqCst);
     let addr = serve(gw.clone(), None).await;
     let factory = Factory {
         gw,
         relay: Arc::new(Relay::start(addr).await),
+        commit_after_reconnect: stream == Stream::DropsChangeWhileUp,
     };
     // The in-memory target's outage case (Ready again after the fault, never Error during it,
     // the sentinel kept), its outage a gateway restart.
@@ -256,9 +283,9 @@ async fn run(lossy: bool) -> (conformance_core::engine::CaseReport, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stream_that_drops_the_first_event_after_a_reconnect_makes_the_case_an_infrastructure_error_naming_the_missed_commit()
+async fn a_stream_that_loses_a_change_while_it_is_up_makes_the_case_an_infrastructure_error_naming_the_missed_commit()
  {
-    let (r, name) = run(true).await;
+    let (r, name) = run(Stream::DropsChangeWhileUp).await;
     // Every check passed: the timeline shows Ready on both sides of the restart.
     assert!(r.checks.iter().all(|c| c.passed), "{:#?}", r.checks);
     let Outcome::Error(reason) = &r.outcome else {
@@ -268,15 +295,60 @@ async fn a_stream_that_drops_the_first_event_after_a_reconnect_makes_the_case_an
         "observer missed 1 of the 4 phase commits the gateway logged for this case's sandboxes (phase observer: WatchSandbox stream): Ready -> Provisioning of sandbox {name}, logged by the gateway at "
     );
     assert!(reason.starts_with(&want), "{reason}");
-    assert!(
-        reason.contains(", inside the gap the timeline notes from "),
-        "{reason}"
+}
+
+/// Issue 43 item 7: the served gateway-outage case on `contract` ended with exit 3 in 4 of 15
+/// runs, its Ready -> Provisioning logged a few milliseconds before the stream was back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_made_while_the_stream_was_down_is_taken_from_the_gateways_log_and_judged() {
+    let (r, name) = run(Stream::DropsReopenedState).await;
+    assert_eq!(r.outcome, Outcome::Passed, "{}", r.timeline.to_jsonl());
+    let text = r.timeline.to_jsonl();
+    let all_seen = format!(
+        "all 4 phase commits the gateway logged for this case's sandboxes ({name}) are on the timeline, 1 of them from the gateway's log only (committed while the observer's stream was down)"
     );
+    assert!(text.contains(&all_seen), "{text}");
+    // On the timeline in its place: after the stream broke, before it was back, Provisioning.
+    let seen: Vec<String> =
+        r.timeline
+            .entries
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::Object(o) if o.name == name => Some(format!(
+                    "{}{}",
+                    o.phase.clone().unwrap_or_default(),
+                    if o.conditions.iter().any(|c| {
+                        c.reason.as_deref() == Some(crate::completeness::FROM_LOG_REASON)
+                    }) {
+                        " (log)"
+                    } else {
+                        ""
+                    }
+                )),
+                Event::Observation {
+                    key,
+                    subject,
+                    value,
+                } if key == crate::watch::STREAM_STATE_KEY
+                    && subject.as_deref().is_some_and(|s| s.ends_with(&name)) =>
+                {
+                    value.as_str().map(str::to_string)
+                }
+                _ => None,
+            })
+            .collect();
+    let from_log = seen
+        .iter()
+        .position(|s| s == "Provisioning (log)")
+        .expect("from the log");
+    let down = seen.iter().position(|s| s == "disconnected").unwrap();
+    let back = seen.iter().position(|s| s == "connected").unwrap();
+    assert!(down < from_log && from_log < back, "{seen:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_that_delivers_every_event_passes_the_same_case() {
-    let (r, name) = run(false).await;
+    let (r, name) = run(Stream::Whole).await;
     assert_eq!(r.outcome, Outcome::Passed, "{}", r.timeline.to_jsonl());
     let all_seen = format!(
         "all 4 phase commits the gateway logged for this case's sandboxes ({name}) are on the timeline"

@@ -60,6 +60,9 @@ pub(super) struct Gateway {
     /// Lossy: every stream but a sandbox's first drops its first event, the sandbox as it is
     /// when the stream opens (what a reconnecting observer needs most).
     pub(super) drops_first_event_after_reconnect: Arc<AtomicBool>,
+    /// Lossy while connected: every stream but a sandbox's first drops the first change it
+    /// would send after the sandbox as it is when the stream opens.
+    pub(super) drops_first_change_after_reconnect: Arc<AtomicBool>,
     /// Streams opened per sandbox id.
     opened: Arc<Mutex<HashMap<String, usize>>>,
 }
@@ -239,6 +242,10 @@ impl OpenShell for Gateway {
             && self
                 .drops_first_event_after_reconnect
                 .load(Ordering::SeqCst);
+        let mut drop_change = reconnect
+            && self
+                .drops_first_change_after_reconnect
+                .load(Ordering::SeqCst);
         let event = |s: Sandbox| SandboxStreamEvent {
             payload: Some(sandbox_stream_event::Payload::Sandbox(s)),
         };
@@ -248,6 +255,9 @@ impl OpenShell for Gateway {
                 return;
             }
             while let Ok(Some(s)) = rx.recv().await {
+                if std::mem::take(&mut drop_change) {
+                    continue;
+                }
                 if tx.send(Ok(event(s))).await.is_err() {
                     return;
                 }

@@ -448,3 +448,40 @@ fn a_side_with_a_timeline_cut_short_or_the_same_case_twice_is_refused_with_exit_
     let o = run(&["compare", one, "good"], d);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
+
+#[test]
+fn each_sides_verdict_is_the_one_its_run_gave_with_the_known_failures_it_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // openshell-0.0.111 fails supervisor-restart as its expectations file says; contract passes.
+    for (name, model) in [("model", "openshell-0.0.111"), ("contract", "contract")] {
+        let o = run(
+            &[
+                "run",
+                "--model",
+                model,
+                "--scenario",
+                "supervisor-restart",
+                "--topology",
+                "combined",
+                "--artifacts",
+                name,
+            ],
+            d,
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    }
+    let o = run(&["compare", "model", "contract"], d);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains(
+            "supervisor-restart[combined]: DIFFER\n  A: expected failure (expected failure of R12: "
+        ) && out.contains("\n  B: passed\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  check 'the workload re-attaches: the sandbox is Ready again' [R12]: A FAILED, B passed\n"),
+        "{out}"
+    );
+}

@@ -59,6 +59,8 @@ pub enum Command {
     Check(CheckArgs),
     /// Render saved timelines as an HTML report.
     Report(ReportArgs),
+    /// Compare two runs case by case and check by check.
+    Compare(CompareArgs),
     /// Check the tools, the cluster and the permissions a real run needs.
     Doctor(Box<ProviderArgs>),
     /// Create or delete the kind or k3d cluster.
@@ -131,6 +133,22 @@ pub struct CheckArgs {
     #[arg(long, value_name = "FILE")]
     pub expectations: Option<PathBuf>,
     /// `table`: a block of text per file; `json`: one JSON object per file, for tools.
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Side A: a run's artifacts directory (its `timelines/`), a directory of timelines, or
+    /// one timeline file.
+    pub a: PathBuf,
+    /// Side B, as side A.
+    pub b: PathBuf,
+    /// The differences that are understood (YAML: `known_differences:`, each with `case`,
+    /// optional `check`, `reason` and `fact`).
+    #[arg(long, value_name = "FILE")]
+    pub known_differences: Option<PathBuf>,
+    /// `table`: a block of text per case; `json`: one JSON object, for tools.
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
 }

@@ -7,6 +7,7 @@
 mod applies;
 mod args;
 mod check;
+mod compare;
 mod earlier;
 mod files;
 mod leftovers;
@@ -19,8 +20,8 @@ mod summary;
 use conformance_core::error::{Error, ExitStatus};
 
 pub use args::{
-    CheckArgs, Cli, ClusterCommand, Command, EmulateCommand, Format, ListArgs, ListWhat, LogFormat,
-    ProviderArgs, ReportArgs, RestoreArgs, RunArgs, TargetKind,
+    CheckArgs, Cli, ClusterCommand, Command, CompareArgs, EmulateCommand, Format, ListArgs,
+    ListWhat, LogFormat, ProviderArgs, ReportArgs, RestoreArgs, RunArgs, TargetKind,
 };
 use files::{load_timeline, write_file};
 
@@ -41,6 +42,7 @@ pub async fn run(cli: Cli, matches: &clap::ArgMatches) -> ExitStatus {
         Command::List(args) => list::list(&args),
         Command::Check(args) => check::check(&args),
         Command::Report(args) => report(&args),
+        Command::Compare(args) => compare::compare(&args),
         Command::Doctor(args) => run::doctor(*args).await,
         Command::Cluster { command } => match command {
             ClusterCommand::Up(args) => run::cluster(*args, true).await,

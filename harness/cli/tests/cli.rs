@@ -1434,6 +1434,49 @@ fn a_flag_for_another_target_or_command_is_refused_naming_it_and_where_it_applie
     }
 }
 
+/// Issue 44 item 11: `check` passed it, skipping the comparison of its stored plan.
+#[test]
+fn check_refuses_a_timeline_whose_case_is_not_in_the_catalog() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let o = run(
+        &[
+            "run",
+            "--scenario",
+            "provisioning",
+            "--topology",
+            "combined",
+        ],
+        d,
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let file = std::fs::read_dir(d.join("artifacts/timelines"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let saved = std::fs::read_to_string(&file).unwrap();
+    assert!(saved.contains(r#""scenario":"provisioning""#));
+    std::fs::write(
+        d.join("renamed.jsonl"),
+        saved.replacen(
+            r#""scenario":"provisioning""#,
+            r#""scenario":"no-such-scenario""#,
+            1,
+        ),
+    )
+    .unwrap();
+    let o = run(&["check", "renamed.jsonl"], d);
+    let out = text(&o);
+    assert_eq!(code(&o), 2, "{out}");
+    assert!(
+        out.contains("its case is not in this harness's catalog")
+            && out.contains("no-such-scenario"),
+        "{out}"
+    );
+}
+
 #[test]
 fn a_run_into_a_fresh_directory_says_nothing_about_earlier_files() {
     let dir = tempfile::tempdir().unwrap();

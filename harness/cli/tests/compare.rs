@@ -399,7 +399,7 @@ fn input_that_cannot_be_compared_is_a_usage_error_that_says_what_to_give() {
     );
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
-        text(&o).contains("cannot read known differences file nope.yaml"),
+        text(&o).contains("known differences file nope.yaml: cannot read it"),
         "{}",
         text(&o)
     );

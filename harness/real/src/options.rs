@@ -495,7 +495,7 @@ impl RealArgs {
             check(local_chart_version(dir).map(drop))?;
         }
         if let Some(path) = &self.agent_sandbox_manifest {
-            check_yaml(path, "--agent-sandbox-manifest", true)?;
+            check_agent_sandbox_manifest(path)?;
         }
         if let Some(path) = &self.kubeconfig {
             check_kubeconfig(path)?;
@@ -540,7 +540,7 @@ impl RealArgs {
 
 /// A YAML file the run hands to a tool: readable text, YAML, each document a mapping (a helm
 /// values file is one document; a manifest may be several).
-fn check_yaml(path: &Path, flag: &str, documents: bool) -> Result<()> {
+fn check_yaml(path: &Path, flag: &str, documents: bool) -> Result<Vec<serde_json::Value>> {
     let bad = |why: String| Error::usage(format!("{flag} {}: {why}", path.display()));
     let text = conformance_core::user_file::read_to_string(
         path,
@@ -555,6 +555,27 @@ fn check_yaml(path: &Path, flag: &str, documents: bool) -> Result<()> {
     .map_err(|e| bad(format!("not YAML: {e}")))?;
     if docs.iter().any(|d| !(d.is_object() || d.is_null())) {
         return Err(bad("a YAML document that is not a mapping".into()));
+    }
+    Ok(docs)
+}
+
+/// `--agent-sandbox-manifest`: YAML that defines the Sandbox CRD, as every Agent Sandbox release
+/// manifest does (the install waits for it to be Established); anything else would be applied
+/// and fail later, after the run started.
+fn check_agent_sandbox_manifest(path: &Path) -> Result<()> {
+    let flag = "--agent-sandbox-manifest";
+    let docs = check_yaml(path, flag, true)?;
+    let defines_crd = docs.iter().any(|d| {
+        d.get("kind").and_then(|k| k.as_str()) == Some("CustomResourceDefinition")
+            && d.pointer("/metadata/name").and_then(|n| n.as_str()) == Some(pins::SANDBOX_CRD)
+    });
+    if !defines_crd {
+        return Err(Error::usage(format!(
+            "{flag} {}: it does not define the CustomResourceDefinition {}; give an Agent Sandbox \
+             release's manifest.yaml (up to v0.5.1) or sandbox.yaml",
+            path.display(),
+            pins::SANDBOX_CRD
+        )));
     }
     Ok(())
 }
@@ -930,8 +951,29 @@ mod tests {
         std::fs::write(d.join("list.yaml"), "- a\n- b\n").unwrap();
         std::fs::write(d.join("binary.yaml"), [0xff, 0xfe, 0x00, 0x9c]).unwrap();
         std::fs::write(d.join("openshell"), "#!/bin/sh\n").unwrap();
+        std::fs::write(d.join("empty.yaml"), "").unwrap();
+        std::fs::write(
+            d.join("other.yaml"),
+            "kind: ConfigMap\nmetadata:\n  name: x\n",
+        )
+        .unwrap();
         let p = |n: &str| d.join(n).display().to_string();
         let cases: Vec<(Vec<String>, String)> = vec![
+            // Issue 44 item 6: applied, then exit 3 after the earlier run's files were removed.
+            (
+                vec!["--agent-sandbox-manifest".into(), p("empty.yaml")],
+                format!(
+                    "--agent-sandbox-manifest {}: it does not define the CustomResourceDefinition sandboxes.agents.x-k8s.io",
+                    p("empty.yaml")
+                ),
+            ),
+            (
+                vec!["--agent-sandbox-manifest".into(), p("other.yaml")],
+                format!(
+                    "--agent-sandbox-manifest {}: it does not define the CustomResourceDefinition",
+                    p("other.yaml")
+                ),
+            ),
             (
                 vec!["--chart-path".into(), p("chart")],
                 format!("--chart-path {}", p("chart")),
@@ -994,7 +1036,11 @@ mod tests {
             assert!(err.to_string().contains(&says), "{flags:?}: {err}");
         }
         std::fs::write(d.join("values.yaml"), "# only a comment\n").unwrap();
-        std::fs::write(d.join("manifest.yaml"), "kind: A\n---\nkind: B\n").unwrap();
+        std::fs::write(
+            d.join("manifest.yaml"),
+            "kind: Namespace\n---\nkind: CustomResourceDefinition\nmetadata:\n  name: sandboxes.agents.x-k8s.io\n",
+        )
+        .unwrap();
         let private = d.join("new/private");
         args(&[
             "--values",

@@ -55,7 +55,6 @@ struct Judged {
     failing: Vec<String>,
     /// The checks not evaluated, each with the step that stopped the case.
     not_evaluated: Vec<String>,
-    notes: Vec<String>,
 }
 
 impl Judged {
@@ -71,15 +70,11 @@ impl Judged {
             plan_differences: Vec::new(),
             failing: Vec::new(),
             not_evaluated: Vec::new(),
-            notes: Vec::new(),
         }
     }
 
     fn print(&self) {
         let name = &self.file;
-        for n in &self.notes {
-            println!("{name}: note: {n}");
-        }
         let Some(v) = &self.verdict else {
             for p in &self.problems {
                 println!("{name}: cannot be judged: {p}");
@@ -185,19 +180,24 @@ fn check_one(path: &Path, t: &Timeline, expectations: Option<&Expectations>) -> 
         return j;
     }
     let run = t.run_info().expect("checked above");
-    let case = conformance_catalog::catalog::case_for(run);
+    // A case this catalog does not have cannot have its stored plan held to the catalog's: a
+    // pass here would be a pass of whatever plan the file holds.
+    let case = match conformance_catalog::catalog::case_for(run) {
+        Ok(case) => case,
+        Err(why) => {
+            j.judgement = Judgement::Unjudgeable;
+            j.problems.push(format!(
+                "its case is not in this harness's catalog ({}): its stored check plan cannot be compared with the catalog's; judge it with the harness version that wrote it",
+                conformance_core::error::one_line(&why)
+            ));
+            return j;
+        }
+    };
     // The known failures to judge by: the file's, for the case the timeline recorded, or the
     // ones the run recorded.
-    let expected = match (expectations, &case) {
-        (Some(e), Ok(case)) => e.for_case(&case.id()),
-        (Some(_), Err(why)) => {
-            j.notes.push(format!(
-                "--expectations not applied (the recorded known failures are): {}",
-                conformance_core::error::one_line(why)
-            ));
-            run.expected_failures.clone()
-        }
-        (None, _) => run.expected_failures.clone(),
+    let expected = match expectations {
+        Some(e) => e.for_case(&case.id()),
+        None => run.expected_failures.clone(),
     };
     let verdict = CaseVerdict::of_timeline_with(t, &expected).expect("checked above");
     if let CaseVerdict::Skipped { .. } = verdict {
@@ -211,16 +211,7 @@ fn check_one(path: &Path, t: &Timeline, expectations: Option<&Expectations>) -> 
             .push("the case ran but its timeline has no check plan".into());
         return j;
     }
-    match &case {
-        Ok(case) => {
-            j.plan_differences =
-                plan_differences(&plan, &conformance_catalog::catalog::plan_of(case));
-        }
-        Err(why) => j.notes.push(format!(
-            "the stored check plan was not compared: {}",
-            conformance_core::error::one_line(why)
-        )),
-    }
+    j.plan_differences = plan_differences(&plan, &conformance_catalog::catalog::plan_of(&case));
     let again = conformance_core::engine::recheck(t);
     let recorded: Vec<CheckOutcome> = t.check_outcomes().into_iter().cloned().collect();
     j.problems

@@ -250,12 +250,11 @@ impl KnownDifference {
 /// Reads and validates the known differences: a file that does not parse, or an entry without
 /// its reason or fact, is refused before any timeline is read (exit 2).
 fn load_known(path: &Path) -> Result<Vec<KnownDifference>, Error> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Error::usage_from(
-            format!("cannot read known differences file {}", path.display()),
-            e,
-        )
-    })?;
+    let text = conformance_core::user_file::read_to_string(
+        path,
+        conformance_core::user_file::Kind::Expectations,
+        &format!("known differences file {}", path.display()),
+    )?;
     let file: KnownDifferencesFile = conformance_core::error::parse_yaml(&text, path)?;
     for (i, k) in file.known_differences.iter().enumerate() {
         let field = |name: &str| format!("known_differences[{i}].{name}");

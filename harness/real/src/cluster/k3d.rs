@@ -108,11 +108,11 @@ impl ClusterProvider for K3d {
     }
 
     async fn up(&self, runner: &dyn CommandRunner) -> Result<ClusterUp> {
-        super::provider::write_cluster_config(&self.config, self.builtin_config)?;
         create_or_reuse(
             runner,
             &self.list_cmd(),
             |out| self.listed(out),
+            (&self.config, self.builtin_config),
             &self.create_cmd(),
             &self.write_kubeconfig_cmd(),
             &self.context,

@@ -93,12 +93,12 @@ impl ClusterProvider for Kind {
     }
 
     async fn up(&self, runner: &dyn CommandRunner) -> Result<ClusterUp> {
-        super::provider::write_cluster_config(&self.config, self.builtin_config)?;
         let name = self.name.clone();
         create_or_reuse(
             runner,
             &self.list_cmd(),
             |out| Ok(out.lines().any(|l| l.trim() == name)),
+            (&self.config, self.builtin_config),
             &self.create_cmd(),
             &self.export_kubeconfig_cmd(),
             &self.context,

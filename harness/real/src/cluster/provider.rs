@@ -89,8 +89,8 @@ pub(crate) fn config_plan(path: &Path, contents: Option<&str>) -> Option<Step> {
     })
 }
 
-/// The plan of a local cluster's `up` (kind and k3d): write the built-in config if used, list
-/// the clusters, create the named one unless listed, then write its kubeconfig.
+/// The plan of a local cluster's `up` (kind and k3d): list the clusters, write the built-in
+/// config if used and create the named one unless listed, then write its kubeconfig.
 pub(crate) fn local_up_plan(
     config: (&Path, Option<&str>),
     name: &str,
@@ -98,10 +98,9 @@ pub(crate) fn local_up_plan(
     create: Cmd,
     kubeconfig: Cmd,
 ) -> Vec<Step> {
-    config_plan(config.0, config.1)
-        .into_iter()
+    std::iter::once(Step::run(list))
+        .chain(config_plan(config.0, config.1))
         .chain([
-            Step::run(list),
             Step::run_when(
                 create,
                 &format!("if `{name}` is not listed; else it is reused"),
@@ -128,10 +127,14 @@ pub fn infra(stage: &str, e: CmdError) -> Error {
 
 /// The `up` of kind and k3d: reuse the cluster when the tool's listing shows it (`listed`
 /// reads the listing), create it otherwise, then write its private kubeconfig.
+/// The built-in config (`config`, if used) is written only to create the cluster, after the
+/// listing showed the tool works: a machine without kind gets nothing written.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn create_or_reuse(
     runner: &dyn CommandRunner,
     list: &Cmd,
     listed: impl Fn(&str) -> Result<bool>,
+    config: (&Path, Option<&str>),
     create: &Cmd,
     write_kubeconfig: &Cmd,
     context: &str,
@@ -141,6 +144,7 @@ pub(crate) async fn create_or_reuse(
     let out = run_ok(runner, list).await.map_err(step)?;
     let reused = listed(&out.stdout)?;
     if !reused {
+        write_cluster_config(config.0, config.1)?;
         run_ok(runner, create).await.map_err(step)?;
     }
     run_ok(runner, write_kubeconfig).await.map_err(step)?;

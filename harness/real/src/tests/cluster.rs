@@ -47,6 +47,39 @@ async fn kind_creates_the_cluster_when_it_is_not_listed() {
     assert!(lines[2].starts_with("kind export kubeconfig"));
 }
 
+/// Issue 44 item 11: `cluster up` wrote the built-in kind config into the artifacts before
+/// finding kind missing.
+#[tokio::test]
+async fn kind_missing_leaves_nothing_written_and_the_config_is_written_only_to_create() {
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().to_str().unwrap();
+    let config = dir.path().join("kind-config.yaml");
+    let r = ScriptedRunner::new(Unscripted::Succeed);
+    r.respond(
+        "kind get clusters",
+        CmdOutput::failed(127, "kind: command not found"),
+    );
+    let err = provider(&opts(Provider::Kind, &[], run_dir))
+        .up(&r)
+        .await
+        .unwrap_err();
+    assert_eq!(err.exit_status(), ExitStatus::Infrastructure);
+    assert!(
+        !config.exists(),
+        "the config was written before kind was found"
+    );
+    let r = ScriptedRunner::new(Unscripted::Succeed);
+    r.respond("kind get clusters", CmdOutput::ok(""));
+    provider(&opts(Provider::Kind, &[], run_dir))
+        .up(&r)
+        .await
+        .unwrap();
+    assert!(
+        config.exists(),
+        "the cluster is created from the built-in config"
+    );
+}
+
 #[tokio::test]
 async fn kind_reuses_a_listed_cluster_without_creating_it() {
     let r = ScriptedRunner::new(Unscripted::Succeed);
@@ -370,7 +403,8 @@ fn a_bundle_is_collected_on_failure_only_unless_asked_for_always() {
 fn outside_the_repository_the_built_in_kind_config_is_written_to_the_run_directory_and_used() {
     let elsewhere = opts(Provider::Kind, &[], "/run");
     let plan = provider(&elsewhere).up_plan();
-    let crate::plan::Step::Write { path, contents } = &plan[0] else {
+    // After the listing: nothing is written before the tool is found.
+    let crate::plan::Step::Write { path, contents } = &plan[1] else {
         panic!("{plan:?}")
     };
     assert_eq!(path, &std::path::PathBuf::from("/run/kind-config.yaml"));

@@ -562,7 +562,11 @@ fn a_served_run_refuses_a_context_of_its_own_and_an_unknown_model() {
         .expect("the harness runs");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("drop --context"), "{err}");
+    assert!(
+        err.contains("--context does not apply to --target served")
+            && err.contains("use --target existing for a cluster you serve yourself"),
+        "{err}"
+    );
     let out = bin()
         .args(["run", "--target", "served", "--model", "no-such-model"])
         .output()
@@ -712,4 +716,77 @@ async fn a_served_run_removes_the_private_directory_it_made_for_itself() {
     ]
     .concat();
     assert!(keys.is_empty(), "private keys left: {keys:?}\n{text}");
+}
+
+/// What another local user (`uid`, through setpriv) can read under `dirs` that holds a private
+/// key, a bearer token or a kubeconfig: the paths grep lists.
+async fn secrets_readable_by(uid: u32, dirs: &[&Path]) -> String {
+    let id = uid.to_string();
+    let out = tokio::process::Command::new("setpriv")
+        .args(["--reuid", &id, "--regid", &id, "--clear-groups", "--"])
+        .args(["grep", "-rlsE", "PRIVATE KEY|token: |current-context"])
+        .args(dirs)
+        .output()
+        .await
+        .expect("setpriv runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Issue 44: nothing of a served run (private directory, kubeconfig, client key, token) is
+/// readable by another local user, while it runs and after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_local_user_reads_no_key_token_or_kubeconfig_of_a_served_run_during_or_after_it() {
+    let test =
+        "another_local_user_reads_no_key_token_or_kubeconfig_of_a_served_run_during_or_after_it";
+    let Some(tools) = Tools::require(test) else {
+        return;
+    };
+    let root = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false);
+    if !root {
+        let why = "switching to another user needs root";
+        assert!(std::env::var_os("CI").is_none(), "{test}: {why}");
+        eprintln!("SKIPPED {test}: {why}");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The run's temporary directory as the system's is: everyone may create in it.
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let art = dir.path().join("a");
+    let mut args: Vec<String> = vec!["run".into(), "--target".into(), "served".into()];
+    args.extend(tools.real_flags());
+    args.extend(
+        [
+            "--model",
+            "contract",
+            "--topology",
+            "combined",
+            "--scenario",
+            "gateway-outage*",
+            "--outage",
+            "30s",
+            "--diagnostics",
+            "always",
+            "--artifacts",
+        ]
+        .map(String::from),
+    );
+    args.push(art.display().to_string());
+    let mut h = Harness::spawn_with(&tools, &args, &[("TMPDIR", &tmp)]);
+    h.until_line("stage fault", Duration::from_secs(180)).await;
+    for uid in [65534, 1000] {
+        let found = secrets_readable_by(uid, &[&tmp, &art]).await;
+        assert!(found.is_empty(), "during the run uid {uid} reads: {found}");
+    }
+    let (code, out) = h.finish(Duration::from_secs(300)).await;
+    assert_eq!(code, 0, "{out}");
+    for uid in [65534, 1000] {
+        let found = secrets_readable_by(uid, &[&tmp, &art]).await;
+        assert!(found.is_empty(), "after the run uid {uid} reads: {found}");
+    }
 }

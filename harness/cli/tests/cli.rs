@@ -1089,13 +1089,7 @@ fn user_given_paths_are_refused_with_exit_2_naming_flag_and_path_before_anything
     std::fs::create_dir(d.join("jdir")).unwrap();
     std::fs::write(d.join("junk"), [0x00, 0xff, 0x13, 0x37, 0xc3]).unwrap();
     let inside = d.join("art2/priv").display().to_string();
-    assert!(
-        std::process::Command::new("mkfifo")
-            .arg(d.join("fifo"))
-            .status()
-            .unwrap()
-            .success()
-    );
+    mkfifo(&d.join("fifo"));
     // Issue 44 item 7: a run with --run-dir ignored the active faults of the journal there.
     std::fs::write(
         d.join("kc.yaml"),
@@ -1235,12 +1229,8 @@ fn user_given_paths_are_refused_with_exit_2_naming_flag_and_path_before_anything
     }
 }
 
-/// Issue 44 item 3: each was renamed over (a device node or symbolic link became a regular
-/// file, the input timeline was overwritten, one report replaced the other), with exit 0.
-#[test]
-fn reports_are_written_only_to_a_regular_file_or_a_new_path_and_never_over_an_input() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+/// Runs provisioning on combined in `d`; its one timeline.
+fn provisioning_timeline(d: &Path) -> std::path::PathBuf {
     let o = run(
         &[
             "run",
@@ -1252,23 +1242,31 @@ fn reports_are_written_only_to_a_regular_file_or_a_new_path_and_never_over_an_in
         d,
     );
     assert_eq!(code(&o), 0, "{}", text(&o));
-    let timeline = std::fs::read_dir(d.join("artifacts/timelines"))
+    std::fs::read_dir(d.join("artifacts/timelines"))
         .unwrap()
         .next()
         .unwrap()
         .unwrap()
-        .path();
+        .path()
+}
+
+fn mkfifo(path: &Path) {
+    let made = std::process::Command::new("mkfifo").arg(path).status();
+    assert!(made.unwrap().success(), "mkfifo {}", path.display());
+}
+
+/// Issue 44 item 3: each was renamed over (a device node or symbolic link became a regular
+/// file, the input timeline was overwritten, one report replaced the other), with exit 0.
+#[test]
+fn reports_are_written_only_to_a_regular_file_or_a_new_path_and_never_over_an_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let timeline = provisioning_timeline(d);
     let timeline = timeline.to_str().unwrap();
     std::fs::write(d.join("target"), "the user's").unwrap();
     std::os::unix::fs::symlink(d.join("target"), d.join("link")).unwrap();
     let fifo = d.join("fifo");
-    assert!(
-        std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
+    mkfifo(&fifo);
     let quick = ["run", "--scenario", "provisioning", "--artifacts", "art"];
     // A device node of the test's own (the null device's numbers), never the machine's
     // /dev/null: a regression would replace the node it names. Making one needs root.
@@ -1439,23 +1437,7 @@ fn a_flag_for_another_target_or_command_is_refused_naming_it_and_where_it_applie
 fn check_refuses_a_timeline_whose_case_is_not_in_the_catalog() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let o = run(
-        &[
-            "run",
-            "--scenario",
-            "provisioning",
-            "--topology",
-            "combined",
-        ],
-        d,
-    );
-    assert_eq!(code(&o), 0, "{}", text(&o));
-    let file = std::fs::read_dir(d.join("artifacts/timelines"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let file = provisioning_timeline(d);
     let saved = std::fs::read_to_string(&file).unwrap();
     assert!(saved.contains(r#""scenario":"provisioning""#));
     std::fs::write(

@@ -611,7 +611,16 @@ unsafe impl Send for ExecPlan {}
 unsafe impl Sync for ExecPlan {}
 
 impl ExecPlan {
+    /// `env` as given, plus the harness's scaled clock when it runs on one (`crate::clock`).
     fn new(argv: &[String], env: &[(String, String)]) -> Result<Self, NodeError> {
+        let clocked;
+        let env = match crate::clock::inherited() {
+            Some(clock) => {
+                clocked = clock.environment(env);
+                &clocked[..]
+            }
+            None => env,
+        };
         let Some(program) = argv.first() else {
             return Err(invalid("starting a container process", "argv is empty"));
         };
@@ -952,7 +961,13 @@ fn container_plan(spec: &ContainerSpec, exec: bool) -> Result<Plan, NodeError> {
         "creating the symlink /var/run -> /run".into(),
     );
 
-    for bind in &spec.binds {
+    // The scaled clock's library, where every container process's `LD_PRELOAD` names it.
+    let clock = crate::clock::inherited().map(|c| Bind {
+        host: c.library.clone(),
+        target: PathBuf::from(crate::clock::LIBRARY_IN_CONTAINER),
+        read_only: true,
+    });
+    for bind in spec.binds.iter().chain(clock.iter()) {
         let target = container_path(&bind.target, "bind target")?;
         let host = bind.host.canonicalize().map_err(host_io(format!(
             "the bind source {} (for {})",

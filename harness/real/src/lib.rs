@@ -38,6 +38,7 @@ pub mod plan;
 mod portforward;
 mod private;
 mod reads;
+mod realtime;
 mod steps;
 pub mod target;
 mod watch;

@@ -18,6 +18,7 @@ use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use conformance_core::error::Error;
 
@@ -272,6 +273,49 @@ fn sweep() {
     }
 }
 
+/// Real time, measured past the scaled clock: `clock_gettime` through a raw system call,
+/// which libfaketime does not interpose (docs/upstream-facts.md F13.1).
+pub struct RealStopwatch(Duration);
+
+impl RealStopwatch {
+    pub fn start() -> Self {
+        RealStopwatch(real_monotonic())
+    }
+
+    /// Real time since [`RealStopwatch::start`].
+    pub fn elapsed(&self) -> Duration {
+        real_monotonic().saturating_sub(self.0)
+    }
+
+    /// The summary's line on a scaled clock: the scale, the run's scenario time (`scenario`, as
+    /// the scaled clock measured it) and the real time it took; `None` on real time.
+    pub fn summary(&self, scenario: Duration) -> Option<String> {
+        let scale = conformance_core::clock::scale();
+        (scale > 1).then(|| summary_line(scale, scenario, self.elapsed()))
+    }
+}
+
+fn summary_line(scale: u32, scenario: Duration, real: Duration) -> String {
+    format!(
+        "time scale ×{scale}: scenario time {:.2}s, real wall time {:.2}s",
+        scenario.as_secs_f64(),
+        real.as_secs_f64()
+    )
+}
+
+fn real_monotonic() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a timespec for the kernel to fill.
+    let r = unsafe { libc::syscall(libc::SYS_clock_gettime, libc::CLOCK_MONOTONIC, &mut ts) };
+    if r != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,6 +328,15 @@ mod tests {
         for bad in ["0", "-3", "ten", "2.5", "", "1001", "99999999999"] {
             assert!(parse_scale(bad).is_err(), "{bad:?} was taken");
         }
+    }
+
+    #[test]
+    fn the_summary_gives_the_scale_and_both_times() {
+        let line = summary_line(10, Duration::from_secs(300), Duration::from_millis(30_250));
+        assert_eq!(
+            line,
+            "time scale ×10: scenario time 300.00s, real wall time 30.25s"
+        );
     }
 
     #[test]

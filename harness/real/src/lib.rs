@@ -15,6 +15,7 @@
 
 mod apiclient;
 mod cli;
+pub mod clock_skew;
 pub mod cluster;
 pub mod command;
 pub mod completeness;

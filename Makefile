@@ -71,8 +71,12 @@ e2e-emulated:
 e2e-served:
 	$(BIN) run --target served $(RUN_FLAGS) $(SERVED_FLAGS)
 
-## tools: the real helm, kubectl and OpenShell SDK the tests drive, into .tools/
+## tools: the real helm, kubectl and OpenShell SDK the tests drive, into .tools/; and Debian's
+## libfaketime for --time-scale (apt-get, as root)
 tools:
+	@[ -f "/usr/lib/$$(uname -m)-linux-gnu/faketime/libfaketimeMT.so.1" ] || { \
+	  echo "+ apt-get install libfaketime"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libfaketime; }
 	bash .ci/tools.sh
 
 ## test: the project's tests (the README's test command): the virtual-time and quick ones, then

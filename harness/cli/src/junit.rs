@@ -14,7 +14,9 @@
 //!   failure of its own requirements: the stopped step's stage testcase carries the failure;
 //! - an interrupted case is an `<error>` testcase `interrupted`;
 //! - each suite's `outcome` property is the verdict's key (`passed`, `failed`,
-//!   `expected-failure`, `unexpected-pass`, `error`, `skipped`, `interrupted`).
+//!   `expected-failure`, `unexpected-pass`, `error`, `skipped`, `interrupted`);
+//! - a case run on a scaled clock (`--time-scale N`) has the properties `time-scale` (N),
+//!   `scenario-time-ms` (the suite's time) and `real-time-ms` (that divided by N).
 //!
 //! Output is deterministic (virtual durations, no timestamps or host names), so the same run
 //! gives the same bytes.
@@ -74,6 +76,15 @@ fn suite(case: &CaseReport, verdict: &CaseVerdict) -> TestSuite {
     }
     if let Some(seed) = case.timeline.run_info().and_then(|i| i.seed) {
         props.push(("seed".into(), seed.to_string()));
+    }
+    // On a scaled clock the suite's time is scenario time; real time is the scale's fraction.
+    if let Some(scale) = case.timeline.run_info().and_then(|i| i.time_scale) {
+        props.push(("time-scale".into(), scale.to_string()));
+        props.push(("scenario-time-ms".into(), case.virtual_ms.to_string()));
+        props.push((
+            "real-time-ms".into(),
+            (case.virtual_ms / u64::from(scale.max(1))).to_string(),
+        ));
     }
     for (k, v) in &case.params {
         props.push((format!("param.{k}"), v.clone()));

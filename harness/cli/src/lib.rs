@@ -3,6 +3,7 @@
 //! HTML) and `emulate serve`, which wires the kube emulator, the models and the engine.
 
 pub mod cli;
+pub mod clock;
 pub mod junit;
 pub mod report;
 pub mod serve;

@@ -29,6 +29,11 @@ fn main() -> std::process::ExitCode {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
     }
+    // Before any thread starts: at a scale above 1 this re-executes the process onto the clock.
+    if let Err(e) = scale_of(&cli).and_then(openshell_conformance::clock::enter) {
+        eprintln!("{}", conformance_core::error::report(&e));
+        return std::process::ExitCode::from(e.exit_status().code());
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -41,5 +46,26 @@ fn main() -> std::process::ExitCode {
         }
     };
     let status = rt.block_on(run(cli, &matches));
+    drop(rt);
+    openshell_conformance::clock::leave();
     std::process::ExitCode::from(status.code())
+}
+
+/// The scale a command line asks for: `--time-scale` of `run --target served` and `emulate
+/// serve`. Another target takes only 1: a real cluster's clock is not the harness's to scale.
+fn scale_of(cli: &Cli) -> Result<u32, Error> {
+    use openshell_conformance::cli::{Command, EmulateCommand, TargetKind};
+    match &cli.command {
+        Command::Run(args) if args.time_scale > 1 && args.target != TargetKind::Served => {
+            Err(Error::usage(format!(
+                "--time-scale {} needs --target served: only a cluster the run serves itself runs on the harness's clock",
+                args.time_scale
+            )))
+        }
+        Command::Run(args) => Ok(args.time_scale),
+        Command::Emulate {
+            command: EmulateCommand::Serve(args),
+        } => Ok(args.time_scale),
+        _ => Ok(1),
+    }
 }

@@ -243,6 +243,7 @@ pub fn render(title: &str, cases: &[CaseView<'_>]) -> String {
         CSS,
         escape(title)
     );
+    html.push_str(&clock_line(&ordered));
     html.push_str(&totals(&ordered));
     html.push_str(&summary_table(&ordered));
     html.push_str(LEGEND);
@@ -251,6 +252,35 @@ pub fn render(title: &str, cases: &[CaseView<'_>]) -> String {
     }
     html.push_str("</body></html>\n");
     html
+}
+
+/// On a scaled clock (`--time-scale`): the scale, the cases' scenario time and the real time
+/// it took. Nothing on real time.
+fn clock_line(cases: &[Judged<'_>]) -> String {
+    let mut scales: Vec<u32> = Vec::new();
+    let (mut scenario_ms, mut real_ms) = (0u64, 0u64);
+    for c in cases {
+        let t = c.view.timeline;
+        let Some(scale) = t.run_info().and_then(|i| i.time_scale) else {
+            continue;
+        };
+        if !scales.contains(&scale) {
+            scales.push(scale);
+        }
+        let ms = t.duration().as_millis() as u64;
+        scenario_ms += ms;
+        real_ms += ms / u64::from(scale.max(1));
+    }
+    if scales.is_empty() {
+        return String::new();
+    }
+    let scales: Vec<String> = scales.iter().map(|n| format!("×{n}")).collect();
+    format!(
+        "<p class=\"clock\">Scaled clock {}: scenario time {}, real time {}</p>\n",
+        scales.join(", "),
+        fmt_ms(scenario_ms),
+        fmt_ms(real_ms)
+    )
 }
 
 fn case_name(t: &Timeline) -> String {
@@ -325,13 +355,15 @@ fn case_section(index: usize, judged: &Judged<'_>) -> String {
             meta.push(("seed", seed.to_string()));
         }
         // Which clock the times are on: virtual on the emulated target, this machine's wall
-        // clock on real and served clusters.
+        // clock on real and served clusters, or that clock sped up (`--time-scale`).
         meta.push((
             "clock",
-            if info.target == "emulated" {
-                "virtual time, from the case's start".into()
-            } else {
-                "real time (this machine's wall clock), from the case's start".into()
+            match (info.target.as_str(), info.time_scale) {
+                ("emulated", _) => "virtual time, from the case's start".into(),
+                (_, Some(n)) => format!(
+                    "scenario time on a clock ×{n} (real time passed {n} times more slowly), from the case's start"
+                ),
+                _ => "real time (this machine's wall clock), from the case's start".into(),
             },
         ));
         if start > 0 {

@@ -58,6 +58,10 @@ pub struct ServeArgs {
     /// Needs root (namespaces, mounts, veth pairs) and iproute2's `ip`.
     #[arg(long, requires = "images", value_name = "DIR")]
     pub openshell_binaries: Option<PathBuf>,
+    /// Run the served cluster and every process its node starts on one clock N times as fast
+    /// as the real one (1 to 1000; 1 is real time). Needs Debian's libfaketime above 1.
+    #[arg(long, value_name = "N", default_value = "1", value_parser = crate::clock::parse_scale, env = "OPENSHELL_CONFORMANCE_TIME_SCALE")]
+    pub time_scale: u32,
 }
 
 /// Why `emulate serve` stopped or could not start.

@@ -248,3 +248,46 @@ fn props(suite: &quick_junit::TestSuite) -> BTreeMap<String, String> {
         .map(|p| (p.name.to_string(), p.value.to_string()))
         .collect()
 }
+
+/// `case` as if it had run on a clock `scale` times as fast (its timeline says so).
+fn on_a_scaled_clock(mut case: CaseReport, scale: u32) -> CaseReport {
+    let lines: Vec<String> = case
+        .timeline
+        .to_jsonl()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            if v["type"] == "run_started" {
+                v["time_scale"] = scale.into();
+            }
+            v.to_string()
+        })
+        .collect();
+    case.timeline =
+        conformance_core::timeline::Timeline::read_jsonl(lines.join("\n").as_bytes()).unwrap();
+    case
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_case_on_a_scaled_clock_gives_the_scale_and_its_scenario_and_real_time() {
+    let real_time = engine(Factory::new(Quirk::None))
+        .run_case(&case(standard_steps()))
+        .await;
+    let scaled = on_a_scaled_clock(real_time.clone(), 10);
+    let cases = [real_time, scaled];
+    let report = junit::report("openshell-conformance", &cases, &verdicts(&cases));
+    let xml = report.to_string().unwrap();
+    let report = Report::deserialize_from_str(&xml).unwrap();
+
+    let plain = props(&report.test_suites[0]);
+    assert!(
+        !plain.contains_key("time-scale"),
+        "real time adds nothing: {plain:?}"
+    );
+    let scaled = props(&report.test_suites[1]);
+    let scenario_ms = cases[1].virtual_ms;
+    assert!(scenario_ms > 0);
+    assert_eq!(scaled["time-scale"], "10");
+    assert_eq!(scaled["scenario-time-ms"], scenario_ms.to_string());
+    assert_eq!(scaled["real-time-ms"], (scenario_ms / 10).to_string());
+}

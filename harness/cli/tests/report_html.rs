@@ -385,3 +385,33 @@ async fn an_emulated_case_says_its_times_are_virtual_and_starts_its_axis_at_0() 
     assert!(!html.contains("<dt>time axis</dt>"), "{html}");
     assert!(html.contains(">0s</text>"), "{html}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_case_on_a_scaled_clock_gives_the_scale_with_its_scenario_and_real_time() {
+    let t = one_pod_case("existing", 40).await;
+    let plain = render_one(&t);
+    assert!(!plain.contains("class=\"clock\""), "real time adds nothing");
+    let lines: Vec<String> = t
+        .to_jsonl()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            if v["type"] == "run_started" {
+                v["time_scale"] = 10.into();
+            }
+            v.to_string()
+        })
+        .collect();
+    let scaled =
+        conformance_core::timeline::Timeline::read_jsonl(lines.join("\n").as_bytes()).unwrap();
+    let html = render_one(&scaled);
+    // The case lasts 60 s of scenario time: 40 s of install, then 20 s.
+    assert!(
+        html.contains("<p class=\"clock\">Scaled clock ×10: scenario time 60s, real time 6s</p>"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<dt>clock</dt><dd>scenario time on a clock ×10"),
+        "{html}"
+    );
+}

@@ -258,3 +258,155 @@ async fn real_openshell_v0_0_111_gives_the_models_verdicts_and_reproduces_the_bo
     let tl = timeline(&real_artifacts, "bootstrap-outage");
     assert_bootstrap_report(topology, &events(&real_artifacts, "bootstrap-outage"), &tl);
 }
+
+/// How far a line's own timestamp (the process's clock) may be from the kubelet's stamp on it
+/// (the harness's clock), in scenario time, when both run on one clock: the log pipe's latency
+/// times the scale, with room for a loaded machine (measured at x10: 0.15-0.35 s). A process
+/// on a clock of its own started later is minutes off at x10 (measured: 37-351 s with the
+/// shared reference readable by its owner only).
+const SAME_CLOCK_SLACK_MS: i64 = 5_000;
+
+/// The process's clock against the kubelet's on each line of the pod logs in the diagnostics
+/// bundles under `artifacts` whose text starts with a timestamp of its own (tracing's lines):
+/// (file, kubelet's stamp minus the process's, in ms).
+fn own_clock_skews(artifacts: &Path) -> Vec<(String, i64)> {
+    let stamp = |w: &str| {
+        let t = humantime::parse_rfc3339_weak(w.trim_end_matches('Z')).ok()?;
+        Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64)
+    };
+    let mut out = Vec::new();
+    for path in served_support::files_ending(&artifacts.join("diagnostics"), ".log") {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        for line in text.lines() {
+            let plain = strip_ansi(line);
+            let mut words = plain.split_whitespace();
+            if let (Some(kubelet), Some(own)) =
+                (words.next().and_then(&stamp), words.next().and_then(&stamp))
+            {
+                out.push((path.display().to_string(), kubelet - own));
+            }
+        }
+    }
+    out
+}
+
+/// `line` without ANSI colour sequences (`ESC [ ... m`).
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn at_ten_times_the_speed_real_openshell_gives_the_checks_it_gives_at_real_time() {
+    let test = "at_ten_times_the_speed_real_openshell_gives_the_checks_it_gives_at_real_time";
+    let Some(tools) = Tools::require(test) else {
+        return;
+    };
+    // Debian's libfaketime, where the harness looks for it (`.ci/run` installs it).
+    let library = Path::new("/usr/lib")
+        .join(format!("{}-linux-gnu", std::env::consts::ARCH))
+        .join("faketime/libfaketimeMT.so.1");
+    if !library.is_file() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{test}: {} is missing; CI must run this test",
+            library.display()
+        );
+        eprintln!(
+            "SKIPPED {test}: no {} (apt-get install libfaketime)",
+            library.display()
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(release) = binaries(test, "combined", dir.path()) else {
+        return;
+    };
+    let common: Vec<String> = [
+        "--model",
+        MODEL,
+        "--topology",
+        "combined",
+        "--scenario",
+        "gateway-restart",
+    ]
+    .map(String::from)
+    .to_vec();
+    let scaled_artifacts = dir.path().join("scaled");
+    let mut args: Vec<String> = ["run", "--target", "served", "--time-scale", "10"]
+        .map(String::from)
+        .to_vec();
+    args.extend(["--openshell-binaries".into(), release.display().to_string()]);
+    args.extend(tools.real_flags());
+    args.extend(common.iter().cloned());
+    args.extend(["--diagnostics".into(), "always".into()]);
+    args.extend(["--artifacts".into(), scaled_artifacts.display().to_string()]);
+    let (code, out) = Harness::spawn(&tools, &args)
+        .finish(Duration::from_secs(300))
+        .await;
+
+    // The same case at real time gives the model's verdicts check by check (the test above);
+    // at x10 it gives the same.
+    let emulated_artifacts = dir.path().join("emulated");
+    let emulated = std::process::Command::new(env!("CARGO_BIN_EXE_openshell-conformance"))
+        .args([
+            "run",
+            "--target",
+            "emulated",
+            "--agent-sandbox",
+            AGENT_SANDBOX,
+        ])
+        .args(&common)
+        .arg("--artifacts")
+        .arg(&emulated_artifacts)
+        .output()
+        .expect("the harness runs");
+    let emulated_out = String::from_utf8_lossy(&emulated.stdout).to_string();
+    assert_eq!(
+        summary_verdicts(&out),
+        summary_verdicts(&emulated_out),
+        "x10 and the model disagree:\n--- x10\n{out}\n--- model\n{emulated_out}"
+    );
+    assert_eq!(code, 0, "gateway-restart passes at x10:\n{out}");
+    assert_same_check_verdicts(&scaled_artifacts, &emulated_artifacts);
+    assert!(
+        out.contains("time scale ×10: scenario time"),
+        "the summary gives the scale and both times:\n{out}"
+    );
+
+    // The gateway (user 1000) is on the harness's clock: what it logged is on the timeline,
+    // and each line's own timestamp agrees with the kubelet's stamp on it.
+    let checked = assert_every_logged_commit_on_its_timeline(&scaled_artifacts);
+    assert!(
+        checked > 0,
+        "no phase commit of the real gateway was checked:\n{out}"
+    );
+    let skews = own_clock_skews(&scaled_artifacts);
+    assert!(
+        skews.iter().any(|(f, _)| f.contains("openshell-gateway")),
+        "the gateway's log lines carry its own timestamps:\n{out}"
+    );
+    let off: Vec<&(String, i64)> = skews
+        .iter()
+        .filter(|(_, ms)| ms.abs() > SAME_CLOCK_SLACK_MS)
+        .collect();
+    assert!(
+        off.is_empty(),
+        "{} of {} log lines are stamped more than {SAME_CLOCK_SLACK_MS} ms off the kubelet's clock (two clocks), e.g. {:?}",
+        off.len(),
+        skews.len(),
+        off.first()
+    );
+}

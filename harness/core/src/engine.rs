@@ -287,6 +287,7 @@ impl Engine {
             params: case.params.as_text(),
             versions,
             expected_failures: expected.clone(),
+            time_scale: Some(crate::clock::scale()).filter(|n| *n > 1),
         }));
         let mut stages = Stages {
             rec: rec.clone(),

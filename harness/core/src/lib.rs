@@ -32,6 +32,7 @@
 
 pub mod case_verdict;
 pub mod checks;
+pub mod clock;
 pub mod effect;
 pub mod engine;
 pub mod error;

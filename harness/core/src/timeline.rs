@@ -95,6 +95,10 @@ pub struct RunInfo {
     /// alone (`check`, `report`). Empty when none applies.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub expected_failures: Vec<Expectation>,
+    /// The scale of the clock the case ran on (`--time-scale`, [`crate::clock`]) when above 1:
+    /// its stamps are scenario time, and real time passed this many times more slowly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_scale: Option<u32>,
 }
 
 /// A known failure that applies to a case: the requirement the case is known to break and the
@@ -920,6 +924,7 @@ mod tests {
             params: [("outage".to_string(), "30s".to_string())].into(),
             versions: [("openshell".to_string(), "0.0.111".to_string())].into(),
             expected_failures: vec![],
+            time_scale: None,
         }));
         let mut pod = ObjectState::new("Pod", Some("openshell"), "default--a");
         pod.uid = Some("u-1".into());

@@ -5,6 +5,7 @@
 //! Everything here needs root (namespaces, mounts, veth pairs); [`unsupported`] says why a
 //! machine cannot, so callers skip with a reason instead of failing.
 
+pub mod clock;
 mod error;
 pub mod net;
 pub mod process;

@@ -611,7 +611,16 @@ unsafe impl Send for ExecPlan {}
 unsafe impl Sync for ExecPlan {}
 
 impl ExecPlan {
+    /// `env` as given, plus the harness's scaled clock when it runs on one (`crate::clock`).
     fn new(argv: &[String], env: &[(String, String)]) -> Result<Self, NodeError> {
+        let clocked;
+        let env = match crate::clock::inherited() {
+            Some(clock) => {
+                clocked = clock.environment(env);
+                &clocked[..]
+            }
+            None => env,
+        };
         let Some(program) = argv.first() else {
             return Err(invalid("starting a container process", "argv is empty"));
         };
@@ -952,7 +961,13 @@ fn container_plan(spec: &ContainerSpec, exec: bool) -> Result<Plan, NodeError> {
         "creating the symlink /var/run -> /run".into(),
     );
 
-    for bind in &spec.binds {
+    // The scaled clock's library, where every container process's `LD_PRELOAD` names it.
+    let clock = crate::clock::inherited().map(|c| Bind {
+        host: c.library.clone(),
+        target: PathBuf::from(crate::clock::LIBRARY_IN_CONTAINER),
+        read_only: true,
+    });
+    for bind in spec.binds.iter().chain(clock.iter()) {
         let target = container_path(&bind.target, "bind target")?;
         let host = bind.host.canonicalize().map_err(host_io(format!(
             "the bind source {} (for {})",
@@ -1272,6 +1287,11 @@ fn pidfd_send_signal(pidfd: &OwnedFd, signal: c_int) -> io::Result<()> {
 }
 
 // ---- After the fork: system calls only ----
+//
+// And none through a libc function libfaketime interposes (`getpid`, `poll`, `lstat`, ...):
+// under a scaled clock (`--time-scale`) the harness runs with libfaketime preloaded, whose
+// versions take locks another thread may have held at the fork, and a child hung for good
+// (docs/upstream-facts.md F13.1). Those calls go through `libc::syscall`, which it leaves alone.
 
 /// The PID the runner forwards SIGTERM and SIGINT to (0: none, or already reaped).
 static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
@@ -1342,7 +1362,8 @@ unsafe fn runner(plan: &Plan) -> io::Result<()> {
         }
         // The container process checks this before exec: its SIGKILL-on-parent-death request
         // is cleared when it changes user, and could come too late after the fork.
-        let runner_pidfd = libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) as c_int;
+        let runner_pidfd =
+            libc::syscall(libc::SYS_pidfd_open, libc::syscall(libc::SYS_getpid), 0) as c_int;
         let pid = libc::fork();
         if pid < 0 {
             return Err(io::Error::last_os_error());
@@ -1421,7 +1442,19 @@ unsafe fn container(plan: &Plan, runner_pidfd: c_int) -> io::Result<()> {
                 events: libc::POLLIN,
                 revents: 0,
             };
-            if libc::poll(&mut runner, 1, 0) != 0 {
+            let now = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            if libc::syscall(
+                libc::SYS_ppoll,
+                &mut runner,
+                1,
+                &now,
+                std::ptr::null::<libc::sigset_t>(),
+                0,
+            ) != 0
+            {
                 libc::_exit(128 + libc::SIGKILL);
             }
             libc::close(runner_pidfd);
@@ -1505,7 +1538,13 @@ unsafe fn run(step: &Step) -> Result<(), i32> {
             Step::Mkdir(path) => mkdir(path),
             Step::MountPoint { path, dir } => {
                 let mut st: libc::stat = std::mem::zeroed();
-                if libc::lstat(path.as_ptr(), &mut st) == 0
+                if libc::syscall(
+                    libc::SYS_newfstatat,
+                    libc::AT_FDCWD,
+                    path.as_ptr(),
+                    &mut st,
+                    libc::AT_SYMLINK_NOFOLLOW,
+                ) == 0
                     && st.st_mode & libc::S_IFMT == libc::S_IFLNK
                 {
                     // A symlink would redirect the mount; the container sees the mount instead.

@@ -293,7 +293,19 @@ impl CommandRunner for SystemRunner {
                 let _ = pipe.write_all(text.as_bytes()).await;
             });
         }
-        match tokio::time::timeout(cmd.timeout, child.wait_with_output()).await {
+        // The bound is real time for a tool the scaled clock does not reach (helm, kubectl).
+        let path_var = cmd
+            .env
+            .get("PATH")
+            .cloned()
+            .or_else(|| std::env::var("PATH").ok());
+        let bound = crate::realtime::bound_for(
+            &cmd.program,
+            path_var.as_deref(),
+            cmd.timeout,
+            conformance_core::clock::scale(),
+        );
+        match tokio::time::timeout(bound, child.wait_with_output()).await {
             Err(_) => Err(CmdError::TimedOut {
                 line: cmd.line(),
                 after: cmd.timeout,

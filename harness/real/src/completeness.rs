@@ -78,7 +78,7 @@ pub fn phase_commits(log: &str) -> Vec<PhaseCommit> {
 }
 
 /// A line without its terminal colour codes (`ESC [ ... letter`).
-fn strip_ansi(line: &str) -> String {
+pub(crate) fn strip_ansi(line: &str) -> String {
     let mut out = String::with_capacity(line.len());
     let mut chars = line.chars().peekable();
     while let Some(c) = chars.next() {

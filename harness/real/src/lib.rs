@@ -15,6 +15,7 @@
 
 mod apiclient;
 mod cli;
+pub mod clock_skew;
 pub mod cluster;
 pub mod command;
 pub mod completeness;
@@ -38,6 +39,7 @@ pub mod plan;
 mod portforward;
 mod private;
 mod reads;
+mod realtime;
 mod steps;
 pub mod target;
 mod watch;

@@ -1024,7 +1024,11 @@ impl Target for RealTarget {
         };
         let read = log.finish().await;
         let sandboxes = self.created.lock().expect("created lock").clone();
-        crate::completeness::verify(&self.rec, &read, &sandboxes, OBSERVER_SETTLE).await
+        // A gateway off the harness's clock is named first: what else it did ran at its speed.
+        let on_clock = crate::clock_skew::check(&self.rec, &read, conformance_core::clock::scale());
+        let complete =
+            crate::completeness::verify(&self.rec, &read, &sandboxes, OBSERVER_SETTLE).await;
+        on_clock.and(complete)
     }
 
     async fn supervisor_log(&self, sandbox: &str) -> TargetResult<Option<Vec<String>>> {

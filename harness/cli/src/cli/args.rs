@@ -279,6 +279,11 @@ pub struct RunArgs {
     /// Print what would run (real targets: the full command plan and manifests) and stop.
     #[arg(long)]
     pub dry_run: bool,
+    /// Served target: run the harness, the served cluster, the `openshell` CLI and every
+    /// process the node starts on one clock N times as fast as the real one (1 to 1000; 1 is
+    /// real time). Needs Debian's libfaketime above 1.
+    #[arg(long, value_name = "N", default_value = "1", value_parser = crate::clock::parse_scale, env = "OPENSHELL_CONFORMANCE_TIME_SCALE")]
+    pub time_scale: u32,
     #[command(flatten)]
     pub real: RealArgs,
 }

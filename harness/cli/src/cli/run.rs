@@ -328,6 +328,7 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
     let journal = (args.target != TargetKind::Served).then(|| journal_path(&args));
     let watcher = tokio::spawn(signals.interrupt(interrupt.clone(), journal));
     let wall = std::time::SystemTime::now();
+    let real = crate::clock::RealStopwatch::start();
     let jobs = args.jobs();
     let reports = if args.provider().is_none() {
         let observer = Paced {
@@ -344,6 +345,9 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
     progress.finish();
     let wall = wall.elapsed().unwrap_or_default();
     let status = finish(&args, &info, &reports, wall, interrupt.raised());
+    if let Some(line) = real.summary(wall) {
+        println!("{line}");
+    }
     // A signal arriving while the results are written still ends the process the second time.
     if interrupt.raised().is_none() {
         watcher.abort();

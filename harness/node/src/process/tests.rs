@@ -742,3 +742,58 @@ async fn containers_of_a_pod_that_shares_its_pid_namespace_see_each_other_behind
     drop((first, second, pod));
     assert_eq!(wait(&mut sleeper).await, 128 + libc::SIGKILL);
 }
+
+/// The libc functions libfaketime 0.9.10 interposes (docs/upstream-facts.md F13.1).
+const INTERPOSED: &[&str] = &[
+    "alarm",
+    "clock_gettime",
+    "clock_nanosleep",
+    "epoll_pwait",
+    "epoll_wait",
+    "fstat",
+    "ftime",
+    "futimens",
+    "getentropy",
+    "getpid",
+    "getrandom",
+    "gettimeofday",
+    "lstat",
+    "nanosleep",
+    "poll",
+    "ppoll",
+    "pselect",
+    "pthread_cond_timedwait",
+    "select",
+    "sem_timedwait",
+    "sleep",
+    "stat",
+    "time",
+    "timer_gettime",
+    "timer_settime",
+    "timerfd_gettime",
+    "timerfd_settime",
+    "timespec_get",
+    "usleep",
+    "utime",
+    "utimensat",
+    "utimes",
+];
+
+#[test]
+fn nothing_between_fork_and_exec_calls_a_function_libfaketime_interposes() {
+    let source = include_str!("../process.rs");
+    let after_fork = source
+        .split_once("// ---- After the fork: system calls only ----")
+        .and_then(|(_, rest)| rest.split_once("#[cfg(test)]"))
+        .map(|(code, _)| code)
+        .expect("process.rs has its after-the-fork section before its tests");
+    let called: Vec<&str> = INTERPOSED
+        .iter()
+        .copied()
+        .filter(|f| after_fork.contains(&format!("libc::{f}(")))
+        .collect();
+    assert!(
+        called.is_empty(),
+        "called between fork and exec, interposed by libfaketime: {called:?}"
+    );
+}

@@ -20,6 +20,29 @@ fn repo() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
 }
 
+/// Writes the manifest an earlier run of ours leaves in `art`, listing `files` (under `art`) as
+/// they are now.
+fn manifest_listing(art: &Path, files: &[&str]) {
+    let entries: Vec<serde_json::Value> = files
+        .iter()
+        .map(|f| {
+            let bytes = std::fs::read(art.join(f)).unwrap();
+            let sha: String = ring::digest::digest(&ring::digest::SHA256, &bytes)
+                .as_ref()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            serde_json::json!({"path": f, "size": bytes.len(), "sha256": sha})
+        })
+        .collect();
+    let manifest = serde_json::json!({"written_by": "openshell-conformance", "files": entries});
+    std::fs::write(
+        art.join(".openshell-conformance-manifest.json"),
+        manifest.to_string(),
+    )
+    .unwrap();
+}
+
 /// How many cases `run` with no arguments runs: every variant of the catalog on every topology.
 fn whole_catalog() -> usize {
     let topologies: Vec<_> = conformance_core::topology::Topologies::builtin()
@@ -929,6 +952,15 @@ fn a_signal_during_run_writes_the_finished_cases_marks_the_rest_interrupted_and_
     std::fs::write(art.join("diagnostics/combined-1234/pods.txt"), "old").unwrap();
     std::fs::write(art.join("junit.xml"), "EARLIER RUN").unwrap();
     std::fs::write(art.join("report.html"), "EARLIER RUN").unwrap();
+    manifest_listing(
+        &art,
+        &[
+            "timelines/seeded-sweep_gateway_.jsonl",
+            "diagnostics/combined-1234/pods.txt",
+            "junit.xml",
+            "report.html",
+        ],
+    );
 
     let (exit, out, secs) = interrupt_after_first_case(dir.path(), signal);
     assert_eq!(exit, want, "{out}");
@@ -937,7 +969,7 @@ fn a_signal_during_run_writes_the_finished_cases_marks_the_rest_interrupted_and_
         "the 60 s pause was not cut short: {secs} s\n{out}"
     );
     assert!(
-        out.contains("removed the files of an earlier run from artifacts: timelines/ (1 entries), diagnostics/ (1 entries), artifacts/junit.xml, artifacts/report.html"),
+        out.contains("removed the files of an earlier run from artifacts: timelines/ (1 files), diagnostics/ (1 files), artifacts/junit.xml, artifacts/report.html"),
         "{out}"
     );
     assert!(
@@ -1027,9 +1059,8 @@ fn a_signal_before_the_earlier_runs_files_are_removed_interrupts_the_run_after_r
     // Nothing of the earlier run is left, hidden or not; what is there is this run's.
     let names: Vec<String> = files_under(&art).into_keys().collect();
     assert!(
-        names
-            .iter()
-            .all(|n| !n.contains("gateway-restart") && !n.starts_with('.')),
+        names.iter().all(|n| !n.contains("gateway-restart")
+            && (!n.starts_with('.') || n == ".openshell-conformance-manifest.json")),
         "{names:?}"
     );
     let junit = std::fs::read_to_string(art.join("junit.xml")).unwrap();
@@ -1062,7 +1093,7 @@ fn an_artifacts_directory_holding_files_the_run_did_not_write_is_refused_naming_
     assert_eq!(code(&o), 2, "{out}");
     assert!(
         out.contains(
-            "diagnostics/notes.txt, timelines/mydata.txt not written by openshell-conformance"
+            "diagnostics/notes.txt, timelines/mydata.txt not files of the earlier run as its manifest"
         ) && out.contains("move them elsewhere"),
         "{out}"
     );
@@ -1074,6 +1105,71 @@ fn an_artifacts_directory_holding_files_the_run_did_not_write_is_refused_naming_
     let o = run(&args, dir.path());
     assert_eq!(code(&o), 0, "{}", text(&o));
     assert!(text(&o).contains("removed the files of an earlier run"));
+}
+
+/// Issue 44 item 9: a `junit.xml` the user wrote was deleted as "the files of an earlier run",
+/// and files shaped like the run's own were deleted for their shape.
+#[test]
+fn a_users_junit_xml_and_a_file_shaped_like_a_timeline_survive_the_next_run_and_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let art = dir.path().join("artifacts");
+    std::fs::create_dir_all(art.join("timelines")).unwrap();
+    std::fs::write(art.join("junit.xml"), "MINE").unwrap();
+    std::fs::write(
+        art.join("timelines/provisioning_combined_.jsonl"),
+        "{\"seq\":1,\"at_ms\":0,\"type\":\"run_started\"}\n",
+    )
+    .unwrap();
+    let before = files_under(&art);
+    let o = run(&["run", "--scenario", "provisioning"], dir.path());
+    let out = text(&o);
+    assert_eq!(code(&o), 2, "{out}");
+    assert!(
+        out.contains(
+            "--artifacts artifacts: junit.xml, timelines/provisioning_combined_.jsonl not files of an earlier run: no run left a manifest"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("start provisioning"), "a case ran: {out}");
+    assert_eq!(files_under(&art), before, "a file changed");
+}
+
+/// Issue 44 item 9: the next run removes exactly what the earlier run's manifest lists; a
+/// listed file the user changed since, and a file of the user's beside them, stay.
+#[test]
+fn the_next_run_removes_the_listed_files_and_keeps_an_edited_one_and_the_users_naming_the_edited() {
+    let dir = tempfile::tempdir().unwrap();
+    let art = dir.path().join("artifacts");
+    let o = run(
+        &[
+            "run",
+            "--scenario",
+            "gateway-restart",
+            "--html",
+            "artifacts/old.html",
+        ],
+        dir.path(),
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert!(art.join(".openshell-conformance-manifest.json").is_file());
+    std::fs::write(art.join("old.html"), "EDITED").unwrap();
+    std::fs::write(art.join("notes.txt"), "mine").unwrap();
+    let o = run(&["run", "--scenario", "provisioning"], dir.path());
+    let out = text(&o);
+    assert_eq!(code(&o), 0, "{out}");
+    assert!(
+        out.contains("kept in artifacts, changed since the earlier run wrote them: old.html"),
+        "{out}"
+    );
+    let names: Vec<String> = files_under(&art).into_keys().collect();
+    assert!(
+        names.iter().all(|n| !n.contains("gateway-restart")),
+        "a listed timeline stays: {names:?}"
+    );
+    assert_eq!(std::fs::read(art.join("old.html")).unwrap(), b"EDITED");
+    assert_eq!(std::fs::read(art.join("notes.txt")).unwrap(), b"mine");
+    let junit = std::fs::read_to_string(art.join("junit.xml")).unwrap();
+    assert!(junit.contains("provisioning") && !junit.contains("gateway-restart"));
 }
 
 /// Issue 31 items 4 and 11: each exited 3, several after the earlier run's files were removed
@@ -1216,6 +1312,7 @@ fn user_given_paths_are_refused_with_exit_2_naming_flag_and_path_before_anything
         // What an earlier run left, which a refused run must not touch.
         std::fs::create_dir_all(d.join("artifacts/timelines")).unwrap();
         std::fs::write(d.join("artifacts/junit.xml"), "EARLIER RUN").unwrap();
+        manifest_listing(&d.join("artifacts"), &["junit.xml"]);
         let o = run(&args, d);
         let out = text(&o);
         assert_eq!(code(&o), 2, "{args:?}: {out}");
@@ -1558,6 +1655,7 @@ fn a_run_refuses_an_artifacts_directory_whose_journal_holds_faults_on_a_live_clu
     std::fs::create_dir_all(art.join("timelines")).unwrap();
     let earlier = art.join("timelines/provisioning_combined_.jsonl");
     std::fs::write(&earlier, "{\"seq\":1,\"type\":\"run_started\"}\n").unwrap();
+    manifest_listing(&art, &["timelines/provisioning_combined_.jsonl"]);
     std::fs::write(
         art.join("restore-journal.json"),
         r#"{"context":"kind-x","entries":[{"id":"node-access-n","fault":"supervisor-kill","undo":{"undo":"delete-pod","namespace":"openshell","name":"n"}}]}"#,

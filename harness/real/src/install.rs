@@ -115,7 +115,11 @@ impl Install {
             opts: opts.clone(),
             topology: topology.name.clone(),
             values,
-            values_path: opts.run_dir.join(format!("values-{}.yaml", topology.name)),
+            // In the run's private directory, which the run made (or was handed empty): no
+            // file of the user's can be at this path, as one can in the artifacts directory.
+            values_path: opts
+                .private_dir
+                .join(format!("values-{}.yaml", topology.name)),
             tls,
         })
     }
@@ -280,6 +284,7 @@ mod tests {
             agent_sandbox_version: pins::default_agent_sandbox().into(),
             openshell_bin: "openshell".into(),
             run_dir: Some("/run-dir".into()),
+            private_dir: Some("/private".into()),
             ..RealArgs::default()
         };
         f(&mut a);
@@ -330,7 +335,7 @@ mod tests {
         .unwrap();
         let line = i.helm_cmd().line();
         let order = [
-            "-f /run-dir/values-combined.yaml",
+            "-f /private/values-combined.yaml",
             &format!("-f {}", user.display()),
             "--set server.telemetryEnabled=false",
             "--set image.repository=local/gateway",

@@ -227,12 +227,14 @@ fn the_plan_writes_the_topology_values_file_it_passes_to_helm() {
             _ => None,
         })
         .expect("a values file");
-    assert_eq!(write.0, PathBuf::from("/run-dir/values-sidecar.yaml"));
+    // In the private directory: a file of the user's at the run directory's
+    // `values-sidecar.yaml` is never written over (issue 44 item 9).
+    assert_eq!(write.0, PathBuf::from("/private/values-sidecar.yaml"));
     assert!(write.1.contains("topology: sidecar"), "{}", write.1);
     let helm = plan
         .commands()
         .into_iter()
         .find(|c| c.program == "helm" && c.args[0] == "upgrade")
         .unwrap();
-    assert!(helm.line().contains("-f /run-dir/values-sidecar.yaml"));
+    assert!(helm.line().contains("-f /private/values-sidecar.yaml"));
 }

@@ -61,8 +61,8 @@ fn check_outputs(args: &RunArgs) -> Result<(), Error> {
             Error::usage_from(format!("{flag} {}: cannot write it", path.display()), e)
         })?;
     }
-    // Refuses a directory holding files the run did not write, before anything starts.
-    EarlierRun::find(args)?;
+    // Refuses files in the way that no earlier run's manifest lists, before anything starts.
+    EarlierRun::find(args, &[])?;
     Ok(())
 }
 
@@ -301,13 +301,33 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
     }
     // What killed runs left under the temporary directory (keys, tokens) goes now.
     super::leftovers::sweep_temp_dir();
-    // Found again: the directory may have changed since check_outputs looked.
-    let earlier = EarlierRun::find(&args)?;
-    earlier.clear()?;
+    // Found again: the directory may have changed since check_outputs looked, and now the
+    // timelines this run writes are known.
+    let timelines: Vec<PathBuf> = cases
+        .iter()
+        .map(|c| timeline_path(&args, &c.id()))
+        .collect();
+    let earlier = EarlierRun::find(&args, &timelines)?;
+    let left = earlier.clear()?;
     if let Some(removed) = earlier.describe() {
         eprintln!(
             "removed the files of an earlier run from {}: {removed}",
             args.artifacts.display()
+        );
+    }
+    let kept = earlier.kept();
+    if !kept.is_empty() {
+        eprintln!(
+            "kept in {}, changed since the earlier run wrote them: {}",
+            args.artifacts.display(),
+            kept.join(", ")
+        );
+    }
+    if !left.is_empty() {
+        let left: Vec<String> = left.iter().map(|p| p.display().to_string()).collect();
+        eprintln!(
+            "kept {}: left by a removal a kill cut short, and listed in no manifest there",
+            left.join(", ")
         );
     }
     let progress = Progress::new(cases.len());
@@ -537,6 +557,13 @@ async fn check_earlier_journal(args: &RunArgs) -> Result<(), Error> {
     Ok(())
 }
 
+/// Where the run writes a case's timeline.
+fn timeline_path(args: &RunArgs, case_id: &str) -> PathBuf {
+    args.artifacts
+        .join("timelines")
+        .join(format!("{}.jsonl", sanitize(case_id)))
+}
+
 fn sanitize(id: &str) -> String {
     id.chars()
         .map(|c| {
@@ -567,10 +594,7 @@ fn finish(
         .collect();
     let mut links = Vec::new();
     for r in &finished {
-        let mut l = vec![(
-            "timeline".to_string(),
-            tl_dir.join(format!("{}.jsonl", sanitize(&r.case_id))),
-        )];
+        let mut l = vec![("timeline".to_string(), timeline_path(args, &r.case_id))];
         // The bundle the case's timeline names (real targets write `<topology>-<ms>.tar.gz`;
         // the report looked for one named after the case, so it never linked one).
         if let Some(bundle) = conformance_real::bundle_of(&r.timeline).filter(|b| b.exists()) {
@@ -600,8 +624,7 @@ fn finish(
     let html = std::thread::scope(|s| -> Result<String, Error> {
         let render = s.spawn(|| crate::report::render(&title, &views));
         for r in &finished {
-            let path = tl_dir.join(format!("{}.jsonl", sanitize(&r.case_id)));
-            write_file(&path, &r.timeline.to_jsonl())?;
+            write_file(&timeline_path(args, &r.case_id), &r.timeline.to_jsonl())?;
         }
         crate::junit::write(&junit, "openshell-conformance", reports, &verdicts)
             .map_err(|e| Error::usage_from(format!("cannot write {}", junit.display()), e))?;
@@ -610,6 +633,27 @@ fn finish(
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
     })?;
     write_file(&html_path, &html)?;
+    // What the next run may remove: everything written here, and the diagnostics bundles the
+    // cases wrote under the artifacts directory.
+    let mut written: Vec<PathBuf> = finished
+        .iter()
+        .map(|r| timeline_path(args, &r.case_id))
+        .collect();
+    written.extend([junit.clone(), html_path.clone()]);
+    for r in reports {
+        if let Some(archive) = conformance_real::bundle_of(&r.timeline) {
+            if let Some(dir) = archive.to_str().and_then(|a| a.strip_suffix(".tar.gz")) {
+                files_under(Path::new(dir), &mut written);
+            }
+            written.push(archive);
+        }
+    }
+    // Bundles in a `--run-dir` elsewhere are not the artifacts directory's to list.
+    let base = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
+    written.retain(|p| {
+        *p == junit || *p == html_path || std::path::absolute(p).is_ok_and(|a| a.starts_with(&base))
+    });
+    super::earlier::write_manifest(dir, &written)?;
 
     print!("{}", summary::table(reports, &verdicts, wall));
     println!(
@@ -638,6 +682,20 @@ fn finish(
         ExitStatus::ProductFailure
     };
     Ok(status)
+}
+
+/// The files under `dir` (none if it is not a directory), symbolic links not followed.
+fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        match e.file_type() {
+            Ok(t) if t.is_dir() => files_under(&e.path(), out),
+            Ok(t) if t.is_file() => out.push(e.path()),
+            _ => {}
+        }
+    }
 }
 
 /// A link from the report to a file beside it, relative when both are under one directory.

@@ -173,18 +173,42 @@ async fn a_crd_that_never_becomes_established_fails_the_install_naming_the_wait(
     assert_eq!(r.calls().len(), 2);
 }
 
+/// Issue 44 item 9: a served run wrote `values-combined.yaml` over the user's file of that
+/// name in the artifacts directory (the run directory by default).
 #[tokio::test]
-async fn helm_install_writes_the_values_file_it_passes() {
+async fn helm_install_writes_the_values_file_it_passes_in_the_private_directory_never_over_a_users_file()
+ {
     let dir = tempfile::tempdir().unwrap();
-    let run = dir.path().to_str().unwrap();
-    let o = opts(Provider::Kind, &[], run);
+    let run = dir.path().join("artifacts");
+    let private = dir.path().join("private");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(run.join("values-sidecar.yaml"), "MINE").unwrap();
+    let (run_dir, private_dir) = (run.to_str().unwrap(), private.to_str().unwrap());
+    let o = Cli::try_parse_from(["x", "--run-dir", run_dir, "--private-dir", private_dir])
+        .unwrap()
+        .real
+        .resolve(Provider::Kind, "r1", "/repo")
+        .unwrap();
     let t = Topologies::builtin();
     let i = Install::new(&o, t.get("sidecar").unwrap()).unwrap();
+    assert!(
+        i.values_path.starts_with(&o.private_dir),
+        "{}",
+        i.values_path.display()
+    );
     let r = ScriptedRunner::new(Unscripted::Succeed);
     i.run(&r).await.unwrap();
-    let written = std::fs::read_to_string(dir.path().join("values-sidecar.yaml")).unwrap();
+    let written = std::fs::read_to_string(private.join("values-sidecar.yaml")).unwrap();
     assert!(written.contains("topology: sidecar"), "{written}");
-    assert!(r.lines()[0].contains(&format!("-f {run}/values-sidecar.yaml")));
+    assert!(
+        r.lines()[0].contains(&format!("-f {}/values-sidecar.yaml", private.display())),
+        "{}",
+        r.lines()[0]
+    );
+    assert_eq!(
+        std::fs::read(run.join("values-sidecar.yaml")).unwrap(),
+        b"MINE"
+    );
 }
 
 #[test]

@@ -59,6 +59,7 @@ fn opts(extra: &[&str], run: &Path, private: &Path) -> RealOptions {
 
 /// Renders the chart with exactly the values files and `--set`s the harness's helm call uses.
 fn render(helm: &Path, inst: &Install) -> Vec<serde_json::Value> {
+    std::fs::create_dir_all(inst.values_path.parent().unwrap()).unwrap();
     std::fs::write(&inst.values_path, inst.values_yaml()).unwrap();
     let upgrade = inst.helm_cmd();
     // `helm upgrade --install R CHART ...` → `helm template R CHART ...` without the cluster,

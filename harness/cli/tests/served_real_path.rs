@@ -43,6 +43,8 @@ async fn served_run(tools: &Tools, args: &[&str], artifacts: &Path, private: &Pa
         artifacts.display().to_string(),
         "--private-dir".into(),
         private.display().to_string(),
+        // The tests read the CLI's registrations and keys there after the run.
+        "--keep-private-dir".into(),
     ]);
     let h = Harness::spawn(tools, &all);
     let started = h.started;

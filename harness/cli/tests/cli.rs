@@ -273,10 +273,7 @@ fn bad_flags_and_values_exit_2_with_a_message_that_says_what_to_do() {
         (&["frobnicate"], "unrecognized subcommand"),
     ];
     for (args, says) in cases {
-        let o = run(args, dir.path());
-        let out = text(&o);
-        assert_eq!(code(&o), 2, "{args:?}: {out}");
-        assert!(out.contains(says), "{args:?} should say {says:?}:\n{out}");
+        let out = refused(args, dir.path(), says);
     }
 }
 
@@ -1313,10 +1310,7 @@ fn user_given_paths_are_refused_with_exit_2_naming_flag_and_path_before_anything
         std::fs::create_dir_all(d.join("artifacts/timelines")).unwrap();
         std::fs::write(d.join("artifacts/junit.xml"), "EARLIER RUN").unwrap();
         manifest_listing(&d.join("artifacts"), &["junit.xml"]);
-        let o = run(&args, d);
-        let out = text(&o);
-        assert_eq!(code(&o), 2, "{args:?}: {out}");
-        assert!(out.contains(&says), "{args:?} should say {says:?}:\n{out}");
+        let out = refused(&args, d, &says);
         assert!(!out.contains("served cluster for"), "{args:?}: {out}");
         assert_eq!(
             std::fs::read_to_string(d.join("artifacts/junit.xml")).unwrap(),
@@ -1324,6 +1318,15 @@ fn user_given_paths_are_refused_with_exit_2_naming_flag_and_path_before_anything
             "{args:?}"
         );
     }
+}
+
+/// Runs `args` in `dir`, which must exit 2 saying `says`; what it printed.
+fn refused(args: &[&str], dir: &Path, says: &str) -> String {
+    let o = run(args, dir);
+    let out = text(&o);
+    assert_eq!(code(&o), 2, "{args:?}: {out}");
+    assert!(out.contains(says), "{args:?} should say {says:?}:\n{out}");
+    out
 }
 
 /// Runs provisioning on combined in `d`; its one timeline.
@@ -1402,10 +1405,7 @@ fn reports_are_written_only_to_a_regular_file_or_a_new_path_and_never_over_an_in
     }
     let before = std::fs::read(timeline).unwrap();
     for (args, says) in cases {
-        let o = run(&args, d);
-        let out = text(&o);
-        assert_eq!(code(&o), 2, "{args:?}: {out}");
-        assert!(out.contains(says), "{args:?} should say {says:?}:\n{out}");
+        let out = refused(&args, d, says);
         assert!(
             !out.contains("start provisioning"),
             "{args:?}: a case ran: {out}"
@@ -1518,10 +1518,7 @@ fn a_flag_for_another_target_or_command_is_refused_naming_it_and_where_it_applie
         ),
         (&["emulate", "serve", "--defect", "bogus"][..], "--model"),
     ] {
-        let o = run(args, dir.path());
-        let out = text(&o);
-        assert_eq!(code(&o), 2, "{args:?}: {out}");
-        assert!(out.contains(says), "{args:?} should say {says:?}:\n{out}");
+        let out = refused(args, dir.path(), says);
         assert!(
             !dir.path().join("artifacts").exists(),
             "{args:?} wrote artifacts"

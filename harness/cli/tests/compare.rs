@@ -42,6 +42,11 @@ fn good_and_bad(dir: &Path) {
     record(dir, "bad", &["combined"], Some(DEFECT));
 }
 
+/// `compare A B --known-differences known.yaml` in `dir`.
+fn compare_known(dir: &Path, a: &str, b: &str) -> std::process::Output {
+    run(&["compare", a, b, "--known-differences", "known.yaml"], dir)
+}
+
 fn known_file(dir: &Path, yaml: &str) {
     std::fs::write(dir.join("known.yaml"), yaml).unwrap();
 }
@@ -118,16 +123,7 @@ fn a_case_only_one_side_has_is_named_with_its_verdict_and_fails_the_comparison()
         dir.path(),
         "known_differences:\n  - case: \"stopped-through-outage[sidecar,outage=30s]\"\n    reason: \"side B ran combined only\"\n    fact: \"--topology combined\"\n",
     );
-    let o = run(
-        &[
-            "compare",
-            "both",
-            "one",
-            "--known-differences",
-            "known.yaml",
-        ],
-        dir.path(),
-    );
+    let o = compare_known(dir.path(), "both", "one");
     let out = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}");
     assert!(
@@ -141,16 +137,7 @@ fn a_declared_difference_turns_exit_1_into_exit_0_and_is_shown_as_known_with_its
     let dir = tempfile::tempdir().unwrap();
     good_and_bad(dir.path());
     known_file(dir.path(), KNOWN_BROKEN);
-    let o = run(
-        &[
-            "compare",
-            "good",
-            "bad",
-            "--known-differences",
-            "known.yaml",
-        ],
-        dir.path(),
-    );
+    let o = compare_known(dir.path(), "good", "bad");
     let out = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}");
     assert!(out.contains(&format!("{CASE}: differ as known\n")), "{out}");
@@ -167,16 +154,7 @@ fn a_declared_difference_turns_exit_1_into_exit_0_and_is_shown_as_known_with_its
         dir.path(),
         &KNOWN_BROKEN.replace(BROKEN, "a check no case has"),
     );
-    let o = run(
-        &[
-            "compare",
-            "good",
-            "bad",
-            "--known-differences",
-            "known.yaml",
-        ],
-        dir.path(),
-    );
+    let o = compare_known(dir.path(), "good", "bad");
     let out = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(
@@ -195,16 +173,7 @@ fn a_declared_difference_the_runs_no_longer_show_is_stale_and_fails_like_an_unex
             "{KNOWN_BROKEN}  - case: \"error-recovery[*\"\n    reason: \"not run here\"\n    fact: \"F1.9\"\n"
         ),
     );
-    let o = run(
-        &[
-            "compare",
-            "good",
-            "good",
-            "--known-differences",
-            "known.yaml",
-        ],
-        dir.path(),
-    );
+    let o = compare_known(dir.path(), "good", "good");
     let out = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(

@@ -273,7 +273,7 @@ fn bad_flags_and_values_exit_2_with_a_message_that_says_what_to_do() {
         (&["frobnicate"], "unrecognized subcommand"),
     ];
     for (args, says) in cases {
-        let out = refused(args, dir.path(), says);
+        refused(args, dir.path(), says);
     }
 }
 
@@ -1518,7 +1518,7 @@ fn a_flag_for_another_target_or_command_is_refused_naming_it_and_where_it_applie
         ),
         (&["emulate", "serve", "--defect", "bogus"][..], "--model"),
     ] {
-        let out = refused(args, dir.path(), says);
+        refused(args, dir.path(), says);
         assert!(
             !dir.path().join("artifacts").exists(),
             "{args:?} wrote artifacts"

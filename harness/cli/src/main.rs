@@ -31,7 +31,7 @@ fn main() -> std::process::ExitCode {
     }
     // Before any thread starts: at a scale above 1 this re-executes the process onto the clock.
     if let Err(e) = scale_of(&cli).and_then(openshell_conformance::clock::enter) {
-        eprintln!("{}", conformance_core::error::report(&e));
+        openshell_conformance::tell!("{}", conformance_core::error::report(&e));
         return std::process::ExitCode::from(e.exit_status().code());
     }
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -41,7 +41,7 @@ fn main() -> std::process::ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             let e = Error::infra_from("cannot start the async runtime", e);
-            eprintln!("{}", conformance_core::error::report(&e));
+            openshell_conformance::tell!("{}", conformance_core::error::report(&e));
             return std::process::ExitCode::from(e.exit_status().code());
         }
     };

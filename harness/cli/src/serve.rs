@@ -145,7 +145,7 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
         biased;
         served = serve_until_stopped(&args, &kubeconfig) => served,
         why = stop => {
-            println!("{why}: stopping the served cluster");
+            say!("{why}: stopping the served cluster");
             Ok(())
         }
     }
@@ -168,12 +168,12 @@ fn stop_signal() -> Result<impl std::future::Future<Output = &'static str>, Serv
 
 /// Prints where the API listens and how to reach it.
 fn announce(addr: SocketAddr, kubeconfig: &std::path::Path) {
-    println!("emulated Kubernetes API listening on https://{addr}");
-    println!(
+    say!("emulated Kubernetes API listening on https://{addr}");
+    say!(
         "kubeconfig written to {} (mode 0600: it holds the token the server requires)",
         kubeconfig.display()
     );
-    println!(
+    say!(
         "try: kubectl --kubeconfig {} get pods -A",
         kubeconfig.display()
     );
@@ -196,7 +196,7 @@ async fn serve_until_stopped(
             args.openshell_binaries.as_deref(),
         )
         .await?;
-        println!(
+        say!(
             "images mean models ({model}, topology {}); nothing installed: apply the Agent Sandbox manifest and install the OpenShell chart",
             args.topology
         );
@@ -248,13 +248,14 @@ async fn serve_until_stopped(
         _ => None,
     };
     if let (Some(t), None) = (&target, &case) {
-        println!(
+        say!(
             "OpenShell model {} installed (topology {}) in namespace openshell",
-            t.model.selection, t.model.topology.name
+            t.model.selection,
+            t.model.topology.name
         );
     }
     if target.is_none() {
-        println!(
+        say!(
             "no OpenShell model: the Kubernetes models run (one node, workload, Job and Agent Sandbox controllers)"
         );
     }
@@ -264,7 +265,7 @@ async fn serve_until_stopped(
     // every controller and the kubelet.
     if let (Some(t), Some(case)) = (&target, case) {
         let server = tokio::spawn(endpoint.serve(cluster));
-        println!("running {} in real time; watch it with kubectl", case.id());
+        say!("running {} in real time; watch it with kubectl", case.id());
         // The case's teardown must not stop the models: the cluster goes on reconciling.
         t.keep_models_after_teardown();
         let factory = std::sync::Arc::new(LiveTarget(t.clone()));
@@ -274,11 +275,11 @@ async fn serve_until_stopped(
         )
         .run_case(&case)
         .await;
-        println!("{}: {}", report.case_id, report.outcome.name());
+        say!("{}: {}", report.case_id, report.outcome.name());
         for c in report.failed_checks() {
-            println!("{}", c.diagnosis());
+            say!("{}", c.diagnosis());
         }
-        println!("still serving; stop with Ctrl-C");
+        say!("still serving; stop with Ctrl-C");
         return server
             .await
             .unwrap_or_else(|e| {
@@ -330,12 +331,12 @@ impl Drop for ServedCluster {
         if let Some(host) = &self.host {
             // Each one is a fidelity bug of the served cluster (issue: drive the count to zero).
             let unserved = host.unserved();
-            eprintln!(
+            tell!(
                 "API requests of the real OpenShell processes the served cluster could not serve: {}",
                 unserved.len()
             );
             for u in unserved {
-                eprintln!("  {u}");
+                tell!("  {u}");
             }
         }
         self.server.abort();

@@ -91,6 +91,26 @@ fn run_with_no_arguments_runs_the_whole_catalog_on_the_emulated_contract_and_pas
 }
 
 #[test]
+fn a_run_whose_stdout_was_closed_still_writes_its_reports_and_exits_with_its_verdict() {
+    // A pager quit or `| head` closes stdout while the run goes on: the summary is lost, the
+    // verdict, its reports and its exit code are not (it once panicked with exit 101).
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = bin()
+        .args(["run", "--scenario", "provisioning"])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(dir.path().join("artifacts/junit.xml").is_file(), "{err}");
+}
+
+#[test]
 fn a_defect_makes_the_run_exit_1_and_name_the_broken_requirement() {
     let dir = tempfile::tempdir().unwrap();
     let o = run(

@@ -77,25 +77,25 @@ impl Judged {
         let name = &self.file;
         let Some(v) = &self.verdict else {
             for p in &self.problems {
-                println!("{name}: cannot be judged: {p}");
+                say!("{name}: cannot be judged: {p}");
             }
             return;
         };
         if let CaseVerdict::Skipped { reason } = v {
-            println!("{name}: skipped: {reason}");
+            say!("{name}: skipped: {reason}");
             return;
         }
         if !self.plan_differences.is_empty() {
-            println!("{name}: the stored check plan DIFFERS from the catalog's for this case:");
+            say!("{name}: the stored check plan DIFFERS from the catalog's for this case:");
             for p in &self.plan_differences {
-                println!("  {p}");
+                say!("  {p}");
             }
         }
         let unjudged = match self.checks_not_evaluated {
             0 => String::new(),
             n => format!(" ({n} not evaluated)"),
         };
-        println!(
+        say!(
             "{name}: {} of {} checks passed{unjudged}, {}",
             self.checks_passed,
             self.checks,
@@ -106,14 +106,14 @@ impl Judged {
             }
         );
         for d in &self.problems {
-            println!("  {d}");
+            say!("  {d}");
         }
         for f in self.failing.iter().chain(&self.not_evaluated) {
-            println!("  {}", f.replace('\n', "\n  "));
+            say!("  {}", f.replace('\n', "\n  "));
         }
         match v.explanation() {
-            Some(why) => println!("{name}: {}: {why}", v.label()),
-            None => println!("{name}: {}", v.label()),
+            Some(why) => say!("{name}: {}: {why}", v.label()),
+            None => say!("{name}: {}", v.label()),
         }
     }
 }
@@ -135,7 +135,7 @@ pub(super) fn check(args: &CheckArgs) -> Result<ExitStatus, Error> {
                 j.judgement = Judgement::Unjudgeable;
                 j.problems.push(conformance_core::error::one_line(&e));
                 if args.format == Format::Table {
-                    eprintln!("{}", conformance_core::error::report(&e));
+                    tell!("{}", conformance_core::error::report(&e));
                 }
                 j
             }
@@ -149,7 +149,7 @@ pub(super) fn check(args: &CheckArgs) -> Result<ExitStatus, Error> {
     if args.format == Format::Json {
         let json = serde_json::to_string_pretty(&all)
             .map_err(|e| Error::infra_from("cannot write the results as JSON", e))?;
-        println!("{json}");
+        say!("{json}");
     }
     Ok(match worst {
         Judgement::Agrees => ExitStatus::Success,

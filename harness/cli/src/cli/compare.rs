@@ -615,11 +615,11 @@ pub(super) fn compare(args: &CompareArgs) -> Result<ExitStatus, Error> {
     let (a, b) = (load_side(Side::A, a)?, load_side(Side::B, b)?);
     let comparison = compare_sides(&args.a, &args.b, a, b, &known);
     match args.format {
-        Format::Table => print!("{}", render_text(&comparison)),
+        Format::Table => put!("{}", render_text(&comparison)),
         Format::Json => {
             let json = serde_json::to_string_pretty(&comparison)
                 .map_err(|e| Error::infra_from("cannot write the comparison as JSON", e))?;
-            println!("{json}");
+            say!("{json}");
         }
     }
     Ok(if comparison.agree {

@@ -97,7 +97,7 @@ fn alive(pid: u32) -> bool {
 /// Sweeps the system's temporary directory (see [`sweep`]) and says on stderr what it did.
 pub(crate) fn sweep_temp_dir() {
     for line in sweep(&std::env::temp_dir()).report() {
-        eprintln!("{line}");
+        tell!("{line}");
     }
 }
 

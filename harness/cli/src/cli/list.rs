@@ -82,16 +82,16 @@ pub(super) fn list(args: &ListArgs) -> Result<ExitStatus, Error> {
                         .collect(),
                 )
             };
-            println!(
+            say!(
                 "{}",
                 serde_json::to_string_pretty(&v).expect("JSON values serialize")
             );
         }
         Format::Table => {
             for (_, name, items) in &chosen {
-                println!("{}", name.to_uppercase());
-                print!("{}", table(items));
-                println!();
+                say!("{}", name.to_uppercase());
+                put!("{}", table(items));
+                say!();
             }
         }
     }

@@ -61,7 +61,7 @@ pub async fn run(cli: Cli, matches: &clap::ArgMatches) -> ExitStatus {
     match result {
         Ok(status) => status,
         Err(e) => {
-            eprintln!("{}", conformance_core::error::report(&e));
+            tell!("{}", conformance_core::error::report(&e));
             e.exit_status()
         }
     }
@@ -111,7 +111,7 @@ fn report(args: &ReportArgs) -> Result<ExitStatus, Error> {
     let title = crate::report::title_of(&timelines.iter().collect::<Vec<_>>());
     let html = crate::report::render(&title, &views);
     write_file(&args.html, &html)?;
-    println!("wrote {}", args.html.display());
+    say!("wrote {}", args.html.display());
     Ok(ExitStatus::Success)
 }
 

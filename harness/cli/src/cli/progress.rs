@@ -101,7 +101,7 @@ impl Progress {
             b
         });
         if bar.is_none() {
-            eprintln!("{} start {case}", self.stamp());
+            tell!("{} start {case}", self.stamp());
         }
         self.inner
             .running
@@ -158,7 +158,7 @@ impl Progress {
         };
         match (&line.bar, plain) {
             (Some(bar), Some(_)) => bar.set_message(message(case, line)),
-            (None, Some(text)) => eprintln!("{} {case}: {text}", self.stamp()),
+            (None, Some(text)) => tell!("{} {case}: {text}", self.stamp()),
             _ => {}
         }
     }
@@ -186,7 +186,7 @@ impl Progress {
                 let _ = multi.println(text);
                 bar.inc(1);
             }
-            None => eprintln!("{} done  {text}", self.stamp()),
+            None => tell!("{} done  {text}", self.stamp()),
         }
     }
 

@@ -120,7 +120,7 @@ impl Drop for PrivateDir {
         if let Err(e) = removed
             && e.kind() != std::io::ErrorKind::NotFound
         {
-            eprintln!(
+            tell!(
                 "warning: could not remove the credentials in the run's private directory {}: {e}",
                 dir.display()
             );
@@ -243,11 +243,11 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
             let plan = served::plan(&args)?;
             _private = PrivateDir::of_run(&args, &plan.opts.private_dir);
             if args.dry_run {
-                print!("{}", plan.header());
+                put!("{}", plan.header());
                 let chosen = chosen_topologies(&args)?;
                 let chosen: Vec<&Topology> = chosen.iter().collect();
                 let opts = plan.dry_run_options(&chosen);
-                print!("{}", conformance_real::plan::dry_run(&opts, &chosen)?);
+                put!("{}", conformance_real::plan::dry_run(&opts, &chosen)?);
                 return Ok(ExitStatus::Success);
             }
             let f: Arc<dyn TargetFactory> = Arc::new(plan.factory()?);
@@ -267,7 +267,7 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
                 let chosen = chosen_topologies(&args)?;
                 let chosen: Vec<&Topology> = chosen.iter().collect();
                 let plan = conformance_real::plan::dry_run(&opts, &chosen)?;
-                print!("{plan}");
+                put!("{plan}");
                 return Ok(ExitStatus::Success);
             }
             let runner: Arc<dyn conformance_real::command::CommandRunner> =
@@ -283,9 +283,9 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
     let cases = select_cases(&args, &topologies)?;
     let expectations = expectations_for(&args, &info)?;
     if args.dry_run {
-        println!("{} cases on {}:", cases.len(), info.label());
+        say!("{} cases on {}:", cases.len(), info.label());
         for c in &cases {
-            println!("  {}", c.id());
+            say!("  {}", c.id());
         }
         return Ok(ExitStatus::Success);
     }
@@ -296,7 +296,7 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
     let signals = Signals::install()?;
     let pause_before_clear = test_pause(PAUSE_BEFORE_CLEAR)?;
     if !pause_before_clear.is_zero() {
-        eprintln!("{PAUSE_BEFORE_CLEAR}: pausing before the earlier run's files are removed");
+        tell!("{PAUSE_BEFORE_CLEAR}: pausing before the earlier run's files are removed");
         tokio::time::sleep(pause_before_clear).await;
     }
     // What killed runs left under the temporary directory (keys, tokens) goes now.
@@ -310,14 +310,14 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
     let earlier = EarlierRun::find(&args, &timelines)?;
     let left = earlier.clear()?;
     if let Some(removed) = earlier.describe() {
-        eprintln!(
+        tell!(
             "removed the files of an earlier run from {}: {removed}",
             args.artifacts.display()
         );
     }
     let kept = earlier.kept();
     if !kept.is_empty() {
-        eprintln!(
+        tell!(
             "kept in {}, changed since the earlier run wrote them: {}",
             args.artifacts.display(),
             kept.join(", ")
@@ -325,7 +325,7 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
     }
     if !left.is_empty() {
         let left: Vec<String> = left.iter().map(|p| p.display().to_string()).collect();
-        eprintln!(
+        tell!(
             "kept {}: left by a removal a kill cut short, and listed in no manifest there",
             left.join(", ")
         );
@@ -366,7 +366,7 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
     let wall = wall.elapsed().unwrap_or_default();
     let status = finish(&args, &info, &reports, wall, interrupt.raised());
     if let Some(line) = real.summary(wall) {
-        println!("{line}");
+        say!("{line}");
     }
     // A signal arriving while the results are written still ends the process the second time.
     if interrupt.raised().is_none() {
@@ -493,20 +493,20 @@ impl Signals {
     /// `journal`: where faults left active are, unless the cluster ends with this process.
     async fn interrupt(mut self, interrupt: Interrupt, journal: Option<PathBuf>) {
         let first = self.next().await;
-        eprintln!(
+        tell!(
             "{first}: interrupting the run; restoring faults and writing the results of the \
              finished cases (a second signal exits at once)"
         );
         interrupt.raise(first);
         let second = self.next().await;
         match journal {
-            Some(journal) => eprintln!(
+            Some(journal) => tell!(
                 "{second}, a second signal: exiting at once without writing results; faults still active are in {} \
                  (`openshell-conformance restore --journal {}` undoes them on a real cluster)",
                 journal.display(),
                 journal.display()
             ),
-            None => eprintln!(
+            None => tell!(
                 "{second}, a second signal: exiting at once without writing results; the served cluster ends with this process"
             ),
         }
@@ -548,7 +548,7 @@ async fn check_earlier_journal(args: &RunArgs) -> Result<(), Error> {
         if let conformance_real::journal::Earlier::Removed(n) =
             conformance_real::journal::earlier(&path).await?
         {
-            eprintln!(
+            tell!(
                 "removed {}, the restore journal of a killed served run ({n} fault(s) on its cluster, which ended with it)",
                 path.display()
             );
@@ -655,15 +655,15 @@ fn finish(
     });
     super::earlier::write_manifest(dir, &written)?;
 
-    print!("{}", summary::table(reports, &verdicts, wall));
-    println!(
+    put!("{}", summary::table(reports, &verdicts, wall));
+    say!(
         "reports: {} (JUnit), {} (HTML), {} (timelines)",
         junit.display(),
         html_path.display(),
         tl_dir.display()
     );
     if let Some(why) = interrupted {
-        println!(
+        say!(
             "interrupted by {why}: {} of {} cases finished; the JUnit marks the others as \
              interrupted errors",
             finished.len(),
@@ -713,7 +713,7 @@ pub(super) async fn doctor(args: ProviderArgs) -> Result<ExitStatus, Error> {
     let opts = real_options(&args.real, args.provider, Path::new("artifacts"))?;
     let report =
         conformance_real::doctor::run_for(&opts, &conformance_real::command::SystemRunner).await;
-    print!("{report}");
+    put!("{report}");
     Ok(report.exit_status())
 }
 
@@ -724,7 +724,7 @@ pub(super) async fn cluster(args: ProviderArgs, up: bool) -> Result<ExitStatus, 
     if up {
         conformance_real::cluster::create_private_dir(&opts)?;
         let c = p.up(&runner).await?;
-        println!(
+        say!(
             "cluster ready: context {}{}{}",
             c.context,
             c.kubeconfig
@@ -735,7 +735,7 @@ pub(super) async fn cluster(args: ProviderArgs, up: bool) -> Result<ExitStatus, 
         );
     } else {
         p.down(&runner).await?;
-        println!("cluster {} deleted", opts.cluster_name);
+        say!("cluster {} deleted", opts.cluster_name);
     }
     Ok(ExitStatus::Success)
 }
@@ -747,7 +747,7 @@ pub(super) async fn restore(args: &RestoreArgs) -> Result<ExitStatus, Error> {
         Duration::from_secs(600),
     )
     .await?;
-    print!("{report}");
+    put!("{report}");
     Ok(if report.failed.is_empty() {
         ExitStatus::Success
     } else {

@@ -216,7 +216,7 @@ impl Plan {
             Some(dir) => format!("real OpenShell binaries from {}", dir.display()),
             None => format!("model {}", self.model),
         };
-        eprintln!(
+        tell!(
             "served cluster for {} on https://{} ({runs}); kubeconfig {}, context {CONTEXT}",
             topology.name,
             served.addr,

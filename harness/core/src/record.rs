@@ -29,6 +29,14 @@ impl std::fmt::Display for ObjectRef {
 /// says nothing about the sandbox).
 pub const GATEWAY_UNREACHABLE_REASON: &str = "GatewayUnreachable";
 
+/// Reason of the `Ready` condition of a gateway sandbox state recorded for a Ready answer the
+/// gateway gave after a fault ended its process, with the resource version its record had
+/// then: the record as stored before the fault, which nothing has rewritten since (a new
+/// gateway answers from its database until its first driver snapshot rewrites the phase,
+/// docs/upstream-facts.md F1.18). Ready means a supervisor session the restart ended (F1.17),
+/// so it is no report made after the fault and is recorded as `Unknown`.
+pub const STORED_BEFORE_FAULT_REASON: &str = "StoredBeforeFault";
+
 /// Reason of the `Ready` condition of a Kubernetes object state recorded when the watch on its
 /// kind lost the API server: like [`GATEWAY_UNREACHABLE_REASON`], the object's state is not
 /// known from then until the watch relists, so checks must not go on judging the last one seen.
@@ -119,9 +127,34 @@ impl ObjectState {
             c.status == "Unknown"
                 && matches!(
                     c.reason.as_deref(),
-                    Some(GATEWAY_UNREACHABLE_REASON | API_SERVER_UNREACHABLE_REASON)
+                    Some(
+                        GATEWAY_UNREACHABLE_REASON
+                            | API_SERVER_UNREACHABLE_REASON
+                            | STORED_BEFORE_FAULT_REASON
+                    )
                 )
         })
+    }
+
+    /// This gateway sandbox answer as recorded when it is the record the gateway stored before
+    /// `fault` ([`STORED_BEFORE_FAULT_REASON`]): phase `Unknown`, its version kept, and a
+    /// message saying what the gateway answered, so the timeline shows the stale answer without
+    /// any check taking it for a phase the sandbox is in.
+    pub fn stored_before_fault(&self, fault: &str) -> ObjectState {
+        let mut s = ObjectState::new(&self.kind, self.namespace.as_deref(), &self.name);
+        s.resource_version = self.resource_version.clone();
+        s.phase = Some("Unknown".into());
+        s.conditions.push(ConditionState {
+            type_: READY_CONDITION.into(),
+            status: "Unknown".into(),
+            reason: Some(STORED_BEFORE_FAULT_REASON.into()),
+            message: Some(format!(
+                "the gateway answered {} from its record as stored before the {fault} (resource version {}), not rewritten since",
+                self.phase.as_deref().unwrap_or("no phase"),
+                self.resource_version.as_deref().unwrap_or("?"),
+            )),
+        });
+        s
     }
 
     /// This object's state while the Kubernetes API server cannot be reached: the same object

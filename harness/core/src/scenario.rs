@@ -721,7 +721,19 @@ impl Ctx {
         };
         match &v {
             Some(view) => {
-                self.rec.observe_direct(view.to_state());
+                let state = view.to_state();
+                if self.rec.stored_before_fault(&state).is_some() {
+                    // The record as stored before a gateway fault says nothing of now: the
+                    // step sees what the timeline records, a phase not known.
+                    self.rec.observe_direct(state);
+                    return Ok(Some(SandboxView {
+                        phase: Phase::Unknown,
+                        reason: Some(crate::timeline::STORED_BEFORE_FAULT_REASON.into()),
+                        exit_code: None,
+                        ..view.clone()
+                    }));
+                }
+                self.rec.observe_direct(state);
             }
             None => {
                 if let Some(mut last) = self.rec.last_state(&crate::timeline::ObjectRef {

@@ -164,6 +164,12 @@ pub struct SandboxView {
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
+    /// The gateway's resource version of its record (`metadata.resource_version`, bumped on
+    /// every write; docs/upstream-facts.md F6.8), where the target reports one. An answer with
+    /// the version it had before a gateway fault is the stored record, not a report made after
+    /// the fault ([`crate::timeline::STORED_BEFORE_FAULT_REASON`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<String>,
 }
 
 impl SandboxView {
@@ -186,6 +192,7 @@ impl SandboxView {
     /// As a timeline object of kind [`crate::timeline::GATEWAY_SANDBOX_KIND`].
     pub fn to_state(&self) -> ObjectState {
         let mut s = ObjectState::new(crate::timeline::GATEWAY_SANDBOX_KIND, None, &self.name);
+        s.resource_version = self.resource_version.clone();
         s.phase = Some(self.phase.name().to_string());
         if self.reason.is_some() || self.message.is_some() {
             s.conditions.push(crate::timeline::ConditionState {
@@ -288,6 +295,12 @@ impl Fault {
             Self::MainProcessKill { .. } => "main-process-kill",
             Self::BootstrapCredentials { .. } => "bootstrap-credentials",
         }
+    }
+
+    /// Whether a fault of `kind` ends the gateway's process, so the gateway that answers after
+    /// it is a new process answering from its database (docs/upstream-facts.md F1.17, F1.18).
+    pub fn ends_gateway_process(kind: &str) -> bool {
+        kind == Self::GatewayStop.kind() || kind == Self::GatewayRestart.kind()
     }
 
     pub fn subject(&self) -> Option<&str> {

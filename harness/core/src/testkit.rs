@@ -34,12 +34,29 @@ pub enum Quirk {
     ShellBroken,
     /// Restoring the gateway reports success but leaves it down.
     RestoreHasNoEffect,
+    /// Like OpenShell v0.0.111 (docs/upstream-facts.md F1.18): the gateway keeps its record
+    /// through the outage and, once back, answers it as stored (Ready, the same resource
+    /// version) until it rewrites it a moment later; the sandbox's shell works only once it is
+    /// Ready again.
+    AnswersStoredRecord,
 }
 
 #[derive(Default)]
 struct Sandbox {
     phase: Phase,
     files: BTreeMap<String, String>,
+    /// Bumped on every write of the record, as the gateway's resource version is.
+    version: u64,
+    /// The record says Ready but no supervisor session serves the shell (a stored record).
+    stale: bool,
+}
+
+impl Sandbox {
+    fn set_phase(&mut self, phase: Phase) {
+        self.phase = phase;
+        self.version += 1;
+        self.stale = false;
+    }
 }
 
 struct FakeState {
@@ -62,6 +79,7 @@ impl Fake {
         st.sandboxes.get(name).map(|s| SandboxView {
             name: name.to_string(),
             phase: s.phase.clone(),
+            resource_version: Some(s.version.to_string()),
             ..SandboxView::default()
         })
     }
@@ -74,7 +92,7 @@ impl Fake {
             if let Some(s) = st.sandboxes.get_mut(&name)
                 && s.phase == from
             {
-                s.phase = to;
+                s.set_phase(to);
             }
         });
     }
@@ -91,6 +109,7 @@ impl Fake {
                 }
                 let mut o = ObjectState::new(GATEWAY_SANDBOX_KIND, None, name);
                 o.phase = Some(s.phase.name().to_string());
+                o.resource_version = Some(s.version.to_string());
                 o
             })
             .collect();
@@ -146,6 +165,7 @@ impl Target for Fake {
             spec.name.clone(),
             Sandbox {
                 phase: Phase::Provisioning,
+                version: 1,
                 ..Sandbox::default()
             },
         );
@@ -173,7 +193,7 @@ impl Target for Fake {
             .sandboxes
             .get_mut(sandbox)
             .ok_or_else(|| TargetError::refused("NotFound", "sandbox not found"))?;
-        if s.phase != Phase::Ready {
+        if s.phase != Phase::Ready || s.stale {
             return Err(TargetError::refused(
                 "FailedPrecondition",
                 "sandbox is not ready",
@@ -256,7 +276,7 @@ impl Target for Fake {
                     let mut st = self.state.lock().unwrap();
                     for s in st.sandboxes.values_mut() {
                         if s.phase == Phase::Ready {
-                            s.phase = to.clone();
+                            s.set_phase(to.clone());
                         }
                     }
                 };
@@ -265,7 +285,14 @@ impl Target for Fake {
                 }
                 tokio::time::sleep(Duration::from_secs(5)).await; // pods terminating
                 self.state.lock().unwrap().gateway_up = false;
-                set_ready_to(Phase::Provisioning);
+                if self.quirk == Quirk::AnswersStoredRecord {
+                    // The record stays as stored; the sessions end with the gateway.
+                    for s in self.state.lock().unwrap().sandboxes.values_mut() {
+                        s.stale = s.phase == Phase::Ready;
+                    }
+                } else {
+                    set_ready_to(Phase::Provisioning);
+                }
                 Ok(())
             }
             other => Err(TargetError::Unsupported(other.kind().into())),
@@ -290,6 +317,15 @@ impl Target for Fake {
             st.sandboxes.keys().cloned().collect()
         };
         for n in names {
+            if self.quirk == Quirk::AnswersStoredRecord {
+                // Rewritten by the first reconcile a moment after the gateway serves again.
+                self.set_phase_later(
+                    n.clone(),
+                    Duration::from_millis(10),
+                    Phase::Ready,
+                    Phase::Provisioning,
+                );
+            }
             self.set_phase_later(n, Duration::from_secs(5), Phase::Provisioning, Phase::Ready);
         }
         Ok(())

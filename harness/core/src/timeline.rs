@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::record::{
     API_SERVER_UNREACHABLE_REASON, ActionStatus, ConditionState, ContainerState,
     GATEWAY_UNREACHABLE_REASON, ObjectRef, ObjectState, READY_CONDITION, Replicas,
+    STORED_BEFORE_FAULT_REASON,
 };
 use crate::verdict::{Check, CheckOutcome};
 
@@ -649,6 +650,25 @@ struct RecorderInner {
     /// Steps waiting for an observer to record the next state of an object (None: of any
     /// object) ([`Recorder::next_watched_state`]); each is told once.
     state_waiters: Vec<(Option<ObjectRef>, tokio::sync::oneshot::Sender<()>)>,
+    /// The last resource version the gateway answered for each sandbox.
+    gateway_versions: BTreeMap<ObjectRef, String>,
+    /// The kind of the latest fault that ends the gateway's process, and each sandbox's
+    /// version when it took effect: an answer with that version since is the stored record
+    /// (before it took effect, the gateway that answers is the one still running).
+    stored_before: Option<(String, BTreeMap<ObjectRef, String>)>,
+}
+
+impl RecorderInner {
+    fn stored_before_fault(&self, state: &ObjectState) -> Option<String> {
+        // Only Ready rests on what a restart loses (a supervisor session, F1.17); a stored
+        // Error, Stopped or Provisioning is as true after the restart as before it.
+        if state.kind != GATEWAY_SANDBOX_KIND || state.phase.as_deref() != Some("Ready") {
+            return None;
+        }
+        let version = state.resource_version.as_ref()?;
+        let (fault, versions) = self.stored_before.as_ref()?;
+        (versions.get(&state.object_ref()) == Some(version)).then(|| fault.clone())
+    }
 }
 
 /// Called with every entry as it is recorded.
@@ -671,6 +691,8 @@ impl Recorder {
                 last_state: BTreeMap::new(),
                 listener: None,
                 state_waiters: Vec::new(),
+                gateway_versions: BTreeMap::new(),
+                stored_before: None,
             })),
         }
     }
@@ -719,6 +741,12 @@ impl Recorder {
     }
 
     fn push_at(inner: &mut RecorderInner, at_ms: u64, event: Event, watched: bool) -> Entry {
+        if let Event::Fault(f) = &event
+            && f.phase == FaultPhase::Started
+            && crate::target::Fault::ends_gateway_process(&f.kind)
+        {
+            inner.stored_before = Some((f.kind.clone(), inner.gateway_versions.clone()));
+        }
         let entry = Entry {
             seq: inner.entries.len() as u64 + 1,
             at_ms,
@@ -776,6 +804,17 @@ impl Recorder {
     fn observe_as(&self, state: ObjectState, watched: bool) -> bool {
         let mut inner = self.lock();
         let key = state.object_ref();
+        let state = match inner.stored_before_fault(&state) {
+            Some(fault) => state.stored_before_fault(&fault),
+            None => {
+                if state.kind == GATEWAY_SANDBOX_KIND
+                    && let Some(v) = &state.resource_version
+                {
+                    inner.gateway_versions.insert(key.clone(), v.clone());
+                }
+                state
+            }
+        };
         if inner
             .last_state
             .get(&key)
@@ -786,6 +825,12 @@ impl Recorder {
         inner.last_state.insert(key, state.clone());
         Self::push(&mut inner, Event::Object(state), watched);
         true
+    }
+
+    /// The gateway fault before which the gateway stored this answer, if it is an answer given
+    /// since with the version the record had then ([`STORED_BEFORE_FAULT_REASON`]).
+    pub fn stored_before_fault(&self, state: &ObjectState) -> Option<String> {
+        self.lock().stored_before_fault(state)
     }
 
     /// The main-process starts of `sandbox` the target has reported so far.
@@ -1016,6 +1061,96 @@ mod tests {
             verdict: Some("failed".into()),
         });
         rec.snapshot()
+    }
+
+    /// A gateway sandbox answer: `phase` at resource version `version` (None: the target
+    /// numbers no writes).
+    fn answer(phase: &str, version: Option<u64>) -> ObjectState {
+        let mut o = ObjectState::new(GATEWAY_SANDBOX_KIND, None, "a");
+        o.phase = Some(phase.into());
+        o.resource_version = version.map(|v| v.to_string());
+        o
+    }
+
+    fn fault(rec: &Recorder, kind: &str, phase: FaultPhase) {
+        rec.record(Event::Fault(FaultRecord {
+            id: "f".into(),
+            kind: kind.into(),
+            phase,
+            subject: None,
+            requested_ms: None,
+            detail: None,
+        }));
+    }
+
+    /// The phases the recorder kept for sandbox `a`, with the reason of any stored answer.
+    fn phases(rec: &Recorder) -> Vec<String> {
+        rec.snapshot()
+            .entries
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::Object(o) => Some(match o.condition(READY_CONDITION) {
+                    Some(c) => format!(
+                        "{}({})",
+                        o.phase.clone().unwrap_or_default(),
+                        c.reason.clone().unwrap_or_default()
+                    ),
+                    None => o.phase.clone().unwrap_or_default(),
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[rstest::rstest]
+    #[case::restart("gateway-restart")]
+    #[case::stop("gateway-stop")]
+    fn a_ready_answer_a_new_gateway_gives_from_its_stored_record_is_recorded_as_not_known(
+        #[case] kind: &str,
+    ) {
+        let rec = Recorder::new();
+        rec.observe(answer("Ready", Some(5)));
+        fault(&rec, kind, FaultPhase::Requested);
+        // The gateway still running before the fault takes effect answers as it is.
+        rec.observe(answer("Ready", Some(5)));
+        fault(&rec, kind, FaultPhase::Started);
+        fault(&rec, kind, FaultPhase::Ended);
+        rec.observe(answer("Ready", Some(5)));
+        assert!(rec.stored_before_fault(&answer("Ready", Some(5))).is_some());
+        rec.observe(answer("Provisioning", Some(6)));
+        rec.observe(answer("Ready", Some(7)));
+        assert_eq!(
+            phases(&rec),
+            [
+                "Ready",
+                "Unknown(StoredBeforeFault)",
+                "Provisioning",
+                "Ready"
+            ]
+        );
+        let stored = rec.snapshot().entries[4].clone();
+        let Event::Object(o) = stored.event else {
+            panic!("{stored:?}")
+        };
+        assert!(o.unobserved(), "no check takes it for a phase: {o:?}");
+        assert_eq!(o.resource_version.as_deref(), Some("5"));
+    }
+
+    #[rstest::rstest]
+    #[case::another_fault("supervisor-kill", "Ready", Some(5), &["Ready"])]
+    #[case::a_stored_error("gateway-restart", "Error", Some(5), &["Error"])]
+    #[case::no_version("gateway-restart", "Ready", None, &["Ready"])]
+    fn an_answer_is_taken_as_it_is_when_no_restart_could_have_made_it_stale(
+        #[case] kind: &str,
+        #[case] phase: &str,
+        #[case] version: Option<u64>,
+        #[case] kept: &[&str],
+    ) {
+        let rec = Recorder::new();
+        rec.observe(answer(phase, version));
+        fault(&rec, kind, FaultPhase::Started);
+        rec.observe(answer(phase, version));
+        assert_eq!(phases(&rec), kept);
     }
 
     #[test]

@@ -121,6 +121,37 @@ async fn lost_workspace_files_fail_the_sentinel_check_only() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_record_the_gateway_stored_before_an_outage_is_not_taken_for_ready_again() {
+    // Without the stored-record rule the wait for Ready takes the answer the gateway gives at
+    // once from its database, the read-back runs on a sandbox with no session yet, and R6 fails.
+    let r = engine(Factory::new(Quirk::AnswersStoredRecord))
+        .run_case(&case(standard_steps()))
+        .await;
+    assert_eq!(r.outcome, Outcome::Passed, "{:#?}", r.checks);
+    let stored: Vec<&conformance_core::timeline::ObjectState> = r
+        .timeline
+        .entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Object(o) => Some(o),
+            _ => None,
+        })
+        .filter(|o| {
+            o.condition(conformance_core::timeline::READY_CONDITION)
+                .and_then(|c| c.reason.as_deref())
+                == Some(conformance_core::timeline::STORED_BEFORE_FAULT_REASON)
+        })
+        .collect();
+    assert_eq!(stored.len(), 1, "the stale answer is on the timeline once");
+    assert_eq!(stored[0].phase.as_deref(), Some("Unknown"));
+    let message = stored[0].conditions[0].message.as_deref().unwrap_or("");
+    assert!(
+        message.contains("answered Ready") && message.contains("gateway-stop"),
+        "{message}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_install_failure_is_an_error_and_later_stages_are_skipped_with_a_reason() {
     let r = engine(Factory::new(Quirk::InstallFails))
         .run_case(&case(standard_steps()))

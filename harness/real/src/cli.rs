@@ -42,6 +42,10 @@ pub(crate) struct SandboxJson {
     exit_code: Option<i32>,
     #[serde(default)]
     status: Option<SandboxStatusJson>,
+    /// The gateway record's `metadata.resource_version` (gRPC reads only; the CLI's JSON has
+    /// none). 0, the protocol's zero value, is none.
+    #[serde(skip)]
+    resource_version: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -78,6 +82,8 @@ impl SandboxJson {
             workspace: Some(meta.workspace),
             labels: meta.labels.into_iter().collect(),
             phase: printed_phase(s.status.as_ref().map_or(0, |st| st.phase)),
+            resource_version: (meta.resource_version > 0)
+                .then(|| meta.resource_version.to_string()),
             ..Self::default()
         }
     }
@@ -89,6 +95,7 @@ impl SandboxJson {
             reason: None,
             message: None,
             exit_code: self.exit_code(),
+            resource_version: self.resource_version.clone(),
         }
     }
 }

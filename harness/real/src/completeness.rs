@@ -233,6 +233,8 @@ fn record_from_log(rec: &Recorder, t: &Timeline, missed: &[&PhaseCommit]) -> usi
                 c.from, c.to
             )),
             exit_code: None,
+            // The log line names no version.
+            resource_version: None,
         };
         rec.record_watched_at(at, Event::Object(view.to_state()));
         n += 1;

@@ -329,6 +329,12 @@ fn record(rec: &Recorder, s: &Sandbox, restarts: &mut Option<u32>) {
         reason: ready.and_then(|c| text(&c.reason)),
         message: ready.and_then(|c| text(&c.message)),
         exit_code: status.exit_code,
+        resource_version: s
+            .metadata
+            .as_ref()
+            .map(|m| m.resource_version)
+            .filter(|v| *v > 0)
+            .map(|v| v.to_string()),
     };
     rec.observe(view.to_state());
     // Field 14 exists from 0.1.x on; v0.0.111 sends none, which reads as 0, so only a count

@@ -20,6 +20,8 @@ impl SandboxRecord {
             reason: self.reason.clone().filter(|s| !s.is_empty()),
             message: self.message.clone().filter(|s| !s.is_empty()),
             exit_code: self.exit_code,
+            // The model numbers no writes, and answers nothing stale after a restart.
+            resource_version: None,
         }
     }
 }

@@ -118,3 +118,86 @@ async fn cases_side_by_side_on_served_clusters_of_their_own_give_the_verdicts_th
         "{a} ({a_start}..{a_end}) and {b} ({b_start}..{b_end}) did not overlap"
     );
 }
+
+/// SIGINT while two cases hold a gateway outage side by side, each on its cluster: both stop
+/// and restore their fault at once (not after the outage's 5 minutes), and the run exits 130.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_stops_every_case_running_side_by_side_and_restores_each_ones_fault() {
+    let test = "sigint_stops_every_case_running_side_by_side_and_restores_each_ones_fault";
+    let Some(tools) = Tools::require(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let args = [
+        "--model",
+        "contract",
+        "--topology",
+        "combined",
+        "--topology",
+        "sidecar",
+        "--scenario",
+        "gateway-outage*",
+        "--outage",
+        "5m",
+    ];
+    let mut h = served_run(&tools, &args, "2", &dir.path().join("a"));
+    let mut holding = Vec::new();
+    for _ in 0..2 {
+        let l = h
+            .until_line(" requested for 5m", Duration::from_secs(120))
+            .await;
+        holding.push(l.text);
+    }
+    for topology in ["combined", "sidecar"] {
+        assert!(
+            holding.iter().any(|l| l.contains(&format!("[{topology},"))),
+            "both cases hold their outage at once: {holding:?}"
+        );
+    }
+    h.signal("INT").await;
+    let (code, out) = h.finish(Duration::from_secs(120)).await;
+    assert_eq!(code, 130, "{out}");
+    let after = out
+        .split_once("SIGINT: interrupting the run")
+        .map(|(_, after)| after)
+        .unwrap_or_else(|| panic!("the run does not say it was interrupted:\n{out}"));
+    for topology in ["combined", "sidecar"] {
+        assert!(
+            after.lines().any(|l| l.contains(&format!("[{topology},"))
+                && l.contains(": fault ")
+                && l.ends_with(" ended")),
+            "the case on {topology} does not restore its fault after SIGINT:\n{out}"
+        );
+    }
+}
+
+/// The dry run's header says how many cases run at once and where each further cluster keeps
+/// its kubeconfig; with `--jobs 1` it is the header of one cluster per topology.
+#[test]
+fn a_served_dry_run_says_how_many_cases_run_at_once_each_on_a_cluster_of_its_own() {
+    let Some(tools) = Tools::require(
+        "a_served_dry_run_says_how_many_cases_run_at_once_each_on_a_cluster_of_its_own",
+    ) else {
+        return;
+    };
+    let header = |jobs: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_openshell-conformance"))
+            .args(["run", "--target", "served", "--dry-run", "--jobs", jobs])
+            .args(tools.real_flags())
+            .env("PATH", tools.path_env())
+            .output()
+            .expect("the harness runs");
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let three = header("3");
+    assert!(
+        three.contains("# --jobs 3: up to 3 cases at once, longest first")
+            && three.contains("-private/served-$TOPOLOGY-$N (kubeconfig"),
+        "{three}"
+    );
+    assert!(
+        !header("1").contains("--jobs"),
+        "one at a time says nothing of jobs"
+    );
+}

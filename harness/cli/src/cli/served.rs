@@ -163,7 +163,7 @@ impl Plan {
              # per topology, when its first case runs: start a served cluster in-process on 127.0.0.1 (a free port), images running model {}{defects} on that topology; nothing pre-installed\n\
              # write its kubeconfig (context {CONTEXT}) to {}; the context is allowed for faults: the cluster lives only as long as the run\n",
             self.model,
-            self.kubeconfig("$TOPOLOGY").display(),
+            self.kubeconfig("$TOPOLOGY", 1).display(),
         );
         if self.jobs > 1 {
             header.push_str(&format!(
@@ -180,9 +180,10 @@ impl Plan {
         header
     }
 
-    /// Where the served cluster of `topology` writes its kubeconfig: the private directory.
-    fn kubeconfig(&self, topology: &str) -> PathBuf {
-        self.private_dir(topology, 1)
+    /// Where the `n`th served cluster of `topology` writes its kubeconfig: its private
+    /// directory.
+    fn kubeconfig(&self, topology: &str, n: usize) -> PathBuf {
+        self.private_dir(topology, n)
             .join(format!("served-kubeconfig-{topology}"))
     }
 
@@ -207,7 +208,7 @@ impl Plan {
             [one] => one.name.as_str(),
             _ => "$TOPOLOGY",
         };
-        o.kubeconfig = Some(self.kubeconfig(name));
+        o.kubeconfig = Some(self.kubeconfig(name, 1));
         o
     }
 
@@ -232,9 +233,7 @@ impl Plan {
         let mut opts = self.opts.clone();
         opts.private_dir = self.private_dir(&topology.name, n);
         conformance_real::cluster::create_private_dir(&opts)?;
-        let kubeconfig = opts
-            .private_dir
-            .join(format!("served-kubeconfig-{}", topology.name));
+        let kubeconfig = self.kubeconfig(&topology.name, n);
         let served = crate::serve::start_images(
             &self.model,
             &self.defects,

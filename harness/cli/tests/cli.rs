@@ -243,7 +243,7 @@ fn bad_flags_and_values_exit_2_with_a_message_that_says_what_to_do() {
         (&["run", "--jobs", "0"], "0 is not in 1..=64"),
         (
             &["run", "--target", "kind", "--jobs", "2", "--dry-run"],
-            "--jobs above 1 applies to the emulated target only",
+            "--jobs above 1 applies to the emulated and served targets only",
         ),
         (
             &["run", "--target", "cloud"],
@@ -1698,4 +1698,31 @@ fn a_run_refuses_an_artifacts_directory_whose_journal_holds_faults_on_a_live_clu
     );
     assert!(text(&o).contains("restore --journal"), "{}", text(&o));
     assert!(earlier.exists(), "nothing was cleared before the refusal");
+}
+
+/// Issue 42 item 1: `--jobs` on the served target takes 1 to 64; kind, k3d and existing keep
+/// refusing more than one (a topology's cases share one release there), before anything starts.
+#[test]
+fn jobs_out_of_range_is_refused_on_served_and_above_one_on_kind_k3d_and_existing() {
+    let dir = tempfile::tempdir().unwrap();
+    for bad in ["0", "65", "-1", "many"] {
+        let flag = format!("--jobs={bad}");
+        let out = refused(
+            &["run", "--target", "served", &flag, "--dry-run"],
+            dir.path(),
+            "--jobs",
+        );
+        assert!(out.contains(bad), "{bad}: {out}");
+    }
+    for target in ["kind", "k3d", "existing"] {
+        refused(
+            &["run", "--target", target, "--jobs", "2", "--dry-run"],
+            dir.path(),
+            "--jobs above 1 applies to the emulated and served targets only",
+        );
+    }
+    assert!(
+        !dir.path().join("artifacts").exists(),
+        "a refused run wrote artifacts"
+    );
 }

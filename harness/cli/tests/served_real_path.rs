@@ -35,7 +35,11 @@ struct Run {
 
 /// `run --target served` with the real tools and `args`; artifacts into `artifacts`.
 async fn served_run(tools: &Tools, args: &[&str], artifacts: &Path, private: &Path) -> Run {
-    let mut all: Vec<String> = vec!["run".into(), "--target".into(), "served".into()];
+    // One at a time: the smoke set checks that one cluster per topology serves every case
+    // with one installation and one CLI registration.
+    let mut all: Vec<String> = ["run", "--target", "served", "--jobs", "1"]
+        .map(String::from)
+        .to_vec();
     all.extend(tools.real_flags());
     all.extend(args.iter().map(|a| a.to_string()));
     all.extend([

@@ -1,9 +1,11 @@
-//! How a set of cases runs. Two pools, one per kind of time:
+//! How a set of cases runs. Three pools:
 //! - [`run_paused`]: every case gets its own target and its own current-thread runtime in
 //!   paused (virtual) time, so cases are independent and `jobs` threads run them side by side;
 //! - [`run_shared`]: real time against one shared cluster, where a fault on the gateway reaches
 //!   every sandbox on it, so cases that declare such a fault ([`Case::touches_shared_gateway`])
-//!   run alone, after the others ran `jobs` at a time.
+//!   run alone, after the others ran `jobs` at a time;
+//! - [`run_isolated`]: real time, every case running at once on a cluster of its own (served
+//!   clusters), `jobs` at a time.
 //!
 //! Both return the reports in the order of the cases given.
 
@@ -46,12 +48,8 @@ pub fn run_paused_mixed(
     observer: &dyn CaseObserver,
 ) -> Vec<CaseReport> {
     let n = work.len();
-    // Longest first, so that no thread is left with one long case while the others idle at the
-    // end (reports still come back in the order given). The time a case's faults are planned
-    // to hold is what sets its length: a seeded sweep's twenty minutes of outages cost several
-    // times what a single fault's case does.
     let mut work: Vec<_> = work.into_iter().enumerate().collect();
-    work.sort_by_key(|(_, (_, case))| std::cmp::Reverse(case.params.requested_holds()));
+    longest_first(&mut work, |(_, (_, case))| case);
     let queue = Mutex::new(work.into_iter().collect::<VecDeque<_>>());
     let results = Mutex::new(Vec::with_capacity(n));
     std::thread::scope(|s| {
@@ -85,6 +83,87 @@ pub fn run_paused_mixed(
         }
     });
     in_order(results.into_inner().unwrap_or_else(PoisonError::into_inner))
+}
+
+/// Orders work longest case first (stably), so that no worker is left with one long case while
+/// the others idle at the end. The time a case's faults are planned to hold is what sets its
+/// length: a seeded sweep's twenty minutes of outages cost several times what a single fault's
+/// case does.
+fn longest_first<T>(work: &mut [T], case: impl Fn(&T) -> &Case) {
+    work.sort_by_key(|w| std::cmp::Reverse(case(w).params.requested_holds()));
+}
+
+/// Runs the cases in real time, each on a target of its own (the factory gives every case
+/// running at once a cluster of its own, as `run --target served` does), `jobs` at once,
+/// longest first (see [`longest_first`]). After a topology's last case ended the factory
+/// releases it ([`TargetFactory::release`]); a release that fails makes that case an error, if
+/// it had passed, as in [`run_shared`]. Nothing one case does reaches another, so cases that
+/// stop the gateway run side by side too.
+pub async fn run_isolated(
+    factory: Arc<dyn TargetFactory>,
+    opts: EngineOptions,
+    cases: Vec<Case>,
+    jobs: usize,
+    observer: &dyn CaseObserver,
+) -> Vec<CaseReport> {
+    use futures::StreamExt;
+    let engine = Engine::new(factory.clone(), opts);
+    let mut left = std::collections::BTreeMap::<String, usize>::new();
+    for c in &cases {
+        *left.entry(c.topology.name.clone()).or_default() += 1;
+    }
+    let left = Mutex::new(left);
+    let mut work: Vec<(usize, Case)> = cases.into_iter().enumerate().collect();
+    longest_first(&mut work, |(_, case)| case);
+    let run = |(i, case): (usize, Case)| {
+        let (engine, factory, left) = (&engine, &factory, &left);
+        async move {
+            observer.started(&case.id());
+            let mut report = engine.run_case(&case).await;
+            observer.finished(&report);
+            let last = {
+                let mut left = left.lock().unwrap_or_else(PoisonError::into_inner);
+                let n = left.entry(case.topology.name.clone()).or_default();
+                *n = n.saturating_sub(1);
+                *n == 0
+            };
+            if last && let Err(e) = factory.release(&case.topology).await {
+                release_failed(&mut report, &case.topology, &e);
+            }
+            (i, report)
+        }
+    };
+    let out: Vec<(usize, CaseReport)> = futures::stream::iter(work.into_iter().map(run))
+        .buffer_unordered(jobs.max(1))
+        .collect()
+        .await;
+    in_order(out)
+}
+
+/// Makes the last case of a topology whose release failed say so: its teardown stage whatever
+/// its verdict, and its outcome if it had passed (the run left something behind; the verdict of
+/// a case the product failed stays the product's).
+fn release_failed(
+    last: &mut CaseReport,
+    topology: &crate::topology::Topology,
+    e: &crate::target::TargetError,
+) {
+    let e = format!(
+        "releasing topology {} after its last case: {}",
+        topology.name,
+        crate::error::one_line(e)
+    );
+    if let Some(t) = last
+        .stages
+        .iter_mut()
+        .find(|s| s.stage == crate::scenario::Stage::Teardown)
+    {
+        t.status = crate::timeline::StageStatus::Error;
+        t.message = Some(e.clone());
+    }
+    if matches!(last.outcome, crate::engine::Outcome::Passed) {
+        last.outcome = crate::engine::Outcome::Error(e);
+    }
 }
 
 /// Runs the cases in real time against one shared target, a topology at a time (in the order
@@ -136,24 +215,7 @@ pub async fn run_shared(
         if let Err(e) = factory.release(&topology).await
             && let Some((_, last)) = out.last_mut()
         {
-            let e = format!(
-                "releasing topology {} after its last case: {}",
-                topology.name,
-                crate::error::one_line(&e)
-            );
-            // The teardown stage says so whatever the verdict; the verdict of a case the
-            // product failed stays the product's.
-            if let Some(t) = last
-                .stages
-                .iter_mut()
-                .find(|s| s.stage == crate::scenario::Stage::Teardown)
-            {
-                t.status = crate::timeline::StageStatus::Error;
-                t.message = Some(e.clone());
-            }
-            if matches!(last.outcome, crate::engine::Outcome::Passed) {
-                last.outcome = crate::engine::Outcome::Error(e);
-            }
+            release_failed(last, &topology, &e);
         }
     }
     in_order(out)
@@ -419,6 +481,98 @@ mod tests {
         assert!(outcomes[0].0.contains("name=a") && outcomes[3].0.contains("name=d"));
         assert_eq!(
             reports[3].outcome.reason(),
+            Some("releasing topology sidecar after its last case: helm uninstall failed")
+        );
+    }
+
+    /// A case whose variant stops the gateway (a fault the test factory can inject).
+    fn stopping_case(name: &str) -> Case {
+        let mut c = quiet_case(name);
+        c.params = c.params.requiring(Capability::GatewayStop);
+        c
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn isolated_cases_run_jobs_at_once_longest_first_gateway_faults_too_reported_in_the_order_given()
+     {
+        let with_outage = |mut c: Case, secs: u64| {
+            c.params = c.params.with_outage(std::time::Duration::from_secs(secs));
+            c
+        };
+        let cases = vec![
+            with_outage(quiet_case("short"), 10),
+            with_outage(stopping_case("long"), 300),
+            with_outage(quiet_case("middle"), 60),
+        ];
+        let ids: Vec<String> = cases.iter().map(Case::id).collect();
+        let log = Log::default();
+        let reports = run_isolated(
+            Factory::new(Quirk::None),
+            EngineOptions::default(),
+            cases,
+            2,
+            &log,
+        )
+        .await;
+        let got: Vec<String> = reports.iter().map(|r| r.case_id.clone()).collect();
+        assert_eq!(got, ids);
+        let outcomes: Vec<&str> = reports.iter().map(|r| r.outcome.name()).collect();
+        assert_eq!(outcomes, ["passed"; 3]);
+        assert!(reports[1].case_id.contains("name=long"));
+        let order: Vec<String> = log
+            .0
+            .into_inner()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                let (what, id) = l.split_once(' ').unwrap();
+                let name = id.split("name=").nth(1).unwrap().trim_end_matches(']');
+                format!("{what} {name}")
+            })
+            .collect();
+        // The two longest start at once (the gateway case too: nothing is shared), the short
+        // one when the first of them ends.
+        assert_eq!(order[..2], ["start long", "start middle"]);
+        assert_eq!(order[2..4], ["end middle", "start short"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn isolated_cases_release_each_topology_once_after_its_last_case_ended() {
+        let on = |name: &str, topology: &str| {
+            let mut c = quiet_case(name);
+            c.topology = crate::topology::Topologies::builtin()
+                .get(topology)
+                .unwrap()
+                .clone();
+            c
+        };
+        let cases = vec![on("a", "combined"), on("b", "sidecar"), on("c", "combined")];
+        let log = Arc::new(Log::default());
+        let factory = Arc::new(Releasing {
+            inner: Factory::new(Quirk::None),
+            log: log.clone(),
+            failing: "sidecar",
+        });
+        let reports = run_isolated(factory, EngineOptions::default(), cases, 3, &*log).await;
+        let lines = log.0.lock().unwrap().clone();
+        let released: Vec<&String> = lines.iter().filter(|l| l.starts_with("release")).collect();
+        assert_eq!(released.len(), 2, "{lines:?}");
+        // Each release comes after every case of its topology ended.
+        for (topology, names) in [("combined", ["a", "c"].as_slice()), ("sidecar", &["b"])] {
+            let at = |l: &str| lines.iter().position(|x| x == l).unwrap();
+            let release = at(&format!("release {topology}"));
+            for n in names {
+                let end = lines
+                    .iter()
+                    .position(|l| l.starts_with("end ") && l.contains(&format!("name={n}]")))
+                    .unwrap();
+                assert!(end < release, "{lines:?}");
+            }
+        }
+        let outcomes: Vec<&str> = reports.iter().map(|r| r.outcome.name()).collect();
+        assert_eq!(outcomes, ["passed", "error", "passed"]);
+        assert_eq!(
+            reports[1].outcome.reason(),
             Some("releasing topology sidecar after its last case: helm uninstall failed")
         );
     }

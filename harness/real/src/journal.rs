@@ -74,11 +74,30 @@ pub struct Journal {
 /// The journal's file name inside a run directory.
 pub const FILE_NAME: &str = "restore-journal.json";
 
+/// The lock of the journal at `path`, one per path in the process: the journals of cases that
+/// run side by side (each on a served cluster of its own) are one file, read, changed and
+/// renamed into place through one temporary name.
+fn lock_of(path: &Path) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+    static LOCKS: std::sync::OnceLock<
+        std::sync::Mutex<
+            std::collections::BTreeMap<PathBuf, std::sync::Arc<tokio::sync::Mutex<()>>>,
+        >,
+    > = std::sync::OnceLock::new();
+    LOCKS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .entry(crate::options::resolved(path))
+        .or_default()
+        .clone()
+}
+
 impl Journal {
     pub fn new(path: impl Into<PathBuf>, context: &str, kubeconfig: Option<PathBuf>) -> Self {
+        let path = path.into();
         Self {
-            path: path.into(),
-            lock: Default::default(),
+            lock: lock_of(&path),
+            path,
             context: context.to_string(),
             kubeconfig,
             cluster_ends_with_run: false,

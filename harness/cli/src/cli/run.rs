@@ -2,8 +2,8 @@
 //!
 //! On the emulated target every case gets its own cluster in its own tokio runtime with paused
 //! (virtual) time, so the whole catalog runs in seconds and `--jobs` spreads cases over threads.
-//! Real targets run in real time against one cluster; cases that stop or restart the gateway run
-//! one at a time, the others up to `--jobs` at once.
+//! Real targets run in real time against one cluster, one case at a time; the served target
+//! runs up to `--jobs` cases at once, each on a served cluster of its own.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -239,7 +239,6 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
             (f, info)
         }
         Some(_) if args.target == TargetKind::Served => {
-            reject_parallel_jobs(&args)?;
             let plan = served::plan(&args)?;
             _private = PrivateDir::of_run(&args, &plan.opts.private_dir);
             if args.dry_run {
@@ -359,6 +358,9 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
         tokio::task::spawn_blocking(move || pool::run_paused(factory, opts, cases, jobs, &observer))
             .await
             .map_err(|e| Error::infra_from("the case pool stopped", e))?
+    } else if args.target == TargetKind::Served && jobs > 1 {
+        // Each case on a served cluster of its own: nothing one case does reaches another.
+        pool::run_isolated(factory, opts, cases, jobs, &progress).await
     } else {
         pool::run_shared(factory, opts, cases, jobs, &progress).await
     };
@@ -380,7 +382,7 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
 fn reject_parallel_jobs(args: &RunArgs) -> Result<(), Error> {
     if args.jobs.is_some_and(|n| n > 1) {
         return Err(Error::usage(
-            "--jobs above 1 applies to the emulated target only: on a real cluster the cases of a topology share one OpenShell release, so cases run one at a time",
+            "--jobs above 1 applies to the emulated and served targets only: on a kind, k3d or existing cluster the cases of a topology share one OpenShell release, so cases run one at a time",
         ));
     }
     Ok(())
@@ -770,11 +772,17 @@ mod tests {
     }
 
     #[test]
-    fn without_jobs_the_emulated_target_uses_the_machines_parallelism_and_real_targets_one() {
+    fn without_jobs_the_emulated_target_uses_the_machines_parallelism_served_its_default_and_real_targets_one()
+     {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get().min(64));
         assert_eq!(jobs(&[]), cores);
         assert_eq!(jobs(&["--target", "kind"]), 1);
         assert_eq!(jobs(&["--jobs", "3"]), 3);
         assert_eq!(jobs(&["--target", "k3d", "--jobs", "1"]), 1);
+        assert_eq!(
+            jobs(&["--target", "served"]),
+            super::super::args::SERVED_JOBS
+        );
+        assert_eq!(jobs(&["--target", "served", "--jobs", "1"]), 1);
     }
 }

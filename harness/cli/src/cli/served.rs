@@ -42,6 +42,8 @@ pub(crate) struct Plan {
     pub(crate) binaries: Option<PathBuf>,
     pub(crate) defects: Vec<String>,
     pub(crate) opts: RealOptions,
+    /// Cases run at once, each on a served cluster of its own.
+    pub(crate) jobs: usize,
 }
 
 /// Checks the flags and the tools before anything starts, so a missing chart, manifest or CLI
@@ -115,6 +117,7 @@ pub(crate) fn plan(args: &RunArgs) -> Result<Plan> {
         binaries: args.openshell_binaries.clone(),
         defects: args.defects.clone(),
         opts,
+        jobs: args.jobs(),
     })
 }
 
@@ -155,20 +158,46 @@ impl Plan {
         } else {
             format!(" with defect switches {}", self.defects.join(", "))
         };
-        format!(
+        let mut header = format!(
             "# openshell-conformance run --target served: the real path below runs against a served emulated cluster\n\
              # per topology, when its first case runs: start a served cluster in-process on 127.0.0.1 (a free port), images running model {}{defects} on that topology; nothing pre-installed\n\
              # write its kubeconfig (context {CONTEXT}) to {}; the context is allowed for faults: the cluster lives only as long as the run\n",
             self.model,
-            self.kubeconfig("$TOPOLOGY").display(),
-        )
+            self.kubeconfig("$TOPOLOGY", 1).display(),
+        );
+        if self.jobs > 1 {
+            header.push_str(&format!(
+                "# --jobs {}: up to {} cases at once, longest first, each on a served cluster of its topology that no other case is on (its own API server, node and network namespaces); \
+                 a case that finds none free starts one, with its own private directory {} (kubeconfig, CLI registration, helm values)\n",
+                self.jobs,
+                self.jobs,
+                self.opts
+                    .private_dir
+                    .join(further_dir("$TOPOLOGY", "$N"))
+                    .display(),
+            ));
+        }
+        header
     }
 
-    /// Where the served cluster of `topology` writes its kubeconfig: the private directory.
-    fn kubeconfig(&self, topology: &str) -> PathBuf {
-        self.opts
-            .private_dir
+    /// Where the `n`th served cluster of `topology` writes its kubeconfig: its private
+    /// directory.
+    fn kubeconfig(&self, topology: &str, n: usize) -> PathBuf {
+        self.private_dir(topology, n)
             .join(format!("served-kubeconfig-{topology}"))
+    }
+
+    /// The private directory of the `n`th served cluster of `topology` (its kubeconfig, the
+    /// CLI's registration, the helm values): the run's for the first, as with `--jobs 1`; for
+    /// each further one (`--jobs` above 1) a directory of its own in it, since the CLI's gateway
+    /// name and the values file are named after the topology only.
+    fn private_dir(&self, topology: &str, n: usize) -> PathBuf {
+        let dir = &self.opts.private_dir;
+        if n == 1 {
+            dir.clone()
+        } else {
+            dir.join(further_dir(topology, n))
+        }
     }
 
     /// The options for the real path, as `--dry-run` plans them (one topology named, or a
@@ -179,7 +208,7 @@ impl Plan {
             [one] => one.name.as_str(),
             _ => "$TOPOLOGY",
         };
-        o.kubeconfig = Some(self.kubeconfig(name));
+        o.kubeconfig = Some(self.kubeconfig(name, 1));
         o
     }
 
@@ -192,16 +221,19 @@ impl Plan {
         let describe = conformance_real::target::RealFactory::new(self.opts.clone(), runner)?;
         Ok(ServedFactory {
             describe,
-            clusters: Default::default(),
+            pool: Default::default(),
             plan: self,
         })
     }
 
-    /// Starts the served cluster of `topology`, writes its kubeconfig, and prepares the real
-    /// path on it (reachability, leftovers, Agent Sandbox).
-    async fn start(&self, topology: &Topology) -> Result<PerTopology> {
+    /// Starts the `n`th served cluster of `topology`, writes its kubeconfig, and prepares the
+    /// real path on it (reachability, leftovers, Agent Sandbox).
+    async fn start(&self, topology: &Topology, n: usize) -> Result<Served> {
         conformance_real::cluster::create_private_dir(&self.opts)?;
-        let kubeconfig = self.kubeconfig(&topology.name);
+        let mut opts = self.opts.clone();
+        opts.private_dir = self.private_dir(&topology.name, n);
+        conformance_real::cluster::create_private_dir(&opts)?;
+        let kubeconfig = self.kubeconfig(&topology.name, n);
         let served = crate::serve::start_images(
             &self.model,
             &self.defects,
@@ -217,39 +249,131 @@ impl Plan {
             None => format!("model {}", self.model),
         };
         tell!(
-            "served cluster for {} on https://{} ({runs}); kubeconfig {}, context {CONTEXT}",
-            topology.name,
+            "{} on https://{} ({runs}); kubeconfig {}, context {CONTEXT}",
+            cluster_name(&topology.name, n),
             served.addr,
             kubeconfig.display()
         );
-        let mut opts = self.opts.clone();
         opts.kubeconfig = Some(kubeconfig);
         let runner: Arc<dyn conformance_real::command::CommandRunner> =
             Arc::new(conformance_real::command::SystemRunner);
         let real = conformance_real::target::RealFactory::new(opts, runner)?;
         real.prepare().await?;
-        Ok(PerTopology {
+        Ok(Served {
             real,
             _served: served,
         })
     }
 }
 
-/// A topology's served cluster and the real path's factory on it.
-struct PerTopology {
+/// The name of the private directory of a further served cluster of a topology.
+fn further_dir(topology: &str, n: impl std::fmt::Display) -> String {
+    format!("served-{topology}-{n}")
+}
+
+/// How messages name the `n`th served cluster of `topology` (the first as with `--jobs 1`).
+fn cluster_name(topology: &str, n: usize) -> String {
+    if n == 1 {
+        format!("served cluster for {topology}")
+    } else {
+        format!("served cluster {n} for {topology}")
+    }
+}
+
+/// A served cluster and the real path's factory on it.
+struct Served {
     real: conformance_real::target::RealFactory,
     _served: crate::serve::ServedCluster,
 }
 
-/// The existing-cluster factory on one served cluster per topology (the gateway model runs the
-/// topology it was started with and refuses a chart configured for another), reporting itself
-/// as `served` with the model its images run, so the report's title, the expectations and the
-/// JUnit properties name the model under test, as on the emulated target. The clusters serve
-/// until the factory is dropped at the end of the run.
+/// One served cluster of the run, and whether a case runs on it.
+struct Slot {
+    topology: String,
+    cluster: Arc<Served>,
+    lease: Lease,
+}
+
+enum Lease {
+    Free,
+    /// Taken by a case that is being provisioned.
+    Claimed,
+    /// The target of the case running on it: the cluster is free again once the engine has
+    /// dropped that target, at the end of the case.
+    Running(std::sync::Weak<dyn Target>),
+}
+
+impl Slot {
+    fn free(&self) -> bool {
+        match &self.lease {
+            Lease::Free => true,
+            Lease::Claimed => false,
+            Lease::Running(t) => t.strong_count() == 0,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Pool {
+    /// Only ever grows, so a slot's index names it for the run.
+    slots: Vec<Slot>,
+    /// Clusters started (or being started) per topology, to number the next.
+    started: BTreeMap<String, usize>,
+}
+
+/// The existing-cluster factory on served clusters (the gateway model runs the topology it was
+/// started with and refuses a chart configured for another), reporting itself as `served` with
+/// the model its images run, so the report's title, the expectations and the JUnit properties
+/// name the model under test, as on the emulated target. A case runs on a cluster of its
+/// topology that no other case is running on, started when there is none: one cluster per
+/// topology when cases run one at a time, up to `--jobs` per topology when they run side by
+/// side, each with its own API server, node and network namespaces, so no case sees another's
+/// faults. The clusters serve until the factory is dropped at the end of the run.
 pub(crate) struct ServedFactory {
     plan: Plan,
     describe: conformance_real::target::RealFactory,
-    clusters: tokio::sync::Mutex<BTreeMap<String, Arc<PerTopology>>>,
+    pool: std::sync::Mutex<Pool>,
+}
+
+impl ServedFactory {
+    fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
+        self.pool
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A free cluster of `topology`, claimed; or one started and claimed.
+    async fn claim(&self, topology: &Topology) -> TargetResult<(usize, Arc<Served>)> {
+        let n = {
+            let mut pool = self.pool();
+            if let Some((i, slot)) = pool
+                .slots
+                .iter_mut()
+                .enumerate()
+                .find(|(_, s)| s.topology == topology.name && s.free())
+            {
+                slot.lease = Lease::Claimed;
+                return Ok((i, slot.cluster.clone()));
+            }
+            let n = pool.started.entry(topology.name.clone()).or_default();
+            *n += 1;
+            *n
+        };
+        // Started outside the lock: cases starting side by side start their clusters so.
+        let cluster = Arc::new(self.plan.start(topology, n).await.map_err(|e| {
+            conformance_core::target::TargetError::infra(format!(
+                "{}: {}",
+                cluster_name(&topology.name, n),
+                conformance_core::error::one_line(&e)
+            ))
+        })?);
+        let mut pool = self.pool();
+        pool.slots.push(Slot {
+            topology: topology.name.clone(),
+            cluster: cluster.clone(),
+            lease: Lease::Claimed,
+        });
+        Ok((pool.slots.len() - 1, cluster))
+    }
 }
 
 #[async_trait]
@@ -267,31 +391,26 @@ impl TargetFactory for ServedFactory {
         topology: &Topology,
         rec: &Recorder,
     ) -> TargetResult<Arc<dyn Target>> {
-        let per = {
-            let mut clusters = self.clusters.lock().await;
-            match clusters.get(&topology.name) {
-                Some(p) => p.clone(),
-                None => {
-                    let p = Arc::new(self.plan.start(topology).await.map_err(|e| {
-                        conformance_core::target::TargetError::infra(format!(
-                            "served cluster for {}: {}",
-                            topology.name,
-                            conformance_core::error::one_line(&e)
-                        ))
-                    })?);
-                    clusters.insert(topology.name.clone(), p.clone());
-                    p
-                }
-            }
+        let (i, cluster) = self.claim(topology).await?;
+        let target = cluster.real.provision(topology, rec).await;
+        self.pool().slots[i].lease = match &target {
+            Ok(t) => Lease::Running(Arc::downgrade(t)),
+            Err(_) => Lease::Free,
         };
-        per.real.provision(topology, rec).await
+        target
     }
 
+    /// Releases every cluster of the topology (each uninstalls what its cases shared).
     async fn release(&self, topology: &Topology) -> TargetResult<()> {
-        let per = self.clusters.lock().await.get(&topology.name).cloned();
-        match per {
-            Some(p) => p.real.release(topology).await,
-            None => Ok(()),
-        }
+        let clusters: Vec<Arc<Served>> = self
+            .pool()
+            .slots
+            .iter()
+            .filter(|s| s.topology == topology.name)
+            .map(|s| s.cluster.clone())
+            .collect();
+        let released =
+            futures::future::join_all(clusters.iter().map(|c| c.real.release(topology))).await;
+        released.into_iter().collect()
     }
 }

@@ -58,6 +58,15 @@ fn binaries(test: &str, topology: &str, dir: &Path) -> Option<PathBuf> {
     Some(out)
 }
 
+/// The real tools, a temporary directory and the release directory in it, or `None` after
+/// saying why `test` is skipped.
+fn require(test: &str, topology: &str) -> Option<(Tools, tempfile::TempDir, PathBuf)> {
+    let tools = Tools::require(test)?;
+    let dir = tempfile::tempdir().unwrap();
+    let release = binaries(test, topology, dir.path())?;
+    Some((tools, dir, release))
+}
+
 /// The timeline of `case` as its events.
 fn events(artifacts: &Path, case: &str) -> Vec<Value> {
     timeline(artifacts, case)
@@ -141,13 +150,9 @@ fn assert_bootstrap_report(topology: &str, events: &[Value], tl: &str) {
 async fn real_openshell_v0_0_111_gives_the_models_verdicts_and_reproduces_the_bootstrap_report(
     #[case] topology: &str,
 ) {
-    let test = format!("real_openshell_v0_0_111_on_{topology}");
-    let test = test.as_str();
-    let Some(tools) = Tools::require(test) else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let Some(release) = binaries(test, topology, dir.path()) else {
+    let Some((tools, dir, release)) =
+        require(&format!("real_openshell_v0_0_111_on_{topology}"), topology)
+    else {
         return;
     };
     // Ready, exec through the real CLI and delete (every case); a workspace file that survives
@@ -426,43 +431,16 @@ async fn another_local_user_reads_nothing_of_the_real_binaries_pods_during_or_af
     #[case] topology: &str,
 ) {
     let test = format!("another_local_user_reads_nothing_of_the_real_binaries_pods_on_{topology}");
-    let test = test.as_str();
-    let Some(tools) = Tools::require(test) else {
+    let Some((tools, dir, release)) = require(&test, topology) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let Some(release) = binaries(test, topology, dir.path()) else {
-        return;
-    };
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    // The run's temporary directory as the system's is: everyone may create in it.
-    let tmp = dir.path().join("tmp");
-    std::fs::create_dir(&tmp).unwrap();
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let art = dir.path().join("a");
+    let (tmp, art) = served_support::shared_machine_dirs(dir.path());
     let mut args: Vec<String> = ["run", "--target", "served", "--openshell-binaries"]
         .map(String::from)
         .to_vec();
     args.push(release.display().to_string());
     args.extend(tools.real_flags());
-    args.extend(
-        [
-            "--model",
-            MODEL,
-            "--topology",
-            topology,
-            "--scenario",
-            "gateway-outage*",
-            "--outage",
-            "30s",
-            "--diagnostics",
-            "always",
-            "--artifacts",
-        ]
-        .map(String::from),
-    );
-    args.push(art.display().to_string());
+    args.extend(served_support::outage_flags(MODEL, topology, &art));
     let mut h = Harness::spawn_with(&tools, &args, &[("TMPDIR", &tmp)]);
     h.until_line("stage fault", Duration::from_secs(300)).await;
     let pids = served_support::descendants(h.pid());

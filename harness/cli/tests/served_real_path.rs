@@ -738,33 +738,11 @@ async fn another_local_user_reads_no_key_token_or_kubeconfig_of_a_served_run_dur
         eprintln!("SKIPPED {test}: {why}");
         return;
     }
-    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().expect("a temporary directory");
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    // The run's temporary directory as the system's is: everyone may create in it.
-    let tmp = dir.path().join("tmp");
-    std::fs::create_dir(&tmp).unwrap();
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let art = dir.path().join("a");
+    let (tmp, art) = served_support::shared_machine_dirs(dir.path());
     let mut args: Vec<String> = vec!["run".into(), "--target".into(), "served".into()];
     args.extend(tools.real_flags());
-    args.extend(
-        [
-            "--model",
-            "contract",
-            "--topology",
-            "combined",
-            "--scenario",
-            "gateway-outage*",
-            "--outage",
-            "30s",
-            "--diagnostics",
-            "always",
-            "--artifacts",
-        ]
-        .map(String::from),
-    );
-    args.push(art.display().to_string());
+    args.extend(served_support::outage_flags("contract", "combined", &art));
     let mut h = Harness::spawn_with(&tools, &args, &[("TMPDIR", &tmp)]);
     h.until_line("stage fault", Duration::from_secs(180)).await;
     for uid in [65534, 1000] {

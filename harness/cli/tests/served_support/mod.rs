@@ -688,3 +688,37 @@ true"#;
         .expect("setpriv runs");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// A served run's directories as on a shared machine, under `dir` (made enterable by every
+/// user): its temporary directory as the system's (1777: everyone may create in it) and its
+/// artifacts directory. Returns both.
+pub fn shared_machine_dirs(dir: &Path) -> (PathBuf, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let tmp = dir.join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    (tmp, dir.join("a"))
+}
+
+/// The flags of one gateway outage of 30 s on `topology` with `model`, every diagnostics
+/// bundle kept, artifacts into `artifacts`.
+pub fn outage_flags(model: &str, topology: &str, artifacts: &Path) -> Vec<String> {
+    let mut flags: Vec<String> = [
+        "--model",
+        model,
+        "--topology",
+        topology,
+        "--scenario",
+        "gateway-outage*",
+        "--outage",
+        "30s",
+        "--diagnostics",
+        "always",
+        "--artifacts",
+    ]
+    .map(String::from)
+    .to_vec();
+    flags.push(artifacts.display().to_string());
+    flags
+}

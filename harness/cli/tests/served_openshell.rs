@@ -58,6 +58,15 @@ fn binaries(test: &str, topology: &str, dir: &Path) -> Option<PathBuf> {
     Some(out)
 }
 
+/// The real tools, a temporary directory and the release directory in it, or `None` after
+/// saying why `test` is skipped.
+fn require(test: &str, topology: &str) -> Option<(Tools, tempfile::TempDir, PathBuf)> {
+    let tools = Tools::require(test)?;
+    let dir = tempfile::tempdir().unwrap();
+    let release = binaries(test, topology, dir.path())?;
+    Some((tools, dir, release))
+}
+
 /// The timeline of `case` as its events.
 fn events(artifacts: &Path, case: &str) -> Vec<Value> {
     timeline(artifacts, case)
@@ -168,15 +177,10 @@ async fn real_openshell_v0_0_111_on_one_clock_ten_times_as_fast_gives_the_models
     #[case] topology: &str,
 ) {
     let test = format!("real_openshell_v0_0_111_on_{topology}");
-    let test = test.as_str();
-    let Some(tools) = Tools::require(test) else {
-        return;
-    };
-    if !libfaketime(test) {
+    if !libfaketime(&test) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let Some(release) = binaries(test, topology, dir.path()) else {
+    let Some((tools, dir, release)) = require(&test, topology) else {
         return;
     };
     // Ready, exec through the real CLI and delete (every case); a gateway restart and a
@@ -370,4 +374,69 @@ fn strip_ansi(line: &str) -> String {
         }
     }
     out
+}
+
+/// Issue 44 item 2: the real binaries' pods map to no host user. The chart runs the gateway as
+/// uid 1000 and the driver gives the sandbox user uid 1000; as host uid 1000 they let that host
+/// user read the gateway's key-encryption key (`/proc/<pid>/environ`) and the server, signing
+/// and client keys (through `/proc/<pid>/root`). While a served run holds a sandbox through a
+/// gateway outage, and after it, neither `nobody` nor uid 1000 reads any key, token or
+/// kubeconfig of the run, nor any pod process's environment, root or working directory; and
+/// no pod process runs as a user of this machine other than root.
+#[rstest]
+#[case::combined("combined")]
+#[case::sidecar("sidecar")]
+#[tokio::test(flavor = "multi_thread")]
+async fn another_local_user_reads_nothing_of_the_real_binaries_pods_during_or_after_a_served_run(
+    #[case] topology: &str,
+) {
+    let test = format!("another_local_user_reads_nothing_of_the_real_binaries_pods_on_{topology}");
+    let Some((tools, dir, release)) = require(&test, topology) else {
+        return;
+    };
+    let (tmp, art) = served_support::shared_machine_dirs(dir.path());
+    let mut args: Vec<String> = ["run", "--target", "served", "--openshell-binaries"]
+        .map(String::from)
+        .to_vec();
+    args.push(release.display().to_string());
+    args.extend(tools.real_flags());
+    args.extend(served_support::outage_flags(MODEL, topology, &art));
+    let mut h = Harness::spawn_with(&tools, &args, &[("TMPDIR", &tmp)]);
+    h.until_line("stage fault", Duration::from_secs(300)).await;
+    let pids = served_support::descendants(h.pid());
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let host_users: Vec<u32> = passwd
+        .lines()
+        .filter_map(|l| l.split(':').nth(2)?.parse().ok())
+        .chain([1000, 65534])
+        .filter(|&u| u != 0)
+        .collect();
+    let as_host_users: Vec<String> = pids
+        .iter()
+        .filter_map(|&p| {
+            let uid = served_support::process_uid(p)?;
+            let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            host_users.contains(&uid).then(|| {
+                format!(
+                    "{p} (uid {uid}): {}",
+                    String::from_utf8_lossy(&cmd).replace('\0', " ")
+                )
+            })
+        })
+        .collect();
+    for uid in [65534, 1000] {
+        let found = served_support::readable_by(uid, &[&tmp, &art], &pids).await;
+        assert!(found.is_empty(), "during the run uid {uid} reads:\n{found}");
+    }
+    assert!(
+        as_host_users.is_empty(),
+        "pod processes run as users of this machine:\n{}",
+        as_host_users.join("\n")
+    );
+    let (code, out) = h.finish(Duration::from_secs(600)).await;
+    assert_eq!(code, 0, "{out}");
+    for uid in [65534, 1000] {
+        let found = served_support::readable_by(uid, &[&tmp, &art], &[]).await;
+        assert!(found.is_empty(), "after the run uid {uid} reads: {found}");
+    }
 }

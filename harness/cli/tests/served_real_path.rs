@@ -724,20 +724,6 @@ async fn a_served_run_removes_the_private_directory_it_made_for_itself() {
     assert!(keys.is_empty(), "private keys left: {keys:?}\n{text}");
 }
 
-/// What another local user (`uid`, through setpriv) can read under `dirs` that holds a private
-/// key, a bearer token or a kubeconfig: the paths grep lists.
-async fn secrets_readable_by(uid: u32, dirs: &[&Path]) -> String {
-    let id = uid.to_string();
-    let out = tokio::process::Command::new("setpriv")
-        .args(["--reuid", &id, "--regid", &id, "--clear-groups", "--"])
-        .args(["grep", "-rlsE", "PRIVATE KEY|token: |current-context"])
-        .args(dirs)
-        .output()
-        .await
-        .expect("setpriv runs");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// Issue 44: nothing of a served run (private directory, kubeconfig, client key, token) is
 /// readable by another local user, while it runs and after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -756,43 +742,21 @@ async fn another_local_user_reads_no_key_token_or_kubeconfig_of_a_served_run_dur
         eprintln!("SKIPPED {test}: {why}");
         return;
     }
-    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().expect("a temporary directory");
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    // The run's temporary directory as the system's is: everyone may create in it.
-    let tmp = dir.path().join("tmp");
-    std::fs::create_dir(&tmp).unwrap();
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let art = dir.path().join("a");
+    let (tmp, art) = served_support::shared_machine_dirs(dir.path());
     let mut args: Vec<String> = vec!["run".into(), "--target".into(), "served".into()];
     args.extend(tools.real_flags());
-    args.extend(
-        [
-            "--model",
-            "contract",
-            "--topology",
-            "combined",
-            "--scenario",
-            "gateway-outage*",
-            "--outage",
-            "30s",
-            "--diagnostics",
-            "always",
-            "--artifacts",
-        ]
-        .map(String::from),
-    );
-    args.push(art.display().to_string());
+    args.extend(served_support::outage_flags("contract", "combined", &art));
     let mut h = Harness::spawn_with(&tools, &args, &[("TMPDIR", &tmp)]);
     h.until_line("stage fault", Duration::from_secs(180)).await;
     for uid in [65534, 1000] {
-        let found = secrets_readable_by(uid, &[&tmp, &art]).await;
+        let found = served_support::readable_by(uid, &[&tmp, &art], &[]).await;
         assert!(found.is_empty(), "during the run uid {uid} reads: {found}");
     }
     let (code, out) = h.finish(Duration::from_secs(300)).await;
     assert_eq!(code, 0, "{out}");
     for uid in [65534, 1000] {
-        let found = secrets_readable_by(uid, &[&tmp, &art]).await;
+        let found = served_support::readable_by(uid, &[&tmp, &art], &[]).await;
         assert!(found.is_empty(), "after the run uid {uid} reads: {found}");
     }
 }

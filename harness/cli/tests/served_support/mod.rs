@@ -620,3 +620,105 @@ pub fn assert_every_logged_commit_on_its_timeline(artifacts: &Path) -> usize {
     );
     checked
 }
+
+/// The PIDs of every process below `pid` (its children, theirs, and so on), from `/proc`.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .map(|d| d.flatten().collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|e| {
+            let p: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // The command name is in parentheses and may hold spaces: the parent comes after it.
+            let ppid = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some((p, ppid))
+        })
+        .collect();
+    let mut out = vec![];
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        for &(child, _) in parents.iter().filter(|(_, parent)| *parent == p) {
+            out.push(child);
+            todo.push(child);
+        }
+    }
+    out
+}
+
+/// The real uid of process `pid`, while it runs.
+pub fn process_uid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// What another local user (`uid`, through setpriv) can read of a served run: under `dirs`, the
+/// files holding a private key, a bearer token or a kubeconfig (grep lists them); of each
+/// process in `pids`, its environment, its root and working directory, and such files there.
+pub async fn readable_by(uid: u32, dirs: &[&Path], pids: &[u32]) -> String {
+    // Errors go to a closed stderr: what cannot be read is exactly what is not reported.
+    let script = r#"
+pattern='PRIVATE KEY|token: |current-context'
+[ $# -gt 0 ] && grep -rlsE "$pattern" "$@"
+for p in $PIDS; do
+  grep -qs '' /proc/$p/environ && echo "/proc/$p/environ"
+  [ -n "$(ls -A /proc/$p/root/ 2>&-)" ] && echo "/proc/$p/root"
+  (cd /proc/$p/cwd 2>&-) && echo "/proc/$p/cwd"
+  for d in etc run var tmp sandbox app opt root home; do
+    [ -d /proc/$p/root/$d ] && grep -rlsE "$pattern" /proc/$p/root/$d
+  done
+done
+true"#;
+    let id = uid.to_string();
+    let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+    let out = tokio::process::Command::new("setpriv")
+        .args(["--reuid", &id, "--regid", &id, "--clear-groups", "--"])
+        .args(["sh", "-c", script, "sh"])
+        .args(dirs)
+        .env("PIDS", pids.join(" "))
+        .output()
+        .await
+        .expect("setpriv runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A served run's directories as on a shared machine, under `dir` (made enterable by every
+/// user): its temporary directory as the system's (1777: everyone may create in it) and its
+/// artifacts directory. Returns both.
+pub fn shared_machine_dirs(dir: &Path) -> (PathBuf, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let tmp = dir.join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    (tmp, dir.join("a"))
+}
+
+/// The flags of one gateway outage of 30 s on `topology` with `model`, every diagnostics
+/// bundle kept, artifacts into `artifacts`.
+pub fn outage_flags(model: &str, topology: &str, artifacts: &Path) -> Vec<String> {
+    let mut flags: Vec<String> = [
+        "--model",
+        model,
+        "--topology",
+        topology,
+        "--scenario",
+        "gateway-outage*",
+        "--outage",
+        "30s",
+        "--diagnostics",
+        "always",
+        "--artifacts",
+    ]
+    .map(String::from)
+    .to_vec();
+    flags.push(artifacts.display().to_string());
+    flags
+}

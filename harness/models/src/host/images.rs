@@ -14,6 +14,16 @@ pub const SUPERVISOR_BINARY: &str = "openshell-sandbox";
 /// this UID/GID (F12.12).
 pub(crate) const SANDBOX_UID: u32 = 1000;
 
+/// The supervisor's ids from its environment: the sandbox user it runs workloads as and the
+/// proxy user network-init exempts in its nftables rules, besides the flags `--proxy-uid` and
+/// `--proxy-gid` (F12.14).
+const SUPERVISOR_ID_ENV: [&str; 4] = [
+    "OPENSHELL_SANDBOX_UID",
+    "OPENSHELL_SANDBOX_GID",
+    "OPENSHELL_PROXY_UID",
+    "OPENSHELL_PROXY_GID",
+];
+
 /// One image as a container process sees it: the host's base system plus these files.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HostImage {
@@ -25,11 +35,17 @@ pub struct HostImage {
     pub workdir: Option<String>,
     /// Host files the image carries, by their path in the image.
     pub files: Vec<(String, PathBuf)>,
-    /// The image defines the `sandbox` user and group (UID/GID [`SANDBOX_UID`]).
+    /// The image defines the `sandbox` user and group (UID/GID [`SANDBOX_UID`], offset on the
+    /// host like every id a pod names).
     pub sandbox_user: bool,
     /// Programs the image installs that come from the host's base system here, with the
     /// package that provides them.
     pub host_programs: Vec<(String, String)>,
+    /// Environment variables whose value is a uid or gid the image's program switches to
+    /// itself: offset like the pod's own ids (see `ids`).
+    pub id_env: Vec<String>,
+    /// Flags whose value (`--flag N` or `--flag=N`) is such a uid or gid.
+    pub id_flags: Vec<String>,
 }
 
 /// Images by repository (tags do not matter, as for the models).
@@ -87,6 +103,8 @@ impl HostImages {
                 files: vec![("/openshell-sandbox".into(), supervisor)],
                 // Alpine's nftables: sidecar's network-init loads its ruleset with `nft`.
                 host_programs: vec![("/usr/sbin/nft".into(), "nftables".into())],
+                id_env: SUPERVISOR_ID_ENV.map(String::from).to_vec(),
+                id_flags: ["--proxy-uid", "--proxy-gid"].map(String::from).to_vec(),
                 ..HostImage::default()
             },
         );
@@ -96,6 +114,8 @@ impl HostImages {
                 cmd: vec!["/bin/bash".into()],
                 workdir: Some("/sandbox".into()),
                 sandbox_user: true,
+                // The supervisor runs in it (combined, and the process side of sidecar).
+                id_env: SUPERVISOR_ID_ENV.map(String::from).to_vec(),
                 ..HostImage::default()
             },
         );

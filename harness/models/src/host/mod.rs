@@ -17,11 +17,17 @@
 //! pod's `fsGroup`; projected ServiceAccount tokens are written when a container starts and
 //! not rotated, and no ServiceAccount admission adds volumes the spec does not name.
 //!
+//! There is no user namespace: every non-zero uid and gid a pod names (its security context,
+//! its `fsGroup`, the ids an image's program is told to switch to) is offset into a range of
+//! host ids that no user of this machine holds (`ids`), so no other local user can read a
+//! pod's processes through `/proc`; root stays root.
+//!
 //! A pod with `shareProcessNamespace` gets one PID namespace for its containers, held by a
 //! pause process (OpenShell's sidecar supervisor checks its peer's PID across containers,
 //! F12.12). Without cgroups, the processes a container started there outlive it until the pod
 //! ends.
 
+mod ids;
 mod images;
 mod probe;
 mod proxy;
@@ -84,6 +90,8 @@ struct Inner {
     node: NodeNetwork,
     state: tempfile::TempDir,
     images: HostImages,
+    /// The host ids of the pods' users.
+    ids: ids::IdOffset,
     /// What a pod's containers share, by pod uid, for the pod's lifetime.
     pods: Mutex<BTreeMap<String, PodShared>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -106,6 +114,7 @@ impl HostRuntime {
         if let Some(why) = conformance_node::unsupported() {
             return Err(conformance_node::NodeError::Unsupported(why).into());
         }
+        let ids = ids::IdOffset::pick().map_err(HostError::Io)?;
         let node = NodeNetwork::create(NODE_IP, 24)?;
         // It holds the pods' Secrets and ServiceAccount tokens: only this user may enter it
         // (the default would be 0755 under the system's temporary directory).
@@ -120,6 +129,7 @@ impl HostRuntime {
                 node,
                 state,
                 images,
+                ids,
                 pods: Mutex::default(),
                 tasks: Mutex::default(),
                 unserved: Arc::default(),
@@ -342,8 +352,8 @@ fn with_entry(file: &str, name: &str, line: &str) -> String {
     text
 }
 
-fn sandbox_passwd() -> String {
-    let u = images::SANDBOX_UID;
+/// The image's `sandbox` user, with its host uid and gid `u`.
+fn sandbox_passwd(u: u32) -> String {
     format!("sandbox:x:{u}:{u}:sandbox:/sandbox:/bin/bash")
 }
 
@@ -365,11 +375,15 @@ impl HostProgram {
             .cluster
             .get(&ResourceRef::pods(), Some(&ctx.namespace), &ctx.pod)
             .map_err(|e| format!("pod {}/{}: {e}", ctx.namespace, ctx.pod))?;
-        let argv = images::argv(
+        let ids = rt.inner.ids;
+        let argv = ids.argv(
             &image,
-            strings(ctx.spec.get("command")),
-            strings(ctx.spec.get("args")),
-        );
+            images::argv(
+                &image,
+                strings(ctx.spec.get("command")),
+                strings(ctx.spec.get("args")),
+            ),
+        )?;
         if argv.is_empty() {
             return Err("no command specified".into());
         }
@@ -427,13 +441,14 @@ impl HostProgram {
         let kubeconfig = rt.state().join("kubeconfig");
         let kubeconfig = std::fs::read_to_string(&kubeconfig).unwrap_or_default();
         file("kubeconfig", KUBECONFIG_PATH, &kubeconfig, true)?;
+        let sandbox_id = ids.host(images::SANDBOX_UID, "the sandbox user")?;
         if image.sandbox_user {
-            let u = images::SANDBOX_UID;
+            let u = sandbox_id;
             // Writable, as in an image's layer: the supervisor rewrites /etc/passwd.
             file(
                 "passwd",
                 "/etc/passwd",
-                &with_entry("passwd", "sandbox", &sandbox_passwd()),
+                &with_entry("passwd", "sandbox", &sandbox_passwd(u)),
                 false,
             )?;
             file(
@@ -443,7 +458,13 @@ impl HostProgram {
                 false,
             )?;
         }
-        binds.extend(volumes::binds(&ctx.cluster, rt.state(), &pod, &ctx.spec)?);
+        binds.extend(volumes::binds(
+            &ctx.cluster,
+            rt.state(),
+            &pod,
+            &ctx.spec,
+            &ids,
+        )?);
         let mut env: Vec<(String, String)> = ctx
             .env
             .iter()
@@ -453,11 +474,17 @@ impl HostProgram {
             env.push(("PATH".into(), DEFAULT_PATH.into()));
         }
         env.push(("HOSTNAME".into(), ctx.pod.clone()));
-        let user = user(&pod, &ctx.spec);
+        let user = match user(&pod, &ctx.spec) {
+            Some((uid, gid)) => Some((
+                ids.host(uid, "runAsUser")?,
+                ids.host(gid, "runAsGroup (else fsGroup)")?,
+            )),
+            None => None,
+        };
         if !ctx.env.contains_key("HOME") {
             // As runc does: the user's home from the image's passwd, else `/`.
             let passwd = if image.sandbox_user {
-                with_entry("passwd", "sandbox", &sandbox_passwd())
+                with_entry("passwd", "sandbox", &sandbox_passwd(sandbox_id))
             } else {
                 std::fs::read_to_string("/etc/passwd").unwrap_or_default()
             };
@@ -479,7 +506,7 @@ impl HostProgram {
             .map_err(|e| format!("cannot create {}: {e}", layer.display()))?;
         let spec = ContainerSpec {
             argv,
-            env,
+            env: ids.env(&image, env)?,
             workdir: ctx
                 .spec
                 .get("workingDir")

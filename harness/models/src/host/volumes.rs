@@ -67,6 +67,7 @@ pub(crate) fn binds(
     state: &Path,
     pod: &Value,
     container: &Value,
+    ids: &super::ids::IdOffset,
 ) -> Result<Vec<Bind>, String> {
     let ns = pod
         .at("/metadata/namespace")
@@ -77,10 +78,13 @@ pub(crate) fn binds(
         .and_then(Value::as_str)
         .unwrap_or("");
     let cname = container.get("name").and_then(Value::as_str).unwrap_or("");
+    // Its host id (see `ids`).
     let fs_group = pod
         .at("/spec/securityContext/fsGroup")
         .and_then(Value::as_u64)
-        .and_then(|g| u32::try_from(g).ok());
+        .and_then(|g| u32::try_from(g).ok())
+        .map(|g| ids.host(g, "fsGroup"))
+        .transpose()?;
     let volumes = pod
         .at("/spec/volumes")
         .and_then(Value::as_array)

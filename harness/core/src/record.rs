@@ -141,18 +141,28 @@ impl ObjectState {
     /// message saying what the gateway answered, so the timeline shows the stale answer without
     /// any check taking it for a phase the sandbox is in.
     pub fn stored_before_fault(&self, fault: &str) -> ObjectState {
-        let mut s = ObjectState::new(&self.kind, self.namespace.as_deref(), &self.name);
+        let mut s = self.unknown(
+            STORED_BEFORE_FAULT_REASON,
+            format!(
+                "the gateway answered {} from its record as stored before the {fault} (resource version {}), not rewritten since",
+                self.phase.as_deref().unwrap_or("no phase"),
+                self.resource_version.as_deref().unwrap_or("?"),
+            ),
+        );
         s.resource_version = self.resource_version.clone();
+        s
+    }
+
+    /// This object with phase `Unknown` and a `Ready` condition of status `Unknown` that says
+    /// why (`reason`, `message`): no predicate on its phase, conditions or containers holds.
+    fn unknown(&self, reason: &str, message: String) -> ObjectState {
+        let mut s = ObjectState::new(&self.kind, self.namespace.as_deref(), &self.name);
         s.phase = Some("Unknown".into());
         s.conditions.push(ConditionState {
             type_: READY_CONDITION.into(),
             status: "Unknown".into(),
-            reason: Some(STORED_BEFORE_FAULT_REASON.into()),
-            message: Some(format!(
-                "the gateway answered {} from its record as stored before the {fault} (resource version {}), not rewritten since",
-                self.phase.as_deref().unwrap_or("no phase"),
-                self.resource_version.as_deref().unwrap_or("?"),
-            )),
+            reason: Some(reason.into()),
+            message: Some(message),
         });
         s
     }
@@ -162,16 +172,12 @@ impl ObjectState {
     /// `Unknown`, no containers or replicas, and a `Ready` condition of status `Unknown` saying
     /// why. No predicate on its phase, conditions or containers is satisfied by it.
     pub fn api_unreachable(&self) -> ObjectState {
-        let mut s = ObjectState::new(&self.kind, self.namespace.as_deref(), &self.name);
+        let mut s = self.unknown(
+            API_SERVER_UNREACHABLE_REASON,
+            "the Kubernetes API server could not be reached".into(),
+        );
         s.uid = self.uid.clone();
         s.labels = self.labels.clone();
-        s.phase = Some("Unknown".into());
-        s.conditions.push(ConditionState {
-            type_: READY_CONDITION.into(),
-            status: "Unknown".into(),
-            reason: Some(API_SERVER_UNREACHABLE_REASON.into()),
-            message: Some("the Kubernetes API server could not be reached".into()),
-        });
         s
     }
 

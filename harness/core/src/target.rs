@@ -43,8 +43,8 @@ impl Capability {
         match self {
             Self::RestartPolicy => "restart-policy",
             Self::MainCommand => "main-command",
-            Self::GatewayStop => "gateway-stop",
-            Self::GatewayRestart => "gateway-restart",
+            Self::GatewayStop => crate::timeline::GATEWAY_STOP_KIND,
+            Self::GatewayRestart => crate::timeline::GATEWAY_RESTART_KIND,
             Self::SandboxPodReplace => "sandbox-pod-replace",
             Self::SupervisorKill => "supervisor-kill",
             Self::MainProcessKill => "main-process-kill",
@@ -288,19 +288,13 @@ impl std::fmt::Display for BootstrapMaterial {
 impl Fault {
     pub fn kind(&self) -> &'static str {
         match self {
-            Self::GatewayStop => "gateway-stop",
-            Self::GatewayRestart => "gateway-restart",
+            Self::GatewayStop => crate::timeline::GATEWAY_STOP_KIND,
+            Self::GatewayRestart => crate::timeline::GATEWAY_RESTART_KIND,
             Self::SandboxPodReplace { .. } => "sandbox-pod-replace",
             Self::SupervisorKill { .. } => "supervisor-kill",
             Self::MainProcessKill { .. } => "main-process-kill",
             Self::BootstrapCredentials { .. } => "bootstrap-credentials",
         }
-    }
-
-    /// Whether a fault of `kind` ends the gateway's process, so the gateway that answers after
-    /// it is a new process answering from its database (docs/upstream-facts.md F1.17, F1.18).
-    pub fn ends_gateway_process(kind: &str) -> bool {
-        kind == Self::GatewayStop.kind() || kind == Self::GatewayRestart.kind()
     }
 
     pub fn subject(&self) -> Option<&str> {

@@ -114,6 +114,13 @@ pub struct Expectation {
 /// the Agent Sandbox custom resource of kind `Sandbox`.
 pub const GATEWAY_SANDBOX_KIND: &str = "OpenShellSandbox";
 
+/// The fault kinds that end the gateway's process (`Fault::kind` of a gateway stop and a
+/// gateway restart): the gateway that answers after one is a new process answering from its
+/// database (docs/upstream-facts.md F1.17, F1.18).
+pub const GATEWAY_STOP_KIND: &str = "gateway-stop";
+/// See [`GATEWAY_STOP_KIND`].
+pub const GATEWAY_RESTART_KIND: &str = "gateway-restart";
+
 /// Key of the [`Event::Observation`] a Kubernetes watcher records when it loses the API server
 /// (value `false`) and when it has relisted after that (value `true`); the subject is the kind
 /// it watches. Between the two, the states of that kind are a gap.
@@ -743,7 +750,7 @@ impl Recorder {
     fn push_at(inner: &mut RecorderInner, at_ms: u64, event: Event, watched: bool) -> Entry {
         if let Event::Fault(f) = &event
             && f.phase == FaultPhase::Started
-            && crate::target::Fault::ends_gateway_process(&f.kind)
+            && [GATEWAY_STOP_KIND, GATEWAY_RESTART_KIND].contains(&f.kind.as_str())
         {
             inner.stored_before = Some((f.kind.clone(), inner.gateway_versions.clone()));
         }

@@ -721,11 +721,9 @@ impl Ctx {
         };
         match &v {
             Some(view) => {
-                let state = view.to_state();
-                if self.rec.stored_before_fault(&state).is_some() {
+                if self.rec.observe_direct(view.to_state()) {
                     // The record as stored before a gateway fault says nothing of now: the
                     // step sees what the timeline records, a phase not known.
-                    self.rec.observe_direct(state);
                     return Ok(Some(SandboxView {
                         phase: Phase::Unknown,
                         reason: Some(crate::timeline::STORED_BEFORE_FAULT_REASON.into()),
@@ -733,7 +731,6 @@ impl Ctx {
                         ..view.clone()
                     }));
                 }
-                self.rec.observe_direct(state);
             }
             None => {
                 if let Some(mut last) = self.rec.last_state(&crate::timeline::ObjectRef {

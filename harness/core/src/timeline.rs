@@ -678,6 +678,15 @@ impl RecorderInner {
     }
 }
 
+/// What [`Recorder::observe_as`] did with a state.
+struct Observed {
+    /// It differed from the object's last state and went on the timeline.
+    recorded: bool,
+    /// It was a Ready answer from the record the gateway stored before a fault, recorded as
+    /// not known ([`STORED_BEFORE_FAULT_REASON`]).
+    stored: bool,
+}
+
 /// Called with every entry as it is recorded.
 pub(crate) type Listener = Arc<dyn Fn(&Entry) + Send + Sync>;
 
@@ -799,20 +808,22 @@ impl Recorder {
     /// Records an object state a watcher or poller saw, unless it equals the last one recorded
     /// for that object (resourceVersion aside). Returns whether it was recorded.
     pub fn observe(&self, state: ObjectState) -> bool {
-        self.observe_as(state, true)
+        self.observe_as(state, true).recorded
     }
 
     /// Records an object state the harness itself read in a step (the gateway's answer to a
-    /// `get`), which may cause what the step does next.
+    /// `get`), which may cause what the step does next. Returns whether it was taken for the
+    /// record the gateway stored before a fault ([`STORED_BEFORE_FAULT_REASON`]).
     pub(crate) fn observe_direct(&self, state: ObjectState) -> bool {
-        self.observe_as(state, false)
+        self.observe_as(state, false).stored
     }
 
-    fn observe_as(&self, state: ObjectState, watched: bool) -> bool {
+    fn observe_as(&self, state: ObjectState, watched: bool) -> Observed {
         let mut inner = self.lock();
         let key = state.object_ref();
-        let state = match inner.stored_before_fault(&state) {
-            Some(fault) => state.stored_before_fault(&fault),
+        let stored = inner.stored_before_fault(&state);
+        let state = match &stored {
+            Some(fault) => state.stored_before_fault(fault),
             None => {
                 if state.kind == GATEWAY_SANDBOX_KIND
                     && let Some(v) = &state.resource_version
@@ -827,17 +838,17 @@ impl Recorder {
             .get(&key)
             .is_some_and(|prev| prev.same_but_version(&state))
         {
-            return false;
+            return Observed {
+                recorded: false,
+                stored: stored.is_some(),
+            };
         }
         inner.last_state.insert(key, state.clone());
         Self::push(&mut inner, Event::Object(state), watched);
-        true
-    }
-
-    /// The gateway fault before which the gateway stored this answer, if it is an answer given
-    /// since with the version the record had then ([`STORED_BEFORE_FAULT_REASON`]).
-    pub fn stored_before_fault(&self, state: &ObjectState) -> Option<String> {
-        self.lock().stored_before_fault(state)
+        Observed {
+            recorded: true,
+            stored: stored.is_some(),
+        }
     }
 
     /// The main-process starts of `sandbox` the target has reported so far.
@@ -1123,7 +1134,7 @@ mod tests {
         fault(&rec, kind, FaultPhase::Started);
         fault(&rec, kind, FaultPhase::Ended);
         rec.observe(answer("Ready", Some(5)));
-        assert!(rec.stored_before_fault(&answer("Ready", Some(5))).is_some());
+        assert!(rec.observe_direct(answer("Ready", Some(5))));
         rec.observe(answer("Provisioning", Some(6)));
         rec.observe(answer("Ready", Some(7)));
         assert_eq!(

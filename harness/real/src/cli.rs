@@ -43,7 +43,7 @@ pub(crate) struct SandboxJson {
     #[serde(default)]
     status: Option<SandboxStatusJson>,
     /// The gateway record's `metadata.resource_version` (gRPC reads only; the CLI's JSON has
-    /// none). 0, the protocol's zero value, is none.
+    /// none), see [`crate::watch::resource_version`].
     #[serde(skip)]
     resource_version: Option<String>,
 }
@@ -82,8 +82,7 @@ impl SandboxJson {
             workspace: Some(meta.workspace),
             labels: meta.labels.into_iter().collect(),
             phase: printed_phase(s.status.as_ref().map_or(0, |st| st.phase)),
-            resource_version: (meta.resource_version > 0)
-                .then(|| meta.resource_version.to_string()),
+            resource_version: crate::watch::resource_version(meta.resource_version),
             ..Self::default()
         }
     }

@@ -308,6 +308,12 @@ pub(crate) fn phase_of(value: i32) -> Phase {
     }
 }
 
+/// A gateway record's `metadata.resource_version` as the timeline keeps it: 0, the protocol's
+/// zero value (the models number no writes), is none.
+pub(crate) fn resource_version(version: u64) -> Option<String> {
+    (version > 0).then(|| version.to_string())
+}
+
 /// Records one sandbox as the gateway sent it, in the shape the `sandbox list` poller records
 /// (name, phase, exit code), and with the reason and message of its `Ready` condition, which
 /// the stream carries and the CLI's JSON does not (docs/upstream-facts.md F6.4): what the
@@ -332,9 +338,7 @@ fn record(rec: &Recorder, s: &Sandbox, restarts: &mut Option<u32>) {
         resource_version: s
             .metadata
             .as_ref()
-            .map(|m| m.resource_version)
-            .filter(|v| *v > 0)
-            .map(|v| v.to_string()),
+            .and_then(|m| resource_version(m.resource_version)),
     };
     rec.observe(view.to_state());
     // Field 14 exists from 0.1.x on; v0.0.111 sends none, which reads as 0, so only a count

@@ -10,7 +10,7 @@ mod binary;
 #[path = "common/junit_consumers.rs"]
 mod junit_consumers;
 
-use binary::{bin, run, text};
+use binary::{bin, lines_until, run, text};
 
 fn code(o: &Output) -> i32 {
     o.status.code().unwrap_or(-1)
@@ -446,30 +446,6 @@ fn without_a_terminal_progress_is_plain_lines_with_stages_and_fault_windows() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("1 cases: 1 passed"));
 }
 
-/// The child's stdout lines up to the first that contains `marker`, waiting at most `secs`
-/// seconds for each.
-fn lines_until(child: &mut std::process::Child, marker: &str, secs: u64) -> Vec<String> {
-    use std::io::{BufRead, BufReader};
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut seen = Vec::new();
-    while let Ok(line) = rx.recv_timeout(std::time::Duration::from_secs(secs)) {
-        let done = line.contains(marker);
-        seen.push(line);
-        if done {
-            break;
-        }
-    }
-    seen
-}
-
 #[test]
 fn emulate_serve_runs_a_scenario_live_against_the_served_cluster() {
     let mut child = bin()
@@ -488,7 +464,11 @@ fn emulate_serve_runs_a_scenario_live_against_the_served_cluster() {
         .spawn()
         .unwrap();
     // Real time: provisioning takes a few seconds; the guard is generous.
-    let seen = lines_until(&mut child, "still serving", 60);
+    let seen = lines_until(
+        &mut child,
+        "still serving",
+        std::time::Duration::from_secs(60),
+    );
     let _ = child.kill();
     let _ = child.wait();
     let all = seen.join("\n");
@@ -551,7 +531,11 @@ fn emulate_serve_with_images_listens_on_the_fixed_port_it_is_given() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let seen = lines_until(&mut child, "listening on", 30);
+    let seen = lines_until(
+        &mut child,
+        "listening on",
+        std::time::Duration::from_secs(30),
+    );
     let exited = child.try_wait().unwrap();
     let _ = child.kill();
     let out = child.wait_with_output().unwrap();

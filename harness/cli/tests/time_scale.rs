@@ -1,16 +1,15 @@
 //! `--time-scale N` as a person uses it: what the command line refuses before anything starts,
 //! and the clock a served cluster runs on (docs/architecture.md, "The scaled clock").
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
 #[path = "common/binary.rs"]
 mod binary;
 
-use binary::{bin, run, text};
+use binary::{bin, lines_until, run, text};
 
 fn code(o: &Output) -> i32 {
     o.status.code().unwrap_or(-1)
@@ -118,28 +117,6 @@ fn a_time_scale_above_1_without_libfaketime_exits_3_naming_the_debian_package() 
     assert!(!dir.path().join("a").exists(), "nothing started");
 }
 
-/// Reads `child`'s stdout until a line contains `marker` (at most `within`).
-fn until_line(child: &mut Child, marker: &str, within: Duration) -> Vec<String> {
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut seen = Vec::new();
-    while let Ok(line) = rx.recv_timeout(within) {
-        let done = line.contains(marker);
-        seen.push(line);
-        if done {
-            break;
-        }
-    }
-    seen
-}
-
 /// The shared reference's two names in /dev/shm for the harness of process `pid`.
 fn reference_of(pid: u32) -> [PathBuf; 2] {
     [
@@ -172,7 +149,7 @@ fn the_served_cluster_runs_on_one_clock_every_user_can_read_with_no_wrapper_type
         .spawn()
         .unwrap();
     let pid = child.id();
-    let seen = until_line(&mut child, "listening on", Duration::from_secs(60));
+    let seen = lines_until(&mut child, "listening on", Duration::from_secs(60));
     let running = child.try_wait().unwrap().is_none();
     // The process the user started is the one on the clock: re-executed in place, same id.
     let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();

@@ -33,3 +33,33 @@ pub fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stderr)
     )
 }
+
+/// The child's stdout lines up to the first that contains `marker`, waiting at most `within`
+/// for each. The reader thread ends with the child's stdout.
+// Not every test binary that includes this module reads a line stream.
+#[allow(dead_code)]
+pub fn lines_until(
+    child: &mut std::process::Child,
+    marker: &str,
+    within: std::time::Duration,
+) -> Vec<String> {
+    use std::io::{BufRead, BufReader};
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    while let Ok(line) = rx.recv_timeout(within) {
+        let done = line.contains(marker);
+        seen.push(line);
+        if done {
+            break;
+        }
+    }
+    seen
+}

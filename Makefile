@@ -10,6 +10,9 @@
 #   make e2e-served               the real path (helm, kubectl, chart, manifest, openshell CLI) on a
 #                                 served emulated cluster the run starts; no Docker, real time
 #   make e2e-served CHART_PATH=... AGENT_SANDBOX_MANIFEST=... OPENSHELL_BIN=... MODEL=contract DEFECT=...
+#   make e2e-real-openshell OPENSHELL_BINARIES=DIR   the v0.0.111 catalog on the release's own
+#                                 binaries and in the model, then `compare` (CHART_PATH=...
+#                                 AGENT_SANDBOX_MANIFEST=... to work offline; TIME_SCALE, JOBS)
 
 CARGO ?= cargo
 CLUSTER ?= kind
@@ -29,6 +32,10 @@ DEFECT ?=
 AGENT_SANDBOX_MANIFEST ?=
 OPENSHELL_BIN ?=
 ARTIFACTS ?= artifacts
+OPENSHELL_BINARIES ?=
+TIME_SCALE ?= 20
+JOBS ?= 4
+KNOWN_DIFFERENCES ?= fixtures/known-differences/openshell-0.0.111.yaml
 BIN = $(CARGO) run --quiet --release -p openshell-conformance --
 
 RUN_FLAGS = --artifacts $(ARTIFACTS) \
@@ -51,7 +58,7 @@ SERVED_FLAGS = $(if $(MODEL),--model $(MODEL)) \
 	$(if $(AGENT_SANDBOX_MANIFEST),--agent-sandbox-manifest $(AGENT_SANDBOX_MANIFEST)) \
 	$(if $(OPENSHELL_BIN),--openshell-bin $(OPENSHELL_BIN))
 
-.PHONY: e2e e2e-emulated e2e-served tools test lint fmt doctor clusters-down ci
+.PHONY: e2e e2e-emulated e2e-served e2e-real-openshell tools test lint fmt doctor clusters-down ci
 
 ## e2e: the conformance catalog on CLUSTER (kind by default)
 e2e:
@@ -70,6 +77,23 @@ e2e-emulated:
 ## needs helm, kubectl and openshell
 e2e-served:
 	$(BIN) run --target served $(RUN_FLAGS) $(SERVED_FLAGS)
+
+## e2e-real-openshell: every case of the openshell-0.0.111 catalog twice, on combined and
+## sidecar: in the model (emulated target, Agent Sandbox v0.5.0, the release's install) and on
+## the release's own binaries in OPENSHELL_BINARIES (openshell, openshell-gateway,
+## openshell-sandbox) on served clusters, TIME_SCALE times as fast (libfaketime, docs/
+## performance.md), JOBS cases at once; then `compare`, which exits 0 when they agree but for
+## KNOWN_DIFFERENCES. A run's own failures (exit 1) do not stop the comparison.
+e2e-real-openshell:
+	@[ -n "$(OPENSHELL_BINARIES)" ] || { echo "e2e-real-openshell: set OPENSHELL_BINARIES=DIR, a directory with the release's openshell, openshell-gateway and openshell-sandbox"; exit 2; }
+	$(BIN) run --target emulated --model openshell-0.0.111 --agent-sandbox v0.5.0 \
+	  --topology combined --topology sidecar --artifacts $(ARTIFACTS)/model || [ $$? -eq 1 ]
+	$(BIN) run --target served --model openshell-0.0.111 --topology combined --topology sidecar \
+	  --openshell-binaries $(OPENSHELL_BINARIES) --openshell-bin $(OPENSHELL_BINARIES)/openshell \
+	  --time-scale $(TIME_SCALE) --jobs $(JOBS) --artifacts $(ARTIFACTS)/binaries \
+	  $(if $(CHART_PATH),--chart-path $(CHART_PATH)) \
+	  $(if $(AGENT_SANDBOX_MANIFEST),--agent-sandbox-manifest $(AGENT_SANDBOX_MANIFEST)) || [ $$? -eq 1 ]
+	$(BIN) compare $(ARTIFACTS)/model $(ARTIFACTS)/binaries --known-differences $(KNOWN_DIFFERENCES)
 
 ## tools: the real helm, kubectl and OpenShell SDK the tests drive, into .tools/; and Debian's
 ## libfaketime for --time-scale (apt-get, as root)

@@ -647,24 +647,33 @@ impl Ctx {
         F: std::future::Future<Output = Result<T, TargetError>>,
         T: std::fmt::Debug,
     {
-        let id = self.rec.action_start(name, subject);
-        let result = f.await;
-        let (status, detail) = match &result {
-            Ok(_) => (ActionStatus::Ok, None),
-            Err(e @ TargetError::Refused { .. }) => (ActionStatus::Refused, Some(e.to_string())),
-            Err(e) => (ActionStatus::Error, Some(crate::error::one_line(e))),
-        };
-        self.rec.action_end(id, name, subject, status, detail);
-        result
+        act(&self.rec, name, subject, f).await
     }
 
     pub async fn create_sandbox(&self, spec: &SandboxSpec) -> Result<SandboxView, TargetError> {
-        let t = self.target.clone();
-        let view = self
-            .act("create", Some(&spec.name), t.create_sandbox(spec))
+        self.begin_create(spec).await
+    }
+
+    /// The create of [`Ctx::create_sandbox`] as a call that borrows nothing of the case, so a
+    /// step can inject a fault while it runs: a CLI's create may return only once the sandbox is
+    /// Ready (v0.0.111's does, docs/upstream-facts.md F6.3), and what happens during bootstrap
+    /// happens while it waits.
+    pub fn begin_create(
+        &self,
+        spec: &SandboxSpec,
+    ) -> impl std::future::Future<Output = Result<SandboxView, TargetError>> + Send + 'static {
+        let (target, rec, spec) = (self.target.clone(), self.rec.clone(), spec.clone());
+        async move {
+            let view = act(
+                &rec,
+                "create",
+                Some(&spec.name),
+                target.create_sandbox(&spec),
+            )
             .await?;
-        self.rec.observe_direct(view.to_state());
-        Ok(view)
+            rec.observe_direct(view.to_state());
+            Ok(view)
+        }
     }
 
     pub async fn stop_sandbox(&self, name: &str) -> Result<(), TargetError> {
@@ -1107,9 +1116,63 @@ impl Ctx {
     /// Stops the gateway for `hold` under `key`, running nothing meanwhile, then restores it.
     pub async fn outage(&mut self, key: &FaultKey, hold: Duration) -> Result<(), StepError> {
         self.inject_for(key, Fault::GatewayStop, Some(hold)).await?;
+        self.hold(hold).await;
+        self.restore(key).await
+    }
+
+    /// [`Ctx::outage`] at a point the gateway reports: once it reports sandbox `name` in
+    /// `phase`. A sandbox already past `phase` when it is first seen, or when the gateway
+    /// stopped, missed the point: the case cannot say what it was to say, so that is an
+    /// infrastructure error naming it, never a verdict about another point.
+    pub async fn outage_while(
+        &mut self,
+        name: &str,
+        phase: Phase,
+        key: &FaultKey,
+        hold: Duration,
+    ) -> Result<(), StepError> {
+        let missed = |seen: &str| {
+            StepError::infra(format!(
+                "the outage {key} was to start while sandbox {name} was {}, but it was {seen} before the gateway stopped",
+                phase.name()
+            ))
+        };
+        let seen = self
+            .wait_for_waking(
+                &format!("sandbox {name} to be reported at all"),
+                Duration::from_secs(300),
+                WakeOn::Object(&Self::gateway_sandbox(name)),
+                || async {
+                    Ok(match self.get_sandbox(name).await {
+                        Ok(Some(v)) if v.phase != Phase::Unknown => Some(v),
+                        _ => None,
+                    })
+                },
+            )
+            .await?;
+        if seen.phase != phase {
+            return Err(missed(seen.phase.name()));
+        }
+        self.inject_for(key, Fault::GatewayStop, Some(hold)).await?;
+        // What the gateway reported last before it went away.
+        let at_stop = self
+            .rec
+            .last_state(&Self::gateway_sandbox(name))
+            .and_then(|s| s.phase)
+            .map(|p| Phase::parse(&p))
+            .filter(|p| *p != Phase::Unknown && *p != phase);
+        if let Some(other) = at_stop {
+            self.restore(key).await?;
+            return Err(missed(other.name()));
+        }
+        self.hold(hold).await;
+        self.restore(key).await
+    }
+
+    /// Holds an injected outage for `hold`, the scenario's own wait.
+    pub async fn hold(&self, hold: Duration) {
         self.mandated_wait("outage", hold);
         tokio::time::sleep(hold).await;
-        self.restore(key).await
     }
 
     pub(crate) fn take_active_faults(&mut self) -> Vec<ActiveFault> {
@@ -1126,6 +1189,28 @@ impl Ctx {
             detail: None,
         }));
     }
+}
+
+/// Runs `f` as the harness's action `name`, recorded with its outcome.
+async fn act<T, F>(
+    rec: &Recorder,
+    name: &str,
+    subject: Option<&str>,
+    f: F,
+) -> Result<T, TargetError>
+where
+    F: std::future::Future<Output = Result<T, TargetError>>,
+    T: std::fmt::Debug,
+{
+    let id = rec.action_start(name, subject);
+    let result = f.await;
+    let (status, detail) = match &result {
+        Ok(_) => (ActionStatus::Ok, None),
+        Err(e @ TargetError::Refused { .. }) => (ActionStatus::Refused, Some(e.to_string())),
+        Err(e) => (ActionStatus::Error, Some(crate::error::one_line(e))),
+    };
+    rec.action_end(id, name, subject, status, detail);
+    result
 }
 
 /// Restores a fault and records the end of its window, or the failure to restore.

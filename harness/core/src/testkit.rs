@@ -39,6 +39,9 @@ pub enum Quirk {
     /// version) until it rewrites it a moment later; the sandbox's shell works only once it is
     /// Ready again.
     AnswersStoredRecord,
+    /// Like OpenShell v0.0.111's CLI (docs/upstream-facts.md F6.3): create returns only once the
+    /// sandbox is Ready, and fails if the gateway goes away first; bootstrap takes 20 s.
+    CreateWaitsForReady,
 }
 
 #[derive(Default)]
@@ -169,12 +172,28 @@ impl Target for Fake {
                 ..Sandbox::default()
             },
         );
+        let waits = self.quirk == Quirk::CreateWaitsForReady;
+        let bootstrap = Duration::from_secs(if waits { 20 } else { 2 });
         self.set_phase_later(
             spec.name.clone(),
-            Duration::from_secs(2),
+            bootstrap,
             Phase::Provisioning,
             Phase::Ready,
         );
+        if waits {
+            loop {
+                {
+                    let st = self.state.lock().unwrap();
+                    if !st.gateway_up {
+                        return Err(TargetError::infra("the create's watch stream broke"));
+                    }
+                    if st.sandboxes.get(&spec.name).map(|s| &s.phase) == Some(&Phase::Ready) {
+                        break;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
         Ok(self.view(&spec.name).unwrap())
     }
 

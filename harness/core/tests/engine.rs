@@ -771,3 +771,89 @@ async fn a_shell_that_runs_over_an_emptied_workspace_is_usable_and_fails_the_sen
     assert!(!sentinels.passed);
     assert!(sentinels.message.contains("LOST"), "{}", sentinels.message);
 }
+
+// ---- an outage at a phase the gateway reports ---------------------------------------------
+
+/// Creates the main sandbox and, while the create runs, stops the gateway for 30 s once the
+/// sandbox is reported Provisioning.
+fn outage_during_bootstrap(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name("main");
+        let spec = conformance_core::target::SandboxSpec {
+            name: name.clone(),
+            ..Default::default()
+        };
+        let create = ctx.begin_create(&spec);
+        let key = conformance_core::keys::FaultKey::new("outage");
+        let (created, during) = tokio::join!(
+            create,
+            ctx.outage_while(&name, Phase::Provisioning, &key, Duration::from_secs(30))
+        );
+        during?;
+        ctx.observe_value("create-ok", None, serde_json::json!(created.is_ok()));
+        Ok(())
+    })
+}
+
+/// The phases the main sandbox was recorded in before the outage took effect.
+fn phases_before_outage(t: &Timeline) -> Vec<String> {
+    let started = t
+        .entries
+        .iter()
+        .position(|e| matches!(&e.event, Event::Fault(f) if f.phase == FaultPhase::Started))
+        .expect("the outage started");
+    t.entries[..started]
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Object(o) if o.kind == conformance_core::timeline::GATEWAY_SANDBOX_KIND => {
+                o.phase.clone()
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_outage_during_bootstrap_starts_while_the_sandbox_provisions_though_create_waits_for_ready()
+ {
+    // A create that returns only at Ready (v0.0.111's CLI) would put an outage injected after
+    // it past bootstrap; the outage is placed by the phase the gateway reports instead.
+    let r = engine(Factory::new(Quirk::CreateWaitsForReady))
+        .run_case(&case(vec![Step::new(
+            Stage::Fault,
+            "outage during bootstrap",
+            outage_during_bootstrap,
+        )]))
+        .await;
+    let fault = r.stages.iter().find(|s| s.stage == Stage::Fault).unwrap();
+    assert_eq!(fault.status, StageStatus::Passed, "{:#?}", r.stages);
+    let before = phases_before_outage(&r.timeline);
+    assert!(
+        !before.is_empty() && before.iter().all(|p| p == "Provisioning"),
+        "{before:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_outage_that_lands_after_the_phase_it_was_meant_for_is_an_infrastructure_error_naming_it()
+ {
+    // The in-test gateway takes 5 s to stop and bootstrap 2 s: the sandbox is Ready first.
+    let f = Factory::new(Quirk::None);
+    let r = engine(f.clone())
+        .run_case(&case(vec![Step::new(
+            Stage::Fault,
+            "outage during bootstrap",
+            outage_during_bootstrap,
+        )]))
+        .await;
+    let Outcome::Error(reason) = &r.outcome else {
+        panic!("expected an error, got {:?}", r.outcome);
+    };
+    assert!(
+        reason.contains("was to start while sandbox main-")
+            && reason.contains("was Provisioning, but it was Ready before the gateway stopped"),
+        "{reason}"
+    );
+    // The outage that missed was restored.
+    assert_eq!(f.restores.load(Ordering::SeqCst), 1);
+}

@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use conformance_kube_models::program::Signal;
 use kube_emulator::sync::watch;
 
 use crate::spec::{Behaviour, Selection, Timings};
@@ -69,6 +70,9 @@ pub struct Link {
     pub relaunch: watch::Sender<u64>,
     /// The boundary process is alive (false when its container exited).
     pub boundary_alive: watch::Sender<bool>,
+    /// The sidecar control channel's process end: the uid of the pod whose process supervisor
+    /// holds it, and whether it is still open (F2.12).
+    pub process_control: watch::Sender<(String, bool)>,
 }
 
 impl Default for Link {
@@ -78,18 +82,21 @@ impl Default for Link {
             bootstrapped: watch::channel(0).0,
             relaunch: watch::channel(0).0,
             boundary_alive: watch::channel(false).0,
+            process_control: watch::channel((String::new(), false)).0,
         }
     }
 }
 
 type Kill = tokio::sync::mpsc::UnboundedSender<()>;
+/// Signals a sandbox's main process: a fault's SIGKILL, or the SIGTERM its supervisor forwards.
+type MainSignal = tokio::sync::mpsc::UnboundedSender<Signal>;
 
 #[derive(Default)]
 struct Tables {
     links: BTreeMap<String, Arc<Link>>,
     faults: BTreeMap<String, BTreeSet<BootstrapMaterial>>,
     /// Kill switches of main processes, by CR name.
-    mains: BTreeMap<String, Kill>,
+    mains: BTreeMap<String, MainSignal>,
     /// Kill switches of supervisor processes, by CR name.
     supervisors: BTreeMap<String, Kill>,
     /// Main-process starts so far, by CR name, over all the sandbox's pods.
@@ -197,7 +204,7 @@ impl OpenShellModel {
         self.tables().faults.get(cr).is_some_and(|s| s.contains(&f))
     }
 
-    pub(crate) fn register_main(&self, cr: &str, kill: Kill) {
+    pub(crate) fn register_main(&self, cr: &str, kill: MainSignal) {
         self.tables().mains.insert(cr.to_string(), kill);
     }
 
@@ -207,10 +214,15 @@ impl OpenShellModel {
 
     /// SIGKILLs the sandbox's main process; false if none runs.
     pub(crate) fn kill_main(&self, cr: &str) -> bool {
+        self.signal_main(cr, Signal::Kill)
+    }
+
+    /// Sends `sig` to the sandbox's main process; false if none runs.
+    pub(crate) fn signal_main(&self, cr: &str, sig: Signal) -> bool {
         self.tables()
             .mains
             .get(cr)
-            .is_some_and(|k| k.send(()).is_ok())
+            .is_some_and(|k| k.send(sig).is_ok())
     }
 
     /// SIGKILLs the supervisor process of a sandbox container; false if none runs.

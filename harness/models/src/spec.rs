@@ -584,6 +584,10 @@ pub struct Behaviour {
     pub boundary_cannot_attach: bool,
     /// A killed supervisor restarts in its container; else it is PID 1 and ends it (F2.9).
     pub supervisor_restarts_in_place: bool,
+    /// A supervisor in the workload container sent SIGTERM (its pod deleted) forwards it to the
+    /// main process and reports that exit, so a pod deleted by anything but the user's stop or
+    /// delete makes the sandbox Error/MainProcessExited (F1.19).
+    pub main_exit_reported_on_shutdown: bool,
     /// Exec is refused for [`Timings::shell_lag_after_ready`] after a supervisor session made
     /// the sandbox Ready (F1.7 writes Ready on the session's connect; F1.12 lets exec through
     /// once Ready).
@@ -810,6 +814,7 @@ mod tests {
             reattach_refused: reported || d(Defect::SupervisorReattachRefused),
             boundary_cannot_attach: reported,
             supervisor_restarts_in_place: !upstream,
+            main_exit_reported_on_shutdown: upstream,
             shell_lags_ready: d(Defect::ReadyBeforeShellUsable),
             diagnostics: if d(Defect::FailureCauseNotReported) {
                 Diagnostics::Hidden

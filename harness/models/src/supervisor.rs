@@ -28,7 +28,7 @@ use crate::model::{Link, MainState, MainStatus, OpenShellModel};
 use crate::spec::{Diagnostics, backoff};
 use conformance_core::target::workspace_pvc_name;
 use conformance_kube_models::network::{NetError, Network, parse_endpoint};
-use conformance_kube_models::program::{ContainerCtx, ContainerProgram, ShellProgram};
+use conformance_kube_models::program::{ContainerCtx, ContainerProgram, ShellProgram, Signal};
 use conformance_upstream::{
     BOOTSTRAP_FAILED_EVENT, CONTROL_SOCKET_ENV, GATEWAY_ENDPOINT, SANDBOX_API_VERSION,
     SANDBOX_KIND, SIDECAR_STATE_VOLUME,
@@ -712,12 +712,31 @@ impl SupervisorProgram {
         let sup = self.supervise(boundary, link.clone(), &cr);
         let sigs = ctx.signals();
         let proc_side = process_side(&self.model, &ctx, link.clone(), Go::Bootstrapped(0));
-        tokio::select! {
+        tokio::pin!(sup, proc_side);
+        let sig = tokio::select! {
             biased;
-            code = sup => code,
-            code = proc_side => code,
-            s = signalled(sigs) => s.exit_code(),
+            code = &mut sup => return code,
+            code = &mut proc_side => return code,
+            s = signalled(sigs) => s,
+        };
+        // F1.19: a pod deleted under it, the supervisor forwards SIGTERM to the main process
+        // and reports that exit until the gateway acknowledges it (which makes the sandbox
+        // Error unless it is stopping or deleting, F1.2); the grace period's SIGKILL ends it
+        // otherwise.
+        if sig == Signal::Term
+            && self.model.behaviour.main_exit_reported_on_shutdown
+            && link.main.borrow().status == MainStatus::Running
+            && self.model.signal_main(&cr, Signal::Term)
+        {
+            let mut main = link.main.subscribe();
+            tokio::select! {
+                biased;
+                _ = &mut sup => {}
+                _ = &mut proc_side => {}
+                _ = main.wait_for(|m| m.terminal) => {}
+            }
         }
+        sig.exit_code()
     }
 
     /// The boundary as a supervisor process: killed by the harness, it either ends its
@@ -781,11 +800,29 @@ impl SupervisorProgram {
                 std::future::pending::<()>().await;
             }
         };
+        // F2.12: a network sidecar whose process supervisor's control connection closes
+        // exits 1 (for Kubernetes to restart it; under restartPolicy Never the pod fails).
+        let control_closed = {
+            let mut rx = link.process_control.subscribe();
+            let uid = ctx.pod_uid.clone();
+            async move {
+                if !sidecar {
+                    return std::future::pending().await;
+                }
+                let _ = rx.wait_for(|(u, open)| *u == uid && *open).await;
+                let _ = rx.wait_for(|(u, open)| *u != uid || !*open).await;
+            }
+        };
+        let log = Log::of(&ctx);
         let sup = self.supervise(boundary, link, &cr);
         tokio::select! {
             biased;
             code = sup => code,
             _ = socket => 0,
+            () = control_closed => {
+                log.line("WARN openshell_sandbox: Authoritative sidecar control channel exited; restarting sidecar");
+                1
+            }
             s = ctx.signalled() => s.exit_code(),
         }
     }
@@ -810,10 +847,20 @@ impl SupervisorProgram {
             Go::Bootstrapped(0)
         };
         let sigs = ctx.signals();
-        let p = process_side(&self.model, &ctx, link, go);
+        let p = process_side(&self.model, &ctx, link.clone(), go);
         tokio::select! {
             biased;
-            code = p => code,
+            code = p => {
+                // Its end of the sidecar's control channel closes with it (F2.12).
+                link.process_control.send_if_modified(|(uid, open)| {
+                    let ours = *uid == ctx.pod_uid && *open;
+                    if ours {
+                        *open = false;
+                    }
+                    ours
+                });
+                code
+            }
             s = signalled(sigs) => s.exit_code(),
         }
     }
@@ -970,6 +1017,8 @@ async fn process_side(
                     }
                     sleep(t.sidecar_poll).await;
                 }
+                link.process_control
+                    .send_replace((ctx.pod_uid.clone(), true));
             }
         }
     }
@@ -1042,7 +1091,7 @@ async fn run_main(
     link: &Link,
     log: &Log,
     spec: Option<Vec<String>>,
-    kill: &mut tokio::sync::mpsc::UnboundedReceiver<()>,
+    kill: &mut tokio::sync::mpsc::UnboundedReceiver<conformance_kube_models::program::Signal>,
 ) -> i32 {
     while kill.try_recv().is_ok() {}
     let mut instance = 0;
@@ -1083,7 +1132,8 @@ async fn run_main(
     let code = tokio::select! {
         biased;
         c = run => c,
-        _ = kill.recv() => conformance_kube_models::program::Signal::Kill.exit_code(),
+        // The workload ends on either signal (an idle image or a shell loop does not trap it).
+        sig = kill.recv() => sig.unwrap_or(conformance_kube_models::program::Signal::Kill).exit_code(),
     };
     log.line(&format!(
         "OCSF PROC:TERMINATE [INFO] main process exited (instance={instance}) [exit:{code}]"

@@ -46,6 +46,10 @@ pub(crate) struct SandboxJson {
     /// none), see [`crate::watch::resource_version`].
     #[serde(skip)]
     resource_version: Option<String>,
+    /// The reason and message of the `Ready` condition (gRPC reads only; the CLI's JSON has
+    /// none, F6.4): the cause the gateway reports, as the watch stream records it.
+    #[serde(skip)]
+    ready: Option<(Option<String>, Option<String>)>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -83,6 +87,7 @@ impl SandboxJson {
             labels: meta.labels.into_iter().collect(),
             phase: printed_phase(s.status.as_ref().map_or(0, |st| st.phase)),
             resource_version: crate::watch::resource_version(meta.resource_version),
+            ready: s.status.as_ref().map(crate::watch::ready_cause),
             ..Self::default()
         }
     }
@@ -91,8 +96,8 @@ impl SandboxJson {
         SandboxView {
             name: self.name.clone(),
             phase: self.phase.clone(),
-            reason: None,
-            message: None,
+            reason: self.ready.as_ref().and_then(|r| r.0.clone()),
+            message: self.ready.as_ref().and_then(|r| r.1.clone()),
             exit_code: self.exit_code(),
             resource_version: self.resource_version.clone(),
         }

@@ -324,16 +324,12 @@ fn record(rec: &Recorder, s: &Sandbox, restarts: &mut Option<u32>) {
         return;
     };
     let status = s.status.clone().unwrap_or_default();
-    let ready = status
-        .conditions
-        .iter()
-        .find(|c| c.r#type == conformance_core::timeline::READY_CONDITION);
-    let text = |v: &str| (!v.is_empty()).then(|| v.to_string());
+    let (reason, message) = ready_cause(&status);
     let view = SandboxView {
         name: name.clone(),
         phase: phase_of(status.phase),
-        reason: ready.and_then(|c| text(&c.reason)),
-        message: ready.and_then(|c| text(&c.message)),
+        reason,
+        message,
         exit_code: status.exit_code,
         resource_version: s
             .metadata
@@ -351,6 +347,21 @@ fn record(rec: &Recorder, s: &Sandbox, restarts: &mut Option<u32>) {
             value: serde_json::Value::from(status.restart_count),
         });
     }
+}
+
+/// The reason and message of a sandbox's `Ready` condition, empty ones as none.
+pub(crate) fn ready_cause(
+    status: &conformance_openshell_api::v1::SandboxStatus,
+) -> (Option<String>, Option<String>) {
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.r#type == conformance_core::timeline::READY_CONDITION);
+    let text = |v: &str| (!v.is_empty()).then(|| v.to_string());
+    (
+        ready.and_then(|c| text(&c.reason)),
+        ready.and_then(|c| text(&c.message)),
+    )
 }
 
 /// Records `name` as gone from the gateway, keeping its last state.

@@ -448,6 +448,9 @@ pub(crate) const SUPERVISOR_KILL: FaultKey = FaultKey::new("supervisor-kill");
 // ---- checks -------------------------------------------------------------------------------
 
 /// The gateway's view of the sandbox.
+/// The reason the gateway gives an exit of the main process (docs/upstream-facts.md F1.2).
+pub(crate) const MAIN_PROCESS_EXITED: &str = "MainProcessExited";
+
 pub(crate) fn gateway_view(case: &CaseInfo, role: &str) -> Selector {
     Selector::named(GATEWAY_SANDBOX_KIND, &case.sandbox_name(role))
 }

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use conformance_core::checks::{Anchor, Check, Cmp, Counted, Window};
+use conformance_core::checks::{Anchor, Check, Cmp, Counted, Predicate, Window};
 use conformance_core::keys::Marker;
 use conformance_core::phase::Phase;
-use conformance_core::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepResult};
+use conformance_core::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepResult, WakeOn};
 use conformance_core::target::{BootstrapMaterial, Capability, Fault, TargetError};
 use conformance_core::timeline::ActionStatus;
 use futures::future::BoxFuture;
@@ -63,8 +63,22 @@ fn into_error(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         .await?;
         ctx.inject(&POD_REPLACE, rebootstrap(ctx, &name)).await?;
         ctx.restore(&POD_REPLACE).await?;
-        ctx.settle_phase(&name, &[Phase::Error], Duration::from_secs(120))
+        // The bootstrap's own Error, not one the pod's deletion caused (see bootstrap_error).
+        let own_error = ctx
+            .wait_for_waking(
+                &format!("sandbox {name} to be Error for its bootstrap's cause"),
+                Duration::from_secs(120),
+                WakeOn::AnyObject,
+                || async {
+                    Ok(ctx.get_sandbox(&name).await.ok().flatten().filter(|v| {
+                        v.phase == Phase::Error && v.reason.as_deref() != Some(MAIN_PROCESS_EXITED)
+                    }))
+                },
+            )
             .await;
+        if let Err(e) = own_error {
+            ctx.rec.note(format!("not reached: {e}"));
+        }
         // The cause is fixed; what remains is the sandbox's terminal state.
         ctx.restore(&BAD_CREDENTIALS).await?;
         ctx.mark(&RECOVERING);
@@ -118,7 +132,7 @@ fn recovery_checks(case: &CaseInfo) -> Vec<Check> {
             Check::eventually(
                 "a bootstrap that cannot authenticate ends in Error",
                 &["R4"],
-                phase_is(case, MAIN, &[Phase::Error]),
+                bootstrap_error(case),
                 Anchor::fault_start(&POD_REPLACE),
                 Duration::from_secs(120),
             ),
@@ -164,6 +178,24 @@ fn recovery_checks(case: &CaseInfo) -> Vec<Check> {
         ],
         case,
     )
+}
+
+/// Error for the bootstrap's own cause. Where a supervisor reports the end of the main process
+/// its pod deletion caused (docs/upstream-facts.md F1.19), the sandbox is Error/MainProcessExited
+/// before the new pod bootstraps at all; that Error says nothing of what the bootstrap did (R4).
+fn bootstrap_error(case: &CaseInfo) -> Predicate {
+    Predicate::All {
+        predicates: vec![
+            phase_is(case, MAIN, &[Phase::Error]),
+            Predicate::Condition {
+                object: gateway_view(case, MAIN),
+                type_: "Ready".into(),
+                status: None,
+                reason: Some(MAIN_PROCESS_EXITED.into()),
+            }
+            .negate(),
+        ],
+    }
 }
 
 /// The sandbox pod's incarnations in an error-recovery case: the one created, the one the

@@ -146,8 +146,23 @@ async fn run_one(ctx: &mut Ctx, role: &str, planned: &PlannedFault) -> StepResul
             }
         }
         InjectionPoint::DuringBootstrap => {
-            ctx.create_sandbox(&spec).await?;
-            ctx.outage(&outage_key(role), outage).await?;
+            // During bootstrap is what the gateway reports, not when create returns: a CLI's
+            // create may wait for Ready (v0.0.111's does, docs/upstream-facts.md F6.3), so the
+            // outage starts while it runs, once the sandbox is seen Provisioning.
+            let create = ctx.begin_create(&spec);
+            let key = outage_key(role);
+            let (created, during) = tokio::join!(
+                create,
+                ctx.outage_while(&name, Phase::Provisioning, &key, outage)
+            );
+            during?;
+            // A create that was waiting for Ready when the gateway went away may fail; the
+            // sandbox it asked for exists (it was seen Provisioning), as for a user.
+            if let Err(e) = created {
+                ctx.rec.note(format!(
+                    "create of {name} ended with the outage it was waiting through: {e}"
+                ));
+            }
         }
         InjectionPoint::WhileReady => {
             create_usable(ctx, &spec).await?;

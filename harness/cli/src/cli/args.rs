@@ -49,6 +49,15 @@ pub enum Format {
     Json,
 }
 
+/// `compare`'s output formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CompareFormat {
+    Table,
+    Json,
+    /// A Markdown table, a row per case.
+    Markdown,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the conformance catalog against a target.
@@ -148,9 +157,10 @@ pub struct CompareArgs {
     /// optional `check`, `reason` and `fact`).
     #[arg(long, value_name = "FILE")]
     pub known_differences: Option<PathBuf>,
-    /// `table`: a block of text per case; `json`: one JSON object, for tools.
+    /// `table`: a block of text per case; `json`: one JSON object, for tools; `markdown`: a
+    /// table with a row per case.
     #[arg(long, value_enum, default_value = "table")]
-    pub format: Format,
+    pub format: CompareFormat,
 }
 
 #[derive(Debug, Args)]

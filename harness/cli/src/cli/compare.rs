@@ -16,7 +16,7 @@ use conformance_core::error::{Error, ExitStatus};
 use conformance_core::timeline::{RunInfo, Timeline};
 use serde::{Deserialize, Serialize};
 
-use super::args::{CompareArgs, Format};
+use super::args::{CompareArgs, CompareFormat};
 use super::check::unjudgeable;
 use super::files::load_timeline;
 
@@ -615,11 +615,16 @@ pub(super) fn compare(args: &CompareArgs) -> Result<ExitStatus, Error> {
     let (a, b) = (load_side(Side::A, a)?, load_side(Side::B, b)?);
     let comparison = compare_sides(&args.a, &args.b, a, b, &known);
     match args.format {
-        Format::Table => put!("{}", render_text(&comparison)),
-        Format::Json => {
+        CompareFormat::Table => put!("{}", render_text(&comparison)),
+        CompareFormat::Json => {
             let json = serde_json::to_string_pretty(&comparison)
                 .map_err(|e| Error::infra_from("cannot write the comparison as JSON", e))?;
             say!("{json}");
+        }
+        CompareFormat::Markdown => {
+            let json = serde_json::to_value(&comparison)
+                .map_err(|e| Error::infra_from("cannot write the comparison as JSON", e))?;
+            put!("{}", render_markdown(&json));
         }
     }
     Ok(if comparison.agree {
@@ -627,6 +632,70 @@ pub(super) fn compare(args: &CompareArgs) -> Result<ExitStatus, Error> {
     } else {
         ExitStatus::ProductFailure
     })
+}
+
+/// The comparison as a Markdown table, a row per case, from its JSON form (`--format json`),
+/// so a comparison recorded as JSON renders as the command printed it.
+pub fn render_markdown(c: &serde_json::Value) -> String {
+    use std::fmt::Write as _;
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    let verdict = |side: &serde_json::Value| {
+        let v = &side["verdict"];
+        if v.is_null() {
+            return "absent".to_string();
+        }
+        match v["requirement"].as_str() {
+            Some(r) => format!("{} ({r})", text(&v["verdict"])),
+            None => text(&v["verdict"]),
+        }
+    };
+    let mut s = String::from("| case | A | B | comparison |\n|---|---|---|---|\n");
+    for case in c["cases"].as_array().into_iter().flatten() {
+        let checks: Vec<String> = case["checks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|d| format!("'{}'", text(&d["check"])))
+            .collect();
+        let known =
+            |k: &serde_json::Value| format!("{} ({})", text(&k["reason"]), text(&k["fact"]));
+        let how = match case["status"].as_str().unwrap_or_default() {
+            "agree" => "agree".to_string(),
+            "known" => {
+                let k = std::iter::once(&case["known"])
+                    .chain(
+                        case["checks"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .map(|d| &d["known"]),
+                    )
+                    .find(|k| !k.is_null())
+                    .map(known)
+                    .unwrap_or_default();
+                format!("known difference in {}: {k}", checks.join(", "))
+            }
+            "differs" => format!("**differ** in {}", checks.join(", ")),
+            "only-a" => "only in A".to_string(),
+            "only-b" => "only in B".to_string(),
+            other => other.to_string(),
+        };
+        let _ = writeln!(
+            s,
+            "| `{}` | {} | {} | {} |",
+            text(&case["case"]),
+            verdict(&case["a"]),
+            verdict(&case["b"]),
+            how.replace('|', "\\|")
+        );
+    }
+    let t = &c["totals"];
+    let _ = writeln!(
+        s,
+        "\n{} cases: {} agree, {} differ as known, {} differ, {} only in A, {} only in B.",
+        t["cases"], t["agree"], t["known"], t["differ"], t["only_a"], t["only_b"]
+    );
+    s
 }
 
 /// A verdict as one line: its label and, when it has one, why.

@@ -20,9 +20,10 @@ mod summary;
 use conformance_core::error::{Error, ExitStatus};
 
 pub use args::{
-    CheckArgs, Cli, ClusterCommand, Command, CompareArgs, EmulateCommand, Format, ListArgs,
-    ListWhat, LogFormat, ProviderArgs, ReportArgs, RestoreArgs, RunArgs, TargetKind,
+    CheckArgs, Cli, ClusterCommand, Command, CompareArgs, CompareFormat, EmulateCommand, Format,
+    ListArgs, ListWhat, LogFormat, ProviderArgs, ReportArgs, RestoreArgs, RunArgs, TargetKind,
 };
+pub use compare::render_markdown as render_comparison_markdown;
 use files::{load_timeline, write_file};
 
 /// Whether log lines on stderr carry ANSI colours: only when stderr is a terminal, and never

@@ -565,3 +565,100 @@ async fn after_a_long_outage_the_next_session_loss_waits_the_capped_back_off() {
         .collect();
     assert_eq!(second_outage, [30], "{attempts:?}");
 }
+
+/// Deletes sandbox `name`'s pod as an eviction or a drain would: gracefully, its containers
+/// sent SIGTERM first.
+fn delete_pod_gracefully(t: &EmulatedTarget, name: &str) {
+    t.cluster
+        .delete(
+            &ResourceRef::pods(),
+            Some(NAMESPACE),
+            &cr_name(name),
+            &kube_emulator::DeleteOptions::default(),
+        )
+        .unwrap();
+}
+
+/// The state of container `container` of sandbox `name`'s pod, as the kubelet reports it.
+fn container_state(t: &EmulatedTarget, name: &str, container: &str) -> Option<Value> {
+    let pod = t
+        .cluster
+        .get(&ResourceRef::pods(), Some(NAMESPACE), &cr_name(name))
+        .ok()?;
+    pod.pointer("/status/containerStatuses")?
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == container)
+        .map(|c| c["state"].clone())
+}
+
+/// docs/upstream-facts.md F1.19: v0.0.111's supervisor reports the exit of the main process it
+/// ended on SIGTERM, so a pod deleted under it leaves the sandbox Error with exit code 143; the
+/// contract's sandbox bootstraps again in the new pod.
+#[rstest::rstest]
+#[case::upstream("openshell-0.0.111")]
+#[case::contract("contract")]
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_pod_deleted_under_its_supervisor_ends_the_sandbox_only_where_the_release_reports_that_exit(
+    #[case] model: &str,
+) {
+    let t = setup(Selection::model(Model::named(model)), "combined").await;
+    t.client.create(&spec("demo")).unwrap();
+    wait(&t, "demo Ready", |t| phase_is(t, "demo", Phase::Ready)).await;
+    wait(&t, "main started", |t| starts(t, "demo") == 1).await;
+    delete_pod_gracefully(&t, "demo");
+    if model == "contract" {
+        wait(&t, "demo bootstrapping again", |t| {
+            !phase_is(t, "demo", Phase::Ready)
+        })
+        .await;
+        wait(&t, "demo Ready again", |t| {
+            phase_is(t, "demo", Phase::Ready)
+        })
+        .await;
+        assert_eq!(view(&t, "demo").unwrap().exit_code, None);
+    } else {
+        wait(&t, "demo Error", |t| phase_is(t, "demo", Phase::Error)).await;
+        let v = view(&t, "demo").unwrap();
+        assert_eq!(v.reason.as_deref(), Some("MainProcessExited"), "{v:?}");
+        assert_eq!(v.exit_code, Some(143), "{v:?}");
+    }
+}
+
+/// docs/upstream-facts.md F2.12: v0.0.111's network sidecar exits 1 once the process
+/// supervisor, which ends with a finished workload, closes their control connection; the
+/// contract's supervisors stay.
+#[rstest::rstest]
+#[case::upstream("openshell-0.0.111", true)]
+#[case::contract("contract", false)]
+#[tokio::test(start_paused = true)]
+async fn a_finished_workload_takes_the_network_sidecar_along_only_where_its_supervisor_ends_with_it(
+    #[case] model: &str,
+    #[case] ends: bool,
+) {
+    let t = setup(Selection::model(Model::named(model)), "sidecar").await;
+    let finishing = SandboxSpec {
+        command: Some(vec!["sh".into(), "-c".into(), "exit 0".into()]),
+        ..spec("demo")
+    };
+    t.client.create(&finishing).unwrap();
+    wait(&t, "the workload finished", |t| {
+        view(t, "demo").is_some_and(|v| v.exit_code.is_some() || v.phase == Phase::Completed)
+    })
+    .await;
+    let network = "openshell-supervisor-network";
+    if ends {
+        wait(&t, "the network sidecar ended", |t| {
+            container_state(t, "demo", network)
+                .is_some_and(|s| s.pointer("/terminated/exitCode") == Some(&json!(1)))
+        })
+        .await;
+    } else {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let state = container_state(&t, "demo", network);
+        assert!(
+            state.as_ref().is_some_and(|s| s.get("running").is_some()),
+            "{state:?}"
+        );
+    }
+}

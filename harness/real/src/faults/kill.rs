@@ -60,6 +60,29 @@ fn container_run(pod: &Pod, container: &str) -> Option<ContainerRun> {
     })
 }
 
+/// Whether the container has ended (not merely waiting to start).
+fn ended(run: &ContainerRun) -> bool {
+    run.state.starts_with("terminated")
+}
+
+/// The supervisor's container is not running. Ended, it took the supervisor with it (with a
+/// finished workload: docs/upstream-facts.md F2.9, F2.12), so no supervisor runs to be
+/// restarted and the case cannot test a restart, as the models say; anything else is the
+/// cluster's trouble.
+fn not_running(fault: &str, cr: &str, container: &str, run: &ContainerRun) -> TargetError {
+    if ended(run) {
+        TargetError::Unsupported(format!(
+            "no supervisor process runs for sandbox {cr}, so it cannot be restarted: container {container} has {}",
+            run.state
+        ))
+    } else {
+        TargetError::infra(format!(
+            "fault {fault}: container {container} of pod {cr} is not running ({})",
+            run.state
+        ))
+    }
+}
+
 impl FaultInjector {
     /// Kills the supervisor in a container of the sandbox pod `cr`, then waits until the
     /// container really stopped or restarted (a new container ID, a higher restart count, or a
@@ -86,11 +109,64 @@ impl FaultInjector {
             ))
         })?;
         if !before.running {
-            return Err(TargetError::infra(format!(
-                "fault {fault}: container {container} of pod {cr} is not running ({})",
-                before.state
-            )));
+            return Err(not_running(fault, cr, container, &before));
         }
+        let killed = self
+            .signal_supervisor(fault, &pod, cr, container, &before)
+            .await;
+        if let Err(e) = killed {
+            // The supervisor may have ended on its own meanwhile (a finished workload takes it
+            // along): then that, not the kill, is what happened.
+            let now = api.get(cr).await.ok();
+            return Err(
+                match now.as_ref().and_then(|p| container_run(p, container)) {
+                    Some(run) if ended(&run) => not_running(fault, cr, container, &run),
+                    _ => e,
+                },
+            );
+        }
+
+        gateway::wait_until(
+            &format!("fault {fault}: container {container} of pod {cr} stopped or restarted"),
+            self.deadlines.replacement,
+            gateway::POLL,
+            gateway::Wake::on(api.clone(), gateway::named(cr)),
+            || async {
+                let Some(p) = api.get_opt(cr).await.map_err(|e| kerr("get pod", e))? else {
+                    return Ok((Some(()), format!("pod {cr} absent")));
+                };
+                if p.uid() != pod.uid() {
+                    return Ok((Some(()), format!("pod {cr} replaced")));
+                }
+                let now = container_run(&p, container);
+                let seen = now.as_ref().map_or("no status".to_string(), |n| {
+                    format!(
+                        "{}, restarts {}, id {}",
+                        n.state,
+                        n.restarts,
+                        n.id.as_deref().unwrap_or("none")
+                    )
+                });
+                let changed = now.is_some_and(|n| {
+                    !n.running || n.restarts > before.restarts || n.id != before.id
+                });
+                Ok((changed.then_some(()), seen))
+            },
+        )
+        .await?;
+        Ok(Active::Nothing)
+    }
+
+    /// Sends the supervisor of container `container` of pod `cr` its SIGKILL.
+    async fn signal_supervisor(
+        &self,
+        fault: &str,
+        pod: &Pod,
+        cr: &str,
+        container: &str,
+        before: &ContainerRun,
+    ) -> TargetResult<()> {
+        let api = self.pods(&self.sandbox_namespace);
         let shared = pod
             .spec
             .as_ref()
@@ -133,35 +209,7 @@ impl FaultInjector {
                 None => self.kill_from_node_pod(fault, &node, container, id).await?,
             }
         }
-        gateway::wait_until(
-            &format!("fault {fault}: container {container} of pod {cr} stopped or restarted"),
-            self.deadlines.replacement,
-            gateway::POLL,
-            gateway::Wake::on(api.clone(), gateway::named(cr)),
-            || async {
-                let Some(p) = api.get_opt(cr).await.map_err(|e| kerr("get pod", e))? else {
-                    return Ok((Some(()), format!("pod {cr} absent")));
-                };
-                if p.uid() != pod.uid() {
-                    return Ok((Some(()), format!("pod {cr} replaced")));
-                }
-                let now = container_run(&p, container);
-                let seen = now.as_ref().map_or("no status".to_string(), |n| {
-                    format!(
-                        "{}, restarts {}, id {}",
-                        n.state,
-                        n.restarts,
-                        n.id.as_deref().unwrap_or("none")
-                    )
-                });
-                let changed = now.is_some_and(|n| {
-                    !n.running || n.restarts > before.restarts || n.id != before.id
-                });
-                Ok((changed.then_some(()), seen))
-            },
-        )
-        .await?;
-        Ok(Active::Nothing)
+        Ok(())
     }
 
     /// Kills the process of container `container_id` running `openshell-sandbox` from a
@@ -329,6 +377,38 @@ pub(crate) fn node_kill_cmd(node: &str, container_id: &str) -> crate::command::C
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn run(state: &str) -> ContainerRun {
+        ContainerRun {
+            id: Some("containerd://abc".into()),
+            restarts: 0,
+            running: false,
+            state: state.into(),
+        }
+    }
+
+    #[test]
+    fn a_supervisor_container_that_ended_makes_the_kill_unsupported_and_one_still_starting_is_the_clusters_trouble()
+     {
+        let ended = not_running(
+            "supervisor-kill",
+            "demo",
+            "agent",
+            &run("terminated (exit code 0)"),
+        );
+        assert!(
+            matches!(&ended, TargetError::Unsupported(m)
+                if m == "no supervisor process runs for sandbox demo, so it cannot be restarted: container agent has terminated (exit code 0)"),
+            "{ended:?}"
+        );
+        let waiting = not_running(
+            "supervisor-kill",
+            "demo",
+            "agent",
+            &run("waiting (ContainerCreating)"),
+        );
+        assert!(matches!(waiting, TargetError::Infra { .. }), "{waiting:?}");
+    }
 
     #[test]
     fn the_supervisor_is_pid_1_unless_the_pod_shares_its_process_namespace() {

@@ -9,8 +9,11 @@ use std::process::{Command, Output};
 mod binary;
 #[path = "common/junit_consumers.rs"]
 mod junit_consumers;
+#[path = "common/manifest.rs"]
+mod manifest;
 
 use binary::{bin, lines_until, run, text};
+use manifest::manifest_listing;
 
 fn code(o: &Output) -> i32 {
     o.status.code().unwrap_or(-1)
@@ -18,29 +21,6 @@ fn code(o: &Output) -> i32 {
 
 fn repo() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
-
-/// Writes the manifest an earlier run of ours leaves in `art`, listing `files` (under `art`) as
-/// they are now.
-fn manifest_listing(art: &Path, files: &[&str]) {
-    let entries: Vec<serde_json::Value> = files
-        .iter()
-        .map(|f| {
-            let bytes = std::fs::read(art.join(f)).unwrap();
-            let sha: String = ring::digest::digest(&ring::digest::SHA256, &bytes)
-                .as_ref()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
-            serde_json::json!({"path": f, "size": bytes.len(), "sha256": sha})
-        })
-        .collect();
-    let manifest = serde_json::json!({"written_by": "openshell-conformance", "files": entries});
-    std::fs::write(
-        art.join(".openshell-conformance-manifest.json"),
-        manifest.to_string(),
-    )
-    .unwrap();
 }
 
 /// How many cases `run` with no arguments runs: every variant of the catalog on every topology.

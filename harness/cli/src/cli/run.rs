@@ -249,6 +249,8 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
                 put!("{}", conformance_real::plan::dry_run(&opts, &chosen)?);
                 return Ok(ExitStatus::Success);
             }
+            let mut plan = plan;
+            check_before_start(&args, &mut plan.opts).await?;
             let f: Arc<dyn TargetFactory> = Arc::new(plan.factory()?);
             let info = f.info();
             (f, info)
@@ -269,6 +271,8 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
                 put!("{plan}");
                 return Ok(ExitStatus::Success);
             }
+            let mut opts = opts;
+            check_before_start(&args, &mut opts).await?;
             let runner: Arc<dyn conformance_real::command::CommandRunner> =
                 Arc::new(conformance_real::command::SystemRunner);
             let f = conformance_real::target::RealFactory::new(opts, runner)?;
@@ -375,6 +379,19 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
         watcher.abort();
     }
     status
+}
+
+/// What a real or served run can only check by running or downloading it, checked before
+/// anything of an earlier run is removed or started: the openshell CLI answers as one, and the
+/// Agent Sandbox release manifest is downloaded (a release that does not exist: exit 2; a
+/// download that fails: exit 3, with the earlier run's files still in place).
+async fn check_before_start(
+    args: &RunArgs,
+    opts: &mut conformance_real::options::RealOptions,
+) -> Result<(), Error> {
+    conformance_real::fetch::openshell_cli(&opts.openshell_bin).await?;
+    let typed = !matches!(args.real.agent_sandbox_version.as_str(), "" | "auto");
+    conformance_real::fetch::agent_sandbox_manifest(opts, typed).await
 }
 
 /// Cases share one OpenShell release per topology and each case's teardown checks the gateway

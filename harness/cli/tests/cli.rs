@@ -1690,3 +1690,117 @@ fn jobs_out_of_range_is_refused_on_served_and_above_one_on_kind_k3d_and_existing
         "a refused run wrote artifacts"
     );
 }
+
+/// Starts `run` in `dir` with `knob` set to a pause of `pause`, SIGINT ignored as a shell
+/// starts a background job of a script; returns it once it printed `at` on stderr, with the
+/// stderr read so far and the reader.
+fn started_ignoring_sigint(
+    dir: &Path,
+    knob: &str,
+    pause: &str,
+    at: &str,
+) -> (
+    std::process::Child,
+    String,
+    std::io::BufReader<std::process::ChildStderr>,
+) {
+    use std::io::BufRead as _;
+    use std::os::unix::process::CommandExt as _;
+    let mut cmd = bin();
+    cmd.args([
+        "run",
+        "--scenario",
+        "provisioning",
+        "--topology",
+        "combined",
+    ])
+    .current_dir(dir)
+    .env(knob, pause)
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped());
+    // SAFETY: signal() is async-signal-safe, as between fork and exec requires.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("the binary starts");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "the run ended before it printed {at:?}: {seen}"
+        );
+        seen.push_str(&line);
+        if line.contains(at) {
+            break;
+        }
+    }
+    (child, seen, stderr)
+}
+
+fn sigint(child: &std::process::Child) {
+    // SAFETY: kill() on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+}
+
+#[test]
+fn a_run_started_with_sigint_ignored_still_stops_on_a_sigint_before_its_handler_leaving_the_earlier_run()
+ {
+    use std::io::Read as _;
+    use std::os::unix::process::ExitStatusExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let art = dir.path().join("artifacts");
+    std::fs::create_dir_all(&art).unwrap();
+    std::fs::write(art.join("junit.xml"), "EARLIER RUN").unwrap();
+    manifest_listing(&art, &["junit.xml"]);
+    let (mut child, mut seen, mut stderr) = started_ignoring_sigint(
+        dir.path(),
+        "OPENSHELL_CONFORMANCE_TEST_PAUSE_AT_START",
+        "5s",
+        "pausing before anything is checked",
+    );
+    sigint(&child);
+    stderr.read_to_string(&mut seen).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGINT),
+        "the SIGINT was lost: {status:?}\n{seen}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(art.join("junit.xml")).unwrap(),
+        "EARLIER RUN"
+    );
+}
+
+#[test]
+fn a_second_signal_while_the_results_are_written_waits_for_the_junit_and_exits_130() {
+    use std::io::Read as _;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, mut seen, mut stderr) = started_ignoring_sigint(
+        dir.path(),
+        "OPENSHELL_CONFORMANCE_TEST_PAUSE_WHILE_WRITING",
+        "3s",
+        "pausing between the timelines and the JUnit",
+    );
+    sigint(&child);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    sigint(&child);
+    stderr.read_to_string(&mut seen).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{seen}");
+    let art = dir.path().join("artifacts");
+    let timelines = std::fs::read_dir(art.join("timelines")).unwrap().count();
+    assert_eq!(timelines, 1, "{seen}");
+    let junit = std::fs::read_to_string(art.join("junit.xml"))
+        .unwrap_or_else(|e| panic!("timelines but no JUnit: {e}\n{seen}"));
+    assert!(junit.contains("provisioning[combined]"), "{junit}");
+    assert!(
+        art.join(".openshell-conformance-manifest.json").is_file(),
+        "{seen}"
+    );
+}

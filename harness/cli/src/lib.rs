@@ -32,6 +32,8 @@ macro_rules! tell {
 
 pub mod cli;
 pub mod clock;
+#[cfg(unix)]
+pub mod early_signals;
 pub mod junit;
 pub mod report;
 pub mod serve;

@@ -16,6 +16,11 @@ fn main() -> std::process::ExitCode {
     // are kept: they tell which flags were typed, not defaulted or taken from the environment.
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // As early as it can be: a run started with SIGINT ignored still stops on it.
+    #[cfg(unix)]
+    if matches!(cli.command, openshell_conformance::cli::Command::Run(_)) {
+        openshell_conformance::early_signals::install();
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let builder = tracing_subscriber::fmt()

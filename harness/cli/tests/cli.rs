@@ -9,8 +9,11 @@ use std::process::{Command, Output};
 mod binary;
 #[path = "common/junit_consumers.rs"]
 mod junit_consumers;
+#[path = "common/manifest.rs"]
+mod manifest;
 
 use binary::{bin, lines_until, run, text};
+use manifest::manifest_listing;
 
 fn code(o: &Output) -> i32 {
     o.status.code().unwrap_or(-1)
@@ -18,29 +21,6 @@ fn code(o: &Output) -> i32 {
 
 fn repo() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
-
-/// Writes the manifest an earlier run of ours leaves in `art`, listing `files` (under `art`) as
-/// they are now.
-fn manifest_listing(art: &Path, files: &[&str]) {
-    let entries: Vec<serde_json::Value> = files
-        .iter()
-        .map(|f| {
-            let bytes = std::fs::read(art.join(f)).unwrap();
-            let sha: String = ring::digest::digest(&ring::digest::SHA256, &bytes)
-                .as_ref()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
-            serde_json::json!({"path": f, "size": bytes.len(), "sha256": sha})
-        })
-        .collect();
-    let manifest = serde_json::json!({"written_by": "openshell-conformance", "files": entries});
-    std::fs::write(
-        art.join(".openshell-conformance-manifest.json"),
-        manifest.to_string(),
-    )
-    .unwrap();
 }
 
 /// How many cases `run` with no arguments runs: every variant of the catalog on every topology.
@@ -1708,5 +1688,119 @@ fn jobs_out_of_range_is_refused_on_served_and_above_one_on_kind_k3d_and_existing
     assert!(
         !dir.path().join("artifacts").exists(),
         "a refused run wrote artifacts"
+    );
+}
+
+/// Starts `run` in `dir` with `knob` set to a pause of `pause`, SIGINT ignored as a shell
+/// starts a background job of a script; returns it once it printed `at` on stderr, with the
+/// stderr read so far and the reader.
+fn started_ignoring_sigint(
+    dir: &Path,
+    knob: &str,
+    pause: &str,
+    at: &str,
+) -> (
+    std::process::Child,
+    String,
+    std::io::BufReader<std::process::ChildStderr>,
+) {
+    use std::io::BufRead as _;
+    use std::os::unix::process::CommandExt as _;
+    let mut cmd = bin();
+    cmd.args([
+        "run",
+        "--scenario",
+        "provisioning",
+        "--topology",
+        "combined",
+    ])
+    .current_dir(dir)
+    .env(knob, pause)
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped());
+    // SAFETY: signal() is async-signal-safe, as between fork and exec requires.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("the binary starts");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "the run ended before it printed {at:?}: {seen}"
+        );
+        seen.push_str(&line);
+        if line.contains(at) {
+            break;
+        }
+    }
+    (child, seen, stderr)
+}
+
+fn sigint(child: &std::process::Child) {
+    // SAFETY: kill() on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+}
+
+#[test]
+fn a_run_started_with_sigint_ignored_still_stops_on_a_sigint_before_its_handler_leaving_the_earlier_run()
+ {
+    use std::io::Read as _;
+    use std::os::unix::process::ExitStatusExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let art = dir.path().join("artifacts");
+    std::fs::create_dir_all(&art).unwrap();
+    std::fs::write(art.join("junit.xml"), "EARLIER RUN").unwrap();
+    manifest_listing(&art, &["junit.xml"]);
+    let (mut child, mut seen, mut stderr) = started_ignoring_sigint(
+        dir.path(),
+        "OPENSHELL_CONFORMANCE_TEST_PAUSE_AT_START",
+        "5s",
+        "pausing before anything is checked",
+    );
+    sigint(&child);
+    stderr.read_to_string(&mut seen).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGINT),
+        "the SIGINT was lost: {status:?}\n{seen}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(art.join("junit.xml")).unwrap(),
+        "EARLIER RUN"
+    );
+}
+
+#[test]
+fn a_second_signal_while_the_results_are_written_waits_for_the_junit_and_exits_130() {
+    use std::io::Read as _;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, mut seen, mut stderr) = started_ignoring_sigint(
+        dir.path(),
+        "OPENSHELL_CONFORMANCE_TEST_PAUSE_WHILE_WRITING",
+        "3s",
+        "pausing between the timelines and the JUnit",
+    );
+    sigint(&child);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    sigint(&child);
+    stderr.read_to_string(&mut seen).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{seen}");
+    let art = dir.path().join("artifacts");
+    let timelines = std::fs::read_dir(art.join("timelines")).unwrap().count();
+    assert_eq!(timelines, 1, "{seen}");
+    let junit = std::fs::read_to_string(art.join("junit.xml"))
+        .unwrap_or_else(|e| panic!("timelines but no JUnit: {e}\n{seen}"));
+    assert!(junit.contains("provisioning[combined]"), "{junit}");
+    assert!(
+        art.join(".openshell-conformance-manifest.json").is_file(),
+        "{seen}"
     );
 }

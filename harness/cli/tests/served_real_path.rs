@@ -14,6 +14,10 @@ use std::time::Duration;
 
 #[path = "common/junit_consumers.rs"]
 mod junit_consumers;
+#[path = "common/manifest.rs"]
+mod manifest;
+
+use manifest::manifest_listing;
 
 use conformance_real::completeness::PhaseCommit;
 use served_support::{
@@ -758,5 +762,162 @@ async fn another_local_user_reads_no_key_token_or_kubeconfig_of_a_served_run_dur
     for uid in [65534, 1000] {
         let found = served_support::readable_by(uid, &[&tmp, &art], &[]).await;
         assert!(found.is_empty(), "after the run uid {uid} reads: {found}");
+    }
+}
+
+/// An HTTP server on loopback that answers every request with `status` and `body`, until the
+/// test ends; its base URL.
+fn answering(status: &str, body: &'static str) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let base = format!("http://{}", listener.local_addr().expect("its address"));
+    let status = status.to_string();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().map_while(Result::ok) {
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let _ = write!(
+                conn,
+                "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    base
+}
+
+#[test]
+fn a_wrong_openshell_cli_or_agent_sandbox_release_is_refused_before_the_earlier_runs_files_are_removed()
+ {
+    let test = "a_wrong_openshell_cli_or_agent_sandbox_release_is_refused_before_the_earlier_runs_files_are_removed";
+    let Some(tools) = Tools::require(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let d = dir.path();
+    std::fs::write(
+        d.join("kc.yaml"),
+        "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("not-a-cli"), "#!/bin/sh\necho 'something 1.2.3'\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(d.join("not-a-cli"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+    }
+    let openshell = tools.openshell.display().to_string();
+    let chart = tools.chart.display().to_string();
+    let manifest = tools.manifest.display().to_string();
+    let missing = answering("404 Not Found", "Not Found");
+    // A port that was free a moment ago: the download cannot connect (the machine's trouble).
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let served = |extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = ["run", "--target", "served", "--chart-path", &chart]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let existing = |extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = [
+            "run",
+            "--target",
+            "existing",
+            "--context",
+            "kind-x",
+            "--kubeconfig",
+            "kc.yaml",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let wrong_cli = [
+        (
+            "./not-a-cli",
+            "--openshell-bin ./not-a-cli: not the openshell CLI",
+        ),
+        (
+            "no-such-openshell",
+            "--openshell-bin no-such-openshell: no `no-such-openshell` on PATH",
+        ),
+    ];
+    // (arguments, releases URL, exit code, what it says)
+    let mut cases: Vec<(Vec<String>, Option<&str>, i32, String)> = Vec::new();
+    for (cli, says) in wrong_cli {
+        let flags = [
+            "--agent-sandbox-manifest",
+            &manifest,
+            "--openshell-bin",
+            cli,
+        ];
+        cases.push((served(&flags), None, 2, says.into()));
+        cases.push((existing(&flags), None, 2, says.into()));
+    }
+    for args in [
+        served(&[
+            "--openshell-bin",
+            &openshell,
+            "--agent-sandbox-version",
+            "v9.9.9",
+        ]),
+        existing(&[
+            "--openshell-bin",
+            &openshell,
+            "--agent-sandbox-version",
+            "v9.9.9",
+        ]),
+    ] {
+        cases.push((
+            args.clone(),
+            Some(&missing),
+            2,
+            "--agent-sandbox-version v9.9.9: Agent Sandbox has no such release".into(),
+        ));
+        cases.push((
+            args,
+            Some(&closed),
+            3,
+            "--agent-sandbox-version v9.9.9: cannot download its manifest before the run starts"
+                .into(),
+        ));
+    }
+    for (args, releases, status, says) in cases {
+        // What an earlier run left, which a refused run must not touch.
+        std::fs::create_dir_all(d.join("artifacts/timelines")).unwrap();
+        std::fs::write(d.join("artifacts/junit.xml"), "EARLIER RUN").unwrap();
+        std::fs::write(d.join("artifacts/timelines/a.jsonl"), "EARLIER RUN").unwrap();
+        manifest_listing(&d.join("artifacts"), &["junit.xml", "timelines/a.jsonl"]);
+        let mut cmd = bin();
+        cmd.args(&args).current_dir(d).env("PATH", tools.path_env());
+        if let Some(url) = releases {
+            cmd.env(conformance_real::fetch::RELEASES_KNOB, url);
+        }
+        let out = cmd.output().expect("the harness runs");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(status), "{args:?}: {text}");
+        assert!(
+            text.contains(&says),
+            "{args:?} should say {says:?}:\n{text}"
+        );
+        assert!(!text.contains("served cluster for"), "{args:?}: {text}");
+        for f in ["junit.xml", "timelines/a.jsonl"] {
+            assert_eq!(
+                std::fs::read_to_string(d.join("artifacts").join(f)).unwrap(),
+                "EARLIER RUN",
+                "{args:?} removed {f}: {text}"
+            );
+        }
     }
 }

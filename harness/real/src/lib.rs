@@ -24,6 +24,7 @@ mod diagnostics;
 pub use diagnostics::bundle_of;
 pub mod doctor;
 mod faults;
+pub mod fetch;
 mod gateway;
 mod gateway_log;
 mod install;

@@ -138,7 +138,7 @@ pub struct RealArgs {
     #[arg(
         long,
         env = "OPENSHELL_CONFORMANCE_OPENSHELL_BIN",
-        default_value = "openshell"
+        default_value = DEFAULT_OPENSHELL_BIN
     )]
     pub openshell_bin: String,
     /// When to collect a diagnostics bundle per case (into <run-dir>/diagnostics/).
@@ -159,6 +159,9 @@ pub struct RealArgs {
     #[arg(long, env = "OPENSHELL_CONFORMANCE_KEEP_PRIVATE_DIR", value_parser = env_bool("OPENSHELL_CONFORMANCE_KEEP_PRIVATE_DIR"))]
     pub keep_private_dir: bool,
 }
+
+/// `--openshell-bin` when not given: the CLI's name, looked up on `PATH`.
+pub const DEFAULT_OPENSHELL_BIN: &str = "openshell";
 
 /// Resolved options: defaults filled in, the provider chosen, paths fixed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -206,22 +209,34 @@ pub enum ChartSource {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "from", rename_all = "kebab-case")]
 pub enum AgentSandboxSource {
-    Release { version: String },
-    File { path: PathBuf },
+    Release {
+        version: String,
+        /// The release manifest, downloaded before the run started (see
+        /// [`crate::fetch::agent_sandbox_manifest`]); kubectl applies this file, not the URL.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        downloaded: Option<PathBuf>,
+    },
+    File {
+        path: PathBuf,
+    },
 }
 
 impl AgentSandboxSource {
     /// What `kubectl apply -f` gets: the release URL or the local file.
     pub fn manifest(&self) -> String {
         match self {
-            Self::Release { version } => pins::agent_sandbox_manifest_url(version),
+            Self::Release {
+                downloaded: Some(path),
+                ..
+            } => path.display().to_string(),
+            Self::Release { version, .. } => pins::agent_sandbox_manifest_url(version),
             Self::File { path } => path.display().to_string(),
         }
     }
 
     pub fn version(&self) -> String {
         match self {
-            Self::Release { version } => version.clone(),
+            Self::Release { version, .. } => version.clone(),
             Self::File { path } => format!("file:{}", path.display()),
         }
     }
@@ -366,6 +381,7 @@ impl RealArgs {
                 let openshell = openshell_release(&chart).ok().flatten();
                 AgentSandboxSource::Release {
                     version: pins::agent_sandbox_for(openshell.as_ref()).to_string(),
+                    downloaded: None,
                 }
             }
             None => {
@@ -376,7 +392,10 @@ impl RealArgs {
                         pins::default_agent_sandbox()
                     )));
                 }
-                AgentSandboxSource::Release { version }
+                AgentSandboxSource::Release {
+                    version,
+                    downloaded: None,
+                }
             }
         };
         let run_dir = self.run_dir.clone().unwrap_or_else(|| {
@@ -565,11 +584,7 @@ fn check_yaml(path: &Path, flag: &str, documents: bool) -> Result<Vec<serde_json
 fn check_agent_sandbox_manifest(path: &Path) -> Result<()> {
     let flag = "--agent-sandbox-manifest";
     let docs = check_yaml(path, flag, true)?;
-    let defines_crd = docs.iter().any(|d| {
-        d.get("kind").and_then(|k| k.as_str()) == Some("CustomResourceDefinition")
-            && d.pointer("/metadata/name").and_then(|n| n.as_str()) == Some(pins::SANDBOX_CRD)
-    });
-    if !defines_crd {
+    if !docs.iter().any(is_sandbox_crd) {
         return Err(Error::usage(format!(
             "{flag} {}: it does not define the CustomResourceDefinition {}; give an Agent Sandbox \
              release's manifest.yaml (up to v0.5.1) or sandbox.yaml",
@@ -578,6 +593,25 @@ fn check_agent_sandbox_manifest(path: &Path) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+fn is_sandbox_crd(d: &serde_json::Value) -> bool {
+    d.get("kind").and_then(|k| k.as_str()) == Some("CustomResourceDefinition")
+        && d.pointer("/metadata/name").and_then(|n| n.as_str()) == Some(pins::SANDBOX_CRD)
+}
+
+/// A downloaded release manifest: YAML defining the Sandbox CRD, else why not.
+pub(crate) fn defines_sandbox_crd(text: &str) -> std::result::Result<(), String> {
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(text).map_err(|e| format!("not YAML: {e}"))?;
+    if docs.iter().any(is_sandbox_crd) {
+        Ok(())
+    } else {
+        Err(format!(
+            "it does not define the CustomResourceDefinition {}",
+            pins::SANDBOX_CRD
+        ))
+    }
 }
 
 /// `--kubeconfig`: a kubeconfig the run can read (bounded: `/dev/zero` never ended), checked

@@ -45,8 +45,17 @@ pub(crate) fn agent_sandbox_asset(version: &str) -> Option<&'static str> {
 
 /// The release manifest of an Agent Sandbox version (docs/upstream-facts.md F8.1, F8.6).
 pub(crate) fn agent_sandbox_manifest_url(version: &str) -> String {
+    agent_sandbox_manifest_url_at(AGENT_SANDBOX_RELEASES, version)
+}
+
+/// Where Agent Sandbox publishes its release assets.
+pub(crate) const AGENT_SANDBOX_RELEASES: &str =
+    "https://github.com/kubernetes-sigs/agent-sandbox/releases/download";
+
+/// The release manifest of a version under `base` (the releases, or a test's server).
+pub(crate) fn agent_sandbox_manifest_url_at(base: &str, version: &str) -> String {
     let asset = agent_sandbox_asset(version).unwrap_or("sandbox.yaml");
-    format!("https://github.com/kubernetes-sigs/agent-sandbox/releases/download/{version}/{asset}")
+    format!("{}/{version}/{asset}", base.trim_end_matches('/'))
 }
 
 /// The OpenShell chart's OCI reference.

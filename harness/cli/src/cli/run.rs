@@ -203,6 +203,11 @@ fn expectations_for(args: &RunArgs, info: &TargetInfo) -> Result<Expectations, E
 }
 
 pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
+    let pause_at_start = test_pause(PAUSE_AT_START)?;
+    if !pause_at_start.is_zero() {
+        tell!("{PAUSE_AT_START}: pausing before anything is checked");
+        tokio::time::sleep(pause_at_start).await;
+    }
     if !args.dry_run {
         check_outputs(&args)?;
         if args.provider().is_some() {
@@ -249,6 +254,8 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
                 put!("{}", conformance_real::plan::dry_run(&opts, &chosen)?);
                 return Ok(ExitStatus::Success);
             }
+            let mut plan = plan;
+            check_before_start(&args, &mut plan.opts).await?;
             let f: Arc<dyn TargetFactory> = Arc::new(plan.factory()?);
             let info = f.info();
             (f, info)
@@ -269,6 +276,8 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
                 put!("{plan}");
                 return Ok(ExitStatus::Success);
             }
+            let mut opts = opts;
+            check_before_start(&args, &mut opts).await?;
             let runner: Arc<dyn conformance_real::command::CommandRunner> =
                 Arc::new(conformance_real::command::SystemRunner);
             let f = conformance_real::target::RealFactory::new(opts, runner)?;
@@ -345,7 +354,10 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
         ..EngineOptions::default()
     };
     let journal = (args.target != TargetKind::Served).then(|| journal_path(&args));
-    let watcher = tokio::spawn(signals.interrupt(interrupt.clone(), journal));
+    // Held while the results are written: a second signal then waits for them, so the
+    // directory never holds part of this run's reports (timelines without their JUnit).
+    let writing = Arc::new(std::sync::Mutex::new(()));
+    let watcher = tokio::spawn(signals.interrupt(interrupt.clone(), journal, writing.clone()));
     let wall = std::time::SystemTime::now();
     let real = crate::clock::RealStopwatch::start();
     let jobs = args.jobs();
@@ -366,7 +378,12 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
     };
     progress.finish();
     let wall = wall.elapsed().unwrap_or_default();
-    let status = finish(&args, &info, &reports, wall, interrupt.raised());
+    let status = {
+        let _writing = writing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        finish(&args, &info, &reports, wall, interrupt.raised())
+    };
     if let Some(line) = real.summary(wall) {
         say!("{line}");
     }
@@ -375,6 +392,19 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
         watcher.abort();
     }
     status
+}
+
+/// What a real or served run can only check by running or downloading it, checked before
+/// anything of an earlier run is removed or started: the openshell CLI answers as one, and the
+/// Agent Sandbox release manifest is downloaded (a release that does not exist: exit 2; a
+/// download that fails: exit 3, with the earlier run's files still in place).
+async fn check_before_start(
+    args: &RunArgs,
+    opts: &mut conformance_real::options::RealOptions,
+) -> Result<(), Error> {
+    conformance_real::fetch::openshell_cli(&opts.openshell_bin).await?;
+    let typed = !matches!(args.real.agent_sandbox_version.as_str(), "" | "auto");
+    conformance_real::fetch::agent_sandbox_manifest(opts, typed).await
 }
 
 /// Cases share one OpenShell release per topology and each case's teardown checks the gateway
@@ -409,6 +439,16 @@ pub(crate) const PAUSE_AFTER_CASE: &str = "OPENSHELL_CONFORMANCE_TEST_PAUSE_AFTE
 /// that long on the wall clock just before it removes the earlier run's files, so a test can
 /// signal it at that moment. Not for ordinary use.
 pub(crate) const PAUSE_BEFORE_CLEAR: &str = "OPENSHELL_CONFORMANCE_TEST_PAUSE_BEFORE_CLEAR";
+
+/// Test knob: `OPENSHELL_CONFORMANCE_TEST_PAUSE_AT_START` (a duration) makes `run` wait that
+/// long first, before its own signal handling, so a test can signal it then. Not for ordinary
+/// use.
+pub(crate) const PAUSE_AT_START: &str = "OPENSHELL_CONFORMANCE_TEST_PAUSE_AT_START";
+
+/// Test knob: `OPENSHELL_CONFORMANCE_TEST_PAUSE_WHILE_WRITING` (a duration) makes the run wait
+/// that long after it wrote the timelines and before the JUnit, so a test can signal it while
+/// its results are half written. Not for ordinary use.
+pub(crate) const PAUSE_WHILE_WRITING: &str = "OPENSHELL_CONFORMANCE_TEST_PAUSE_WHILE_WRITING";
 
 fn pause_after_case() -> Result<Duration, Error> {
     test_pause(PAUSE_AFTER_CASE)
@@ -466,6 +506,7 @@ impl Signals {
                 .map_err(|e| Error::infra_from("cannot catch SIGINT", e))?;
             let term = signal(SignalKind::terminate())
                 .map_err(|e| Error::infra_from("cannot catch SIGTERM", e))?;
+            crate::early_signals::run_catches();
             Ok(Self { int, term })
         }
         #[cfg(not(unix))]
@@ -493,7 +534,12 @@ impl Signals {
     /// The first signal interrupts the run (cases restore their faults, results are written);
     /// a second one ends the process at once, leaving what is not restored to the journal.
     /// `journal`: where faults left active are, unless the cluster ends with this process.
-    async fn interrupt(mut self, interrupt: Interrupt, journal: Option<PathBuf>) {
+    async fn interrupt(
+        mut self,
+        interrupt: Interrupt,
+        journal: Option<PathBuf>,
+        writing: Arc<std::sync::Mutex<()>>,
+    ) {
         let first = self.next().await;
         tell!(
             "{first}: interrupting the run; restoring faults and writing the results of the \
@@ -501,6 +547,22 @@ impl Signals {
         );
         interrupt.raise(first);
         let second = self.next().await;
+        let being_written = match writing.try_lock() {
+            // Kept locked: the results cannot start being written while the process exits.
+            Ok(guard) => {
+                std::mem::forget(guard);
+                false
+            }
+            Err(_) => true,
+        };
+        if being_written {
+            tell!("{second}, a second signal: exiting once the results being written are written");
+            let _ = tokio::task::spawn_blocking(move || {
+                drop(writing.lock());
+            })
+            .await;
+            std::process::exit(interrupted_status(first).code().into());
+        }
         match journal {
             Some(journal) => tell!(
                 "{second}, a second signal: exiting at once without writing results; faults still active are in {} \
@@ -623,10 +685,15 @@ fn finish(
     }
     // The HTML report renders on a thread of its own while the timelines and the JUnit are
     // written: the run's cases are done, so the machine's other cores are idle.
+    let pause_while_writing = test_pause(PAUSE_WHILE_WRITING)?;
     let html = std::thread::scope(|s| -> Result<String, Error> {
         let render = s.spawn(|| crate::report::render(&title, &views));
         for r in &finished {
             write_file(&timeline_path(args, &r.case_id), &r.timeline.to_jsonl())?;
+        }
+        if !pause_while_writing.is_zero() {
+            tell!("{PAUSE_WHILE_WRITING}: pausing between the timelines and the JUnit");
+            std::thread::sleep(pause_while_writing);
         }
         crate::junit::write(&junit, "openshell-conformance", reports, &verdicts)
             .map_err(|e| Error::usage_from(format!("cannot write {}", junit.display()), e))?;

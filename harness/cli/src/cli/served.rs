@@ -139,6 +139,13 @@ fn check_tool(program: &str, flag: &str, what: &str) -> Result<()> {
         .unwrap_or(false);
     if found {
         Ok(())
+    } else if flag == "--openshell-bin"
+        && program != conformance_real::options::DEFAULT_OPENSHELL_BIN
+    {
+        // A name the user gave: theirs to fix, as a path that is not there.
+        Err(Error::usage(format!(
+            "{flag} {program}: no `{program}` on PATH; give {what} (a path, or a name on PATH)"
+        )))
     } else if flag == "PATH" {
         Err(Error::infra(format!(
             "{what} (`{program}`) is not on PATH; install it (`make tools` puts helm and kubectl in .tools/bin)"

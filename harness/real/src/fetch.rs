@@ -1,0 +1,237 @@
+//! What a run checks before anything of an earlier run is removed or started: the Agent Sandbox
+//! release manifest, downloaded into the private directory (a release that does not exist is
+//! the user's mistake, exit 2; a download that fails is the machine's, exit 3), and the
+//! `openshell` CLI, run once for its version.
+
+use std::path::Path;
+use std::time::Duration;
+
+use conformance_core::error::{Error, Result};
+use http_body_util::BodyExt as _;
+
+use crate::options::{AgentSandboxSource, RealOptions};
+use crate::pins;
+
+/// Test knob: `OPENSHELL_CONFORMANCE_TEST_AGENT_SANDBOX_RELEASES` replaces the base URL of the
+/// Agent Sandbox releases (plain `http://` allowed), so a test can answer the download itself.
+/// Not for ordinary use.
+pub const RELEASES_KNOB: &str = "OPENSHELL_CONFORMANCE_TEST_AGENT_SANDBOX_RELEASES";
+
+/// How long the download may take, redirects included.
+const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// GitHub answers a release asset with a redirect to its storage; a few are plenty.
+const MAX_REDIRECTS: usize = 5;
+
+/// Downloads the release manifest `opts` would have kubectl apply from its URL into the private
+/// directory (which it creates), and points `opts` at that file, so the install applies what
+/// was checked here. `typed`: the user named the version (`--agent-sandbox-version`), so a
+/// release that does not exist is theirs to fix. A local `--agent-sandbox-manifest` was checked
+/// with the other paths and is left as it is.
+pub async fn agent_sandbox_manifest(opts: &mut RealOptions, typed: bool) -> Result<()> {
+    let AgentSandboxSource::Release {
+        version,
+        downloaded,
+    } = &opts.agent_sandbox
+    else {
+        return Ok(());
+    };
+    if downloaded.is_some() {
+        return Ok(());
+    }
+    let version = version.clone();
+    let (base, knob) = match std::env::var(RELEASES_KNOB) {
+        Ok(base) => (base, true),
+        Err(_) => (pins::AGENT_SANDBOX_RELEASES.to_string(), false),
+    };
+    let url = pins::agent_sandbox_manifest_url_at(&base, &version);
+    let flag = if typed {
+        format!("--agent-sandbox-version {version}")
+    } else {
+        format!("Agent Sandbox {version} (the release for the chart)")
+    };
+    let body = match tokio::time::timeout(DOWNLOAD_TIMEOUT, get(&url, knob)).await {
+        Err(_) => Err(format!(
+            "no answer within {}",
+            humantime::format_duration(DOWNLOAD_TIMEOUT)
+        )),
+        Ok(r) => r,
+    };
+    let body = match body {
+        Ok(Got::Body(body)) => Ok(body),
+        Ok(Got::Status(404)) if typed => {
+            return Err(Error::usage(format!(
+                "{flag}: Agent Sandbox has no such release ({url} answered 404 Not Found); \
+                 give a published release such as {}, or --agent-sandbox-manifest FILE",
+                pins::default_agent_sandbox()
+            )));
+        }
+        Ok(Got::Status(code)) => Err(format!("{url} answered HTTP {code}")),
+        Err(why) => Err(why),
+    }
+    .map_err(|why| {
+        Error::infra(format!(
+            "{flag}: cannot download its manifest before the run starts: {why}; offline, give \
+             the file with --agent-sandbox-manifest FILE"
+        ))
+    })?;
+    let text =
+        String::from_utf8(body).map_err(|_| Error::infra(format!("{flag}: {url} is not text")))?;
+    if let Err(why) = crate::options::defines_sandbox_crd(&text) {
+        return Err(Error::infra(format!("{flag}: {url}: {why}")));
+    }
+    crate::cluster::create_private_dir(opts)?;
+    let path = opts.private_dir.join(format!(
+        "agent-sandbox-{version}-{}",
+        pins::agent_sandbox_asset(&version).unwrap_or("sandbox.yaml")
+    ));
+    write_new(&path, text.as_bytes())
+        .map_err(|e| Error::infra_from(format!("{flag}: cannot keep {}", path.display()), e))?;
+    opts.agent_sandbox = AgentSandboxSource::Release {
+        version,
+        downloaded: Some(path),
+    };
+    Ok(())
+}
+
+/// The file, created anew in the run's own private directory (never through a link).
+fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let _ = std::fs::remove_file(path);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?
+        .write_all(bytes)
+}
+
+enum Got {
+    Body(Vec<u8>),
+    Status(u16),
+}
+
+/// GET `url`, redirects followed, the body bounded as a manifest the user names is
+/// (docs/architecture.md: every read bounded). `plain`: `http://` allowed (the test knob).
+async fn get(url: &str, plain: bool) -> std::result::Result<Got, String> {
+    let builder = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_native_roots(tokio_rustls::rustls::crypto::ring::default_provider())
+        .map_err(|e| format!("no TLS root certificates on this machine: {e}"))?;
+    let connector = if plain {
+        builder.https_or_http().enable_http1().build()
+    } else {
+        builder.https_only().enable_http1().build()
+    };
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build::<_, http_body_util::Empty<bytes::Bytes>>(connector);
+    let mut uri: http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+    for _ in 0..=MAX_REDIRECTS {
+        let req = http::Request::get(uri.clone())
+            .header(http::header::USER_AGENT, "openshell-conformance")
+            .body(http_body_util::Empty::new())
+            .map_err(|e| format!("{uri}: {e}"))?;
+        let resp = client
+            .request(req)
+            .await
+            .map_err(|e| format!("{uri}: {}", chain(&e)))?;
+        let status = resp.status();
+        if status.is_redirection() {
+            let location = resp
+                .headers()
+                .get(http::header::LOCATION)
+                .and_then(|l| l.to_str().ok())
+                .ok_or_else(|| format!("{uri} answered {status} without a Location"))?;
+            uri = location
+                .parse()
+                .map_err(|e| format!("{uri} redirected to {location}: {e}"))?;
+            continue;
+        }
+        if !status.is_success() {
+            return Ok(Got::Status(status.as_u16()));
+        }
+        let cap = conformance_core::user_file::Kind::Manifest.cap();
+        let body = http_body_util::Limited::new(resp.into_body(), cap as usize)
+            .collect()
+            .await
+            .map_err(|e| format!("{uri}: {e}"))?;
+        return Ok(Got::Body(body.to_bytes().to_vec()));
+    }
+    Err(format!("more than {MAX_REDIRECTS} redirects from {url}"))
+}
+
+/// An error and its causes on one line (hyper's own message alone says only "client error").
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+/// How long `openshell --version` may take: it reads nothing and contacts nothing.
+const VERSION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs `bin --version` once, before the run starts, and refuses a program that is not the
+/// openshell CLI (exit 2: missing, not executable, or answering something else), so a wrong
+/// `--openshell-bin` does not end the first case with an install error after the earlier run's
+/// files were removed. The default name missing from `PATH` is the machine's lack (exit 3).
+pub async fn openshell_cli(bin: &str) -> Result<semver::Version> {
+    let flag = format!("--openshell-bin {bin}");
+    let bare = Path::new(bin).components().count() == 1;
+    let default = bin == crate::options::DEFAULT_OPENSHELL_BIN;
+    let run = tokio::process::Command::new(bin)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = match tokio::time::timeout(VERSION_TIMEOUT, run).await {
+        Err(_) => {
+            return Err(Error::usage(format!(
+                "{flag}: `{bin} --version` did not answer within {}; give the openshell CLI binary",
+                humantime::format_duration(VERSION_TIMEOUT)
+            )));
+        }
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound && bare && default => {
+            return Err(Error::infra(format!(
+                "the openshell CLI (`{bin}`) is not on PATH; install it or pass --openshell-bin FILE"
+            )));
+        }
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound && bare => {
+            return Err(Error::usage(format!(
+                "{flag}: no `{bin}` on PATH; give the openshell CLI binary (a path, or a name on PATH)"
+            )));
+        }
+        Ok(Err(e)) => {
+            return Err(Error::usage_from(
+                format!("{flag}: cannot be run; give the openshell CLI binary"),
+                e,
+            ));
+        }
+        Ok(Ok(out)) => out,
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let version = crate::cli::parse_version(&stdout)
+        .filter(|_| out.status.success() && stdout.to_ascii_lowercase().contains("openshell"));
+    version.ok_or_else(|| {
+        let said = format!("{}{}", stdout, String::from_utf8_lossy(&out.stderr));
+        let said: String = said
+            .trim()
+            .lines()
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(200)
+            .collect();
+        Error::usage(format!(
+            "{flag}: not the openshell CLI (`{bin} --version` {}: {said:?}, where the CLI prints \
+             `openshell X.Y.Z`); give the openshell CLI binary",
+            match out.status.code() {
+                Some(0) => "exited 0".to_string(),
+                Some(c) => format!("exited {c}"),
+                None => "was killed".to_string(),
+            }
+        ))
+    })
+}

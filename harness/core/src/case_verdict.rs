@@ -129,7 +129,18 @@ impl CaseVerdict {
 
     /// The verdict of a case whose outcome is `outcome` and whose checks came to `checks`.
     pub fn of_checks(outcome: &Outcome, checks: &[CheckOutcome], expected: &[Expectation]) -> Self {
-        Self::of(outcome, &broken(checks), expected)
+        Self::of_case(outcome, &[], checks, expected)
+    }
+
+    /// The verdict of a case whose step that stopped it broke `step_broke` (a wait that gave
+    /// up breaks the requirement of what it waited for) and whose checks came to `checks`.
+    pub fn of_case(
+        outcome: &Outcome,
+        step_broke: &[String],
+        checks: &[CheckOutcome],
+        expected: &[Expectation],
+    ) -> Self {
+        Self::of(outcome, &broken(step_broke, checks), expected)
     }
 
     /// The verdict a saved timeline records, with the known failures it records; none for a
@@ -146,7 +157,16 @@ impl CaseVerdict {
     /// --expectations` gives it.
     pub fn of_timeline_with(t: &Timeline, expected: &[Expectation]) -> Option<Self> {
         let outcome = outcome_of(t)?;
-        Some(Self::of(&outcome, &broken(t.check_outcomes()), expected))
+        let step_broke = t
+            .stopped_step()
+            .filter(|s| s.status == StageStatus::Failed)
+            .map(|s| s.requirements)
+            .unwrap_or_default();
+        Some(Self::of(
+            &outcome,
+            &broken(&step_broke, t.check_outcomes()),
+            expected,
+        ))
     }
 
     /// The name reports and tools use (`expected-failure`, `unexpected-pass`, ...).
@@ -207,15 +227,20 @@ impl CaseVerdict {
     }
 }
 
-/// The requirements the failing ones of `checks` name, each once. A check that was not
-/// evaluated names none: it says nothing about its requirements.
-fn broken<'a>(checks: impl IntoIterator<Item = &'a CheckOutcome>) -> Vec<&'a str> {
+/// The requirements the stopped step broke and the failing ones of `checks` name, each once.
+/// A check that was not evaluated names none: it says nothing about its requirements.
+fn broken<'a>(
+    step_broke: &'a [String],
+    checks: impl IntoIterator<Item = &'a CheckOutcome>,
+) -> Vec<&'a str> {
     let mut out: Vec<&str> = Vec::new();
-    for c in checks.into_iter().filter(|c| c.failed()) {
-        for r in &c.requirements {
-            if !out.contains(&r.as_str()) {
-                out.push(r);
-            }
+    let checks = checks
+        .into_iter()
+        .filter(|c| c.failed())
+        .flat_map(|c| &c.requirements);
+    for r in step_broke.iter().chain(checks) {
+        if !out.contains(&r.as_str()) {
+            out.push(r);
         }
     }
     out
@@ -329,6 +354,20 @@ mod tests {
             }
         );
         assert_eq!(CaseVerdict::of(&failed, &["R9"], &[]).key(), "failed");
+    }
+
+    #[test]
+    fn a_wait_that_gave_up_breaks_its_requirement_though_no_check_failed() {
+        let failed = Outcome::Failed("[R7] seed: gave up waiting for Stopped".into());
+        let stop = ["R7".to_string()];
+        assert_eq!(
+            CaseVerdict::of_case(&failed, &stop, &[], &known("R7")).key(),
+            "expected-failure"
+        );
+        assert_eq!(
+            CaseVerdict::of_case(&failed, &stop, &[], &known("R9")).key(),
+            "failed"
+        );
     }
 
     #[test]

@@ -110,6 +110,9 @@ pub struct StageReport {
     pub status: StageStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The requirements a failed stage broke: those of the behaviour its step waited for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requirements: Vec<String>,
     /// Time spent in the stage, in the run's own (possibly virtual) time.
     pub duration_ms: u64,
 }
@@ -152,7 +155,29 @@ impl CaseReport {
 
     /// The case's verdict with the known failures `expected`.
     pub fn verdict_with(&self, expected: &[crate::timeline::Expectation]) -> CaseVerdict {
-        CaseVerdict::of_checks(&self.outcome, &self.checks, expected)
+        CaseVerdict::of_case(&self.outcome, self.step_broke(), &self.checks, expected)
+    }
+
+    /// The requirements the step that stopped the case broke (a wait that gave up breaks the
+    /// requirement of what it waited for); none when the steps ran to the end.
+    pub fn step_broke(&self) -> &[String] {
+        self.stages
+            .iter()
+            .find(|s| s.status == StageStatus::Failed)
+            .map_or(&[], |s| s.requirements.as_slice())
+    }
+
+    /// Every requirement the case broke, each once: the stopped step's, then the failing
+    /// checks'.
+    pub fn broken_requirements(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        let checks = self.failed_checks().flat_map(|c| &c.requirements);
+        for r in self.step_broke().iter().chain(checks) {
+            if !out.contains(&r.as_str()) {
+                out.push(r);
+            }
+        }
+        out
     }
 }
 
@@ -180,27 +205,36 @@ impl Stages {
             status: StageStatus::Started,
             message: None,
             step: None,
+            requirements: Vec::new(),
         }));
         self.current = Some((stage, self.rec.elapsed().as_millis() as u64));
     }
 
     fn end(&mut self, status: StageStatus, message: Option<String>) {
-        self.end_by(status, message, None);
+        self.end_by(status, message, None, &[]);
     }
 
-    /// Ends the stage; `step` names the step that ended it early.
-    fn end_by(&mut self, status: StageStatus, message: Option<String>, step: Option<&str>) {
+    /// Ends the stage; `step` names the step that ended it early, breaking `requirements`.
+    fn end_by(
+        &mut self,
+        status: StageStatus,
+        message: Option<String>,
+        step: Option<&str>,
+        requirements: &[String],
+    ) {
         if let Some((stage, start)) = self.current.take() {
             self.rec.record(Event::Stage(StageRecord {
                 stage: stage.name().into(),
                 status,
                 message: message.clone(),
                 step: step.map(str::to_string),
+                requirements: requirements.to_vec(),
             }));
             self.reports.push(StageReport {
                 stage,
                 status,
                 message,
+                requirements: requirements.to_vec(),
                 duration_ms: self.rec.elapsed().as_millis() as u64 - start,
             });
         }
@@ -219,11 +253,13 @@ impl Stages {
             status: StageStatus::Skipped,
             message: Some(reason.to_string()),
             step: None,
+            requirements: Vec::new(),
         }));
         self.reports.push(StageReport {
             stage,
             status: StageStatus::Skipped,
             message: Some(reason.to_string()),
+            requirements: Vec::new(),
             duration_ms: 0,
         });
     }
@@ -231,7 +267,7 @@ impl Stages {
 
 fn status_of(e: &StepError) -> StageStatus {
     match e {
-        StepError::Failed(_) | StepError::Deadline { .. } => StageStatus::Failed,
+        StepError::Failed { .. } | StepError::Deadline { .. } => StageStatus::Failed,
         StepError::Infra { .. } => StageStatus::Error,
         StepError::Skip(_) => StageStatus::Skipped,
     }
@@ -297,7 +333,13 @@ impl Engine {
         let (outcome, checks) = self.drive(case, &case_info, &rec, &mut stages).await;
         // The closing record states the case's verdict too, so a reader of the timeline (and
         // `check`) sees what the run reported.
-        let verdict = CaseVerdict::of_checks(&outcome, &checks, &expected);
+        let step_broke: Vec<String> = stages
+            .reports
+            .iter()
+            .find(|s| s.status == StageStatus::Failed)
+            .map(|s| s.requirements.clone())
+            .unwrap_or_default();
+        let verdict = CaseVerdict::of_case(&outcome, &step_broke, &checks, &expected);
         rec.record(Event::RunFinished {
             outcome: outcome.name().to_string(),
             verdict: Some(verdict.key().to_string()),
@@ -617,10 +659,16 @@ async fn run_steps(
             ))),
         };
         if let Err(e) = result {
+            let e = e.of_step(step);
             // The whole chain, causes included, as one line.
             let said = crate::error::one_line(&e);
             rec.note(format!("step '{}' stopped: {said}", step.name));
-            stages.end_by(status_of(&e), Some(said), Some(&step.name));
+            stages.end_by(
+                status_of(&e),
+                Some(said),
+                Some(&step.name),
+                e.requirements(),
+            );
             return Some(e);
         }
     }
@@ -686,9 +734,9 @@ fn classify_step_error(e: StepError) -> Outcome {
     match e {
         StepError::Skip(r) => Outcome::Skipped(r),
         e @ StepError::Infra { .. } => Outcome::Error(e.reason()),
-        // A provision or install that times out is the environment's problem, not the product's.
-        e @ StepError::Deadline { .. } => Outcome::Error(e.to_string()),
-        StepError::Failed(m) => Outcome::Failed(m),
+        e @ (StepError::Deadline { .. } | StepError::Failed { .. }) => {
+            Outcome::Failed(e.to_string())
+        }
     }
 }
 
@@ -702,12 +750,12 @@ async fn with_deadline<T>(
     match tokio::time::timeout(deadline, fut).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(target_step_error(e)),
-        Err(_) => Err(StepError::Deadline {
-            stage,
-            what: what.to_string(),
-            deadline,
-            last_seen: rec.last_states(),
-        }),
+        // The environment's own deadline: no requirement of the product's is waited for here.
+        Err(_) => Err(StepError::infra(format!(
+            "{stage}: gave up waiting for {what} after {}; last seen: {}",
+            humantime::format_duration(deadline),
+            summarize(&rec.last_states())
+        ))),
     }
 }
 

@@ -70,12 +70,18 @@ impl std::fmt::Display for Stage {
 /// Why a step stopped early.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum StepError {
-    /// The product did something the scenario cannot go on from (a product failure).
-    #[error("{0}")]
-    Failed(String),
-    /// A wait ran out: names the stage, what was awaited, the deadline and the last states.
-    #[error("{stage}: gave up waiting for {what} after {}; last seen: {}", humantime::format_duration(*deadline), if last_seen.is_empty() { "nothing".to_string() } else { last_seen.iter().map(ObjectState::summary).collect::<Vec<_>>().join("; ") })]
+    /// The product did something the scenario cannot go on from: a product failure of
+    /// `requirements` (none named: those of the step it stopped, [`StepError::of_step`]).
+    #[error("{}{message}", named(requirements))]
+    Failed {
+        requirements: Vec<String>,
+        message: String,
+    },
+    /// A wait ran out: a product failure of the requirement of the behaviour it waited for;
+    /// names the stage, what was awaited, the deadline and the last states.
+    #[error("{}{stage}: gave up waiting for {what} after {}; last seen: {}", named(std::slice::from_ref(requirement)), humantime::format_duration(*deadline), if last_seen.is_empty() { "nothing".to_string() } else { last_seen.iter().map(ObjectState::summary).collect::<Vec<_>>().join("; ") })]
     Deadline {
+        requirement: String,
         stage: Stage,
         what: String,
         deadline: Duration,
@@ -94,10 +100,19 @@ pub enum StepError {
     Skip(String),
 }
 
+/// `[R6, R9] `: how a product failure names its requirements, ahead of what happened.
+fn named(requirements: &[String]) -> String {
+    if requirements.is_empty() {
+        String::new()
+    } else {
+        format!("[{}] ", requirements.join(", "))
+    }
+}
+
 impl From<TargetError> for StepError {
     fn from(e: TargetError) -> Self {
         match e {
-            TargetError::Refused { .. } => Self::Failed(format!("unexpectedly refused: {e}")),
+            TargetError::Refused { .. } => Self::failed(&[], format!("unexpectedly refused: {e}")),
             TargetError::Unsupported(m) => Self::Skip(m),
             TargetError::Infra { message, source } => Self::Infra { message, source },
         }
@@ -111,6 +126,39 @@ impl StepError {
         infra_from,
         "harness or infrastructure failure"
     );
+
+    /// A product failure of `requirements` (empty: the requirements of the step it stops).
+    pub fn failed(requirements: &[&str], message: impl Into<String>) -> Self {
+        Self::Failed {
+            requirements: requirements.iter().map(|r| r.to_string()).collect(),
+            message: message.into(),
+        }
+    }
+
+    /// The requirements this error breaks: none for an error of the harness or a skip.
+    pub fn requirements(&self) -> &[String] {
+        match self {
+            Self::Failed { requirements, .. } => requirements,
+            Self::Deadline { requirement, .. } => std::slice::from_ref(requirement),
+            Self::Infra { .. } | Self::Skip(_) => &[],
+        }
+    }
+
+    /// This error as the step `step` ended with it: a product failure that names no
+    /// requirement of its own (a refusal the step could not go on from) breaks the step's,
+    /// so that no product failure goes unnamed.
+    pub(crate) fn of_step(self, step: &Step) -> Self {
+        match self {
+            Self::Failed {
+                requirements,
+                message,
+            } if requirements.is_empty() => Self::Failed {
+                requirements: step.requirements.clone(),
+                message,
+            },
+            other => other,
+        }
+    }
 
     /// What the case's outcome and report say of this error: the whole chain on one line, and
     /// for an infrastructure failure without the `infrastructure:` heading (the outcome says
@@ -131,23 +179,13 @@ impl StepError {
 impl PartialEq for StepError {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
-            (Self::Failed(a), Self::Failed(b)) | (Self::Skip(a), Self::Skip(b)) => a == b,
-            (
-                Self::Deadline {
-                    stage,
-                    what,
-                    deadline,
-                    last_seen,
-                },
-                Self::Deadline {
-                    stage: s,
-                    what: w,
-                    deadline: d,
-                    last_seen: l,
-                },
-            ) => stage == s && what == w && deadline == d && last_seen == l,
+            (Self::Skip(a), Self::Skip(b)) => a == b,
             (Self::Infra { .. }, Self::Infra { .. }) => {
                 crate::error::chain(self) == crate::error::chain(other)
+            }
+            (Self::Failed { .. }, Self::Failed { .. })
+            | (Self::Deadline { .. }, Self::Deadline { .. }) => {
+                self.to_string() == other.to_string()
             }
             _ => false,
         }
@@ -161,6 +199,9 @@ pub(crate) type StepFn = for<'a> fn(&'a mut Ctx) -> BoxFuture<'a, StepResult>;
 pub struct Step {
     pub stage: Stage,
     pub name: String,
+    /// The requirements of the behaviours the step waits for ([`Step::waiting_for`]): a
+    /// product failure of the step that names none of its own breaks these.
+    pub requirements: Vec<String>,
     pub deadline: Duration,
     pub run: StepFn,
 }
@@ -170,9 +211,19 @@ impl Step {
         Self {
             stage,
             name: name.to_string(),
+            requirements: Vec::new(),
             deadline: stage.default_deadline(),
             run,
         }
+    }
+
+    /// Names the requirements of the behaviours the step waits for (the stop contract for a
+    /// step that stops a sandbox, R11 for one that provisions it): each wait inside names the
+    /// one it serves, and a product failure that names none breaks these. The catalog's test
+    /// walks every step and check for one.
+    pub fn waiting_for(mut self, requirements: &[&str]) -> Self {
+        self.requirements = requirements.iter().map(|r| r.to_string()).collect();
+        self
     }
 
     pub fn with_deadline(mut self, deadline: Duration) -> Self {
@@ -756,10 +807,12 @@ impl Ctx {
         Ok(v)
     }
 
-    /// Polls until `probe` returns Some, or the deadline passes. The error names the stage,
-    /// what was awaited, the deadline, and the last states recorded for the case.
+    /// Polls until `probe` returns Some, or the deadline passes. The error is a failure of
+    /// `requirement`, the requirement of the behaviour awaited, and names the stage, what was
+    /// awaited, the deadline, and the last states recorded for the case.
     pub async fn wait_for<T, F, Fut>(
         &self,
+        requirement: &str,
         what: &str,
         deadline: Duration,
         probe: F,
@@ -768,7 +821,7 @@ impl Ctx {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<Option<T>, StepError>>,
     {
-        self.wait_for_waking(what, deadline, WakeOn::Poll, probe)
+        self.wait_for_waking(requirement, what, deadline, WakeOn::Poll, probe)
             .await
     }
 
@@ -778,6 +831,7 @@ impl Ctx {
     /// poll later.
     pub async fn wait_for_waking<T, F, Fut>(
         &self,
+        requirement: &str,
         what: &str,
         deadline: Duration,
         wake_on: WakeOn<'_>,
@@ -802,6 +856,7 @@ impl Ctx {
                 // The scenario waited all of its deadline: its own wait, not the harness's.
                 self.mandated_wait(&format!("deadline: {what}"), deadline);
                 return Err(StepError::Deadline {
+                    requirement: requirement.to_string(),
                     stage: self.stage,
                     what: what.to_string(),
                     deadline,
@@ -842,9 +897,12 @@ impl Ctx {
         }
     }
 
-    /// Waits until the gateway reports the sandbox in one of `phases`.
+    /// Waits until the gateway reports the sandbox in one of `phases`; giving up fails
+    /// `requirement`, the requirement of that phase being reached (the stop contract for
+    /// Stopped, R11 for Ready after creation).
     pub async fn wait_phase(
         &self,
+        requirement: &str,
         name: &str,
         phases: &[Phase],
         deadline: Duration,
@@ -852,15 +910,21 @@ impl Ctx {
         let phase_names: Vec<&str> = phases.iter().map(Phase::name).collect();
         let what = format!("sandbox {name} to be {}", phase_names.join(" or "));
         let object = Self::gateway_sandbox(name);
-        self.wait_for_waking(&what, deadline, WakeOn::Object(&object), || async {
-            match self.get_sandbox(name).await {
-                Ok(Some(v)) if phases.contains(&v.phase) => Ok(Some(v)),
-                Ok(_) => Ok(None),
-                // An unreachable gateway is a state to wait through, not a harness failure.
-                Err(TargetError::Refused { .. }) | Err(TargetError::Infra { .. }) => Ok(None),
-                Err(e) => Err(e.into()),
-            }
-        })
+        self.wait_for_waking(
+            requirement,
+            &what,
+            deadline,
+            WakeOn::Object(&object),
+            || async {
+                match self.get_sandbox(name).await {
+                    Ok(Some(v)) if phases.contains(&v.phase) => Ok(Some(v)),
+                    Ok(_) => Ok(None),
+                    // An unreachable gateway is a state to wait through, not a harness failure.
+                    Err(TargetError::Refused { .. }) | Err(TargetError::Infra { .. }) => Ok(None),
+                    Err(e) => Err(e.into()),
+                }
+            },
+        )
         .await
     }
 
@@ -868,20 +932,27 @@ impl Ctx {
     /// sandbox at all); a gateway that cannot answer has not said so.
     pub async fn wait_phase_left(
         &self,
+        requirement: &str,
         name: &str,
         phase: &Phase,
         deadline: Duration,
     ) -> Result<Option<SandboxView>, StepError> {
         let what = format!("sandbox {name} to leave {}", phase.name());
         let object = Self::gateway_sandbox(name);
-        self.wait_for_waking(&what, deadline, WakeOn::Object(&object), || async {
-            match self.get_sandbox(name).await {
-                Ok(Some(v)) if &v.phase == phase => Ok(None),
-                Ok(v) => Ok(Some(v)),
-                Err(TargetError::Refused { .. }) | Err(TargetError::Infra { .. }) => Ok(None),
-                Err(e) => Err(e.into()),
-            }
-        })
+        self.wait_for_waking(
+            requirement,
+            &what,
+            deadline,
+            WakeOn::Object(&object),
+            || async {
+                match self.get_sandbox(name).await {
+                    Ok(Some(v)) if &v.phase == phase => Ok(None),
+                    Ok(v) => Ok(Some(v)),
+                    Err(TargetError::Refused { .. }) | Err(TargetError::Infra { .. }) => Ok(None),
+                    Err(e) => Err(e.into()),
+                }
+            },
+        )
         .await
     }
 
@@ -889,11 +960,12 @@ impl Ctx {
     /// verdict to the checks, which name the broken requirement.
     pub async fn settle_phase(
         &self,
+        requirement: &str,
         name: &str,
         phases: &[Phase],
         deadline: Duration,
     ) -> Option<SandboxView> {
-        match self.wait_phase(name, phases, deadline).await {
+        match self.wait_phase(requirement, name, phases, deadline).await {
             Ok(v) => Some(v),
             Err(e) => {
                 self.rec.note(format!("not reached: {e}"));
@@ -918,8 +990,14 @@ impl Ctx {
     }
 
     /// Waits until the gateway no longer knows the sandbox.
-    pub async fn wait_gone(&self, name: &str, deadline: Duration) -> Result<(), StepError> {
+    pub async fn wait_gone(
+        &self,
+        requirement: &str,
+        name: &str,
+        deadline: Duration,
+    ) -> Result<(), StepError> {
         self.wait_for_waking(
+            requirement,
             &format!("sandbox {name} to be deleted"),
             deadline,
             WakeOn::Object(&Self::gateway_sandbox(name)),
@@ -975,9 +1053,10 @@ impl Ctx {
             ))),
             // The write went through the product's own path (gateway, supervisor, shell) and
             // did not work: the workspace is not usable, a product failure.
-            (SentinelResult::Failed(m), false) => Err(StepError::Failed(format!(
-                "[{SENTINEL_REQUIREMENT}] could not write sentinel {key} into {sandbox} through its shell: {m}"
-            ))),
+            (SentinelResult::Failed(m), false) => Err(StepError::failed(
+                &[SENTINEL_REQUIREMENT],
+                format!("could not write sentinel {key} into {sandbox} through its shell: {m}"),
+            )),
             _ => Ok(()),
         }
     }
@@ -1121,11 +1200,12 @@ impl Ctx {
     }
 
     /// [`Ctx::outage`] at a point the gateway reports: once it reports sandbox `name` in
-    /// `phase`. A sandbox already past `phase` when it is first seen, or when the gateway
+    /// `phase` (a wait that fails `requirement` if the sandbox is never reported). A sandbox already past `phase` when it is first seen, or when the gateway
     /// stopped, missed the point: the case cannot say what it was to say, so that is an
     /// infrastructure error naming it, never a verdict about another point.
     pub async fn outage_while(
         &mut self,
+        requirement: &str,
         name: &str,
         phase: Phase,
         key: &FaultKey,
@@ -1139,6 +1219,7 @@ impl Ctx {
         };
         let seen = self
             .wait_for_waking(
+                requirement,
                 &format!("sandbox {name} to be reported at all"),
                 Duration::from_secs(300),
                 WakeOn::Object(&Self::gateway_sandbox(name)),

@@ -448,7 +448,7 @@ pub fn seed(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
             ..SandboxSpec::default()
         })
         .await?;
-        ctx.wait_phase(&name, &[Phase::Ready], Duration::from_secs(60))
+        ctx.wait_phase("R11", &name, &[Phase::Ready], Duration::from_secs(60))
             .await?;
         ctx.write_sentinel(&name, "s1").await?;
         Ok(())
@@ -469,7 +469,7 @@ pub fn outage(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 pub fn verify(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name("main");
-        ctx.wait_phase(&name, &[Phase::Ready], Duration::from_secs(120))
+        ctx.wait_phase("R9", &name, &[Phase::Ready], Duration::from_secs(120))
             .await?;
         ctx.read_sentinel(&name, "s1").await;
         Ok(())

@@ -312,6 +312,9 @@ pub struct StageRecord {
     /// The step that ended the stage early (failed, could not run, or skipped the case).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<String>,
+    /// The requirements a failed stage broke: those of the behaviour its step waited for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requirements: Vec<String>,
 }
 
 /// The step that stopped a case before its steps ended.
@@ -322,6 +325,8 @@ pub struct StoppedStep {
     pub step: Option<String>,
     pub status: StageStatus,
     pub message: Option<String>,
+    /// The requirements the step broke (none for one that could not run or was skipped).
+    pub requirements: Vec<String>,
 }
 
 impl std::fmt::Display for StoppedStep {
@@ -476,6 +481,7 @@ impl Timeline {
                         step: s.step.clone(),
                         status: s.status,
                         message: s.message.clone(),
+                        requirements: s.requirements.clone(),
                     })
                 }
                 _ => None,
@@ -1072,6 +1078,7 @@ mod tests {
             status: StageStatus::Failed,
             message: Some("deadline".into()),
             step: None,
+            requirements: vec!["R9".into()],
         }));
         rec.mark("gateway-back");
         rec.record(Event::RunFinished {

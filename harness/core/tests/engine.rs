@@ -57,7 +57,8 @@ async fn a_correct_target_passes_every_stage_and_check() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_sandbox_left_in_error_fails_with_the_stage_deadline_and_last_state() {
+async fn a_sandbox_left_in_error_fails_the_requirement_its_wait_served_with_the_deadline_and_last_state()
+ {
     let r = engine(Factory::new(Quirk::ErrorOnOutage))
         .run_case(&case(standard_steps()))
         .await;
@@ -66,9 +67,14 @@ async fn a_sandbox_left_in_error_fails_with_the_stage_deadline_and_last_state() 
     };
     let name = r.timeline.run_info().map(|_| "main-outag-").unwrap();
     assert!(
-        reason.starts_with(&format!("verify: gave up waiting for sandbox {name}")),
+        reason.starts_with(&format!("[R9] verify: gave up waiting for sandbox {name}")),
         "{reason}"
     );
+    // The wait for Ready after the outage serves R9: the case breaks it by name, and its
+    // verdict counts it as a check's would.
+    assert_eq!(r.step_broke(), ["R9"]);
+    let failed_stage = r.stages.iter().find(|s| s.stage == Stage::Verify).unwrap();
+    assert_eq!(failed_stage.requirements, ["R9"]);
     assert!(reason.contains("to be Ready after 2m"), "{reason}");
     assert!(reason.contains("phase=Error"), "{reason}");
     let failed: Vec<&str> = r.failed_checks().map(|c| c.name.as_str()).collect();
@@ -88,7 +94,8 @@ async fn a_sandbox_left_in_error_fails_with_the_stage_deadline_and_last_state() 
         .unwrap();
     let why = sentinels.not_evaluated.as_deref().unwrap_or_default();
     assert!(
-        why.starts_with("step ") && why.contains("(stage verify) failed: verify: gave up waiting"),
+        why.starts_with("step ")
+            && why.contains("(stage verify) failed: [R9] verify: gave up waiting"),
         "{}",
         sentinels.diagnosis()
     );
@@ -690,7 +697,7 @@ fn read_right_after(shell_check: bool) -> Vec<Step> {
         |ctx| {
             Box::pin(async move {
                 let name = ctx.sandbox_name("main");
-                ctx.wait_phase(&name, &[Phase::Ready], Duration::from_secs(120))
+                ctx.wait_phase("R11", &name, &[Phase::Ready], Duration::from_secs(120))
                     .await?;
                 let ran = ctx.use_shell(&name, "s1").await;
                 ctx.observe_value("shell-ran", None, serde_json::json!(ran));
@@ -787,7 +794,13 @@ fn outage_during_bootstrap(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         let key = conformance_core::keys::FaultKey::new("outage");
         let (created, during) = tokio::join!(
             create,
-            ctx.outage_while(&name, Phase::Provisioning, &key, Duration::from_secs(30))
+            ctx.outage_while(
+                "R11",
+                &name,
+                Phase::Provisioning,
+                &key,
+                Duration::from_secs(30)
+            )
         );
         during?;
         ctx.observe_value("create-ok", None, serde_json::json!(created.is_ok()));

@@ -37,18 +37,21 @@ pub(crate) fn bootstrap_outage() -> Scenario {
                 Stage::Seed,
                 "create a Ready sandbox and write a sentinel",
                 seed_main,
-            ),
+            )
+            .waiting_for(&["R11"]),
             Step::new(
                 Stage::Fault,
                 "replace the sandbox pod while the gateway is down",
                 bootstrap_outage_fault,
-            ),
+            )
+            .waiting_for(&["R1"]),
             Step::new(
                 Stage::Verify,
                 "wait for recovery and read back",
                 verify_main,
-            ),
-            Step::new(Stage::Verify, "delete the sandbox", delete_main),
+            )
+            .waiting_for(&["R1"]),
+            Step::new(Stage::Verify, "delete the sandbox", delete_main).waiting_for(&["R13"]),
         ],
         checks: bootstrap_outage_checks,
     }
@@ -78,7 +81,7 @@ fn bootstrap_outage_fault(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 fn verify_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
-        ctx.settle_phase(&name, &[Phase::Ready], BOOTSTRAP_RECOVERY)
+        ctx.settle_phase("R1", &name, &[Phase::Ready], BOOTSTRAP_RECOVERY)
             .await;
         record_recovery(ctx, &Anchor::fault_end(&GATEWAY_OUTAGE), &name);
         ctx.record_attempts(&name).await;

@@ -77,6 +77,10 @@ pub(crate) async fn seed_ready(
 /// The sentinel a scenario writes before its fault and reads back after it.
 pub(crate) const BEFORE_FAULT: &str = "before-fault";
 
+/// The requirement a stop that does not complete breaks: an explicit stop ends in Stopped and
+/// stays there (the stop contract, docs/upstream-facts.md F1.9).
+pub(crate) const STOP_CONTRACT: &str = "R7";
+
 /// How long the sandbox pod may still be seen running once the gateway says Stopped: the two
 /// reach the timeline through different observers (the gateway's stream, the pod watch).
 pub(crate) const POD_STOP_SKEW: Duration = Duration::from_secs(30);
@@ -99,6 +103,7 @@ pub(crate) async fn pod_seen_stopped(ctx: &Ctx, sandbox: &str) {
     };
     let stopped = ctx
         .wait_for_waking(
+            STOP_CONTRACT,
             "the sandbox pod seen not running",
             POD_STOP_SKEW,
             WakeOn::Object(&wake),
@@ -121,13 +126,18 @@ pub(crate) const WORKLOAD_START: Duration = Duration::from_secs(30);
 /// the checks judge what was seen.
 pub(crate) async fn wait_workload_started(ctx: &Ctx, name: &str) {
     let started = ctx
-        .wait_for("the workload's first start", WORKLOAD_START, || async {
-            sample_starts(ctx, name).await;
-            Ok(match ctx.rec.main_process_starts(name) {
-                StartCount::Known(0) => None,
-                StartCount::Known(_) | StartCount::Unknown(_) => Some(()),
-            })
-        })
+        .wait_for(
+            "R11",
+            "the workload's first start",
+            WORKLOAD_START,
+            || async {
+                sample_starts(ctx, name).await;
+                Ok(match ctx.rec.main_process_starts(name) {
+                    StartCount::Known(0) => None,
+                    StartCount::Known(_) | StartCount::Unknown(_) => Some(()),
+                })
+            },
+        )
         .await;
     if let Err(e) = started {
         ctx.rec.note(format!("{e}"));
@@ -236,7 +246,7 @@ pub(crate) async fn create_ready(
 ) -> Result<String, StepError> {
     let spec = spec(ctx, role, workload_command(), policy);
     ctx.create_sandbox(&spec).await?;
-    ctx.wait_phase(&spec.name, &[Phase::Ready], PROVISION_TIMEOUT)
+    ctx.wait_phase("R11", &spec.name, &[Phase::Ready], PROVISION_TIMEOUT)
         .await?;
     wait_usable(ctx, &spec.name).await?;
     Ok(spec.name)
@@ -256,7 +266,7 @@ pub(crate) const USABLE_WAIT: Duration = Duration::from_secs(60);
 /// [`USABLE_WAIT`] stops the step; a harness that cannot reach it is an infrastructure error.
 pub(crate) async fn wait_usable(ctx: &Ctx, sandbox: &str) -> Result<(), StepError> {
     let what = format!("the shell of the Ready sandbox {sandbox} to run a command");
-    ctx.wait_for(&what, USABLE_WAIT, || async {
+    ctx.wait_for("R11", &what, USABLE_WAIT, || async {
         match ctx.sh(sandbox, "true").await {
             Ok(_) => Ok(Some(())),
             Err(TargetError::Refused { .. }) => Ok(None),
@@ -314,11 +324,18 @@ pub(crate) fn marks_key(sandbox: &str) -> String {
 }
 
 /// Waits (softly) until the target has reported at least `n` starts of the workload; a restart
-/// takes a moment to show after the phase does. Whether it was reached in time.
-pub(crate) async fn wait_starts(ctx: &Ctx, sandbox: &str, n: u64, deadline: Duration) -> bool {
+/// takes a moment to show after the phase does; `requirement` is the one that asks for those
+/// starts. Whether it was reached in time.
+pub(crate) async fn wait_starts(
+    ctx: &Ctx,
+    requirement: &str,
+    sandbox: &str,
+    n: u64,
+    deadline: Duration,
+) -> bool {
     let what = format!("the workload of {sandbox} to have started {n} times");
     let r = ctx
-        .wait_for(&what, deadline, || async {
+        .wait_for(requirement, &what, deadline, || async {
             sample_starts(ctx, sandbox).await;
             Ok(match ctx.rec.main_process_starts(sandbox) {
                 StartCount::Known(count) => (count >= n).then_some(()),
@@ -372,7 +389,7 @@ pub(crate) async fn delete(ctx: &Ctx, sandbox: &str) -> Result<(), StepError> {
         Ok(()) | Err(TargetError::Refused { .. }) => {}
         Err(e) => return Err(e.into()),
     }
-    if let Err(e) = ctx.wait_gone(sandbox, CLEANUP).await {
+    if let Err(e) = ctx.wait_gone("R13", sandbox, CLEANUP).await {
         ctx.rec.note(format!("not reached: {e}"));
     }
     ctx.mark(&deleted_marker(sandbox));
@@ -383,7 +400,7 @@ pub(crate) async fn delete(ctx: &Ctx, sandbox: &str) -> Result<(), StepError> {
     let what = format!("nothing of the deleted sandbox {sandbox} to be left");
     // Several objects go: any of them seen gone may be the last.
     let r = ctx
-        .wait_for_waking(&what, CLEANUP, WakeOn::AnyObject, || async {
+        .wait_for_waking("R13", &what, CLEANUP, WakeOn::AnyObject, || async {
             let states = ctx.rec.last_states();
             let mut world = World::default();
             for state in &states {
@@ -739,7 +756,8 @@ pub(crate) fn capped_backoff(case: &CaseInfo, role: &str, op: RetryOp) -> Option
 pub(crate) fn verify_ready(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
-        ctx.settle_phase(&name, &[Phase::Ready], RECOVERY).await;
+        ctx.settle_phase("R9", &name, &[Phase::Ready], RECOVERY)
+            .await;
         // Shared by the restart and the outage: only the fault this case injected resolves.
         for fault in [&GATEWAY_OUTAGE, &GATEWAY_RESTART] {
             record_recovery(ctx, &Anchor::fault_end(fault), &name);

@@ -76,18 +76,21 @@ pub(crate) fn completed_workload() -> Scenario {
                 Stage::Seed,
                 "write a sentinel, which ends the workload",
                 run_to_completion,
-            ),
+            )
+            .waiting_for(&["R11", "R7"]),
             Step::new(
                 Stage::Fault,
                 "restart the gateway or the supervisor",
                 completed_fault,
-            ),
+            )
+            .waiting_for(&["R7"]),
             Step::new(
                 Stage::Verify,
                 "read the workspace back and count the workload's starts",
                 count_completed,
-            ),
-            Step::new(Stage::Verify, "delete the sandbox", delete_main),
+            )
+            .waiting_for(&["R7"]),
+            Step::new(Stage::Verify, "delete the sandbox", delete_main).waiting_for(&["R13"]),
         ],
         checks: completed_checks,
     }
@@ -105,13 +108,13 @@ fn run_to_completion(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         let exit = ctx.variant::<Completed>()?.exit;
         let spec = spec(ctx, MAIN, completing_command(exit), None);
         ctx.create_sandbox(&spec).await?;
-        ctx.wait_phase(&spec.name, &[Phase::Ready], PROVISION_TIMEOUT)
+        ctx.wait_phase("R11", &spec.name, &[Phase::Ready], PROVISION_TIMEOUT)
             .await?;
         wait_usable(ctx, &spec.name).await?;
         wait_workload_started(ctx, &spec.name).await;
         // The workload ends once it sees the sentinel.
         ctx.write_sentinel(&spec.name, BEFORE_FAULT).await?;
-        ctx.wait_phase(&spec.name, TERMINAL, PROVISION_TIMEOUT)
+        ctx.wait_phase("R7", &spec.name, TERMINAL, PROVISION_TIMEOUT)
             .await?;
         ctx.mark(&COMPLETED);
         Ok(())

@@ -37,14 +37,16 @@ pub(crate) fn error_recovery() -> Scenario {
                 Stage::Seed,
                 "create a Ready sandbox and write a sentinel",
                 seed_main,
-            ),
+            )
+            .waiting_for(&["R11"]),
             Step::new(
                 Stage::Fault,
                 "break bootstrap so the sandbox ends in Error",
                 into_error,
-            ),
-            Step::new(Stage::Verify, "recover by stop then start", recover),
-            Step::new(Stage::Verify, "delete the sandbox", delete_main),
+            )
+            .waiting_for(&["R4"]),
+            Step::new(Stage::Verify, "recover by stop then start", recover).waiting_for(&["R8"]),
+            Step::new(Stage::Verify, "delete the sandbox", delete_main).waiting_for(&["R13"]),
         ],
         checks: recovery_checks,
     }
@@ -66,6 +68,7 @@ fn into_error(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         // The bootstrap's own Error, not one the pod's deletion caused (see bootstrap_error).
         let own_error = ctx
             .wait_for_waking(
+                "R4",
                 &format!("sandbox {name} to be Error for its bootstrap's cause"),
                 Duration::from_secs(120),
                 WakeOn::AnyObject,
@@ -91,7 +94,7 @@ fn recover(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         let name = ctx.sandbox_name(MAIN);
         match ctx.stop_sandbox(&name).await {
             Ok(()) => {
-                ctx.settle_phase(&name, &[Phase::Stopped], Duration::from_secs(120))
+                ctx.settle_phase("R8", &name, &[Phase::Stopped], Duration::from_secs(120))
                     .await;
             }
             Err(TargetError::Refused { .. }) => {}
@@ -99,7 +102,7 @@ fn recover(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         }
         match ctx.start_sandbox(&name).await {
             Ok(()) => {
-                ctx.settle_phase(&name, &[Phase::Ready], PROVISION_TIMEOUT)
+                ctx.settle_phase("R8", &name, &[Phase::Ready], PROVISION_TIMEOUT)
                     .await;
             }
             Err(TargetError::Refused { .. }) => {}

@@ -27,14 +27,17 @@ pub(crate) fn gateway_outage() -> Scenario {
                 Stage::Seed,
                 "create a Ready sandbox and write a sentinel",
                 seed_main,
-            ),
+            )
+            .waiting_for(&["R11"]),
             Step::new(
                 Stage::Fault,
                 "stop the gateway for the outage",
                 outage_fault,
-            ),
-            Step::new(Stage::Verify, "wait for Ready and read back", verify_ready),
-            Step::new(Stage::Verify, "delete the sandbox", delete_main),
+            )
+            .waiting_for(&["R9"]),
+            Step::new(Stage::Verify, "wait for Ready and read back", verify_ready)
+                .waiting_for(&["R9"]),
+            Step::new(Stage::Verify, "delete the sandbox", delete_main).waiting_for(&["R13"]),
         ],
         checks: gateway_outage_checks,
     }

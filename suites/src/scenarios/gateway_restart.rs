@@ -24,10 +24,12 @@ pub(crate) fn gateway_restart() -> Scenario {
                 Stage::Seed,
                 "create a Ready sandbox and write a sentinel",
                 seed_main,
-            ),
-            Step::new(Stage::Fault, "restart the gateway", restart_fault),
-            Step::new(Stage::Verify, "wait for Ready and read back", verify_ready),
-            Step::new(Stage::Verify, "delete the sandbox", delete_main),
+            )
+            .waiting_for(&["R11"]),
+            Step::new(Stage::Fault, "restart the gateway", restart_fault).waiting_for(&["R9"]),
+            Step::new(Stage::Verify, "wait for Ready and read back", verify_ready)
+                .waiting_for(&["R9"]),
+            Step::new(Stage::Verify, "delete the sandbox", delete_main).waiting_for(&["R13"]),
         ],
         checks: gateway_restart_checks,
     }

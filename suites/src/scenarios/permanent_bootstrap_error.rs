@@ -34,9 +34,10 @@ pub(crate) fn permanent_bootstrap_error() -> Scenario {
                 Stage::Seed,
                 "create a sandbox with broken bootstrap",
                 create_broken,
-            ),
-            Step::new(Stage::Fault, "wait for the failure", wait_failure),
-            Step::new(Stage::Verify, "delete the sandbox", delete_broken),
+            )
+            .waiting_for(&["R4"]),
+            Step::new(Stage::Fault, "wait for the failure", wait_failure).waiting_for(&["R4"]),
+            Step::new(Stage::Verify, "delete the sandbox", delete_broken).waiting_for(&["R13"]),
         ],
         checks: permanent_checks,
     }
@@ -62,7 +63,7 @@ fn create_broken(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 fn wait_failure(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
-        ctx.settle_phase(&name, &[Phase::Error], PROVISION_TIMEOUT)
+        ctx.settle_phase("R4", &name, &[Phase::Error], PROVISION_TIMEOUT)
             .await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         Ok(())

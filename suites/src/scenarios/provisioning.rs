@@ -20,9 +20,9 @@ pub(crate) fn provisioning() -> Scenario {
         requirements: ["R6", "R11", "R13"].map(String::from).to_vec(),
         requires: vec![Capability::MainCommand],
         steps: vec![
-            Step::new(Stage::Seed, "create a sandbox", create_and_wait),
-            Step::new(Stage::Verify, "use the sandbox", use_sandbox),
-            Step::new(Stage::Verify, "delete the sandbox", delete_main),
+            Step::new(Stage::Seed, "create a sandbox", create_and_wait).waiting_for(&["R11"]),
+            Step::new(Stage::Verify, "use the sandbox", use_sandbox).waiting_for(&["R11"]),
+            Step::new(Stage::Verify, "delete the sandbox", delete_main).waiting_for(&["R13"]),
         ],
         checks: provisioning_checks,
     }
@@ -33,7 +33,7 @@ fn create_and_wait(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         let spec = spec(ctx, MAIN, workload_command(), None);
         ctx.create_sandbox(&spec).await?;
         if ctx
-            .settle_phase(&spec.name, &[Phase::Ready], PROVISION_TIMEOUT)
+            .settle_phase("R11", &spec.name, &[Phase::Ready], PROVISION_TIMEOUT)
             .await
             .is_some()
         {
@@ -46,7 +46,7 @@ fn create_and_wait(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 fn use_sandbox(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
-        wait_starts(ctx, &name, 1, RECOVERY).await;
+        wait_starts(ctx, "R11", &name, 1, RECOVERY).await;
         // A workspace write, and the shell reads it back, on a fresh sandbox. A write that
         // fails leaves the sentinels check without a sentinel (R6); the shell is still judged.
         ctx.write_sentinel(&name, "fresh").await.ok();

@@ -67,10 +67,12 @@ pub(crate) fn restart_policy_always() -> Scenario {
                 Stage::Seed,
                 "create a sandbox with restart policy always and write a sentinel",
                 seed_always,
-            ),
-            Step::new(Stage::Fault, "end the main process", end_main),
-            Step::new(Stage::Verify, "wait for the restart", verify_restarted),
-            Step::new(Stage::Verify, "delete the sandbox", delete_main),
+            )
+            .waiting_for(&["R11"]),
+            Step::new(Stage::Fault, "end the main process", end_main).waiting_for(&["R10"]),
+            Step::new(Stage::Verify, "wait for the restart", verify_restarted)
+                .waiting_for(&["R10"]),
+            Step::new(Stage::Verify, "delete the sandbox", delete_main).waiting_for(&["R13"]),
         ],
         checks: restart_checks,
     }
@@ -130,7 +132,7 @@ fn end_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
                 ctx.restore(&GATEWAY_OUTAGE).await?;
             }
             // Each end is followed by a restart within the bound before the next end.
-            if wait_starts(ctx, &name, k + 1, RESTARTED).await {
+            if wait_starts(ctx, "R10", &name, k + 1, RESTARTED).await {
                 let latency = ctx.rec.elapsed().saturating_sub(ended);
                 ctx.observe_value(
                     &format!("restart-ms-{k}:{name}"),
@@ -147,7 +149,8 @@ fn end_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 fn verify_restarted(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
-        ctx.settle_phase(&name, &[Phase::Ready], RESTARTED).await;
+        ctx.settle_phase("R10", &name, &[Phase::Ready], RESTARTED)
+            .await;
         check_shell(ctx, &name, BEFORE_FAULT).await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         observe_start_marks(ctx, &name).await;

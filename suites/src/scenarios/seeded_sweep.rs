@@ -37,6 +37,7 @@ pub(crate) fn seeded_sweep() -> Scenario {
         requires: vec![Capability::MainCommand, Capability::GatewayStop],
         steps: vec![
             Step::new(Stage::Fault, "run the fault schedule", run_schedule)
+                .waiting_for(&["R1", "R7", "R9", "R11"])
                 .with_deadline(Duration::from_secs(4 * 3600)),
         ],
         checks: sweep_checks,
@@ -119,7 +120,7 @@ fn provisions_first(point: InjectionPoint) -> bool {
 async fn create_usable(ctx: &Ctx, spec: &SandboxSpec) -> StepResult {
     ctx.create_sandbox(spec).await?;
     ctx.mark(&created_marker(&spec.name));
-    ctx.wait_phase(&spec.name, &[Phase::Ready], PROVISION_TIMEOUT)
+    ctx.wait_phase("R11", &spec.name, &[Phase::Ready], PROVISION_TIMEOUT)
         .await?;
     wait_usable(ctx, &spec.name).await
 }
@@ -153,7 +154,7 @@ async fn run_one(ctx: &mut Ctx, role: &str, planned: &PlannedFault) -> StepResul
             let key = outage_key(role);
             let (created, during) = tokio::join!(
                 create,
-                ctx.outage_while(&name, Phase::Provisioning, &key, outage)
+                ctx.outage_while("R11", &name, Phase::Provisioning, &key, outage)
             );
             during?;
             // A create that was waiting for Ready when the gateway went away may fail; the
@@ -174,7 +175,7 @@ async fn run_one(ctx: &mut Ctx, role: &str, planned: &PlannedFault) -> StepResul
             ctx.write_sentinel(&name, role).await?;
             ctx.stop_sandbox(&name).await?;
             ctx.outage(&outage_key(role), outage).await?;
-            ctx.settle_phase(&name, &[Phase::Stopped], PROVISION_TIMEOUT)
+            ctx.settle_phase(STOP_CONTRACT, &name, &[Phase::Stopped], PROVISION_TIMEOUT)
                 .await;
             ctx.mark(&restarted_marker(&name));
             ctx.start_sandbox(&name).await?;
@@ -183,14 +184,21 @@ async fn run_one(ctx: &mut Ctx, role: &str, planned: &PlannedFault) -> StepResul
             create_usable(ctx, &spec).await?;
             ctx.write_sentinel(&name, role).await?;
             ctx.stop_sandbox(&name).await?;
-            ctx.wait_phase(&name, &[Phase::Stopped], PROVISION_TIMEOUT)
+            ctx.wait_phase(STOP_CONTRACT, &name, &[Phase::Stopped], PROVISION_TIMEOUT)
                 .await?;
             ctx.start_sandbox(&name).await?;
             ctx.outage(&outage_key(role), outage).await?;
         }
     }
+    // Ready before the sandbox first ran is bootstrap's tolerance (R1); Ready again after it
+    // ran, the gateway's (R9).
+    let recovers = if provisions_first(planned.point) {
+        "R9"
+    } else {
+        "R1"
+    };
     let ready = ctx
-        .settle_phase(&name, &[Phase::Ready], PROVISION_TIMEOUT)
+        .settle_phase(recovers, &name, &[Phase::Ready], PROVISION_TIMEOUT)
         .await;
     // A sandbox first Ready only now provisioned through the outage: usable once Ready too.
     if ready.is_some() && !provisions_first(planned.point) {

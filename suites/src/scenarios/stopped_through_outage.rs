@@ -30,14 +30,16 @@ pub(crate) fn stopped_through_outage() -> Scenario {
                 Stage::Seed,
                 "create, write a sentinel and stop",
                 seed_and_stop,
-            ),
+            )
+            .waiting_for(&["R11", "R7"]),
             Step::new(
                 Stage::Fault,
                 "stop the gateway for the outage",
                 stopped_outage_fault,
-            ),
-            Step::new(Stage::Verify, "start and read back", start_and_verify),
-            Step::new(Stage::Verify, "delete the sandbox", delete_main),
+            )
+            .waiting_for(&["R7"]),
+            Step::new(Stage::Verify, "start and read back", start_and_verify).waiting_for(&["R7"]),
+            Step::new(Stage::Verify, "delete the sandbox", delete_main).waiting_for(&["R13"]),
         ],
         checks: stopped_checks,
     }
@@ -48,8 +50,13 @@ fn seed_and_stop(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         let name = create_ready(ctx, MAIN, None).await?;
         ctx.write_sentinel(&name, BEFORE_FAULT).await?;
         ctx.stop_sandbox(&name).await?;
-        ctx.wait_phase(&name, &[Phase::Stopped], Duration::from_secs(120))
-            .await?;
+        ctx.wait_phase(
+            STOP_CONTRACT,
+            &name,
+            &[Phase::Stopped],
+            Duration::from_secs(120),
+        )
+        .await?;
         pod_seen_stopped(ctx, &name).await;
         ctx.mark(&STOPPED);
         Ok(())
@@ -73,9 +80,9 @@ fn start_and_verify(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
         ctx.start_sandbox(&name).await?;
-        ctx.settle_phase(&name, &[Phase::Ready], PROVISION_TIMEOUT)
+        ctx.settle_phase("R7", &name, &[Phase::Ready], PROVISION_TIMEOUT)
             .await;
-        wait_starts(ctx, &name, 2, RECOVERY).await;
+        wait_starts(ctx, "R7", &name, 2, RECOVERY).await;
         check_shell(ctx, &name, BEFORE_FAULT).await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
         observe_start_marks(ctx, &name).await;

@@ -28,14 +28,16 @@ pub(crate) fn supervisor_restart() -> Scenario {
                 Stage::Seed,
                 "create a Ready sandbox and write a sentinel",
                 seed_main,
-            ),
-            Step::new(Stage::Fault, "kill the supervisor", kill_supervisor),
+            )
+            .waiting_for(&["R11"]),
+            Step::new(Stage::Fault, "kill the supervisor", kill_supervisor).waiting_for(&["R12"]),
             Step::new(
                 Stage::Verify,
                 "wait for re-attach and read back",
                 verify_reattached,
-            ),
-            Step::new(Stage::Verify, "delete the sandbox", delete_main),
+            )
+            .waiting_for(&["R12"]),
+            Step::new(Stage::Verify, "delete the sandbox", delete_main).waiting_for(&["R13"]),
         ],
         checks: supervisor_checks,
     }
@@ -60,7 +62,7 @@ fn kill_supervisor(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         // follows the state that ended the wait on the timeline too, or "Ready again" would be
         // judged from the Ready the gateway reported before it noticed.
         if let Err(e) = ctx
-            .wait_phase_left(&name, &Phase::Ready, LOSS_NOTICED)
+            .wait_phase_left("R12", &name, &Phase::Ready, LOSS_NOTICED)
             .await
         {
             ctx.rec.note(format!("not reached: {e}"));
@@ -79,7 +81,8 @@ const SUPERVISOR_LOST: Marker = Marker::new("supervisor-lost");
 fn verify_reattached(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
-        ctx.settle_phase(&name, &[Phase::Ready], RECOVERY).await;
+        ctx.settle_phase("R12", &name, &[Phase::Ready], RECOVERY)
+            .await;
         // Let a crash loop, if any, show itself.
         ctx.sleep(SETTLE).await;
         ctx.get_sandbox(&name).await.ok();

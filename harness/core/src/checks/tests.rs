@@ -1104,6 +1104,7 @@ impl Tb {
                     "[R11] gave up waiting for sandbox a to be Ready after 5m; last seen: x".into(),
                 ),
                 step: Some("create a Ready sandbox".into()),
+                requirements: vec!["R11".into()],
             }),
         )
     }

@@ -397,6 +397,7 @@ fn a_bundle_is_collected_on_failure_only_unless_asked_for_always() {
             status: StageStatus::Passed,
             message: None,
             step: None,
+            requirements: Vec::new(),
         }));
         assert!(!wants_diagnostics(
             DiagnosticsPolicy::OnFailure,
@@ -411,6 +412,7 @@ fn a_bundle_is_collected_on_failure_only_unless_asked_for_always() {
             status: StageStatus::Error,
             message: None,
             step: None,
+            requirements: Vec::new(),
         }));
         assert!(wants_diagnostics(
             DiagnosticsPolicy::OnFailure,

@@ -39,6 +39,15 @@ pub async fn agent_sandbox_manifest(opts: &mut RealOptions, typed: bool) -> Resu
     if downloaded.is_some() {
         return Ok(());
     }
+    // This client does not go through a proxy (docs/dependencies.md D15); kubectl does. Behind
+    // one, kubectl downloads the release at install, as it did before this check existed.
+    if let Some(var) = proxy_in(|v| std::env::var_os(v)) {
+        tracing::info!(
+            %var,
+            "a proxy is set: the Agent Sandbox release is downloaded by kubectl at install, not checked before the run"
+        );
+        return Ok(());
+    }
     let version = version.clone();
     let (base, knob) = match std::env::var(RELEASES_KNOB) {
         Ok(base) => (base, true),
@@ -92,6 +101,14 @@ pub async fn agent_sandbox_manifest(opts: &mut RealOptions, typed: bool) -> Resu
         downloaded: Some(path),
     };
     Ok(())
+}
+
+/// The proxy variable set in the environment `env` reads, if any (as kubectl reads them; plain
+/// `HTTP_PROXY` does not apply to an https download).
+fn proxy_in(env: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<&'static str> {
+    ["HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"]
+        .into_iter()
+        .find(|v| env(v).is_some_and(|x| !x.is_empty()))
 }
 
 /// The file, created anew in the run's own private directory (never through a link).
@@ -234,4 +251,30 @@ pub async fn openshell_cli(bin: &str) -> Result<semver::Version> {
             }
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn behind_an_https_proxy_the_release_is_left_to_kubectl_and_a_plain_http_proxy_is_no_reason() {
+        let env = |set: &'static [(&'static str, &'static str)]| {
+            move |v: &str| {
+                set.iter()
+                    .find(|(k, _)| *k == v)
+                    .map(|(_, x)| std::ffi::OsString::from(x))
+            }
+        };
+        assert_eq!(
+            proxy_in(env(&[("HTTPS_PROXY", "http://proxy:3128")])),
+            Some("HTTPS_PROXY")
+        );
+        assert_eq!(
+            proxy_in(env(&[("all_proxy", "socks5://p:1080")])),
+            Some("all_proxy")
+        );
+        assert_eq!(proxy_in(env(&[("HTTP_PROXY", "http://proxy:3128")])), None);
+        assert_eq!(proxy_in(env(&[("HTTPS_PROXY", "")])), None);
+    }
 }

@@ -357,7 +357,15 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
     // Held while the results are written: a second signal then waits for them, so the
     // directory never holds part of this run's reports (timelines without their JUnit).
     let writing = Arc::new(std::sync::Mutex::new(()));
-    let watcher = tokio::spawn(signals.interrupt(interrupt.clone(), journal, writing.clone()));
+    // Set by a second signal that waits for the results: the run then exits as interrupted
+    // whichever of the two ends the process first.
+    let second_while_writing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = tokio::spawn(signals.interrupt(
+        interrupt.clone(),
+        journal,
+        writing.clone(),
+        second_while_writing.clone(),
+    ));
     let wall = std::time::SystemTime::now();
     let real = crate::clock::RealStopwatch::start();
     let jobs = args.jobs();
@@ -383,6 +391,12 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         finish(&args, &info, &reports, wall, interrupt.raised())
+    };
+    let status = match interrupt.raised() {
+        Some(first) if second_while_writing.load(std::sync::atomic::Ordering::SeqCst) => {
+            status.map(|_| interrupted_status(first))
+        }
+        _ => status,
     };
     if let Some(line) = real.summary(wall) {
         say!("{line}");
@@ -539,6 +553,7 @@ impl Signals {
         interrupt: Interrupt,
         journal: Option<PathBuf>,
         writing: Arc<std::sync::Mutex<()>>,
+        second_while_writing: Arc<std::sync::atomic::AtomicBool>,
     ) {
         let first = self.next().await;
         tell!(
@@ -556,6 +571,7 @@ impl Signals {
             Err(_) => true,
         };
         if being_written {
+            second_while_writing.store(true, std::sync::atomic::Ordering::SeqCst);
             tell!("{second}, a second signal: exiting once the results being written are written");
             let _ = tokio::task::spawn_blocking(move || {
                 drop(writing.lock());

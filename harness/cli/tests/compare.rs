@@ -454,3 +454,56 @@ fn each_sides_verdict_is_the_one_its_run_gave_with_the_known_failures_it_recorde
         "{out}"
     );
 }
+
+/// The comparison `make e2e-real-openshell` printed, recorded with its provenance.
+const RECORDED: &str = "fixtures/recorded/real-openshell-0.0.111/comparison.json";
+
+fn repo_file(rel: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn real_openshell_v0_0_111_equals_its_model_in_every_case_of_both_topologies_as_recorded() {
+    let c: serde_json::Value = serde_json::from_str(&repo_file(RECORDED)).unwrap();
+    let cases = c["cases"].as_array().unwrap();
+    // The whole openshell-0.0.111 catalog, on combined and on sidecar.
+    for topology in ["combined", "sidecar"] {
+        let n = cases.iter().filter(|k| k["topology"] == topology).count();
+        assert_eq!(n, 21, "{topology}");
+    }
+    // Every case agrees check by check, or differs only as the known-differences file declares
+    // (each with its reason and fact).
+    for case in cases {
+        assert!(
+            matches!(case["status"].as_str(), Some("agree" | "known")),
+            "{}: {}",
+            case["case"],
+            case["status"]
+        );
+    }
+    assert_eq!(c["agree"], true);
+    assert_eq!(c["totals"]["differ"], 0);
+    assert_eq!(c["totals"]["only_a"], 0);
+    assert_eq!(c["totals"]["only_b"], 0);
+}
+
+#[test]
+fn the_readmes_table_of_real_openshell_against_its_model_is_the_recorded_comparison_rendered() {
+    let c: serde_json::Value = serde_json::from_str(&repo_file(RECORDED)).unwrap();
+    let table = openshell_conformance::cli::render_comparison_markdown(&c);
+    let readme = repo_file("README.md");
+    let (begin, end) = (
+        "<!-- recorded comparison: begin -->\n",
+        "<!-- recorded comparison: end -->",
+    );
+    let start = readme.find(begin).expect("the README marks the table") + begin.len();
+    let stop = readme[start..].find(end).expect("the table's end mark") + start;
+    assert_eq!(
+        readme[start..stop].trim(),
+        table.trim(),
+        "re-render the README's table from {RECORDED} (`compare --format markdown`)"
+    );
+}

@@ -649,7 +649,20 @@ pub fn render_markdown(c: &serde_json::Value) -> String {
             None => text(&v["verdict"]),
         }
     };
-    let mut s = String::from("| case | A | B | comparison |\n|---|---|---|---|\n");
+    // Each side's column is named after its directory or file (`model`, `binaries`).
+    let side = |v: &serde_json::Value, fallback: &str| {
+        std::path::Path::new(v.as_str().unwrap_or_default())
+            .file_name()
+            .map_or_else(
+                || fallback.to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            )
+    };
+    let mut s = format!(
+        "| case | {} | {} | comparison |\n|---|---|---|---|\n",
+        side(&c["a"], "A"),
+        side(&c["b"], "B")
+    );
     for case in c["cases"].as_array().into_iter().flatten() {
         let checks: Vec<String> = case["checks"]
             .as_array()
@@ -676,8 +689,8 @@ pub fn render_markdown(c: &serde_json::Value) -> String {
                 format!("known difference in {}: {k}", checks.join(", "))
             }
             "differs" => format!("**differ** in {}", checks.join(", ")),
-            "only-a" => "only in A".to_string(),
-            "only-b" => "only in B".to_string(),
+            "only-a" => format!("only in {}", side(&c["a"], "A")),
+            "only-b" => format!("only in {}", side(&c["b"], "B")),
             other => other.to_string(),
         };
         let _ = writeln!(

@@ -448,3 +448,77 @@ async fn another_local_user_reads_nothing_of_the_real_binaries_pods_during_or_af
         assert!(found.is_empty(), "after the run uid {uid} reads: {found}");
     }
 }
+
+/// A copy of `release` whose gateway starts without the shared clock: the image's program is a
+/// script that unpacks the real gateway appended to it and runs it with libfaketime's variables
+/// removed, as a process the node's clock did not reach would run.
+fn gateway_off_the_clock(release: &Path, dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let out = dir.join("release-gateway-off-the-clock");
+    std::fs::create_dir_all(&out).unwrap();
+    std::os::unix::fs::symlink(
+        std::fs::canonicalize(release.join("openshell-sandbox")).unwrap(),
+        out.join("openshell-sandbox"),
+    )
+    .unwrap();
+    // The script's length is in the script: four digits keep it fixed.
+    let script = |skip: usize| {
+        format!(
+            "#!/bin/sh\nd=$(mktemp -d) || exit 1\ntail -c +{skip:04} \"$0\" > \"$d/gw\" && chmod 0755 \"$d/gw\" || exit 1\nexec env -u LD_PRELOAD -u FAKETIME -u FAKETIME_SHARED \"$d/gw\" \"$@\"\n"
+        )
+    };
+    let head = script(script(0).len() + 1);
+    let mut bytes = head.into_bytes();
+    bytes.extend(std::fs::read(release.join("openshell-gateway")).unwrap());
+    let gateway = out.join("openshell-gateway");
+    std::fs::write(&gateway, bytes).unwrap();
+    std::fs::set_permissions(&gateway, std::fs::Permissions::from_mode(0o755)).unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_real_gateway_off_the_shared_clock_makes_the_case_an_infrastructure_error_naming_it() {
+    let test =
+        "a_real_gateway_off_the_shared_clock_makes_the_case_an_infrastructure_error_naming_it";
+    if !libfaketime(test) {
+        return;
+    }
+    let Some((tools, dir, release)) = require(test, "combined") else {
+        return;
+    };
+    let off = gateway_off_the_clock(&release, dir.path());
+    let mut args: Vec<String> = [
+        "run",
+        "--target",
+        "served",
+        "--time-scale",
+        SCALE,
+        "--model",
+        MODEL,
+        "--topology",
+        "combined",
+        "--scenario",
+        "gateway-restart",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(["--openshell-binaries".into(), off.display().to_string()]);
+    args.extend(tools.real_flags());
+    let artifacts = dir.path().join("artifacts");
+    args.extend(["--artifacts".into(), artifacts.display().to_string()]);
+    let (code, out) = Harness::spawn_with(&tools, &args, &[])
+        .finish(Duration::from_secs(600))
+        .await;
+    // Its waits ran at another speed than the scenario's: no verdict, an error that says so.
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.contains("ERROR gateway-restart[combined]: the gateway runs off the harness's clock"),
+        "{out}"
+    );
+    let junit = std::fs::read_to_string(artifacts.join("junit.xml")).unwrap();
+    assert!(
+        junit.contains("the gateway runs off the harness&apos;s clock")
+            || junit.contains("the gateway runs off the harness's clock"),
+        "{junit}"
+    );
+}

@@ -869,7 +869,7 @@ fn interrupt_after_first_case(dir: &Path, signal: &str) -> (i32, String, f64) {
 /// once a line of its stderr contains `at`; returns (exit code, stdout then stderr, seconds
 /// from the signal to the exit).
 fn signal_run_at(dir: &Path, knob: (&str, &str), at: &str, signal: &str) -> (i32, String, f64) {
-    use std::io::{BufRead, BufReader, Read};
+    use std::io::{BufReader, Read};
     let mut child = bin()
         .args(["run", "--scenario", "provisioning", "--jobs", "1"])
         .env(knob.0, knob.1)
@@ -879,18 +879,7 @@ fn signal_run_at(dir: &Path, knob: (&str, &str), at: &str, signal: &str) -> (i32
         .spawn()
         .expect("the binary starts");
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut seen = String::new();
-    loop {
-        let mut line = String::new();
-        assert!(
-            stderr.read_line(&mut line).unwrap() > 0,
-            "the run ended before it printed {at:?}: {seen}"
-        );
-        seen.push_str(&line);
-        if line.contains(at) {
-            break;
-        }
-    }
+    let mut seen = stderr_until(&mut stderr, at);
     let sent = std::time::Instant::now();
     let kill = Command::new("kill")
         .args([format!("-{signal}"), child.id().to_string()])
@@ -1704,7 +1693,6 @@ fn started_ignoring_sigint(
     String,
     std::io::BufReader<std::process::ChildStderr>,
 ) {
-    use std::io::BufRead as _;
     use std::os::unix::process::CommandExt as _;
     let mut cmd = bin();
     cmd.args([
@@ -1727,6 +1715,12 @@ fn started_ignoring_sigint(
     }
     let mut child = cmd.spawn().expect("the binary starts");
     let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let seen = stderr_until(&mut stderr, at);
+    (child, seen, stderr)
+}
+
+/// The run's stderr up to and including the first line that contains `at`.
+fn stderr_until(stderr: &mut impl std::io::BufRead, at: &str) -> String {
     let mut seen = String::new();
     loop {
         let mut line = String::new();
@@ -1736,10 +1730,9 @@ fn started_ignoring_sigint(
         );
         seen.push_str(&line);
         if line.contains(at) {
-            break;
+            return seen;
         }
     }
-    (child, seen, stderr)
 }
 
 fn sigint(child: &std::process::Child) {

@@ -44,7 +44,42 @@ pub(crate) fn skews(text: &str) -> Vec<i64> {
 
 /// Records the gateway's clock skew on the timeline; Err when it is off the clock.
 pub(crate) fn check(rec: &Recorder, log: &GatewayLogRead, scale: u32) -> Result<(), TargetError> {
-    let mut skews = skews(&log.text);
+    check_process(rec, "the gateway", SKEW_KEY, None, &log.text, scale)
+}
+
+/// Key of the observation with the skew of a sandbox's supervisor's clock against the
+/// kubelet's (its subject: the sandbox).
+pub const SUPERVISOR_SKEW_KEY: &str = "supervisor_clock_skew_ms";
+
+/// Records the clock skew of sandbox `sandbox`'s supervisor from its log (`lines`, read with
+/// the kubelet's timestamps); Err when it is off the clock.
+pub(crate) fn check_supervisor(
+    rec: &Recorder,
+    sandbox: &str,
+    lines: &[String],
+    scale: u32,
+) -> Result<(), TargetError> {
+    check_process(
+        rec,
+        &format!("the supervisor of sandbox {sandbox}"),
+        SUPERVISOR_SKEW_KEY,
+        Some(sandbox),
+        &lines.join("\n"),
+        scale,
+    )
+}
+
+/// Records the skew of `process`'s clock, read from `text`, as observation `key`; Err naming
+/// `process` when it is off the clock.
+fn check_process(
+    rec: &Recorder,
+    process: &str,
+    key: &str,
+    subject: Option<&str>,
+    text: &str,
+    scale: u32,
+) -> Result<(), TargetError> {
+    let mut skews = skews(text);
     if skews.is_empty() {
         return Ok(());
     }
@@ -52,8 +87,8 @@ pub(crate) fn check(rec: &Recorder, log: &GatewayLogRead, scale: u32) -> Result<
     let (min, max) = (skews[0], skews[skews.len() - 1]);
     let bound = bound_ms(scale);
     rec.record(Event::Observation {
-        key: SKEW_KEY.into(),
-        subject: None,
+        key: key.into(),
+        subject: subject.map(str::to_string),
         value: serde_json::json!({
             "lines": skews.len(),
             "min": min,
@@ -68,7 +103,7 @@ pub(crate) fn check(rec: &Recorder, log: &GatewayLogRead, scale: u32) -> Result<
         return Ok(());
     }
     let message = format!(
-        "the gateway runs off the harness's clock: its own timestamps are up to {worst} ms from the kubelet's on its {} log lines (one clock at ×{scale} allows {bound} ms), so its waits ran at another speed than the scenario's",
+        "{process} runs off the harness's clock: its own timestamps are up to {worst} ms from the kubelet's on its {} log lines (one clock at ×{scale} allows {bound} ms), so its waits ran at another speed than the scenario's",
         skews.len()
     );
     rec.note(message.clone());
@@ -133,6 +168,32 @@ mod tests {
             "{text}"
         );
         assert_eq!(skew_observation(&rec).expect("recorded")["max"], 351_405);
+    }
+
+    #[test]
+    fn a_supervisor_on_a_clock_of_its_own_is_named_with_its_sandbox() {
+        let rec = Recorder::new();
+        let err =
+            check_supervisor(&rec, "demo", &[line(1000, -40_000)], 10).expect_err("off the clock");
+        assert!(
+            err.to_string()
+                .contains("the supervisor of sandbox demo runs off the harness's clock"),
+            "{err}"
+        );
+        let on = check_supervisor(&rec, "other", &[line(1000, 200)], 10);
+        assert!(on.is_ok(), "{on:?}");
+        let subjects: Vec<Option<String>> = rec
+            .snapshot()
+            .entries
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::Observation { key, subject, .. } if key == SUPERVISOR_SKEW_KEY => {
+                    Some(subject.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(subjects, [Some("demo".into()), Some("other".into())]);
     }
 
     #[test]

@@ -401,12 +401,31 @@ pub struct RealTarget {
     /// The gateway's log from the start of observation, for checking that the observer missed
     /// none of the phase commits it holds.
     gateway_log: Mutex<Option<GatewayLog>>,
+    /// The first supervisor found off the harness's clock: the case's error at its end.
+    supervisor_off_clock: Mutex<Option<TargetError>>,
     injectors: Option<Injectors>,
     access: AccessMap,
     shared: SharedInstall,
 }
 
 impl RealTarget {
+    /// Records the clock skew of sandbox `name`'s supervisor from its log, once it answered
+    /// the create; one off the harness's clock is kept as the case's error (docs/architecture.md,
+    /// "The scaled clock"). A log that cannot be read measures nothing.
+    async fn check_supervisor_clock(&self, name: &str) {
+        let Ok(Some(lines)) = conformance_core::target::Target::supervisor_log(self, name).await
+        else {
+            return;
+        };
+        let scale = conformance_core::clock::scale();
+        if let Err(e) = crate::clock_skew::check_supervisor(&self.rec, name, &lines, scale) {
+            self.supervisor_off_clock
+                .lock()
+                .expect("off-clock lock")
+                .get_or_insert(e);
+        }
+    }
+
     pub fn new(
         opts: RealOptions,
         runner: Arc<dyn CommandRunner>,
@@ -426,6 +445,7 @@ impl RealTarget {
             deleted: Default::default(),
             expected: Default::default(),
             gateway_log: Default::default(),
+            supervisor_off_clock: Default::default(),
             injectors: None,
             access: Default::default(),
             shared: Default::default(),
@@ -948,7 +968,9 @@ impl Target for RealTarget {
             .remove(&spec.name);
         self.expected.expect(&spec.name);
         let caps = self.info().capabilities;
-        i.cli.create_reading(&spec, &caps, &*i.reads).await
+        let view = i.cli.create_reading(&spec, &caps, &*i.reads).await?;
+        self.check_supervisor_clock(&spec.name).await;
+        Ok(view)
     }
 
     async fn get_sandbox(&self, name: &str) -> TargetResult<Option<SandboxView>> {
@@ -1024,8 +1046,20 @@ impl Target for RealTarget {
         };
         let read = log.finish().await;
         let sandboxes = self.created.lock().expect("created lock").clone();
-        // A gateway off the harness's clock is named first: what else it did ran at its speed.
-        let on_clock = crate::clock_skew::check(&self.rec, &read, conformance_core::clock::scale());
+        // A gateway or supervisor off the harness's clock is named first: what else it did
+        // ran at its speed.
+        let on_clock = crate::clock_skew::check(&self.rec, &read, conformance_core::clock::scale())
+            .and(
+                match self
+                    .supervisor_off_clock
+                    .lock()
+                    .expect("off-clock lock")
+                    .take()
+                {
+                    Some(e) => Err(e),
+                    None => Ok(()),
+                },
+            );
         let complete =
             crate::completeness::verify(&self.rec, &read, &sandboxes, OBSERVER_SETTLE).await;
         on_clock.and(complete)

@@ -9,7 +9,7 @@ use std::time::Duration;
 use conformance_core::error::{Error, Result};
 use http_body_util::BodyExt as _;
 
-use crate::options::{AgentSandboxSource, RealOptions};
+use crate::options::{AgentSandboxSource, ChartSource, RealOptions};
 use crate::pins;
 
 /// Test knob: `OPENSHELL_CONFORMANCE_TEST_AGENT_SANDBOX_RELEASES` replaces the base URL of the
@@ -99,6 +99,79 @@ pub async fn agent_sandbox_manifest(opts: &mut RealOptions, typed: bool) -> Resu
     opts.agent_sandbox = AgentSandboxSource::Release {
         version,
         downloaded: Some(path),
+    };
+    Ok(())
+}
+
+/// How long `helm pull` of the chart may take (real time at any scale: helm is not on the
+/// harness's clock).
+const PULL_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Pulls the published chart (`--chart-version`, or the release's) into the private directory
+/// with `helm pull`, which honours the proxy variables, before anything of an earlier run is
+/// removed: a version the registry does not have is the user's mistake when it is not the
+/// harness's own pin (exit 2), a registry out of reach the machine's (exit 3), either way with the earlier
+/// run's files still in place. The install then uses the pulled chart. A local `--chart-path` was
+/// checked with the other paths and is left as it is.
+pub async fn chart(
+    opts: &mut RealOptions,
+    runner: &dyn crate::command::CommandRunner,
+) -> Result<()> {
+    let ChartSource::Oci {
+        reference,
+        version,
+        pulled: None,
+    } = &opts.chart
+    else {
+        return Ok(());
+    };
+    let (reference, version) = (reference.clone(), version.clone());
+    crate::cluster::create_private_dir(opts)?;
+    let dest = opts.private_dir.join("chart");
+    let cmd = crate::command::Cmd::new("helm")
+        .args(["pull", reference.as_str(), "--version", version.as_str()])
+        .args(["--untar", "--untardir"])
+        .arg(dest.display().to_string())
+        .timeout(PULL_TIMEOUT);
+    let out = runner.run(&cmd).await.map_err(|e| {
+        Error::infra_from(format!("cannot pull the chart {reference} {version}"), e)
+    })?;
+    if !out.success() {
+        let why = out.stderr.trim();
+        // What helm says for an OCI tag or a repository version that is not there.
+        let missing = ["not found", "manifest unknown"]
+            .iter()
+            .any(|w| why.to_ascii_lowercase().contains(w));
+        if missing && version != pins::chart_version() {
+            return Err(Error::usage(format!(
+                "--chart-version {version}: {reference} has no such version ({why}); give a \
+                 published one such as {}, or --chart-path DIR",
+                pins::chart_version()
+            )));
+        }
+        return Err(Error::infra(format!(
+            "cannot pull the chart {reference} {version} before the run starts: {why}; offline, \
+             give it with --chart-path DIR"
+        )));
+    }
+    // helm unpacks the chart into one directory named after it.
+    let unpacked = std::fs::read_dir(&dest)
+        .ok()
+        .and_then(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .find(|p| p.is_dir())
+        })
+        .ok_or_else(|| {
+            Error::infra(format!(
+                "helm pull {reference} {version} left no chart in {}",
+                dest.display()
+            ))
+        })?;
+    opts.chart = ChartSource::Oci {
+        reference,
+        version,
+        pulled: Some(unpacked),
     };
     Ok(())
 }
@@ -256,6 +329,92 @@ pub async fn openshell_cli(bin: &str) -> Result<semver::Version> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::command::{CmdOutput, ScriptedRunner, Unscripted};
+    use crate::options::{Provider, RealArgs};
+
+    fn opts(private: &Path, version: &str) -> RealOptions {
+        let a = RealArgs {
+            cluster_name: pins::CLUSTER_NAME.into(),
+            chart: pins::CHART_REF.into(),
+            chart_version: version.into(),
+            agent_sandbox_version: pins::default_agent_sandbox().into(),
+            openshell_bin: "openshell".into(),
+            private_dir: Some(private.to_path_buf()),
+            ..RealArgs::default()
+        };
+        a.resolve(Provider::Kind, "r1", "/repo").unwrap()
+    }
+
+    fn helm_says(code: i32, stderr: &str) -> ScriptedRunner {
+        let runner = ScriptedRunner::new(Unscripted::Fail);
+        runner.respond(
+            "helm pull",
+            CmdOutput {
+                code,
+                stderr: stderr.into(),
+                ..CmdOutput::default()
+            },
+        );
+        runner
+    }
+
+    #[tokio::test]
+    async fn a_chart_version_the_registry_lacks_is_the_users_mistake_and_a_registry_out_of_reach_the_machines()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let private = dir.path().join("private");
+        let missing = "Error: ghcr.io/nvidia/openshell/helm-chart:9.9.9: not found";
+        let mut o = opts(&private, "9.9.9");
+        let e = chart(&mut o, &helm_says(1, missing)).await.unwrap_err();
+        assert_eq!(e.exit_status().code(), 2, "{e}");
+        assert!(e.to_string().contains("--chart-version 9.9.9"), "{e}");
+        let offline = "Error: failed to do request: dial tcp: lookup ghcr.io: no such host";
+        let mut o = opts(&private, "9.9.9");
+        let e = chart(&mut o, &helm_says(1, offline)).await.unwrap_err();
+        assert_eq!(e.exit_status().code(), 3, "{e}");
+        assert!(e.to_string().contains("--chart-path"), "{e}");
+        // The harness's own pin missing from the registry is not the user's doing.
+        let mut o = opts(&private, pins::chart_version());
+        let e = chart(&mut o, &helm_says(1, missing)).await.unwrap_err();
+        assert_eq!(e.exit_status().code(), 3, "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_pulled_chart_is_kept_in_the_private_directory_for_the_install_and_a_local_chart_is_not_pulled()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let private = dir.path().join("private");
+        crate::private::create_private_dir(&private).unwrap();
+        // What `helm pull --untar` leaves: one directory named after the chart.
+        std::fs::create_dir_all(private.join("chart/openshell")).unwrap();
+        let runner = helm_says(0, "");
+        let mut o = opts(&private, pins::chart_version());
+        chart(&mut o, &runner).await.unwrap();
+        let line = runner.lines().join("\n");
+        assert!(
+            line.starts_with(&format!(
+                "helm pull {} --version {} --untar --untardir",
+                pins::CHART_REF,
+                pins::chart_version()
+            )),
+            "{line}"
+        );
+        assert!(
+            matches!(&o.chart, ChartSource::Oci { pulled: Some(p), .. } if p.ends_with("chart/openshell")),
+            "{:?}",
+            o.chart
+        );
+        // Pulled once: a second call leaves it.
+        chart(&mut o, &runner).await.unwrap();
+        assert_eq!(runner.lines().len(), 1);
+        let mut local = opts(&private, pins::chart_version());
+        local.chart = ChartSource::Local {
+            path: dir.path().into(),
+        };
+        let quiet = ScriptedRunner::new(Unscripted::Fail);
+        chart(&mut local, &quiet).await.unwrap();
+        assert!(quiet.lines().is_empty());
+    }
 
     #[test]
     fn behind_an_https_proxy_the_release_is_left_to_kubectl_and_a_plain_http_proxy_is_no_reason() {

@@ -15,7 +15,9 @@ use conformance_core::topology::{Topology, deep_merge};
 /// "oci://…:0.0.111" or "local chart DIR", for plan headers and reports.
 pub(crate) fn chart_label(opts: &RealOptions) -> String {
     match &opts.chart {
-        ChartSource::Oci { reference, version } => format!("{reference} {version}"),
+        ChartSource::Oci {
+            reference, version, ..
+        } => format!("{reference} {version}"),
         ChartSource::Local { path } => format!("local chart {}", path.display()),
     }
 }
@@ -132,9 +134,12 @@ impl Install {
         let o = &self.opts;
         let mut c = Cmd::new("helm").args(["upgrade", "--install", &o.release]);
         c = match &o.chart {
-            ChartSource::Oci { reference, version } => {
-                c.arg(reference.clone()).args(["--version", version])
-            }
+            ChartSource::Oci {
+                pulled: Some(dir), ..
+            } => c.arg(dir.display().to_string()),
+            ChartSource::Oci {
+                reference, version, ..
+            } => c.arg(reference.clone()).args(["--version", version]),
             ChartSource::Local { path } => c.arg(path.display().to_string()),
         };
         c = c

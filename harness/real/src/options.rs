@@ -202,8 +202,17 @@ pub struct RealOptions {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "from", rename_all = "kebab-case")]
 pub enum ChartSource {
-    Oci { reference: String, version: String },
-    Local { path: PathBuf },
+    Oci {
+        reference: String,
+        version: String,
+        /// The chart, pulled into the private directory before the run started (see
+        /// [`crate::fetch::chart`]); helm installs this directory, not the reference.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pulled: Option<PathBuf>,
+    },
+    Local {
+        path: PathBuf,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -367,6 +376,7 @@ impl RealArgs {
             None => ChartSource::Oci {
                 reference: self.chart.clone(),
                 version: self.chart_version.clone(),
+                pulled: None,
             },
         };
         let agent_sandbox = match &self.agent_sandbox_manifest {

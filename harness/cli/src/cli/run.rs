@@ -418,7 +418,8 @@ async fn check_before_start(
 ) -> Result<(), Error> {
     conformance_real::fetch::openshell_cli(&opts.openshell_bin).await?;
     let typed = !matches!(args.real.agent_sandbox_version.as_str(), "" | "auto");
-    conformance_real::fetch::agent_sandbox_manifest(opts, typed).await
+    conformance_real::fetch::agent_sandbox_manifest(opts, typed).await?;
+    conformance_real::fetch::chart(opts, &conformance_real::command::SystemRunner).await
 }
 
 /// Cases share one OpenShell release per topology and each case's teardown checks the gateway

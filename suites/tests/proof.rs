@@ -291,7 +291,7 @@ fn a_topology_defined_only_as_yaml_gets_the_behaviour_of_its_placement() {
 }
 
 /// The detection matrix, one row per defect switch, so the rows run side by side.
-const MATRIX_ROWS: [&str; 18] = [
+const MATRIX_ROWS: [&str; 19] = [
     "bootstrap-gives-up-after-retry-window",
     "sidecar-gives-up-after-120s",
     "workload-starts-before-policy",
@@ -310,6 +310,7 @@ const MATRIX_ROWS: [&str; 18] = [
     "workspace-emptied-on-gateway-restart",
     "ready-before-shell-usable",
     "backoff-uncapped",
+    "stop-never-completes",
 ];
 
 #[test]
@@ -330,7 +331,7 @@ fn the_detection_matrix_has_a_row_for_every_defect_switch() {
 /// of two.
 #[rstest]
 fn every_defect_is_caught_by_some_scenario_naming_the_broken_requirement(
-    #[values(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17)] row: usize,
+    #[values(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18)] row: usize,
 ) {
     let name = MATRIX_ROWS[row];
     let d = DEFECTS
@@ -343,9 +344,8 @@ fn every_defect_is_caught_by_some_scenario_naming_the_broken_requirement(
     // scenario -> caught (with the broken requirement named) on some topology
     let mut caught: BTreeMap<String, bool> = BTreeMap::new();
     for r in &reports {
-        let names_requirement = r
-            .failed_checks()
-            .any(|c| c.requirements.iter().any(|q| q == d.requirement));
+        // A failing check's, or the stopped step's (a wait that gave up names its own).
+        let names_requirement = r.broken_requirements().contains(&d.requirement);
         *caught.entry(r.scenario.clone()).or_insert(false) |=
             matches!(r.outcome, Outcome::Failed(_)) && names_requirement;
     }
@@ -451,6 +451,52 @@ fn a_shell_that_lags_ready_fails_ready_means_usable_and_nothing_else() {
         "caught in {caught} of {} cases, scenarios {scenarios:?}",
         reports.len()
     );
+}
+
+/// A stop that never completes is the stop contract's failure, named: every case it breaks
+/// fails R7 and nothing else, through the wait for Stopped that gave up, and every check the
+/// case could not reach says it was not evaluated and why (issue 43: such a case named no
+/// requirement at all in the summary, JUnit or HTML).
+#[test]
+fn a_stop_that_never_completes_fails_the_stop_contract_by_name_and_nothing_else() {
+    let selection = Selection::parse("contract", &["stop-never-completes".into()], None);
+    let cases = catalog::cases(&all_topologies(), &Pick::default());
+    let reports = run_cases(selection.unwrap(), cases);
+    let mut caught: BTreeSet<&str> = BTreeSet::new();
+    for r in &reports {
+        if matches!(r.outcome, Outcome::Passed | Outcome::Skipped(_)) {
+            continue;
+        }
+        assert!(matches!(r.outcome, Outcome::Failed(_)), "{}", describe(r));
+        assert_eq!(r.broken_requirements(), ["R7"], "{}", describe(r));
+        let reason = r.outcome.reason().unwrap_or_default();
+        assert!(
+            reason.starts_with("[R7] ") && reason.contains("to be Stopped"),
+            "{}",
+            describe(r)
+        );
+        for c in &r.checks {
+            assert!(
+                c.passed
+                    || c.not_evaluated
+                        .as_deref()
+                        .is_some_and(|w| w.contains("[R7]")),
+                "{}: check '{}' neither passed nor said why it was not evaluated: {}",
+                r.case_id,
+                c.name,
+                c.diagnosis()
+            );
+        }
+        caught.insert(r.case_id.as_str());
+    }
+    // The scenario built around a stop catches it on every topology.
+    let missed: Vec<&str> = reports
+        .iter()
+        .filter(|r| r.scenario == "stopped-through-outage" && !caught.contains(r.case_id.as_str()))
+        .map(|r| r.case_id.as_str())
+        .collect();
+    assert!(missed.is_empty(), "not caught: {missed:?}");
+    assert!(!caught.is_empty(), "nothing caught the defect");
 }
 
 fn upstream(agent_sandbox: Option<&str>) -> Selection {
@@ -709,6 +755,7 @@ fn the_same_seed_gives_a_byte_identical_timeline() {
     "gateway-restart[combined]",
     "R6"
 )]
+#[case::stop_never_completes("stop-never-completes", "stopped-through-outage[combined,*", "R7")]
 #[case::cause_not_reported(
     "failure-cause-not-reported",
     "permanent-bootstrap-error[combined,*",
@@ -730,9 +777,7 @@ fn each_defect_breaks_its_rule_where_the_catalog_looks_for_it(
     assert!(!cases.is_empty(), "{pattern} selects no case");
     let reports = run_cases(selection, cases);
     let caught = reports.iter().any(|r| {
-        matches!(r.outcome, Outcome::Failed(_))
-            && r.failed_checks()
-                .any(|c| c.requirements.iter().any(|q| q == requirement))
+        matches!(r.outcome, Outcome::Failed(_)) && r.broken_requirements().contains(&requirement)
     });
     assert!(
         caught,

@@ -12,7 +12,7 @@ use conformance_core::case_verdict::{CaseVerdict, Totals};
 use conformance_core::checks::{CheckOutcome, CheckStatus, fmt_ms};
 use conformance_core::timeline::{
     ActionStatus, Event, FaultPhase, FaultRecord, GATEWAY_SANDBOX_KIND, ObjectRef, ObjectState,
-    Timeline,
+    StageStatus, Timeline,
 };
 
 /// One case to render.
@@ -387,6 +387,21 @@ fn case_section(index: usize, judged: &Judged<'_>) -> String {
             let _ = write!(s, "<a href=\"{}\">{}</a> ", escape(href), escape(label));
         }
         s.push_str("</p>\n");
+    }
+    // A step that failed broke its requirement though no check did (a wait that gave up): the
+    // first thing a reader needs, so it comes before the checks.
+    if let Some(step) = t
+        .stopped_step()
+        .filter(|s| s.status == StageStatus::Failed && !s.requirements.is_empty())
+    {
+        let _ = writeln!(
+            s,
+            "<div class=\"failing\"><h3>Failing step</h3>\n<div class=\"check\"><b>{}</b> [{}] (stage {})<br>{}</div>\n</div>",
+            escape(step.step.as_deref().unwrap_or("(unnamed step)")),
+            escape(&step.requirements.join(", ")),
+            escape(&step.stage),
+            escape(step.message.as_deref().unwrap_or_default())
+        );
     }
     let failing: Vec<&CheckOutcome> = t
         .check_outcomes()

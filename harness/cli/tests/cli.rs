@@ -1797,3 +1797,48 @@ fn a_second_signal_while_the_results_are_written_waits_for_the_junit_and_exits_1
         "{seen}"
     );
 }
+
+/// Issue 43: a stop that never completed stopped the case at its seed with no requirement named
+/// in the summary, JUnit or HTML. Each now names the stop contract (R7) as what broke.
+#[test]
+fn a_stop_that_never_completes_is_named_r7_in_the_summary_junit_and_html() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(
+        &[
+            "run",
+            "--defect",
+            "stop-never-completes",
+            "--scenario",
+            "stopped-through-outage",
+            "--topology",
+            "combined",
+        ],
+        dir.path(),
+    );
+    let out = text(&o);
+    assert_eq!(code(&o), 1, "{out}");
+    assert!(
+        out.contains(
+            "FAIL stopped-through-outage[combined,outage=30s]: [R7] seed: gave up waiting for sandbox "
+        ) && out.contains(" to be Stopped after 2m; last seen: "),
+        "{out}"
+    );
+    let junit = std::fs::read_to_string(dir.path().join("artifacts/junit.xml")).unwrap();
+    let seed = junit
+        .split("<testcase name=\"stage: seed\"")
+        .nth(1)
+        .and_then(|s| s.split("</testcase>").next())
+        .unwrap_or_else(|| panic!("no seed stage: {junit}"));
+    assert!(
+        seed.contains("<failure message=\"[R7] seed: gave up waiting for sandbox "),
+        "{seed}"
+    );
+    let html = std::fs::read_to_string(dir.path().join("artifacts/report.html")).unwrap();
+    assert!(
+        html.contains(
+            "<h3>Failing step</h3>\n<div class=\"check\"><b>create, write a sentinel and stop</b> [R7] (stage seed)<br>[R7] seed: gave up waiting for sandbox "
+        ),
+        "{}",
+        html.split("<section").nth(1).unwrap_or(&html)
+    );
+}

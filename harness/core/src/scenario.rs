@@ -119,6 +119,47 @@ impl From<TargetError> for StepError {
     }
 }
 
+/// A create, stop or start as a step called it: what the target said, and the requirement a
+/// refusal of it breaks. A step may wait for several behaviours (create and stop, say); a
+/// refusal is the failure of the one call's, never of all the step's ([`StepError::of_step`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct ActionError {
+    /// The requirement of what the call asks for: [`CREATE_REQUIREMENT`], [`STOP_CONTRACT`],
+    /// [`START_REQUIREMENT`].
+    pub requirement: &'static str,
+    pub error: TargetError,
+}
+
+impl ActionError {
+    /// Whether the product refused the call (a step may expect that and go on).
+    pub fn is_refused(&self) -> bool {
+        matches!(self.error, TargetError::Refused { .. })
+    }
+}
+
+impl From<ActionError> for StepError {
+    fn from(e: ActionError) -> Self {
+        match e.error {
+            TargetError::Refused { .. } => Self::failed(
+                &[e.requirement],
+                format!("unexpectedly refused: {}", e.error),
+            ),
+            other => other.into(),
+        }
+    }
+}
+
+/// What a refused create breaks: the sandbox asked for is provisioned (REQUIREMENTS.md R11).
+pub const CREATE_REQUIREMENT: &str = "R11";
+
+/// What a stop that is refused or does not complete breaks: an explicit stop ends in Stopped
+/// and stays there (the stop contract, R7; docs/upstream-facts.md F1.9).
+pub const STOP_CONTRACT: &str = "R7";
+
+/// What a refused start breaks: stop then start is the supported way back (R8; F1.10).
+pub const START_REQUIREMENT: &str = "R8";
+
 impl StepError {
     crate::error::error_constructors!(
         Infra,
@@ -701,7 +742,7 @@ impl Ctx {
         act(&self.rec, name, subject, f).await
     }
 
-    pub async fn create_sandbox(&self, spec: &SandboxSpec) -> Result<SandboxView, TargetError> {
+    pub async fn create_sandbox(&self, spec: &SandboxSpec) -> Result<SandboxView, ActionError> {
         self.begin_create(spec).await
     }
 
@@ -712,7 +753,7 @@ impl Ctx {
     pub fn begin_create(
         &self,
         spec: &SandboxSpec,
-    ) -> impl std::future::Future<Output = Result<SandboxView, TargetError>> + Send + 'static {
+    ) -> impl std::future::Future<Output = Result<SandboxView, ActionError>> + Send + 'static {
         let (target, rec, spec) = (self.target.clone(), self.rec.clone(), spec.clone());
         async move {
             let view = act(
@@ -721,20 +762,32 @@ impl Ctx {
                 Some(&spec.name),
                 target.create_sandbox(&spec),
             )
-            .await?;
+            .await
+            .map_err(|error| ActionError {
+                requirement: CREATE_REQUIREMENT,
+                error,
+            })?;
             rec.observe_direct(view.to_state());
             Ok(view)
         }
     }
 
-    pub async fn stop_sandbox(&self, name: &str) -> Result<(), TargetError> {
+    pub async fn stop_sandbox(&self, name: &str) -> Result<(), ActionError> {
         self.act("stop", Some(name), self.target.stop_sandbox(name))
             .await
+            .map_err(|error| ActionError {
+                requirement: STOP_CONTRACT,
+                error,
+            })
     }
 
-    pub async fn start_sandbox(&self, name: &str) -> Result<(), TargetError> {
+    pub async fn start_sandbox(&self, name: &str) -> Result<(), ActionError> {
         self.act("start", Some(name), self.target.start_sandbox(name))
             .await
+            .map_err(|error| ActionError {
+                requirement: START_REQUIREMENT,
+                error,
+            })
     }
 
     pub async fn delete_sandbox(&self, name: &str) -> Result<(), TargetError> {

@@ -42,6 +42,8 @@ pub enum Quirk {
     /// Like OpenShell v0.0.111's CLI (docs/upstream-facts.md F6.3): create returns only once the
     /// sandbox is Ready, and fails if the gateway goes away first; bootstrap takes 20 s.
     CreateWaitsForReady,
+    /// The gateway refuses this call (`create`, `stop` or `start`) with FailedPrecondition.
+    Refuses(&'static str),
 }
 
 #[derive(Default)]
@@ -77,6 +79,17 @@ struct Fake {
 }
 
 impl Fake {
+    /// The refusal of `call` under [`Quirk::Refuses`] it.
+    fn refuses(&self, call: &str) -> TargetResult<()> {
+        match self.quirk {
+            Quirk::Refuses(c) if c == call => Err(TargetError::refused(
+                "FailedPrecondition",
+                format!("{call} refused"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     fn view(&self, name: &str) -> Option<SandboxView> {
         let st = self.state.lock().unwrap();
         st.sandboxes.get(name).map(|s| SandboxView {
@@ -164,6 +177,7 @@ impl Target for Fake {
     }
 
     async fn create_sandbox(&self, spec: &SandboxSpec) -> TargetResult<SandboxView> {
+        self.refuses("create")?;
         self.state.lock().unwrap().sandboxes.insert(
             spec.name.clone(),
             Sandbox {
@@ -274,10 +288,12 @@ impl Target for Fake {
     }
 
     async fn stop_sandbox(&self, _name: &str) -> TargetResult<()> {
+        self.refuses("stop")?;
         Err(TargetError::Unsupported("stop".into()))
     }
 
     async fn start_sandbox(&self, _name: &str) -> TargetResult<()> {
+        self.refuses("start")?;
         Err(TargetError::Unsupported("start".into()))
     }
 

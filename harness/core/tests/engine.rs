@@ -9,9 +9,9 @@ use async_trait::async_trait;
 use conformance_core::case_verdict::CaseVerdict;
 use conformance_core::engine::{Engine, EngineOptions, Outcome, recheck};
 use conformance_core::phase::Phase;
-use conformance_core::scenario::{Case, Ctx, Params, Stage, Step, StepResult};
+use conformance_core::scenario::{ActionError, Case, Ctx, Params, Stage, Step, StepResult};
 use conformance_core::target::{
-    Capability, Fault, Target, TargetFactory, TargetInfo, TargetResult,
+    Capability, Fault, SandboxSpec, Target, TargetError, TargetFactory, TargetInfo, TargetResult,
 };
 use conformance_core::testkit::*;
 use conformance_core::timeline::{
@@ -348,6 +348,55 @@ async fn a_shell_that_fails_on_a_ready_sandbox_is_a_product_failure_naming_its_r
     );
     let seed = r.stages.iter().find(|s| s.stage == Stage::Seed).unwrap();
     assert_eq!(seed.status, conformance_core::timeline::StageStatus::Failed);
+}
+
+/// Creates, stops and starts a sandbox in one step, waiting for all three behaviours; the
+/// fake supports no stop or start, so only a refusal of one stops the step.
+fn create_stop_and_start(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
+    Box::pin(async move {
+        let name = ctx.sandbox_name("main");
+        let unsupported_is_fine = |r: Result<(), ActionError>| match r {
+            Err(ActionError {
+                error: TargetError::Unsupported(_),
+                ..
+            }) => Ok(()),
+            r => r,
+        };
+        ctx.create_sandbox(&SandboxSpec {
+            name: name.clone(),
+            ..SandboxSpec::default()
+        })
+        .await?;
+        unsupported_is_fine(ctx.stop_sandbox(&name).await)?;
+        unsupported_is_fine(ctx.start_sandbox(&name).await)?;
+        Ok(())
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_create_stop_or_start_breaks_its_own_requirement_not_every_one_its_step_waits_for()
+ {
+    // Issue 43: a step that waits for several behaviours (the seeded sweep's one step waits
+    // for R1, R7, R9 and R11) blamed all of them for one refusal.
+    for (call, requirement) in [("create", "R11"), ("stop", "R7"), ("start", "R8")] {
+        let steps = vec![
+            Step::new(Stage::Seed, "create, stop and start", create_stop_and_start)
+                .waiting_for(&["R1", "R7", "R8", "R11"]),
+        ];
+        let r = engine(Factory::new(Quirk::Refuses(call)))
+            .run_case(&case(steps))
+            .await;
+        let Outcome::Failed(reason) = &r.outcome else {
+            panic!("{call}: expected a product failure, got {:?}", r.outcome)
+        };
+        assert!(
+            reason.starts_with(&format!("[{requirement}] unexpectedly refused: "))
+                && reason.ends_with(&format!("{call} refused")),
+            "{call}: {reason}"
+        );
+        assert_eq!(r.step_broke(), [requirement], "{call}");
+        assert_eq!(r.broken_requirements(), [requirement], "{call}");
+    }
 }
 
 #[tokio::test(start_paused = true)]

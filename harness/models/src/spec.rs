@@ -193,6 +193,7 @@ pub enum Defect {
     WorkspaceEmptiedOnGatewayRestart,
     ReadyBeforeShellUsable,
     BackoffUncapped,
+    StopNeverCompletes,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -313,6 +314,12 @@ pub const DEFECTS: &[DefectInfo] = &[
         description: "the supervisor's retry back-off (bootstrap, attach, session) doubles without a cap",
         requirement: "R5",
     },
+    DefectInfo {
+        defect: Defect::StopNeverCompletes,
+        name: "stop-never-completes",
+        description: "a stop of a Ready sandbox never completes: the gateway skips the Suspended patch, so the stop times out into Error/StopFailed",
+        requirement: "R7",
+    },
 ];
 
 impl Defect {
@@ -371,6 +378,8 @@ impl Defect {
             Self::ReadyBeforeShellUsable => b.shell_lags_ready = true,
             // R5: the back-off's cap (F2.1, F2.7).
             Self::BackoffUncapped => b.backoff_uncapped = true,
+            // R7: an explicit stop ends in Stopped (F1.9, F3.7).
+            Self::StopNeverCompletes => b.stop_skips_suspend = true,
         }
     }
 }
@@ -572,6 +581,9 @@ pub struct Behaviour {
     pub replay_completed: bool,
     /// Stop works from Error, then start (R8; F1.9, F1.10 refuse).
     pub stop_from_error: bool,
+    /// A stop of a Ready sandbox skips the Suspended patch (F3.7 patches it), so it never
+    /// completes and times out into Error/StopFailed.
+    pub stop_skips_suspend: bool,
     /// `--restart-policy` exists (F9.1).
     pub restart_policy: bool,
     /// The restart policy is consulted for an exit reported across a gateway restart.
@@ -807,6 +819,7 @@ mod tests {
             completed_phase: !upstream,
             replay_completed: d(Defect::CompletedWorkloadReplayed),
             stop_from_error: contract && !d(Defect::NoRecoveryFromError),
+            stop_skips_suspend: d(Defect::StopNeverCompletes),
             restart_policy: !upstream,
             restart_policy_across_gateway_restart: contract
                 && !d(Defect::RestartPolicyIgnoredOnGatewayRestart),

@@ -77,9 +77,8 @@ pub(crate) async fn seed_ready(
 /// The sentinel a scenario writes before its fault and reads back after it.
 pub(crate) const BEFORE_FAULT: &str = "before-fault";
 
-/// The requirement a stop that does not complete breaks: an explicit stop ends in Stopped and
-/// stays there (the stop contract, docs/upstream-facts.md F1.9).
-pub(crate) const STOP_CONTRACT: &str = "R7";
+/// The requirement a stop that does not complete breaks, as a refused one does (core's).
+pub(crate) use conformance_core::scenario::STOP_CONTRACT;
 
 /// How long the sandbox pod may still be seen running once the gateway says Stopped: the two
 /// reach the timeline through different observers (the gateway's stream, the pod watch).

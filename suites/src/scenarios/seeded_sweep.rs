@@ -9,7 +9,7 @@ use conformance_core::keys::{FaultKey, Marker};
 use conformance_core::phase::Phase;
 use conformance_core::scenario::{CaseInfo, Ctx, Scenario, Stage, Step, StepError, StepResult};
 use conformance_core::schedule::{FaultSchedule, InjectionPoint, PlannedFault, ScheduleSpec};
-use conformance_core::target::{Capability, Fault, SandboxSpec, TargetError};
+use conformance_core::target::{Capability, Fault, SandboxSpec};
 use futures::future::BoxFuture;
 
 use super::common::*;
@@ -140,7 +140,7 @@ async fn run_one(ctx: &mut Ctx, role: &str, planned: &PlannedFault) -> StepResul
             match early {
                 Ok(_) => {}
                 // The gateway was away: the user retries once it is back.
-                Err(TargetError::Refused { .. }) => {
+                Err(e) if e.is_refused() => {
                     ctx.create_sandbox(&spec).await?;
                 }
                 Err(e) => return Err(e.into()),

@@ -93,23 +93,28 @@ impl Gateway {
     /// StopSandbox (F1.9): returns once Stopping is persisted; the driver work continues.
     pub fn stop_sandbox(self: &Arc<Self>, name: &str) -> Result<(), Status> {
         self.check_alive()?;
+        let suspend;
         {
             let mut core = self.core();
             let rec = core
                 .store
                 .get(name)
                 .ok_or_else(|| Status::not_found(format!("sandbox '{name}' not found")))?;
-            match self.rules().stop_allowed(&rec.phase) {
+            let rules = self.rules();
+            match rules.stop_allowed(&rec.phase) {
                 super::core::Verdict::Idempotent => return Ok(()),
                 super::core::Verdict::Refuse(msg) => return Err(Status::failed_precondition(msg)),
                 super::core::Verdict::Proceed => {}
             }
+            // Defect `stop-never-completes`: only a stop of a Ready sandbox, so recovery from
+            // Error by stop and start (R8) still works and the defect stays R7's alone.
+            suspend = !(rules.b.stop_skips_suspend && rec.phase == Phase::Ready);
             self.commit(&mut core, name, |r, rec| r.begin_stop(rec));
             core.sessions.remove(name);
         }
         let gw = self.clone();
         let name = name.to_string();
-        self.spawn(async move { driver::stop_sandbox(&gw, &name).await });
+        self.spawn(async move { driver::stop_sandbox(&gw, &name, suspend).await });
         Ok(())
     }
 

@@ -214,11 +214,12 @@ pub(crate) fn set_operating_mode(gw: &Gateway, cr: &str, mode: &str) -> Result<(
 }
 
 /// Stop (F3.7): patch Suspended, poll 250 ms → 2 s until `Suspended=True`, deadline 60 s.
-pub(crate) async fn stop_sandbox(gw: &Arc<Gateway>, name: &str) {
+/// `suspend` false (defect `stop-never-completes`): the patch is skipped, so the stop times out.
+pub(crate) async fn stop_sandbox(gw: &Arc<Gateway>, name: &str, suspend: bool) {
     let Some(cr) = gw.core().store.get(name).map(|r| r.cr_name.clone()) else {
         return;
     };
-    if let Err(e) = set_operating_mode(gw, &cr, "Suspended") {
+    if suspend && let Err(e) = set_operating_mode(gw, &cr, "Suspended") {
         gw.log(
             "WARN",
             "openshell_driver_kubernetes",

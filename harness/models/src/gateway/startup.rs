@@ -27,7 +27,7 @@ impl Gateway {
                 StartupAction::Stop => {
                     let gw = self.clone();
                     let n = name.clone();
-                    self.spawn(async move { driver::stop_sandbox(&gw, &n).await });
+                    self.spawn(async move { driver::stop_sandbox(&gw, &n, true).await });
                 }
                 StartupAction::Start => {
                     let _ = driver::set_operating_mode(self, &cr, "Running");

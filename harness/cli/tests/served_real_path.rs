@@ -895,6 +895,27 @@ fn a_wrong_openshell_cli_or_agent_sandbox_release_is_refused_before_the_earlier_
         std::fs::write(d.join("artifacts/junit.xml"), "EARLIER RUN").unwrap();
         std::fs::write(d.join("artifacts/timelines/a.jsonl"), "EARLIER RUN").unwrap();
         manifest_listing(&d.join("artifacts"), &["junit.xml", "timelines/a.jsonl"]);
+        // And the restore journal of a killed served run (its cluster ended with it): removed
+        // by a run that starts, not by one that is refused.
+        let journal = d
+            .join("artifacts")
+            .join(conformance_real::journal::FILE_NAME);
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(
+                conformance_real::journal::Journal::new(&journal, "kube-emulator", None)
+                    .cluster_ends_with_run(true)
+                    .add(conformance_real::journal::Entry {
+                        id: "node-access-x".into(),
+                        fault: "supervisor-kill".into(),
+                        undo: conformance_real::journal::Undo::DeletePod {
+                            namespace: "openshell".into(),
+                            name: "x".into(),
+                        },
+                    }),
+            )
+            .unwrap();
         let mut cmd = bin();
         cmd.args(&args).current_dir(d).env("PATH", tools.path_env());
         if let Some(url) = releases {
@@ -919,5 +940,10 @@ fn a_wrong_openshell_cli_or_agent_sandbox_release_is_refused_before_the_earlier_
                 "{args:?} removed {f}: {text}"
             );
         }
+        assert!(journal.is_file(), "{args:?} removed the journal: {text}");
+        assert!(
+            !text.contains("restore journal of a killed served run"),
+            "{text}"
+        );
     }
 }

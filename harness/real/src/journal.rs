@@ -191,12 +191,13 @@ async fn remove_file(path: &Path) -> Result<()> {
 pub enum Earlier {
     /// None there, or one with nothing left in it.
     None,
-    /// A served run's journal (its cluster ended with it), now removed, with its entry count.
-    Removed(usize),
+    /// A served run's journal (its cluster ended with it), with its entry count: the new run
+    /// removes it ([`remove_ended`]) once every other check has passed.
+    Ended(usize),
 }
 
 /// Checks for a journal an earlier run left at `path`, before a new run writes its own there:
-/// a served run's is removed (its cluster is gone); one that holds faults on a cluster that
+/// a served run's is reported (its cluster is gone; nothing is removed here); one that holds faults on a cluster that
 /// outlived its run is refused (exit 2), since the new run would merge its own entries into it
 /// and judge a cluster that may still have them active.
 pub async fn earlier(path: &Path) -> Result<Earlier> {
@@ -214,8 +215,7 @@ pub async fn earlier(path: &Path) -> Result<Earlier> {
         return Ok(Earlier::None);
     }
     if file.cluster_ended_with_run {
-        remove_file(path).await?;
-        return Ok(Earlier::Removed(file.entries.len()));
+        return Ok(Earlier::Ended(file.entries.len()));
     }
     Err(Error::usage(format!(
         "{} holds {} fault(s) an earlier run left active on context {}: undo them first with `openshell-conformance restore --journal {}`, or remove the file if that cluster is gone",
@@ -224,6 +224,11 @@ pub async fn earlier(path: &Path) -> Result<Earlier> {
         file.context,
         path.display()
     )))
+}
+
+/// Removes a journal [`earlier`] found [`Earlier::Ended`].
+pub async fn remove_ended(path: &Path) -> Result<()> {
+    remove_file(path).await
 }
 
 /// Carries out one undo.

@@ -208,10 +208,13 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
         tell!("{PAUSE_AT_START}: pausing before anything is checked");
         tokio::time::sleep(pause_at_start).await;
     }
+    // Journals of killed served runs: found now, removed with the earlier run's other files
+    // once every check has passed.
+    let mut ended_journals = Vec::new();
     if !args.dry_run {
         check_outputs(&args)?;
         if args.provider().is_some() {
-            check_earlier_journal(&args).await?;
+            ended_journals = check_earlier_journal(&args).await?;
         }
     }
     if args.openshell_binaries.is_some() && args.target != TargetKind::Served {
@@ -316,6 +319,7 @@ pub(super) async fn run(args: RunArgs) -> Result<ExitStatus, Error> {
         .map(|c| timeline_path(&args, &c.id()))
         .collect();
     let earlier = EarlierRun::find(&args, &timelines)?;
+    remove_ended_journals(ended_journals).await?;
     let left = earlier.clear()?;
     if let Some(removed) = earlier.describe() {
         tell!(
@@ -614,10 +618,11 @@ fn journal_path(args: &RunArgs) -> PathBuf {
 }
 
 /// Refuses a restore journal with faults an earlier run left on a cluster that outlived it, and
-/// removes a served run's, saying so (see [`conformance_real::journal::earlier`]): in the run
-/// directory, where this run writes its own, and in the artifacts directory, where a run without
-/// `--run-dir` kept it, so neither directory hides active faults from the other.
-async fn check_earlier_journal(args: &RunArgs) -> Result<(), Error> {
+/// returns a served run's (see [`conformance_real::journal::earlier`]) for the run to remove
+/// once every other check passed: in the run directory, where this run writes its own, and in
+/// the artifacts directory, where a run without `--run-dir` kept it, so neither directory hides
+/// active faults from the other.
+async fn check_earlier_journal(args: &RunArgs) -> Result<Vec<(PathBuf, usize)>, Error> {
     let mut paths = vec![journal_path(args)];
     let in_artifacts = args.artifacts.join(conformance_real::journal::FILE_NAME);
     if conformance_real::options::resolved(&in_artifacts)
@@ -625,15 +630,25 @@ async fn check_earlier_journal(args: &RunArgs) -> Result<(), Error> {
     {
         paths.push(in_artifacts);
     }
+    let mut ended = Vec::new();
     for path in paths {
-        if let conformance_real::journal::Earlier::Removed(n) =
+        if let conformance_real::journal::Earlier::Ended(n) =
             conformance_real::journal::earlier(&path).await?
         {
-            tell!(
-                "removed {}, the restore journal of a killed served run ({n} fault(s) on its cluster, which ended with it)",
-                path.display()
-            );
+            ended.push((path, n));
         }
+    }
+    Ok(ended)
+}
+
+/// Removes the journals of killed served runs [`check_earlier_journal`] found, saying so.
+async fn remove_ended_journals(ended: Vec<(PathBuf, usize)>) -> Result<(), Error> {
+    for (path, n) in ended {
+        conformance_real::journal::remove_ended(&path).await?;
+        tell!(
+            "removed {}, the restore journal of a killed served run ({n} fault(s) on its cluster, which ended with it)",
+            path.display()
+        );
     }
     Ok(())
 }

@@ -1253,9 +1253,10 @@ impl Ctx {
     }
 
     /// [`Ctx::outage`] at a point the gateway reports: once it reports sandbox `name` in
-    /// `phase` (a wait that fails `requirement` if the sandbox is never reported). A sandbox already past `phase` when it is first seen, or when the gateway
-    /// stopped, missed the point: the case cannot say what it was to say, so that is an
-    /// infrastructure error naming it, never a verdict about another point.
+    /// `phase` (a wait that fails `requirement` if the sandbox is never reported). A sandbox
+    /// already past `phase` when it is first seen, or when the gateway stopped, missed the
+    /// point: the case cannot say what it was to say, so that is an infrastructure error naming
+    /// it, never a verdict about another point.
     pub async fn outage_while(
         &mut self,
         requirement: &str,

@@ -26,12 +26,13 @@ pub(crate) fn bound_ms(scale: u32) -> i64 {
 }
 
 /// For each line stamped twice: the kubelet's stamp minus the process's own, in ms.
-pub(crate) fn skews(text: &str) -> Vec<i64> {
+pub(crate) fn skews<'a>(lines: impl IntoIterator<Item = &'a str>) -> Vec<i64> {
     let stamp = |w: &str| {
         let t = humantime::parse_rfc3339_weak(w.trim_end_matches('Z')).ok()?;
         Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64)
     };
-    text.lines()
+    lines
+        .into_iter()
         .filter_map(|line| {
             let plain = crate::completeness::strip_ansi(line);
             let mut words = plain.split_whitespace();
@@ -44,7 +45,7 @@ pub(crate) fn skews(text: &str) -> Vec<i64> {
 
 /// Records the gateway's clock skew on the timeline; Err when it is off the clock.
 pub(crate) fn check(rec: &Recorder, log: &GatewayLogRead, scale: u32) -> Result<(), TargetError> {
-    check_process(rec, "the gateway", SKEW_KEY, None, &log.text, scale)
+    check_process(rec, "the gateway", SKEW_KEY, None, log.text.lines(), scale)
 }
 
 /// Key of the observation with the skew of a sandbox's supervisor's clock against the
@@ -64,22 +65,22 @@ pub(crate) fn check_supervisor(
         &format!("the supervisor of sandbox {sandbox}"),
         SUPERVISOR_SKEW_KEY,
         Some(sandbox),
-        &lines.join("\n"),
+        lines.iter().map(String::as_str),
         scale,
     )
 }
 
-/// Records the skew of `process`'s clock, read from `text`, as observation `key`; Err naming
-/// `process` when it is off the clock.
-fn check_process(
+/// Records the skew of `process`'s clock, read from its log `lines`, as observation `key`; Err
+/// naming `process` when it is off the clock.
+fn check_process<'a>(
     rec: &Recorder,
     process: &str,
     key: &str,
     subject: Option<&str>,
-    text: &str,
+    lines: impl IntoIterator<Item = &'a str>,
     scale: u32,
 ) -> Result<(), TargetError> {
-    let mut skews = skews(text);
+    let mut skews = skews(lines);
     if skews.is_empty() {
         return Ok(());
     }

@@ -94,7 +94,7 @@ pub async fn agent_sandbox_manifest(opts: &mut RealOptions, typed: bool) -> Resu
         "agent-sandbox-{version}-{}",
         pins::agent_sandbox_asset(&version).unwrap_or("sandbox.yaml")
     ));
-    write_new(&path, text.as_bytes())
+    crate::private::write_secret_file(&path, text.as_bytes())
         .map_err(|e| Error::infra_from(format!("{flag}: cannot keep {}", path.display()), e))?;
     opts.agent_sandbox = AgentSandboxSource::Release {
         version,
@@ -184,17 +184,6 @@ fn proxy_in(env: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<&'static
         .find(|v| env(v).is_some_and(|x| !x.is_empty()))
 }
 
-/// The file, created anew in the run's own private directory (never through a link).
-fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let _ = std::fs::remove_file(path);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)?
-        .write_all(bytes)
-}
-
 enum Got {
     Body(Vec<u8>),
     Status(u16),
@@ -222,7 +211,7 @@ async fn get(url: &str, plain: bool) -> std::result::Result<Got, String> {
         let resp = client
             .request(req)
             .await
-            .map_err(|e| format!("{uri}: {}", chain(&e)))?;
+            .map_err(|e| format!("{uri}: {}", conformance_core::error::one_line(&e)))?;
         let status = resp.status();
         if status.is_redirection() {
             let location = resp
@@ -246,18 +235,6 @@ async fn get(url: &str, plain: bool) -> std::result::Result<Got, String> {
         return Ok(Got::Body(body.to_bytes().to_vec()));
     }
     Err(format!("more than {MAX_REDIRECTS} redirects from {url}"))
-}
-
-/// An error and its causes on one line (hyper's own message alone says only "client error").
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 /// How long `openshell --version` may take: it reads nothing and contacts nothing.

@@ -152,25 +152,57 @@ fn states_of<'a>(t: &'a Timeline, sandbox: &str) -> Vec<(u64, &'a ObjectState)> 
 }
 
 /// The commits of `commits` the timeline does not show: per sandbox, each commit must find its
-/// phase among the sandbox's recorded phases after the one the previous commit found.
+/// phase among the sandbox's recorded phases after the one the previous commit found, and, if
+/// the gateway logged it inside a gap of the observer, no earlier than that gap began: a phase
+/// recorded before the gap cannot be the one committed in it (a restarted gateway's
+/// Ready -> Provisioning is not the Provisioning seen at creation).
 pub(crate) fn missed_commits<'a>(t: &Timeline, commits: &'a [PhaseCommit]) -> Vec<&'a PhaseCommit> {
     let sandboxes: BTreeSet<&str> = commits.iter().map(|c| c.sandbox.as_str()).collect();
     let mut missed = Vec::new();
     for sandbox in sandboxes {
-        let phases: Vec<Phase> = states_of(t, sandbox)
+        let mut states: Vec<(u64, Phase)> = states_of(t, sandbox)
             .into_iter()
             .filter(|(_, s)| !is_gap(s))
-            .map(|(_, s)| Phase::parse(s.phase.as_deref().unwrap_or_default()))
+            .map(|(at, s)| (at, Phase::parse(s.phase.as_deref().unwrap_or_default())))
             .collect();
+        // States taken from the log are recorded late, at the time they were logged.
+        states.sort_by_key(|(at, _)| *at);
         let mut next = 0;
         for c in commits.iter().filter(|c| c.sandbox == sandbox) {
-            match phases[next..].iter().position(|p| *p == c.to) {
-                Some(i) => next += i + 1,
+            let from = gap_around(t, c).map_or(next, |(gap, _)| {
+                next.max(states.partition_point(|(at, _)| *at < gap))
+            });
+            match states[from..].iter().position(|(_, p)| *p == c.to) {
+                Some(i) => next = from + i + 1,
                 None => missed.push(c),
             }
         }
     }
     missed
+}
+
+/// The gap of the observer that `c` was logged in, if any, as (began at, ended at; `None` while
+/// it lasts): a window where the sandbox's WatchSandbox stream was down, or where the timeline
+/// records the gateway as unreachable for it (a gap state up to the next state that is none).
+fn gap_around(t: &Timeline, c: &PhaseCommit) -> Option<(u64, Option<u64>)> {
+    let at = u64::try_from(c.logged_unix_ms? - wall_zero(t)?).ok()?;
+    let inside = |(from, to): &(u64, Option<u64>)| *from <= at && to.is_none_or(|to| at <= to);
+    if let Some(w) = disconnected(t, &c.sandbox).into_iter().find(inside) {
+        return Some(w);
+    }
+    let states = states_of(t, &c.sandbox);
+    states
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, s))| is_gap(s))
+        .map(|(i, (from, _))| {
+            let to = states[i + 1..]
+                .iter()
+                .find(|(_, s)| !is_gap(s))
+                .map(|(to, _)| *to);
+            (*from, to)
+        })
+        .find(inside)
 }
 
 /// When each of `sandbox`'s WatchSandbox streams was down, from the observer's own record:
@@ -207,8 +239,7 @@ fn disconnected(t: &Timeline, sandbox: &str) -> Vec<(u64, Option<u64>)> {
 /// Where on the timeline `c` was logged, if it was logged while its sandbox's stream was down
 /// (so the observer could not have been sent it).
 fn while_disconnected(t: &Timeline, c: &PhaseCommit) -> Option<u64> {
-    let at = c.logged_unix_ms? - wall_zero(t)?;
-    let at = u64::try_from(at).ok()?;
+    let at = u64::try_from(c.logged_unix_ms? - wall_zero(t)?).ok()?;
     disconnected(t, &c.sandbox)
         .into_iter()
         .any(|(from, to)| from <= at && to.is_none_or(|to| at <= to))
@@ -272,18 +303,7 @@ fn describe(t: &Timeline, c: &PhaseCommit) -> String {
     };
     let at = logged - zero;
     s.push_str(&format!(" ({:.3}s on the timeline", at as f64 / 1000.0));
-    // The gap around it: from a gap state of the sandbox to its next state that is none.
-    let states = states_of(t, &c.sandbox);
-    let gap = states.iter().enumerate().find_map(|(i, (from, st))| {
-        if !is_gap(st) || *from as i64 > at {
-            return None;
-        }
-        let to = states[i + 1..]
-            .iter()
-            .find(|(_, s)| !is_gap(s))
-            .map(|(to, _)| *to);
-        to.is_none_or(|to| at <= to as i64).then_some((*from, to))
-    });
+    let gap = gap_around(t, c);
     match gap {
         Some((from, Some(to))) => s.push_str(&format!(
             ", inside the gap the timeline notes from {:.3}s to {:.3}s",

@@ -159,3 +159,74 @@ async fn a_gateway_that_logs_no_commit_is_said_on_the_timeline_not_passed_silent
         ]
     );
 }
+
+/// Records that `name`'s WatchSandbox stream went `state` (connected or disconnected).
+fn stream(rec: &Recorder, name: &str, state: &str) {
+    rec.record(Event::Observation {
+        key: crate::watch::STREAM_STATE_KEY.into(),
+        subject: Some(format!("{GATEWAY_SANDBOX_KIND}/{name}")),
+        value: serde_json::json!(state),
+    });
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_commit_logged_inside_a_gap_is_not_matched_by_a_phase_recorded_before_the_gap_but_taken_from_the_log()
+ {
+    // Creation records Provisioning twice (its conditions changed) before Ready; the gateway
+    // logs no commit for Ready at creation. Then the stream is down from 2 s to 4 s, and a
+    // restarted gateway commits Ready -> Provisioning -> Ready inside that gap; the stream, back,
+    // sends Ready, which the timeline already shows.
+    let rec = recorder(0);
+    for message in ["pod scheduled", "supervisor connecting"] {
+        rec.observe(
+            SandboxView {
+                name: "a".into(),
+                phase: Phase::Provisioning,
+                message: Some(message.into()),
+                ..SandboxView::default()
+            }
+            .to_state(),
+        );
+    }
+    seen(&rec, "a", Phase::Ready);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stream(&rec, "a", crate::watch::DISCONNECTED);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stream(&rec, "a", crate::watch::CONNECTED);
+    seen(&rec, "a", Phase::Ready);
+    let commits = [
+        commit("a", Phase::Unspecified, Phase::Provisioning, 0),
+        commit("a", Phase::Ready, Phase::Provisioning, 3_000),
+        commit("a", Phase::Provisioning, Phase::Ready, 3_500),
+    ];
+    let t = rec.snapshot();
+    assert_eq!(
+        missed_commits(&t, &commits),
+        [&commits[1], &commits[2]],
+        "the phases recorded at creation are no record of those committed in the gap"
+    );
+    let log = GatewayLogRead {
+        text: [
+            "1970-01-01T00:00:00.000Z INFO c: Sandbox phase changed sandbox_name=a old_phase=Unspecified new_phase=Provisioning",
+            "1970-01-01T00:00:03.000Z INFO c: Sandbox phase changed sandbox_name=a old_phase=Ready new_phase=Provisioning",
+            "1970-01-01T00:00:03.500Z INFO c: Sandbox phase changed sandbox_name=a old_phase=Provisioning new_phase=Ready",
+        ]
+        .join("\n"),
+        unreadable: vec![],
+    };
+    let sandboxes = BTreeSet::from(["a".to_string()]);
+    verify(&rec, &log, &sandboxes, Duration::from_secs(1))
+        .await
+        .unwrap();
+    let t = rec.snapshot();
+    let from_log: Vec<u64> = t
+        .entries
+        .iter()
+        .filter(|e| {
+            matches!(&e.event, Event::Object(o)
+                if o.conditions.iter().any(|c| c.reason.as_deref() == Some(FROM_LOG_REASON)))
+        })
+        .map(|e| e.at_ms)
+        .collect();
+    assert_eq!(from_log, [3_000, 3_500], "the gap's commits, when they were logged");
+}

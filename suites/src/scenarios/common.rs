@@ -14,7 +14,7 @@ use futures::future::BoxFuture;
 
 use conformance_core::scenario::{CaseInfo, Ctx, Params, Scenario, StepError, StepResult, WakeOn};
 use conformance_core::target::{
-    Fault, RestartPolicy, START_MARK, SandboxSpec, TargetError, count_start_marks,
+    Fault, RestartPolicy, START_MARK, SandboxSpec, SandboxView, TargetError, count_start_marks,
     workspace_pvc_name,
 };
 use conformance_core::timeline::{GATEWAY_SANDBOX_KIND, StartCount, World};
@@ -773,14 +773,27 @@ pub(crate) fn start_ended_marker(sandbox: &str) -> Marker {
 
 /// After a start of `sandbox` (the user's, after a stop): waits until it is Ready, or terminal
 /// with a cause in its status, and marks [`start_ended_marker`]. A start that does neither
-/// within [`START_BOUND`] stops the case under R14, naming the phase it hangs in and the
-/// supervisor's last log line: a hung start is undiagnosable, whatever else it breaks.
+/// within [`START_BOUND`] stops the case under R14 ([`settle_ended`]).
 pub(crate) async fn settle_start(ctx: &Ctx, sandbox: &str) -> StepResult {
+    settle_ended(ctx, sandbox, &format!("the start of sandbox {sandbox}")).await?;
+    ctx.mark(&start_ended_marker(sandbox));
+    Ok(())
+}
+
+/// Waits until `sandbox` is Ready, or terminal with a cause in its status, after `what` (a
+/// start, or a fault's end: the sandbox bootstraps and connects its session again, the stages
+/// [`START_BOUND`] is derived from). One that does neither within [`START_BOUND`] stops the case
+/// under R14, naming the phase it hangs in and the supervisor's last log line: a hang is
+/// undiagnosable, whatever else it breaks.
+pub(crate) async fn settle_ended(
+    ctx: &Ctx,
+    sandbox: &str,
+    what: &str,
+) -> Result<SandboxView, StepError> {
     let ended = [Phase::Ready, Phase::Error, Phase::Completed];
     let hung = match ctx.wait_phase("R14", sandbox, &ended, START_BOUND).await {
         Ok(v) if v.phase == Phase::Ready || v.reason.as_deref().is_some_and(|r| !r.is_empty()) => {
-            ctx.mark(&start_ended_marker(sandbox));
-            return Ok(());
+            return Ok(v);
         }
         Ok(v) => format!("ended {} with no cause in its status", v.phase.name()),
         Err(StepError::Deadline { .. }) => match ctx.get_sandbox(sandbox).await {
@@ -803,7 +816,7 @@ pub(crate) async fn settle_start(ctx: &Ctx, sandbox: &str) -> StepResult {
     Err(StepError::Failed {
         requirements: vec!["R14".into()],
         message: format!(
-            "the start of sandbox {sandbox} {hung}; the supervisor's last log line: {}",
+            "{what} {hung}; the supervisor's last log line: {}",
             last_supervisor_line(ctx, sandbox).await
         ),
     })

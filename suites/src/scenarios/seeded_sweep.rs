@@ -195,18 +195,16 @@ async fn run_one(ctx: &mut Ctx, role: &str, planned: &PlannedFault) -> StepResul
             ctx.outage(&outage_key(role), outage).await?;
         }
     }
-    // Ready before the sandbox first ran is bootstrap's tolerance (R1); Ready again after it
-    // ran, the gateway's (R9).
-    let recovers = if provisions_first(planned.point) {
-        "R9"
-    } else {
-        "R1"
-    };
-    let ready = ctx
-        .settle_phase(recovers, &name, &[Phase::Ready], PROVISION_TIMEOUT)
-        .await;
+    // Ready, or terminal for a reported cause, once the gateway is back (R14); one that ends
+    // elsewhere than Ready is the recovery checks' to judge (R1, R9).
+    let ended = settle_ended(
+        ctx,
+        &name,
+        &format!("sandbox {name}, once its outage ended,"),
+    )
+    .await?;
     // A sandbox first Ready only now provisioned through the outage: usable once Ready too.
-    if ready.is_some() && !provisions_first(planned.point) {
+    if ended.phase == Phase::Ready && !provisions_first(planned.point) {
         wait_usable(ctx, &name).await?;
     }
     record_recovery(ctx, &recovery_bound(planned.point, role, &name).0, &name);

@@ -291,7 +291,7 @@ fn a_topology_defined_only_as_yaml_gets_the_behaviour_of_its_placement() {
 }
 
 /// The detection matrix, one row per defect switch, so the rows run side by side.
-const MATRIX_ROWS: [&str; 19] = [
+const MATRIX_ROWS: [&str; 21] = [
     "bootstrap-gives-up-after-retry-window",
     "sidecar-gives-up-after-120s",
     "workload-starts-before-policy",
@@ -311,6 +311,8 @@ const MATRIX_ROWS: [&str; 19] = [
     "ready-before-shell-usable",
     "backoff-uncapped",
     "stop-never-completes",
+    "backoff-overshoots-cap",
+    "start-hangs",
 ];
 
 #[test]
@@ -331,7 +333,10 @@ fn the_detection_matrix_has_a_row_for_every_defect_switch() {
 /// of two.
 #[rstest]
 fn every_defect_is_caught_by_some_scenario_naming_the_broken_requirement(
-    #[values(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18)] row: usize,
+    #[values(
+        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20
+    )]
+    row: usize,
 ) {
     let name = MATRIX_ROWS[row];
     let d = DEFECTS
@@ -497,6 +502,100 @@ fn a_stop_that_never_completes_fails_the_stop_contract_by_name_and_nothing_else(
         .collect();
     assert!(missed.is_empty(), "not caught: {missed:?}");
     assert!(!caught.is_empty(), "nothing caught the defect");
+}
+
+/// A back-off sleep 2 s over its cap is R5's failure, named, and nothing else's: every case it
+/// breaks fails only back-off checks, and it is caught where R5 is judged through a shared
+/// supervisor (the gateway topology) and in the seeded sweep, as in the outages (issue 43: the
+/// cap plus 10 s let a 32 s sleep pass, and neither of those judged R5 at all).
+#[test]
+fn a_back_off_sleep_2_s_over_its_cap_fails_the_back_off_check_and_nothing_else() {
+    let selection = Selection::parse("contract", &["backoff-overshoots-cap".into()], None);
+    let cases = catalog::cases(&all_topologies(), &Pick::default());
+    let reports = run_cases(selection.unwrap(), cases);
+    let mut caught: BTreeSet<&str> = BTreeSet::new();
+    for r in &reports {
+        if matches!(r.outcome, Outcome::Passed | Outcome::Skipped(_)) {
+            continue;
+        }
+        assert!(matches!(r.outcome, Outcome::Failed(_)), "{}", describe(r));
+        assert_eq!(r.broken_requirements(), ["R5"], "{}", describe(r));
+        for c in r.failed_checks() {
+            assert!(
+                c.requirements == ["R5"]
+                    && c.name.contains("back off")
+                    && c.message.contains("by a retry, refused again,"),
+                "{}",
+                describe(r)
+            );
+        }
+        caught.insert(r.case_id.as_str());
+    }
+    for (what, prefix) in [
+        ("the gateway topology", "gateway-outage[gateway,"),
+        ("the seeded sweep", "seeded-sweep["),
+        ("a bootstrap outage", "bootstrap-outage["),
+    ] {
+        assert!(
+            caught.iter().any(|id| id.starts_with(prefix)),
+            "not caught in {what}: {caught:?}"
+        );
+    }
+    // Outages that end before any sleep reaches the session's cap are not failed.
+    assert!(
+        !caught
+            .iter()
+            .any(|id| id.starts_with("gateway-outage[") && id.contains("outage=30s")),
+        "{caught:?}"
+    );
+}
+
+/// A start that hangs is R14's failure, named with the phase it hangs in and the supervisor's
+/// last log line, within the bound the release's timeouts give (docs/upstream-facts.md F2.13),
+/// and nothing else's: not the 300 s provisioning deadline's R7 or R8 (issue 43).
+#[test]
+fn a_start_that_hangs_fails_diagnosability_naming_its_phase_and_the_supervisors_last_line() {
+    let selection = Selection::parse("contract", &["start-hangs".into()], None);
+    let cases = catalog::cases(&all_topologies(), &Pick::default());
+    let reports = run_cases(selection.unwrap(), cases);
+    let mut caught: BTreeSet<&str> = BTreeSet::new();
+    for r in &reports {
+        if matches!(r.outcome, Outcome::Passed | Outcome::Skipped(_)) {
+            continue;
+        }
+        assert!(matches!(r.outcome, Outcome::Failed(_)), "{}", describe(r));
+        assert_eq!(r.broken_requirements(), ["R14"], "{}", describe(r));
+        let reason = r.outcome.reason().unwrap_or_default();
+        assert!(
+            reason.starts_with("[R14] ")
+                && reason.contains("hangs in Starting")
+                && reason.contains("after 3m 20s")
+                && reason.contains("the supervisor's last log line: "),
+            "{}",
+            describe(r)
+        );
+        for c in &r.checks {
+            assert!(
+                c.passed
+                    || c.not_evaluated
+                        .as_deref()
+                        .is_some_and(|w| w.contains("[R14]")),
+                "{}: check '{}' neither passed nor said why it was not evaluated: {}",
+                r.case_id,
+                c.name,
+                c.diagnosis()
+            );
+        }
+        caught.insert(r.case_id.as_str());
+    }
+    for scenario in ["stopped-through-outage", "error-recovery"] {
+        let missed: Vec<&str> = reports
+            .iter()
+            .filter(|r| r.scenario == scenario && !caught.contains(r.case_id.as_str()))
+            .map(|r| r.case_id.as_str())
+            .collect();
+        assert!(missed.is_empty(), "{scenario} not caught: {missed:?}");
+    }
 }
 
 fn upstream(agent_sandbox: Option<&str>) -> Selection {
@@ -761,6 +860,8 @@ fn the_same_seed_gives_a_byte_identical_timeline() {
     "permanent-bootstrap-error[combined,*",
     "R14"
 )]
+#[case::backoff_overshoots_cap("backoff-overshoots-cap", "gateway-outage[gateway,*", "R5")]
+#[case::start_hangs("start-hangs", "stopped-through-outage[combined,*", "R14")]
 fn each_defect_breaks_its_rule_where_the_catalog_looks_for_it(
     #[case] defect: &str,
     #[case] pattern: &str,

@@ -90,11 +90,10 @@ impl SandboxLayout {
         }
     }
 
-    /// Where `sandbox`'s supervisor logs; None where one supervisor serves every sandbox, whose
-    /// log does not say which sandbox an attempt was for.
-    pub fn supervisor_log(&self, sandbox: &str) -> Option<SupervisorAt> {
-        let (at, own) = self.supervisor_of(sandbox);
-        own.then_some(at)
+    /// Where `sandbox`'s supervisor logs: its own, or the one that serves every sandbox (whose
+    /// lines say which sandbox they are for, [`crate::retries::parse_attempts_of`]).
+    pub fn supervisor_log(&self, sandbox: &str) -> SupervisorAt {
+        self.supervisor_of(sandbox).0
     }
 }
 

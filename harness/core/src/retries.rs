@@ -68,6 +68,32 @@ pub fn parse_attempts<S: AsRef<str>>(lines: &[S]) -> Vec<Attempt> {
         .collect()
 }
 
+/// The field a supervisor that serves several sandboxes (the shared Deployment) puts on each
+/// line it logs for one of them: `sandbox=<Sandbox resource name>`.
+pub const SANDBOX_FIELD: &str = "sandbox=";
+
+/// [`parse_attempts`] for the sandbox whose Sandbox resource is `resource`, out of the log of a
+/// supervisor that serves several ([`SANDBOX_FIELD`]): only the lines naming it. None when no
+/// line names any sandbox: such a log does not say which sandbox an attempt was for, and
+/// judging it as a whole could fail one sandbox for a gap another's attempts filled.
+pub fn parse_attempts_of<S: AsRef<str>>(lines: &[S], resource: &str) -> Option<Vec<Attempt>> {
+    if !lines.iter().any(|l| names_sandbox(l.as_ref()).is_some()) {
+        return None;
+    }
+    let ours: Vec<&str> = lines
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|l| names_sandbox(l) == Some(resource))
+        .collect();
+    Some(parse_attempts(&ours))
+}
+
+/// The sandbox a line names in its [`SANDBOX_FIELD`], if any.
+pub fn names_sandbox(line: &str) -> Option<&str> {
+    line.split([' ', '(', ',', ')'])
+        .find_map(|w| w.strip_prefix(SANDBOX_FIELD))
+}
+
 /// Which attempt a log line reports, if any.
 fn classify(text: &str) -> Option<(RetryOp, bool)> {
     if text.contains("Policy fetch failed") {
@@ -90,6 +116,14 @@ pub struct Gap {
     /// The failed attempt, in milliseconds since the Unix epoch.
     pub after_unix_ms: u64,
     pub ms: u64,
+    /// The next attempt was a retry of the same operation that failed too. Each line is logged
+    /// when its attempt has failed, so a gap is the back-off sleep plus the next attempt's own
+    /// time; a retry that failed again was refused by what it reached (the catalog's faults make
+    /// the gateway refuse: no endpoint behind its Service, a rejected credential or
+    /// certificate), which takes one round trip, not the 10 s connect timeout a connect that is
+    /// never answered waits (docs/upstream-facts.md F2.3, F2.11). A gap ending in a success or
+    /// in the next step holds a whole attempt, or more.
+    pub refused_retry: bool,
 }
 
 /// The time from each failed attempt to the supervisor's next attempt at anything (a retry of
@@ -104,6 +138,7 @@ pub fn gaps(attempts: &[Attempt]) -> Vec<Gap> {
             op: w[0].op,
             after_unix_ms: w[0].at_unix_ms,
             ms: w[1].at_unix_ms.saturating_sub(w[0].at_unix_ms),
+            refused_retry: !w[1].ok && w[1].op == w[0].op,
         })
         .collect()
 }
@@ -156,6 +191,28 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_supervisors_attempts_are_the_lines_naming_the_sandbox_or_none_when_no_line_names_one()
+     {
+        let log = lines(
+            "2026-01-01T00:00:01Z OCSF NET:FAIL [LOW] supervisor session failed, reconnecting (attempt 1) sandbox=a\n\
+             2026-01-01T00:00:02Z OCSF NET:FAIL [LOW] supervisor session failed, reconnecting (attempt 1) sandbox=ab\n\
+             2026-01-01T00:00:03Z OCSF NET:OPEN [INFO] supervisor session established (session_id=s, heartbeat_secs=15) sandbox=a",
+        );
+        let a = parse_attempts_of(&log, "a").unwrap();
+        let t0 = 1_767_225_600_000;
+        assert_eq!(
+            a.iter()
+                .map(|a| (a.at_unix_ms - t0, a.ok))
+                .collect::<Vec<_>>(),
+            vec![(1_000, false), (3_000, true)]
+        );
+        let unnamed = lines(
+            "2026-01-01T00:00:01Z OCSF NET:FAIL [LOW] supervisor session failed, reconnecting (attempt 1)",
+        );
+        assert_eq!(parse_attempts_of(&unnamed, "a"), None);
+    }
+
+    #[test]
     fn a_gap_runs_from_each_failure_to_the_next_attempt_of_any_kind() {
         let at = |op, s: u64, ok| Attempt {
             op,
@@ -168,10 +225,15 @@ mod tests {
             at(RetryOp::Session, 9, true),
             at(RetryOp::Session, 100, false),
         ]);
-        let ms: Vec<(RetryOp, u64)> = g.iter().map(|g| (g.op, g.ms)).collect();
+        let ms: Vec<(RetryOp, u64, bool)> =
+            g.iter().map(|g| (g.op, g.ms, g.refused_retry)).collect();
+        // Only a retry of the same operation that failed again was refused.
         assert_eq!(
             ms,
-            vec![(RetryOp::Bootstrap, 1_000), (RetryOp::Bootstrap, 8_000)]
+            vec![
+                (RetryOp::Bootstrap, 1_000, true),
+                (RetryOp::Bootstrap, 8_000, false)
+            ]
         );
     }
 }

@@ -702,8 +702,23 @@ impl Ctx {
         const READ: Duration = Duration::from_secs(30);
         let unavailable = |why: String| serde_json::json!({ "unavailable": why });
         let value = match tokio::time::timeout(READ, self.target.supervisor_log(sandbox)).await {
-            Ok(Ok(Some(lines))) => serde_json::to_value(crate::retries::parse_attempts(&lines))
-                .unwrap_or_else(|e| unavailable(e.to_string())),
+            Ok(Ok(Some(lines))) if self.case.topology.supervisor_per_sandbox() => {
+                serde_json::to_value(crate::retries::parse_attempts(&lines))
+                    .unwrap_or_else(|e| unavailable(e.to_string()))
+            }
+            Ok(Ok(Some(lines))) => {
+                let resource = self.case.resource_name(sandbox);
+                match crate::retries::parse_attempts_of(&lines, &resource) {
+                    Some(a) => {
+                        serde_json::to_value(a).unwrap_or_else(|e| unavailable(e.to_string()))
+                    }
+                    None => unavailable(
+                        "the supervisor serves every sandbox and its log does not say which \
+                         sandbox an attempt was for"
+                            .to_string(),
+                    ),
+                }
+            }
             Ok(Ok(None)) => unavailable(format!(
                 "the {} target does not read supervisor logs",
                 self.case.target.kind

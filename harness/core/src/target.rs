@@ -484,8 +484,8 @@ pub trait Target: Send + Sync {
     /// The log of `sandbox`'s supervisor, each line prefixed with the container runtime's
     /// RFC 3339 timestamp (`kubectl logs --timestamps`), from where the topology puts it
     /// ([`crate::effect::SandboxLayout::supervisor_log`]); R5's checks read its attempts
-    /// ([`crate::retries`]). None when this target cannot read it, or the topology's supervisor
-    /// serves every sandbox.
+    /// ([`crate::retries`]). Where the topology's supervisor serves every sandbox, its whole log
+    /// (its lines say which sandbox they are for). None when this target cannot read it.
     async fn supervisor_log(&self, sandbox: &str) -> TargetResult<Option<Vec<String>>> {
         let _ = sandbox;
         Ok(None)

@@ -236,12 +236,18 @@ pub enum CheckKind {
     /// [`crate::retries::ATTEMPTS_KEY`]), its next attempt came within `cap_ms` (the longest
     /// back-off sleep) plus `attempt_ms` (the longest one attempt may take): the back-off stops
     /// growing at its cap, no attempt hangs, and recovery after the gateway returns takes at
-    /// most one more sleep and attempt (R5).
+    /// most one more sleep and attempt (R5). A failure followed by another failure of the same
+    /// operation (a retry the gateway answered by refusing it) is held to `cap_ms` plus
+    /// `retry_ms` instead, the time such a refused attempt takes: that is what makes a sleep
+    /// just over its cap visible (see [`crate::retries::Gap::refused_retry`]). Absent in
+    /// timelines written before it: there every gap had the looser bound.
     CappedBackoff {
         sandbox: String,
         op: crate::retries::RetryOp,
         cap_ms: u64,
         attempt_ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_ms: Option<u64>,
     },
     /// Ready means usable: once the gateway first reports `sandbox` Ready after `after`, the
     /// first command its shell runs (an `exec` action that worked) starts within `within_ms`
@@ -365,6 +371,7 @@ impl Check {
         op: crate::retries::RetryOp,
         cap: Duration,
         attempt: Duration,
+        retry: Duration,
     ) -> Self {
         Self::new(
             name,
@@ -374,6 +381,7 @@ impl Check {
                 op,
                 cap_ms: cap.as_millis() as u64,
                 attempt_ms: attempt.as_millis() as u64,
+                retry_ms: Some(retry.as_millis() as u64),
             },
         )
     }
@@ -443,14 +451,25 @@ impl Check {
                 op,
                 cap_ms,
                 attempt_ms,
-            } => format!(
-                "after every failed {} attempt of {sandbox}'s supervisor, the next attempt within \
-                 {} (back-off cap {} plus one attempt of at most {})",
-                op.name(),
-                fmt_ms(cap_ms + attempt_ms),
-                fmt_ms(*cap_ms),
-                fmt_ms(*attempt_ms)
-            ),
+                retry_ms,
+            } => {
+                let mut s = format!(
+                    "after every failed {} attempt of {sandbox}'s supervisor, the next attempt \
+                     within {} (back-off cap {} plus one attempt of at most {})",
+                    op.name(),
+                    fmt_ms(cap_ms + attempt_ms),
+                    fmt_ms(*cap_ms),
+                    fmt_ms(*attempt_ms)
+                );
+                if let Some(r) = retry_ms {
+                    s.push_str(&format!(
+                        ", and a retry that failed again within {} (plus {} for a refused attempt)",
+                        fmt_ms(cap_ms + r),
+                        fmt_ms(*r)
+                    ));
+                }
+                s
+            }
             CheckKind::UsableOnceReady {
                 sandbox,
                 after,

@@ -194,6 +194,8 @@ pub enum Defect {
     ReadyBeforeShellUsable,
     BackoffUncapped,
     StopNeverCompletes,
+    BackoffOvershootsCap,
+    StartHangs,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -320,6 +322,18 @@ pub const DEFECTS: &[DefectInfo] = &[
         description: "a stop of a Ready sandbox never completes: the gateway skips the Suspended patch, so the stop times out into Error/StopFailed",
         requirement: "R7",
     },
+    DefectInfo {
+        defect: Defect::BackoffOvershootsCap,
+        name: "backoff-overshoots-cap",
+        description: "every back-off sleep of the supervisor that reaches its cap (bootstrap, attach, session) sleeps 2 s longer than the cap",
+        requirement: "R5",
+    },
+    DefectInfo {
+        defect: Defect::StartHangs,
+        name: "start-hangs",
+        description: "a start of a stopped sandbox hangs: the gateway writes Starting but never resumes the sandbox, and reports no cause",
+        requirement: "R14",
+    },
 ];
 
 impl Defect {
@@ -380,6 +394,10 @@ impl Defect {
             Self::BackoffUncapped => b.backoff_uncapped = true,
             // R7: an explicit stop ends in Stopped (F1.9, F3.7).
             Self::StopNeverCompletes => b.stop_skips_suspend = true,
+            // R5: a sleep at its cap stays within it (F2.11).
+            Self::BackoffOvershootsCap => b.backoff_overshoots_cap = true,
+            // R14: a start ends Ready or terminal with its cause (F1.10).
+            Self::StartHangs => b.start_hangs = true,
         }
     }
 }
@@ -559,6 +577,9 @@ pub struct Behaviour {
     pub retries_give_up: bool,
     /// The supervisor's retry back-off doubles without a cap (R5; upstream caps it, F2.1, F2.7).
     pub backoff_uncapped: bool,
+    /// A back-off sleep that reaches its cap sleeps [`Timings::cap_overshoot`] longer (R5;
+    /// upstream's `min(…, cap)` never does, F2.1, F2.7).
+    pub backoff_overshoots_cap: bool,
     /// The main command starts before the token exchange and policy fetch (F2.8 says after).
     pub workload_before_policy: bool,
     /// Non-retryable gRPC codes fail bootstrap at once (F2.2).
@@ -584,6 +605,9 @@ pub struct Behaviour {
     /// A stop of a Ready sandbox skips the Suspended patch (F3.7 patches it), so it never
     /// completes and times out into Error/StopFailed.
     pub stop_skips_suspend: bool,
+    /// A start of a Stopped sandbox writes Starting and never calls the driver's start, so the
+    /// sandbox stays Starting with no cause (F1.10 starts it; Starting is held, F1.6).
+    pub start_hangs: bool,
     /// `--restart-policy` exists (F9.1).
     pub restart_policy: bool,
     /// The restart policy is consulted for an exit reported across a gateway restart.
@@ -660,6 +684,9 @@ pub struct Timings {
     pub provision_timeout: Duration,
     /// With [`Behaviour::shell_lags_ready`]: how long exec is refused after Ready.
     pub shell_lag_after_ready: Duration,
+    /// With [`Behaviour::backoff_overshoots_cap`]: how much longer than its cap a sleep at the
+    /// cap lasts.
+    pub cap_overshoot: Duration,
 }
 
 impl Default for Timings {
@@ -687,6 +714,7 @@ impl Default for Timings {
             reconcile_tick: Duration::from_secs(5),
             provision_timeout: Duration::from_secs(300),
             shell_lag_after_ready: Duration::from_secs(20),
+            cap_overshoot: Duration::from_secs(2),
         }
     }
 }
@@ -808,6 +836,7 @@ mod tests {
             sidecar_gives_up: !contract || d(Defect::SidecarGivesUpAfter120s),
             retries_give_up: d(Defect::RetriesGiveUpAfter15m),
             backoff_uncapped: d(Defect::BackoffUncapped),
+            backoff_overshoots_cap: d(Defect::BackoffOvershootsCap),
             workload_before_policy: d(Defect::WorkloadStartsBeforePolicy),
             permanent_errors_fail_fast: !d(Defect::PermanentErrorsRetriedForever),
             tls_error_permanent: contract && !d(Defect::PermanentErrorsRetriedForever),
@@ -820,6 +849,7 @@ mod tests {
             replay_completed: d(Defect::CompletedWorkloadReplayed),
             stop_from_error: contract && !d(Defect::NoRecoveryFromError),
             stop_skips_suspend: d(Defect::StopNeverCompletes),
+            start_hangs: d(Defect::StartHangs),
             restart_policy: !upstream,
             restart_policy_across_gateway_restart: contract
                 && !d(Defect::RestartPolicyIgnoredOnGatewayRestart),

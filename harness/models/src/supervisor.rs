@@ -45,6 +45,10 @@ pub(crate) struct Log {
     ns: String,
     pod: String,
     container: String,
+    /// The Sandbox resource every line is for, where one supervisor serves several: the lines
+    /// name it (`conformance_core::retries::SANDBOX_FIELD`), so that its attempts can be told
+    /// apart from the others'.
+    sandbox: Option<String>,
 }
 
 impl Log {
@@ -54,11 +58,21 @@ impl Log {
             ns: ctx.namespace.clone(),
             pod: ctx.pod.clone(),
             container: ctx.container.clone(),
+            sandbox: None,
         }
     }
     pub(crate) fn line(&self, text: &str) {
-        self.cluster
-            .append_log(&self.ns, &self.pod, &self.container, text);
+        match &self.sandbox {
+            None => self
+                .cluster
+                .append_log(&self.ns, &self.pod, &self.container, text),
+            Some(cr) => self.cluster.append_log(
+                &self.ns,
+                &self.pod,
+                &self.container,
+                &format!("{text} {}{cr}", conformance_core::retries::SANDBOX_FIELD),
+            ),
+        }
     }
 }
 
@@ -213,12 +227,22 @@ impl Boundary {
             .map_err(|e| format!("transport error: {e}"))
     }
 
-    /// A retry back-off's cap; none under the defect `backoff-uncapped`.
-    fn cap(&self, cap: std::time::Duration) -> std::time::Duration {
+    /// The `n`-th sleep of a retry back-off from `initial` capped at `cap`: no cap under the
+    /// defect `backoff-uncapped`, the cap and more under `backoff-overshoots-cap`.
+    fn backoff(
+        &self,
+        initial: std::time::Duration,
+        cap: std::time::Duration,
+        n: u32,
+    ) -> std::time::Duration {
         if self.b().backoff_uncapped {
-            std::time::Duration::MAX
+            return backoff(initial, std::time::Duration::MAX, n);
+        }
+        let d = backoff(initial, cap, n);
+        if self.b().backoff_overshoots_cap && d == cap {
+            d + self.model.timings.cap_overshoot
         } else {
-            cap
+            d
         }
     }
 
@@ -266,18 +290,18 @@ impl Boundary {
                     }
                     let (delay, max) = if forever {
                         (
-                            backoff(
+                            self.backoff(
                                 t.policy_fetch_backoff_initial,
-                                self.cap(t.contract_bootstrap_backoff_cap),
+                                t.contract_bootstrap_backoff_cap,
                                 n,
                             ),
                             "unbounded".to_string(),
                         )
                     } else {
                         (
-                            backoff(
+                            self.backoff(
                                 t.policy_fetch_backoff_initial,
-                                self.cap(t.policy_fetch_backoff_cap),
+                                t.policy_fetch_backoff_cap,
                                 n,
                             ),
                             t.policy_fetch_attempts.to_string(),
@@ -385,11 +409,7 @@ impl Boundary {
                 match r {
                     Ok(()) => break,
                     Err(e) => {
-                        let d = backoff(
-                            t.session_backoff_initial,
-                            self.cap(t.session_backoff_cap),
-                            n,
-                        );
+                        let d = self.backoff(t.session_backoff_initial, t.session_backoff_cap, n);
                         self.log.line(&format!(
                             "OCSF NET:FAIL [MED] boundary attach failed, retrying (attempt {n}, retry_in={}s): {e}",
                             d.as_secs()
@@ -449,11 +469,18 @@ impl Boundary {
                 policy_version: cfg.policy_version,
             };
             let res = match self.connect().await {
-                Ok(gw) => gw.connect_supervisor(&req).map_err(|s| (s, true)),
+                Ok(gw) => gw
+                    .connect_supervisor(&req)
+                    .map(|s| (s, gw))
+                    .map_err(|s| (s, true)),
                 Err(e) => Err((Status::unavailable(e.message), false)),
             };
+            // A session the gateway itself closed (a stop) ended cleanly, as upstream logs it
+            // (F2.11): no attempt failed, and the supervisor waits for the sandbox to run again,
+            // which is no back-off.
+            let mut ended_cleanly = false;
             match res {
-                Ok(mut session) => {
+                Ok((mut session, gw)) => {
                     // The back-off is not reset by a session that worked: after one long
                     // outage every later reconnect first sleeps the cap (F2.11).
                     lost_since = None;
@@ -471,6 +498,13 @@ impl Boundary {
                         link.relaunch.send_modify(|n| *n += 1);
                     }
                     let _ = session.alive.wait_for(|a| !*a).await;
+                    if gw.is_alive() {
+                        ended_cleanly = true;
+                        self.log.line(&format!(
+                            "OCSF NET:CLOSE [INFO] supervisor session ended cleanly ({})",
+                            self.sandbox_id
+                        ));
+                    }
                 }
                 Err((s, reached)) if reached && !s.retryable() => {
                     self.log.line(&format!(
@@ -489,14 +523,12 @@ impl Boundary {
                 return;
             }
             n += 1;
-            let d = backoff(
-                t.session_backoff_initial,
-                self.cap(t.session_backoff_cap),
-                n,
-            );
-            self.log.line(&format!(
-                "OCSF NET:FAIL [LOW] supervisor session failed, reconnecting (attempt {n})"
-            ));
+            let d = self.backoff(t.session_backoff_initial, t.session_backoff_cap, n);
+            if !ended_cleanly {
+                self.log.line(&format!(
+                    "OCSF NET:FAIL [LOW] supervisor session failed, reconnecting (attempt {n})"
+                ));
+            }
             sleep(d).await;
         }
     }
@@ -909,7 +941,8 @@ impl SupervisorProgram {
                     if served.contains_key(&cr) || failed.contains_key(&cr) {
                         continue;
                     }
-                    let b = me.boundary(&ctx, &cr, &id, false);
+                    let mut b = me.boundary(&ctx, &cr, &id, false);
+                    b.log.sandbox = Some(cr.clone());
                     let link = self.model.link(&cr);
                     let me2 = me.clone();
                     let tx = done_tx.clone();

@@ -654,9 +654,7 @@ impl Target for EmulatedTarget {
     }
 
     async fn supervisor_log(&self, sandbox: &str) -> TargetResult<Option<Vec<String>>> {
-        let Some(at) = self.layout().supervisor_log(sandbox) else {
-            return Ok(None);
-        };
+        let at = self.layout().supervisor_log(sandbox);
         conformance_observe::timestamped_log(&self.cluster.client(), NAMESPACE, &at)
             .await
             .map(Some)

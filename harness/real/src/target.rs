@@ -1067,9 +1067,7 @@ impl Target for RealTarget {
 
     async fn supervisor_log(&self, sandbox: &str) -> TargetResult<Option<Vec<String>>> {
         let injector = self.installed().await?.injector.clone();
-        let Some(at) = injector.layout().supervisor_log(sandbox) else {
-            return Ok(None);
-        };
+        let at = injector.layout().supervisor_log(sandbox);
         conformance_observe::timestamped_log(&self.client, &injector.sandbox_namespace, &at)
             .await
             .map(Some)

@@ -176,7 +176,7 @@ fn bootstrap_outage_checks(case: &CaseInfo) -> Vec<Check> {
             },
         ),
     ]);
-    checks.extend(capped_backoff(case, MAIN, RetryOp::Bootstrap));
+    checks.push(capped_backoff(case, MAIN, RetryOp::Bootstrap));
     checks.extend(no_leaks(case, MAIN));
     checks
 }

@@ -14,7 +14,7 @@ use futures::future::BoxFuture;
 
 use conformance_core::scenario::{CaseInfo, Ctx, Params, Scenario, StepError, StepResult, WakeOn};
 use conformance_core::target::{
-    Fault, RestartPolicy, START_MARK, SandboxSpec, TargetError, count_start_marks,
+    Fault, RestartPolicy, START_MARK, SandboxSpec, SandboxView, TargetError, count_start_marks,
     workspace_pvc_name,
 };
 use conformance_core::timeline::{GATEWAY_SANDBOX_KIND, StartCount, World};
@@ -169,6 +169,21 @@ pub(crate) const BOOTSTRAP_RECOVERY: Duration = Duration::from_secs(120);
 pub(crate) const BOOTSTRAP_BACKOFF_CAP: Duration = Duration::from_secs(8);
 pub(crate) const SESSION_BACKOFF_CAP: Duration = Duration::from_secs(30);
 pub(crate) const ATTEMPT_BOUND: Duration = Duration::from_secs(10);
+/// How long a retry the gateway refused again may take, on top of the sleep before it
+/// (docs/upstream-facts.md F2.11): every fault of the catalog makes the gateway answer a
+/// connect at once (no endpoint behind its Service rejects it; a bad credential or certificate
+/// is refused in the handshake), so such an attempt is one round trip, not the 10 s
+/// [`ATTEMPT_BOUND`] of a connect nobody answers. The log's stamps are the runtime's, to the
+/// nanosecond, so the margin is the round trip on a loaded node; 1 s, so that a sleep 2 s over
+/// its cap fails.
+pub(crate) const REFUSED_RETRY_BOUND: Duration = Duration::from_secs(1);
+/// How soon a started sandbox must be Ready, or terminal with a reported cause (R14), derived
+/// from the release's own timeouts (docs/upstream-facts.md F2.13): the driver's resume, one
+/// Kubernetes API call (30 s, F3.8); bootstrap in the new pod, which the sidecar's process side
+/// waits at most 120 s for (F2.5; a combined bootstrap gives up within 61 s, F2.1, F2.3); the
+/// first session attempt (10 s, F2.3) and, if it raced the gateway, one capped sleep and another
+/// attempt (30 s + 10 s, F2.7).
+pub(crate) const START_BOUND: Duration = Duration::from_secs(30 + 120 + 10 + 30 + 10);
 /// A permanent bootstrap error must surface within this (R4).
 pub(crate) const PERMANENT_ERROR_BOUND: Duration = Duration::from_secs(60);
 /// Objects of a deleted sandbox must be gone within this (R13).
@@ -728,27 +743,103 @@ pub(crate) fn from_ready(checks: Vec<Check>, case: &CaseInfo) -> Vec<Check> {
 /// R5 over the attempts `role`'s supervisor logged at `op` (recorded by
 /// [`Ctx::record_attempts`]): after each failure the next attempt within the cap plus one
 /// attempt, so the back-off stops growing, no attempt hangs, and recovery once the gateway is
-/// back takes one more sleep at most. None where one supervisor serves every sandbox: its log
-/// does not say which sandbox an attempt was for.
-pub(crate) fn capped_backoff(case: &CaseInfo, role: &str, op: RetryOp) -> Option<Check> {
+/// back takes one more sleep at most; a retry refused again within the cap plus
+/// [`REFUSED_RETRY_BOUND`], so that a sleep just over its cap fails. Where one supervisor serves
+/// every sandbox, the attempts are those of its lines that name the sandbox.
+pub(crate) fn capped_backoff(case: &CaseInfo, role: &str, op: RetryOp) -> Check {
     let cap = match op {
         RetryOp::Bootstrap => BOOTSTRAP_BACKOFF_CAP,
         RetryOp::Attach | RetryOp::Session => SESSION_BACKOFF_CAP,
     };
-    case.topology.supervisor_per_sandbox().then(|| {
-        Check::capped_backoff(
-            &format!(
-                "the supervisor's {} retries back off to at most {} and never hang",
-                op.name(),
-                humantime::format_duration(cap)
+    Check::capped_backoff(
+        &format!(
+            "the supervisor's {} retries back off to at most {} and never hang",
+            op.name(),
+            humantime::format_duration(cap)
+        ),
+        &["R5"],
+        &case.sandbox_name(role),
+        op,
+        cap,
+        ATTEMPT_BOUND,
+        REFUSED_RETRY_BOUND,
+    )
+}
+
+/// Set once a start of `sandbox` ended: Ready, or terminal with its cause ([`settle_start`]).
+pub(crate) fn start_ended_marker(sandbox: &str) -> Marker {
+    Marker::owned(format!("start-ended:{sandbox}"))
+}
+
+/// After a start of `sandbox` (the user's, after a stop): waits until it is Ready, or terminal
+/// with a cause in its status, and marks [`start_ended_marker`]. A start that does neither
+/// within [`START_BOUND`] stops the case under R14 ([`settle_ended`]).
+pub(crate) async fn settle_start(ctx: &Ctx, sandbox: &str) -> StepResult {
+    settle_ended(ctx, sandbox, &format!("the start of sandbox {sandbox}")).await?;
+    ctx.mark(&start_ended_marker(sandbox));
+    Ok(())
+}
+
+/// Waits until `sandbox` is Ready, or terminal with a cause in its status, after `what` (a
+/// start, or a fault's end: the sandbox bootstraps and connects its session again, the stages
+/// [`START_BOUND`] is derived from). One that does neither within [`START_BOUND`] stops the case
+/// under R14, naming the phase it hangs in and the supervisor's last log line: a hang is
+/// undiagnosable, whatever else it breaks.
+pub(crate) async fn settle_ended(
+    ctx: &Ctx,
+    sandbox: &str,
+    what: &str,
+) -> Result<SandboxView, StepError> {
+    let ended = [Phase::Ready, Phase::Error, Phase::Completed];
+    let hung = match ctx.wait_phase("R14", sandbox, &ended, START_BOUND).await {
+        Ok(v) if v.phase == Phase::Ready || v.reason.as_deref().is_some_and(|r| !r.is_empty()) => {
+            return Ok(v);
+        }
+        Ok(v) => format!("ended {} with no cause in its status", v.phase.name()),
+        Err(StepError::Deadline { .. }) => match ctx.get_sandbox(sandbox).await {
+            Ok(Some(v)) => format!(
+                "hangs in {}{} after {}",
+                v.phase.name(),
+                v.reason
+                    .filter(|r| !r.is_empty())
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default(),
+                humantime::format_duration(START_BOUND)
             ),
-            &["R5"],
-            &case.sandbox_name(role),
-            op,
-            cap,
-            ATTEMPT_BOUND,
-        )
+            _ => format!(
+                "did not end within {}",
+                humantime::format_duration(START_BOUND)
+            ),
+        },
+        Err(e) => return Err(e),
+    };
+    Err(StepError::Failed {
+        requirements: vec!["R14".into()],
+        message: format!(
+            "{what} {hung}; the supervisor's last log line: {}",
+            last_supervisor_line(ctx, sandbox).await
+        ),
     })
+}
+
+/// The last line `sandbox`'s supervisor logged (where one serves every sandbox, the last that
+/// names it), or why there is none.
+async fn last_supervisor_line(ctx: &Ctx, sandbox: &str) -> String {
+    let resource = ctx.case.resource_name(sandbox);
+    let shared = !ctx.case.topology.supervisor_per_sandbox();
+    match ctx.target.supervisor_log(sandbox).await {
+        Ok(Some(lines)) => lines
+            .iter()
+            .rev()
+            .find(|l| !shared || conformance_core::retries::names_sandbox(l) == Some(&resource))
+            .map_or_else(|| "none".to_string(), |l| format!("\"{l}\"")),
+        Ok(None) => "unreadable (the target does not read supervisor logs)".to_string(),
+        Err(e) => match conformance_core::error::one_line(&e) {
+            // A stopped sandbox's pod, where its supervisor lives, is gone until it is resumed.
+            why if why.contains("NotFound") => "none (its pod does not exist)".to_string(),
+            why => format!("unreadable ({why})"),
+        },
+    }
 }
 
 /// Step shared by gateway-restart and gateway-outage: the sandbox is Ready again and usable.
@@ -825,7 +916,7 @@ pub(crate) fn ready_sandbox_checks(case: &CaseInfo, fault: &FaultKey) -> Vec<Che
         sentinels(),
         start_marks_kept(case, MAIN),
     ]);
-    checks.extend(capped_backoff(case, MAIN, RetryOp::Session));
+    checks.push(capped_backoff(case, MAIN, RetryOp::Session));
     checks.extend(no_leaks(case, MAIN));
     checks
 }

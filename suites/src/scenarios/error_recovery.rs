@@ -25,7 +25,9 @@ pub(crate) fn error_recovery() -> Scenario {
     Scenario {
         id: "error-recovery".into(),
         title: "Recovery of a sandbox in bootstrap Error by stop then start".into(),
-        requirements: ["R4", "R6", "R7", "R8", "R13"].map(String::from).to_vec(),
+        requirements: ["R4", "R6", "R7", "R8", "R13", "R14"]
+            .map(String::from)
+            .to_vec(),
         requires: vec![
             Capability::MainCommand,
             Capability::BootstrapCredentialFault,
@@ -45,7 +47,8 @@ pub(crate) fn error_recovery() -> Scenario {
                 into_error,
             )
             .waiting_for(&["R4"]),
-            Step::new(Stage::Verify, "recover by stop then start", recover).waiting_for(&["R8"]),
+            Step::new(Stage::Verify, "recover by stop then start", recover)
+                .waiting_for(&["R8", "R14"]),
             Step::new(Stage::Verify, "delete the sandbox", delete_main).waiting_for(&["R13"]),
         ],
         checks: recovery_checks,
@@ -102,10 +105,7 @@ fn recover(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
             Err(e) => return Err(e.into()),
         }
         match ctx.start_sandbox(&name).await {
-            Ok(()) => {
-                ctx.settle_phase("R8", &name, &[Phase::Ready], PROVISION_TIMEOUT)
-                    .await;
-            }
+            Ok(()) => settle_start(ctx, &name).await?,
             Err(e) if e.is_refused() => {}
             Err(e) => return Err(e.into()),
         }
@@ -142,13 +142,14 @@ fn recovery_checks(case: &CaseInfo) -> Vec<Check> {
             ),
             refused("stop is accepted for a sandbox in Error", "stop"),
             refused("start is accepted after the stop", "start"),
+            // How long the start may take is R14's (`settle_start`); that it ends Ready, R8's.
             ready_within(
                 "the sandbox is Ready again after stop and start",
                 &["R8"],
                 case,
                 MAIN,
-                Anchor::marker(&RECOVERING),
-                PROVISION_TIMEOUT,
+                Anchor::marker(&start_ended_marker(&case.sandbox_name(MAIN))),
+                RECOVERY,
             ),
             shell_usable(case, MAIN, &["R8"]),
             sentinels(),

@@ -23,7 +23,7 @@ pub(crate) fn stopped_through_outage() -> Scenario {
     Scenario {
         id: "stopped-through-outage".into(),
         title: "Stopped sandbox through a gateway outage, then started".into(),
-        requirements: ["R6", "R7", "R13"].map(String::from).to_vec(),
+        requirements: ["R6", "R7", "R13", "R14"].map(String::from).to_vec(),
         requires: vec![Capability::MainCommand, Capability::GatewayStop],
         steps: vec![
             Step::new(
@@ -38,7 +38,8 @@ pub(crate) fn stopped_through_outage() -> Scenario {
                 stopped_outage_fault,
             )
             .waiting_for(&["R7"]),
-            Step::new(Stage::Verify, "start and read back", start_and_verify).waiting_for(&["R7"]),
+            Step::new(Stage::Verify, "start and read back", start_and_verify)
+                .waiting_for(&["R7", "R14"]),
             Step::new(Stage::Verify, "delete the sandbox", delete_main).waiting_for(&["R13"]),
         ],
         checks: stopped_checks,
@@ -80,8 +81,7 @@ fn start_and_verify(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
         ctx.start_sandbox(&name).await?;
-        ctx.settle_phase("R7", &name, &[Phase::Ready], PROVISION_TIMEOUT)
-            .await;
+        settle_start(ctx, &name).await?;
         wait_starts(ctx, "R7", &name, 2, RECOVERY).await;
         check_shell(ctx, &name, BEFORE_FAULT).await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
@@ -106,13 +106,14 @@ fn stopped_checks(case: &CaseInfo) -> Vec<Check> {
                 ],
                 Window::new(Anchor::marker(&STOPPED), Anchor::marker(&SETTLED)),
             ),
+            // How long the start may take is R14's (`settle_start`); that it ends Ready, R7's.
             ready_within(
                 "the sandbox starts when asked",
                 &["R7"],
                 case,
                 MAIN,
-                Anchor::action_end("start"),
-                PROVISION_TIMEOUT,
+                Anchor::marker(&start_ended_marker(&case.sandbox_name(MAIN))),
+                RECOVERY,
             ),
             starts_eq(
                 "the workload ran once before the stop and once after the start",

@@ -22,14 +22,34 @@ pub(crate) enum Missing {
     Unreadable,
 }
 
+/// How long after a failure the next attempt may come.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// Before any next attempt: the cap plus one whole attempt.
+    pub(crate) any_ms: u64,
+    /// Before a retry that was refused again ([`crate::retries::Gap::refused_retry`]): the cap
+    /// plus a refused attempt's round trip.
+    pub(crate) retry_ms: u64,
+}
+
+impl Limits {
+    fn of(&self, g: &crate::retries::Gap) -> u64 {
+        if g.refused_retry {
+            self.retry_ms.min(self.any_ms)
+        } else {
+            self.any_ms
+        }
+    }
+}
+
 /// After every failed `op` attempt of `sandbox`'s supervisor, the next attempt came within
-/// `limit_ms`. The last recording of the attempts counts (a scenario may read them more than
-/// once; each read holds the whole log so far).
+/// its [`Limits`]. The last recording of the attempts counts (a scenario may read them more
+/// than once; each read holds the whole log so far).
 pub(crate) fn eval_capped_backoff(
     t: &Timeline,
     sandbox: &str,
     op: RetryOp,
-    limit_ms: u64,
+    limits: Limits,
 ) -> BackoffVerdict {
     let fail = |message: String| BackoffVerdict {
         passed: false,
@@ -78,23 +98,29 @@ pub(crate) fn eval_capped_backoff(
     if ours.len() > SHOWN {
         spacing.push_str(&format!(", … ({} more)", ours.len() - SHOWN));
     }
-    if let Some(g) = ours.iter().find(|g| g.ms > limit_ms) {
+    if let Some(g) = ours.iter().find(|g| g.ms > limits.of(g)) {
+        let next = if g.refused_retry {
+            "by a retry, refused again,"
+        } else {
+            "by another"
+        };
         return fail(format!(
-            "the {} attempt that failed {} after the first logged attempt was not followed by \
-             another until {} later, more than {}; spacing after each failure: {spacing}",
+            "the {} attempt that failed {} after the first logged attempt was not followed {next} \
+             until {} later, more than {}; spacing after each failure: {spacing}",
             op.name(),
             fmt_ms(g.after_unix_ms - first),
             fmt_ms(g.ms),
-            fmt_ms(limit_ms)
+            fmt_ms(limits.of(g))
         ));
     }
     let message = match ours.iter().map(|g| g.ms).max() {
         Some(longest) => format!(
-            "{} failed {} attempts, each followed by the next within {} (longest {}); spacing: \
-             {spacing}",
+            "{} failed {} attempts, each followed by the next within {} ({} where a refused retry \
+             came next; longest {}); spacing: {spacing}",
             ours.len(),
             op.name(),
-            fmt_ms(limit_ms),
+            fmt_ms(limits.any_ms),
+            fmt_ms(limits.retry_ms.min(limits.any_ms)),
             fmt_ms(longest)
         ),
         None => format!(

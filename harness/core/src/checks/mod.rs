@@ -109,8 +109,17 @@ impl Check {
                 op,
                 cap_ms,
                 attempt_ms,
+                retry_ms,
             } => {
-                let v = backoff::eval_capped_backoff(t, sandbox, *op, cap_ms + attempt_ms);
+                let v = backoff::eval_capped_backoff(
+                    t,
+                    sandbox,
+                    *op,
+                    backoff::Limits {
+                        any_ms: cap_ms + attempt_ms,
+                        retry_ms: cap_ms + retry_ms.unwrap_or(*attempt_ms),
+                    },
+                );
                 Verdict {
                     passed: v.passed,
                     lack: match v.missing {

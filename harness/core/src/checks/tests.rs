@@ -1284,6 +1284,7 @@ mod capped_backoff {
             RetryOp::Session,
             Duration::from_secs(30),
             Duration::from_secs(10),
+            Duration::from_secs(1),
         )
     }
 
@@ -1324,13 +1325,31 @@ mod capped_backoff {
     fn a_back_off_that_keeps_doubling_past_the_cap_fails_naming_the_gap() {
         let o = judged(attempts(&[0, 1, 3, 7, 15, 31, 63], 127));
         assert!(!o.passed);
-        // 1, 2, 4, 8, 16 and 32 s are within the 40 s limit; the 64 s after 63 s are not.
+        // 1, 2, 4, 8 and 16 s are within the cap; the 32 s after 31 s, before a retry that was
+        // refused again, are not.
         assert!(
-            o.message
-                .contains("failed 63s after the first logged attempt was not followed by another until 64s later, more than 40s"),
+            o.message.contains(
+                "failed 31s after the first logged attempt was not followed by a retry, refused \
+                 again, until 32s later, more than 31s"
+            ),
             "{}",
             o.message
         );
+    }
+
+    #[test]
+    fn a_sleep_2_s_over_the_cap_fails_before_a_refused_retry_and_passes_before_a_success() {
+        // 30 s sleeps, then one of 32 s: a refused retry takes a round trip, not an attempt.
+        let o = judged(attempts(&[0, 30, 60, 92], 122));
+        assert!(!o.passed);
+        assert!(
+            o.message.contains("until 32s later, more than 31s"),
+            "{}",
+            o.message
+        );
+        // The same 32 s before the attempt that worked may be a 30 s sleep and a 2 s attempt.
+        let o = judged(attempts(&[0, 30, 60], 92));
+        assert!(o.passed, "{}", o.message);
     }
 
     #[test]

@@ -136,6 +136,10 @@ impl Gateway {
             self.commit(&mut core, name, |r, rec| r.begin_start(rec));
             cr
         };
+        if self.rules().b.start_hangs {
+            // Defect `start-hangs`: Starting is held (F1.6) and nothing resumes the sandbox.
+            return Ok(());
+        }
         driver::set_operating_mode(self, &cr, "Running")
             .map_err(|e| Status::new("Internal", e.message))?;
         self.wake.notify_one();

@@ -194,6 +194,7 @@ pub enum Defect {
     ReadyBeforeShellUsable,
     BackoffUncapped,
     StopNeverCompletes,
+    AttachGivesUpAfter15m,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -293,7 +294,7 @@ pub const DEFECTS: &[DefectInfo] = &[
     DefectInfo {
         defect: Defect::RetriesGiveUpAfter15m,
         name: "retries-give-up-after-15m",
-        description: "bootstrap and the supervisor session stop retrying after 15 minutes without the gateway, and the supervisor exits",
+        description: "bootstrap, the boundary's attach and the supervisor session stop retrying after 15 minutes without the gateway, and the supervisor exits",
         requirement: "R1",
     },
     DefectInfo {
@@ -319,6 +320,12 @@ pub const DEFECTS: &[DefectInfo] = &[
         name: "stop-never-completes",
         description: "a stop of a Ready sandbox never completes: the gateway skips the Suspended patch, so the stop times out into Error/StopFailed",
         requirement: "R7",
+    },
+    DefectInfo {
+        defect: Defect::AttachGivesUpAfter15m,
+        name: "attach-gives-up-after-15m",
+        description: "a boundary apart from the sandbox pod stops attaching a replaced workload pod after 15 minutes without the gateway, and exits",
+        requirement: "R1",
     },
 ];
 
@@ -380,6 +387,9 @@ impl Defect {
             Self::BackoffUncapped => b.backoff_uncapped = true,
             // R7: an explicit stop ends in Stopped (F1.9, F3.7).
             Self::StopNeverCompletes => b.stop_skips_suspend = true,
+            // R1: "forever" for the attach alone, which only a boundary apart from the sandbox
+            // pod does (the gated topologies, reported: #3144).
+            Self::AttachGivesUpAfter15m => b.attach_gives_up = true,
         }
     }
 }
@@ -554,9 +564,12 @@ pub struct Behaviour {
     pub bootstrap_retry_forever: bool,
     /// The sidecar's process side gives up after SIDECAR_READY_TIMEOUT_SECS (F2.5).
     pub sidecar_gives_up: bool,
-    /// Bootstrap and the supervisor session stop retrying after
+    /// Bootstrap, the boundary's attach and the supervisor session stop retrying after
     /// [`Timings::retries_give_up_after`] without the gateway, and the supervisor exits.
     pub retries_give_up: bool,
+    /// As [`Behaviour::retries_give_up`], for the boundary's attach of a gated workload pod
+    /// alone.
+    pub attach_gives_up: bool,
     /// The supervisor's retry back-off doubles without a cap (R5; upstream caps it, F2.1, F2.7).
     pub backoff_uncapped: bool,
     /// The main command starts before the token exchange and policy fetch (F2.8 says after).
@@ -635,7 +648,8 @@ pub struct Timings {
     pub sidecar_ready_timeout: Duration,
     /// The process supervisor polls the control socket this often (F2.5).
     pub sidecar_poll: Duration,
-    /// With [`Behaviour::retries_give_up`]: how long retries last without the gateway.
+    /// With [`Behaviour::retries_give_up`] or [`Behaviour::attach_gives_up`]: how long retries
+    /// last without the gateway.
     pub retries_give_up_after: Duration,
     /// Session reconnect backoff 1 s doubling to 30 s (F2.7).
     pub session_backoff_initial: Duration,
@@ -807,6 +821,7 @@ mod tests {
             bootstrap_retry_forever: contract && !d(Defect::BootstrapGivesUpAfterRetryWindow),
             sidecar_gives_up: !contract || d(Defect::SidecarGivesUpAfter120s),
             retries_give_up: d(Defect::RetriesGiveUpAfter15m),
+            attach_gives_up: d(Defect::AttachGivesUpAfter15m),
             backoff_uncapped: d(Defect::BackoffUncapped),
             workload_before_policy: d(Defect::WorkloadStartsBeforePolicy),
             permanent_errors_fail_fast: !d(Defect::PermanentErrorsRetriedForever),

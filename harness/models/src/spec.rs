@@ -196,6 +196,7 @@ pub enum Defect {
     StopNeverCompletes,
     BackoffOvershootsCap,
     StartHangs,
+    AttachGivesUpAfter15m,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -295,7 +296,7 @@ pub const DEFECTS: &[DefectInfo] = &[
     DefectInfo {
         defect: Defect::RetriesGiveUpAfter15m,
         name: "retries-give-up-after-15m",
-        description: "bootstrap and the supervisor session stop retrying after 15 minutes without the gateway, and the supervisor exits",
+        description: "bootstrap, the boundary's attach and the supervisor session stop retrying after 15 minutes without the gateway, and the supervisor exits",
         requirement: "R1",
     },
     DefectInfo {
@@ -333,6 +334,12 @@ pub const DEFECTS: &[DefectInfo] = &[
         name: "start-hangs",
         description: "a start of a stopped sandbox hangs: the gateway writes Starting but never resumes the sandbox, and reports no cause",
         requirement: "R14",
+    },
+    DefectInfo {
+        defect: Defect::AttachGivesUpAfter15m,
+        name: "attach-gives-up-after-15m",
+        description: "a boundary apart from the sandbox pod stops attaching a replaced workload pod after 15 minutes without the gateway, and exits",
+        requirement: "R1",
     },
 ];
 
@@ -398,6 +405,9 @@ impl Defect {
             Self::BackoffOvershootsCap => b.backoff_overshoots_cap = true,
             // R14: a start ends Ready or terminal with its cause (F1.10).
             Self::StartHangs => b.start_hangs = true,
+            // R1: "forever" for the attach alone, which only a boundary apart from the sandbox
+            // pod does (the gated topologies, reported: #3144).
+            Self::AttachGivesUpAfter15m => b.attach_gives_up = true,
         }
     }
 }
@@ -572,9 +582,12 @@ pub struct Behaviour {
     pub bootstrap_retry_forever: bool,
     /// The sidecar's process side gives up after SIDECAR_READY_TIMEOUT_SECS (F2.5).
     pub sidecar_gives_up: bool,
-    /// Bootstrap and the supervisor session stop retrying after
+    /// Bootstrap, the boundary's attach and the supervisor session stop retrying after
     /// [`Timings::retries_give_up_after`] without the gateway, and the supervisor exits.
     pub retries_give_up: bool,
+    /// As [`Behaviour::retries_give_up`], for the boundary's attach of a gated workload pod
+    /// alone.
+    pub attach_gives_up: bool,
     /// The supervisor's retry back-off doubles without a cap (R5; upstream caps it, F2.1, F2.7).
     pub backoff_uncapped: bool,
     /// A back-off sleep that reaches its cap sleeps [`Timings::cap_overshoot`] longer (R5;
@@ -659,7 +672,8 @@ pub struct Timings {
     pub sidecar_ready_timeout: Duration,
     /// The process supervisor polls the control socket this often (F2.5).
     pub sidecar_poll: Duration,
-    /// With [`Behaviour::retries_give_up`]: how long retries last without the gateway.
+    /// With [`Behaviour::retries_give_up`] or [`Behaviour::attach_gives_up`]: how long retries
+    /// last without the gateway.
     pub retries_give_up_after: Duration,
     /// Session reconnect backoff 1 s doubling to 30 s (F2.7).
     pub session_backoff_initial: Duration,
@@ -835,6 +849,7 @@ mod tests {
             bootstrap_retry_forever: contract && !d(Defect::BootstrapGivesUpAfterRetryWindow),
             sidecar_gives_up: !contract || d(Defect::SidecarGivesUpAfter120s),
             retries_give_up: d(Defect::RetriesGiveUpAfter15m),
+            attach_gives_up: d(Defect::AttachGivesUpAfter15m),
             backoff_uncapped: d(Defect::BackoffUncapped),
             backoff_overshoots_cap: d(Defect::BackoffOvershootsCap),
             workload_before_policy: d(Defect::WorkloadStartsBeforePolicy),

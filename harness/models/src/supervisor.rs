@@ -391,7 +391,8 @@ impl Boundary {
     }
 
     /// Everything after bootstrap: attach (gated topologies), wait for the main process, the
-    /// session with reconnects, and exit reports. Never returns unless the session is refused.
+    /// session with reconnects, and exit reports. Never returns unless the session is refused
+    /// or a retry gave up.
     async fn serve(&self, link: Arc<Link>, token: String, cfg: SandboxConfig, adopted: bool) {
         let t = self.model.timings.clone();
         if cfg.reset_workspace {
@@ -400,6 +401,7 @@ impl Boundary {
         let gated = self.model.topology.scheduling_gate().is_some();
         if gated {
             let mut n = 0;
+            let failing_since = Instant::now();
             loop {
                 n += 1;
                 let r = match self.connect().await {
@@ -408,6 +410,7 @@ impl Boundary {
                 };
                 match r {
                     Ok(()) => break,
+                    Err(_) if self.attach_gives_up(failing_since) => return,
                     Err(e) => {
                         let d = self.backoff(t.session_backoff_initial, t.session_backoff_cap, n);
                         self.log.line(&format!(
@@ -429,7 +432,9 @@ impl Boundary {
         }
         // The session opens once the entrypoint started (F2.8 step 9; sidecar EntrypointStarted).
         if gated {
-            self.await_workload(&link, &token).await;
+            if !self.await_workload(&link, &token).await {
+                return;
+            }
         } else {
             let mut main_rx = link.main.subscribe();
             let own = self.pod_uid.clone();
@@ -457,7 +462,9 @@ impl Boundary {
             if gated {
                 // The workload pod may have been replaced (stop and start) since the last
                 // session: never tell the gateway the sandbox is usable before it is.
-                self.await_workload(&link, &token).await;
+                if !self.await_workload(&link, &token).await {
+                    return;
+                }
             }
             let instance = link.main.borrow().instance;
             let req = ConnectRequest {
@@ -533,6 +540,21 @@ impl Boundary {
         }
     }
 
+    /// Whether the boundary's attach, failing since `since`, gives up now (defects
+    /// `retries-give-up-after-15m` and `attach-gives-up-after-15m`); logged when it does.
+    fn attach_gives_up(&self, since: Instant) -> bool {
+        let after = self.model.timings.retries_give_up_after;
+        let gives_up =
+            (self.b().retries_give_up || self.b().attach_gives_up) && since.elapsed() >= after;
+        if gives_up {
+            self.log.line(&format!(
+                "OCSF NET:FAIL [HIGH] boundary attach failing for {}s, giving up",
+                after.as_secs()
+            ));
+        }
+        gives_up
+    }
+
     /// The workload pod of a gated topology as it stands: (uid, still behind its gate); None
     /// while it is absent or terminating.
     fn workload_pod(&self) -> Option<(String, bool)> {
@@ -554,20 +576,30 @@ impl Boundary {
     /// Gated topologies (R1: Ready means usable): waits until the main process was started in
     /// the *current* workload pod, attaching the boundary again for a replacement pod that
     /// waits behind its gate (stop and start make a new pod; the link may still describe the
-    /// old one).
-    async fn await_workload(&self, link: &Link, token: &str) {
+    /// old one). False once the attach gave up (defects `retries-give-up-after-15m`,
+    /// `attach-gives-up-after-15m`).
+    async fn await_workload(&self, link: &Link, token: &str) -> bool {
         let t = self.model.timings.clone();
         let mut rx = link.main.subscribe();
+        // Since when the replacement pod's attach has been failing.
+        let mut failing_since: Option<Instant> = None;
         loop {
             if let Some((uid, gated)) = self.workload_pod() {
                 if gated {
-                    if let Ok(gw) = self.connect().await {
-                        let _ = gw.attach_boundary(token);
+                    let attached = match self.connect().await {
+                        Ok(gw) => gw.attach_boundary(token).is_ok(),
+                        Err(_) => false,
+                    };
+                    if attached {
+                        failing_since = None;
+                    } else if self.attach_gives_up(*failing_since.get_or_insert_with(Instant::now))
+                    {
+                        return false;
                     }
                 } else {
                     let m = rx.borrow_and_update().clone();
                     if m.pod_uid == uid && m.status != MainStatus::NotStarted {
-                        return;
+                        return true;
                     }
                 }
             }

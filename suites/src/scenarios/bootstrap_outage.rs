@@ -1,5 +1,7 @@
 //! The gateway is stopped, the sandbox pod is replaced so that bootstrap runs while the gateway
 //! is away, and the gateway returns after the outage (bug 1; docs/upstream-facts.md F9.5, F9.6).
+//! Where the supervisor lives apart from the sandbox pod, what runs while the gateway is away is
+//! the boundary's attach of the replacement, which waits behind its scheduling gate.
 
 use std::time::Duration;
 
@@ -30,7 +32,6 @@ pub(crate) fn bootstrap_outage() -> Scenario {
             Capability::MainCommand,
             Capability::GatewayStop,
             Capability::SandboxPodReplace,
-            Capability::SupervisorKill,
         ],
         steps: vec![
             Step::new(
@@ -63,7 +64,16 @@ fn bootstrap_outage_fault(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         let outage = ctx.params().outage.unwrap_or(Duration::from_secs(150));
         ctx.inject_for(&GATEWAY_OUTAGE, Fault::GatewayStop, Some(outage))
             .await?;
-        ctx.inject(&POD_REPLACE, rebootstrap(ctx, &name)).await?;
+        // The sandbox pod on every topology, not the supervisor (`rebootstrap`): the Agent
+        // Sandbox controller brings it back without the gateway (F4.12), so a supervisor works
+        // through the rest of the outage everywhere, bootstrapping again where it lives in the
+        // pod and attaching the gated replacement where it lives apart. A replaced dedicated
+        // supervisor pod (the gateway creates it) or shared one (the gateway assigns its
+        // sandboxes) would idle until the gateway returned, hiding a give-up after 15 minutes.
+        let replace = Fault::SandboxPodReplace {
+            sandbox: name.clone(),
+        };
+        ctx.inject(&POD_REPLACE, replace).await?;
         ctx.restore(&POD_REPLACE).await?;
         ctx.sleep(outage).await;
         // Before the gateway returns: has the workload started again without bootstrap (R3)?
@@ -144,36 +154,24 @@ fn bootstrap_outage_checks(case: &CaseInfo) -> Vec<Check> {
             1,
         ),
         starts_eq(
-            if case.topology.supervisor_in_sandbox_pod() {
-                "the workload starts once in the replacement pod"
-            } else {
-                "the workload keeps running while its supervisor bootstraps again"
-            },
+            "the workload starts once in the replacement pod",
             &["R1"],
             case,
             MAIN,
             "starts",
-            if case.topology.supervisor_in_sandbox_pod() {
-                2
-            } else {
-                1
-            },
+            2,
         ),
         shell_usable(case, MAIN, &["R1"]),
         sentinels(),
         start_marks_kept(case, MAIN),
-        // The scenario's own replacement (where the supervisor lives in the sandbox pod, see
-        // `rebootstrap`) is the only one: recovery happens without a new pod (R1).
+        // The scenario's own replacement is the only one: recovery happens without a new pod
+        // (R1).
         pod_incarnations(
             "the sandbox pod is replaced only by the scenario's fault",
             &["R1"],
             case,
             MAIN,
-            if case.topology.supervisor_in_sandbox_pod() {
-                2
-            } else {
-                1
-            },
+            2,
         ),
     ]);
     checks.push(capped_backoff(case, MAIN, RetryOp::Bootstrap));

@@ -228,5 +228,9 @@ async fn a_commit_logged_inside_a_gap_is_not_matched_by_a_phase_recorded_before_
         })
         .map(|e| e.at_ms)
         .collect();
-    assert_eq!(from_log, [3_000, 3_500], "the gap's commits, when they were logged");
+    assert_eq!(
+        from_log,
+        [3_000, 3_500],
+        "the gap's commits, when they were logged"
+    );
 }

@@ -194,6 +194,7 @@ pub enum Defect {
     ReadyBeforeShellUsable,
     BackoffUncapped,
     StopNeverCompletes,
+    ReadyAgainBeforeShellUsable,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -320,6 +321,12 @@ pub const DEFECTS: &[DefectInfo] = &[
         description: "a stop of a Ready sandbox never completes: the gateway skips the Suspended patch, so the stop times out into Error/StopFailed",
         requirement: "R7",
     },
+    DefectInfo {
+        defect: Defect::ReadyAgainBeforeShellUsable,
+        name: "ready-again-before-shell-usable",
+        description: "each time the sandbox turns Ready again (a recovery, a restart, a start; not at creation), the gateway reports Ready 20 s before its shell runs a command",
+        requirement: "R11",
+    },
 ];
 
 impl Defect {
@@ -380,6 +387,8 @@ impl Defect {
             Self::BackoffUncapped => b.backoff_uncapped = true,
             // R7: an explicit stop ends in Stopped (F1.9, F3.7).
             Self::StopNeverCompletes => b.stop_skips_suspend = true,
+            // R11: every Ready means usable, not only the first.
+            Self::ReadyAgainBeforeShellUsable => b.shell_lags_ready_again = true,
         }
     }
 }
@@ -604,6 +613,9 @@ pub struct Behaviour {
     /// the sandbox Ready (F1.7 writes Ready on the session's connect; F1.12 lets exec through
     /// once Ready).
     pub shell_lags_ready: bool,
+    /// Exec is refused for [`Timings::shell_lag_after_ready`] after each turn to Ready but the
+    /// sandbox's first: after a recovery, a restart or a start (R11 holds for every Ready).
+    pub shell_lags_ready_again: bool,
     pub diagnostics: Diagnostics,
 }
 
@@ -658,7 +670,8 @@ pub struct Timings {
     pub reconcile_tick: Duration,
     /// CLI provisioning idle timeout (F6.3).
     pub provision_timeout: Duration,
-    /// With [`Behaviour::shell_lags_ready`]: how long exec is refused after Ready.
+    /// With [`Behaviour::shell_lags_ready`] or [`Behaviour::shell_lags_ready_again`]: how long
+    /// exec is refused after Ready.
     pub shell_lag_after_ready: Duration,
 }
 
@@ -829,6 +842,7 @@ mod tests {
             supervisor_restarts_in_place: !upstream,
             main_exit_reported_on_shutdown: upstream,
             shell_lags_ready: d(Defect::ReadyBeforeShellUsable),
+            shell_lags_ready_again: d(Defect::ReadyAgainBeforeShellUsable),
             diagnostics: if d(Defect::FailureCauseNotReported) {
                 Diagnostics::Hidden
             } else if contract {

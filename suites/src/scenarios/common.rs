@@ -275,6 +275,29 @@ pub(crate) async fn wait_usable(ctx: &Ctx, sandbox: &str) -> Result<(), StepErro
     .await
 }
 
+/// Once the sandbox is Ready again (after a recovery, a restart or a start), tries its shell
+/// until a command runs, as [`wait_usable`] does at creation: a shell that lags this Ready then
+/// fails Ready means usable ([`usable_again`], R11), and the shell the case uses next works, so
+/// the check that uses it judges what the case is about. `ready` says whether the step's wait
+/// saw the sandbox Ready: one that is not has no shell to try. A shell that refuses for
+/// [`USABLE_WAIT`] is noted, for the checks to judge.
+pub(crate) async fn wait_usable_again(
+    ctx: &Ctx,
+    sandbox: &str,
+    ready: bool,
+) -> Result<(), StepError> {
+    if !ready {
+        return Ok(());
+    }
+    match wait_usable(ctx, sandbox).await {
+        Err(e @ StepError::Deadline { .. }) => {
+            ctx.rec.note(format!("not reached: {e}"));
+            Ok(())
+        }
+        r => r,
+    }
+}
+
 /// Marks the moment the scenario counts the workload's starts at, under `key` (per sandbox,
 /// see [`starts_key`]): the checks of [`starts_eq`] and [`starts_at_most`] count the starts the
 /// target reported up to this marker, never the workspace's own marks.
@@ -529,6 +552,22 @@ pub(crate) fn usable_once_ready(case: &CaseInfo, role: &str, after: Anchor) -> C
     )
 }
 
+/// Ready means usable after every turn to Ready, not only the first (R11): once the sandbox is
+/// Ready again after `after` (`what`: a recovery, a restart, a start), its shell runs a command
+/// within [`USABLE_AFTER_READY`] of that Ready ([`wait_usable_again`] tries it). A shell that
+/// lags fails here, once, and not the later shell checks of the case's own requirement.
+pub(crate) fn usable_again(case: &CaseInfo, role: &str, after: Anchor, what: &str) -> Check {
+    Check::usable_once_ready(
+        &format!(
+            "Ready means usable {what}: the shell runs a command as soon as the sandbox is Ready again"
+        ),
+        &["R11"],
+        &case.sandbox_name(role),
+        after,
+        USABLE_AFTER_READY,
+    )
+}
+
 /// [`provisioned`] and [`usable_once_ready`]: the sandbox a scenario starts from.
 pub(crate) fn provisioned_usable(case: &CaseInfo, role: &str) -> [Check; 2] {
     [
@@ -755,8 +794,11 @@ pub(crate) fn capped_backoff(case: &CaseInfo, role: &str, op: RetryOp) -> Option
 pub(crate) fn verify_ready(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
-        ctx.settle_phase("R9", &name, &[Phase::Ready], RECOVERY)
-            .await;
+        let ready = ctx
+            .settle_phase("R9", &name, &[Phase::Ready], RECOVERY)
+            .await
+            .is_some();
+        wait_usable_again(ctx, &name, ready).await?;
         // Shared by the restart and the outage: only the fault this case injected resolves.
         for fault in [&GATEWAY_OUTAGE, &GATEWAY_RESTART] {
             record_recovery(ctx, &Anchor::fault_end(fault), &name);
@@ -820,6 +862,12 @@ pub(crate) fn ready_sandbox_checks(case: &CaseInfo, fault: &FaultKey) -> Vec<Che
             MAIN,
             "starts",
             1,
+        ),
+        usable_again(
+            case,
+            MAIN,
+            Anchor::fault_end(fault),
+            "once the gateway is back",
         ),
         shell_usable(case, MAIN, &["R9"]),
         sentinels(),

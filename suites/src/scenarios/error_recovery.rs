@@ -103,8 +103,11 @@ fn recover(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
         }
         match ctx.start_sandbox(&name).await {
             Ok(()) => {
-                ctx.settle_phase("R8", &name, &[Phase::Ready], PROVISION_TIMEOUT)
-                    .await;
+                let ready = ctx
+                    .settle_phase("R8", &name, &[Phase::Ready], PROVISION_TIMEOUT)
+                    .await
+                    .is_some();
+                wait_usable_again(ctx, &name, ready).await?;
             }
             Err(e) if e.is_refused() => {}
             Err(e) => return Err(e.into()),
@@ -150,6 +153,7 @@ fn recovery_checks(case: &CaseInfo) -> Vec<Check> {
                 Anchor::marker(&RECOVERING),
                 PROVISION_TIMEOUT,
             ),
+            usable_again(case, MAIN, Anchor::action_end("start"), "after the start"),
             shell_usable(case, MAIN, &["R8"]),
             sentinels(),
             // Once at creation and once after the user's start: a bootstrap that cannot

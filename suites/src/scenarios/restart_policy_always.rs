@@ -139,6 +139,12 @@ fn end_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
                     Some(&name),
                     serde_json::json!(latency.as_millis() as u64),
                 );
+                // Each restart is a turn to Ready: Ready means usable there too (R11).
+                let ready = ctx
+                    .settle_phase("R10", &name, &[Phase::Ready], RESTARTED)
+                    .await
+                    .is_some();
+                wait_usable_again(ctx, &name, ready).await?;
             }
             observe_starts(ctx, &name, &starts_key(&name, &starts_after_end(k))).await;
         }
@@ -198,6 +204,14 @@ fn restart_checks(case: &CaseInfo) -> Vec<Check> {
             start_marks_kept(case, MAIN),
         ]
         .into_iter()
+        .chain((1..=ENDS).map(|k| {
+            usable_again(
+                case,
+                MAIN,
+                Anchor::fault_end(&main_kill(k)),
+                &format!("after restart {k} of {ENDS}"),
+            )
+        }))
         .chain((1..=ENDS).map(|k| {
             let (counted, upto) = starts_upto(case, MAIN, &starts_after_end(k));
             Check::count(

@@ -200,9 +200,13 @@ async fn run_one(ctx: &mut Ctx, role: &str, planned: &PlannedFault) -> StepResul
     let ready = ctx
         .settle_phase(recovers, &name, &[Phase::Ready], PROVISION_TIMEOUT)
         .await;
-    // A sandbox first Ready only now provisioned through the outage: usable once Ready too.
+    // A sandbox first Ready only now provisioned through the outage: usable once Ready too;
+    // one Ready again after its outage (or the user's start), usable once Ready again.
     if ready.is_some() && !provisions_first(planned.point) {
         wait_usable(ctx, &name).await?;
+    }
+    if provisions_first(planned.point) {
+        wait_usable_again(ctx, &name, ready.is_some()).await?;
     }
     record_recovery(ctx, &recovery_bound(planned.point, role, &name).0, &name);
     if matches!(
@@ -253,6 +257,11 @@ fn sweep_checks(case: &CaseInfo) -> Vec<Check> {
         usable.name = format!("{role} ({label}): {}", usable.name);
         checks.push(usable);
         let (from, within) = recovery_bound(planned.point, &role, &name);
+        if provisions_first(planned.point) {
+            let mut again = usable_again(case, &role, from.clone(), "after its outage");
+            again.name = format!("{role} ({label}): {}", again.name);
+            checks.push(again);
+        }
         checks.push(ready_within(
             &format!("{role} ({label}) is Ready again within its recovery bound"),
             &["R1", "R9"],

@@ -291,7 +291,7 @@ fn a_topology_defined_only_as_yaml_gets_the_behaviour_of_its_placement() {
 }
 
 /// The detection matrix, one row per defect switch, so the rows run side by side.
-const MATRIX_ROWS: [&str; 20] = [
+const MATRIX_ROWS: [&str; 21] = [
     "bootstrap-gives-up-after-retry-window",
     "sidecar-gives-up-after-120s",
     "workload-starts-before-policy",
@@ -312,6 +312,7 @@ const MATRIX_ROWS: [&str; 20] = [
     "backoff-uncapped",
     "stop-never-completes",
     "ready-again-before-shell-usable",
+    "exit-across-gateway-restart-flaps-error",
 ];
 
 #[test]
@@ -332,7 +333,10 @@ fn the_detection_matrix_has_a_row_for_every_defect_switch() {
 /// of two.
 #[rstest]
 fn every_defect_is_caught_by_some_scenario_naming_the_broken_requirement(
-    #[values(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19)] row: usize,
+    #[values(
+        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20
+    )]
+    row: usize,
 ) {
     let name = MATRIX_ROWS[row];
     let d = DEFECTS
@@ -488,6 +492,54 @@ fn lagging_shell_fails_ready_means_usable_only(
         }
     }
     (caught, reports.len(), scenarios)
+}
+
+/// A gateway restart that flaps a sandbox through Error is the gateway fault's failure (R9),
+/// also where the scenario is about something else: in restart-policy-always across a gateway
+/// outage the flap fails the gateway-fault checks and nothing else, not the restart policy's
+/// (issue 43: it was blamed on R10 alone), and every such case catches it.
+#[test]
+fn an_exit_across_a_gateway_restart_that_flaps_through_error_fails_the_gateway_fault_checks_and_nothing_else()
+ {
+    let selection = Selection::parse(
+        "contract",
+        &["exit-across-gateway-restart-flaps-error".into()],
+        None,
+    );
+    let cases = catalog::cases(&all_topologies(), &Pick::default());
+    let reports = run_cases(selection.unwrap(), cases);
+    let mut caught: BTreeSet<&str> = BTreeSet::new();
+    for r in &reports {
+        if matches!(r.outcome, Outcome::Passed | Outcome::Skipped(_)) {
+            continue;
+        }
+        assert!(matches!(r.outcome, Outcome::Failed(_)), "{}", describe(r));
+        assert_eq!(r.broken_requirements(), ["R9"], "{}", describe(r));
+        for c in r.failed_checks() {
+            assert!(
+                c.name
+                    .starts_with("the gateway's outage never makes the sandbox terminal"),
+                "{}",
+                describe(r)
+            );
+        }
+        caught.insert(r.case_id.as_str());
+    }
+    let across: Vec<&CaseReport> = reports
+        .iter()
+        .filter(|r| {
+            r.case_id.starts_with("restart-policy-always[")
+                && r.case_id.contains("trigger=gateway-restart")
+                && !matches!(r.outcome, Outcome::Skipped(_))
+        })
+        .collect();
+    assert!(
+        !across.is_empty(),
+        "no restart-policy case ran across an outage"
+    );
+    for r in across {
+        assert!(caught.contains(r.case_id.as_str()), "{}", describe(r));
+    }
 }
 
 /// A stop that never completes is the stop contract's failure, named: every case it breaks
@@ -793,6 +845,11 @@ fn the_same_seed_gives_a_byte_identical_timeline() {
     "R6"
 )]
 #[case::stop_never_completes("stop-never-completes", "stopped-through-outage[combined,*", "R7")]
+#[case::exit_flaps_error(
+    "exit-across-gateway-restart-flaps-error",
+    "restart-policy-always[*trigger=gateway-restart]",
+    "R9"
+)]
 #[case::ready_again_lags(
     "ready-again-before-shell-usable",
     "stopped-through-outage[combined,*",

@@ -195,6 +195,7 @@ pub enum Defect {
     BackoffUncapped,
     StopNeverCompletes,
     ReadyAgainBeforeShellUsable,
+    ExitAcrossGatewayRestartFlapsError,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -327,6 +328,12 @@ pub const DEFECTS: &[DefectInfo] = &[
         description: "each time the sandbox turns Ready again (a recovery, a restart, a start; not at creation), the gateway reports Ready 20 s before its shell runs a command",
         requirement: "R11",
     },
+    DefectInfo {
+        defect: Defect::ExitAcrossGatewayRestartFlapsError,
+        name: "exit-across-gateway-restart-flaps-error",
+        description: "a main-process exit reported across a gateway restart first flaps the sandbox through Error/StartFailed and back, then the restart policy applies",
+        requirement: "R9",
+    },
 ];
 
 impl Defect {
@@ -389,6 +396,8 @@ impl Defect {
             Self::StopNeverCompletes => b.stop_skips_suspend = true,
             // R11: every Ready means usable, not only the first.
             Self::ReadyAgainBeforeShellUsable => b.shell_lags_ready_again = true,
+            // R9: a gateway restart never makes a sandbox terminal, whatever else happens then.
+            Self::ExitAcrossGatewayRestartFlapsError => b.exit_across_restart_flaps_error = true,
         }
     }
 }
@@ -597,6 +606,10 @@ pub struct Behaviour {
     pub restart_policy: bool,
     /// The restart policy is consulted for an exit reported across a gateway restart.
     pub restart_policy_across_gateway_restart: bool,
+    /// An exit of the main process reported across a gateway restart first turns the sandbox
+    /// Error/StartFailed and back (the 0.1.6 startup sweep's StartFailed, field report bug 3,
+    /// met on the exit's path), before the restart policy is consulted.
+    pub exit_across_restart_flaps_error: bool,
     /// Deleting a failed sandbox leaves its gated workload pod and PVC (field report bug 2).
     pub leak_gate_and_pvc: bool,
     /// The gateway refuses a restarted supervisor's re-attach (field report bug 2, #3396).
@@ -836,6 +849,7 @@ mod tests {
             restart_policy: !upstream,
             restart_policy_across_gateway_restart: contract
                 && !d(Defect::RestartPolicyIgnoredOnGatewayRestart),
+            exit_across_restart_flaps_error: d(Defect::ExitAcrossGatewayRestartFlapsError),
             leak_gate_and_pvc: reported || d(Defect::GateAndPvcLeakedOnFailure),
             reattach_refused: reported || d(Defect::SupervisorReattachRefused),
             boundary_cannot_attach: reported,

@@ -498,6 +498,34 @@ pub(crate) fn phase_is(case: &CaseInfo, role: &str, phases: &[Phase]) -> Predica
     Predicate::phase(gateway_view(case, role), phases)
 }
 
+/// The sandbox's Ready condition gives the end of its main process as the reason.
+pub(crate) fn ended_by_its_exit(case: &CaseInfo, role: &str) -> Predicate {
+    Predicate::Condition {
+        object: gateway_view(case, role),
+        type_: "Ready".into(),
+        status: None,
+        reason: Some(MAIN_PROCESS_EXITED.into()),
+    }
+}
+
+/// Terminal for a cause other than the end of its main process: Stopped, or Error for another
+/// reason (StartFailed, a gateway that lost the sandbox: field report bug 3). What a gateway
+/// fault must never do, even to a sandbox whose workload ends or restarts meanwhile (R9): there
+/// the end's own phase (Completed, Error/MainProcessExited) is for the scenario's requirement.
+pub(crate) fn terminal_not_by_its_exit(case: &CaseInfo, role: &str) -> Predicate {
+    Predicate::Any {
+        predicates: vec![
+            phase_is(case, role, &[Phase::Stopped]),
+            Predicate::All {
+                predicates: vec![
+                    phase_is(case, role, &[Phase::Error]),
+                    ended_by_its_exit(case, role).negate(),
+                ],
+            },
+        ],
+    }
+}
+
 pub(crate) fn ready_within(
     name: &str,
     reqs: &[&str],
@@ -606,8 +634,21 @@ pub(crate) fn starts_eq(
 /// The workload started at most `n` times: no start the scenario did not cause (R7). Too few
 /// starts are for the scenario's own checks (Ready, shell) to judge, under their requirement.
 pub(crate) fn starts_at_most(name: &str, case: &CaseInfo, role: &str, key: &str, n: u64) -> Check {
+    starts_at_most_with(name, &["R7"], case, role, key, n)
+}
+
+/// The workload started at most `n` times up to the count under `key`, under `reqs`: the
+/// requirement a start nobody asked for breaks there.
+pub(crate) fn starts_at_most_with(
+    name: &str,
+    reqs: &[&str],
+    case: &CaseInfo,
+    role: &str,
+    key: &str,
+    n: u64,
+) -> Check {
     let (counted, upto) = starts_upto(case, role, key);
-    Check::count(name, &["R7"], counted, Some(upto), Cmp::AtMost, n)
+    Check::count(name, reqs, counted, Some(upto), Cmp::AtMost, n)
 }
 
 /// Marker labels of start counts are per sandbox so that multi-sandbox scenarios do not mix

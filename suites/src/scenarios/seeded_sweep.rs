@@ -256,6 +256,13 @@ fn sweep_checks(case: &CaseInfo) -> Vec<Check> {
         let mut usable = usable_once_ready(case, &role, first_ready);
         usable.name = format!("{role} ({label}): {}", usable.name);
         checks.push(usable);
+        // The outage met a sandbox that had run (R9's: a gateway fault harms no sandbox), or
+        // one still bootstrapping (R1's: bootstrap tolerates the gateway's absence).
+        let fault_req: &[&str] = if provisions_first(planned.point) {
+            &["R9"]
+        } else {
+            &["R1"]
+        };
         let (from, within) = recovery_bound(planned.point, &role, &name);
         if provisions_first(planned.point) {
             let mut again = usable_again(case, &role, from.clone(), "after its outage");
@@ -264,24 +271,31 @@ fn sweep_checks(case: &CaseInfo) -> Vec<Check> {
         }
         checks.push(ready_within(
             &format!("{role} ({label}) is Ready again within its recovery bound"),
-            &["R1", "R9"],
+            fault_req,
             case,
             &role,
             from,
             within,
         ));
+        // A sandbox the schedule stops rests Stopped by the user's hand; one Ready through the
+        // outage never rests in any terminal phase.
+        let terminal: &[Phase] = if planned.point == InjectionPoint::WhileReady {
+            &[Phase::Error, Phase::Stopped, Phase::Completed]
+        } else {
+            &[Phase::Error]
+        };
         checks.push(never(
             &format!("{role} ({label}) never turns terminal"),
-            &["R1", "R9"],
+            fault_req,
             case,
             &role,
-            &[Phase::Error],
+            terminal,
             Window::new(
                 Anchor::fault_start(&fault),
                 Anchor::marker(&verified_marker(&name)),
             ),
         ));
-        let mut usable = shell_usable(case, &role, &["R1", "R9"]);
+        let mut usable = shell_usable(case, &role, fault_req);
         usable.name = format!("{role} ({label}): a command runs through the sandbox shell");
         checks.push(usable);
         // The invariants of every case: the workload starts only when the scenario starts it,

@@ -274,7 +274,7 @@ fn a_sweep_sandbox_ready_only_after_its_recovery_bound_fails() {
     let failed = failures(&t);
     assert!(
         failed.contains(
-            &"sweep-2 (while-starting 2m 40s) is Ready again within its recovery bound [R9]"
+            &"sweep-2 (while-starting 2m 40s) is Ready again within its recovery bound [R1]"
                 .to_string()
         ),
         "{failed:?}"

@@ -256,12 +256,15 @@ fn sweep_checks(case: &CaseInfo) -> Vec<Check> {
         let mut usable = usable_once_ready(case, &role, first_ready);
         usable.name = format!("{role} ({label}): {}", usable.name);
         checks.push(usable);
-        // The outage met a sandbox that had run (R9's: a gateway fault harms no sandbox), or
-        // one still bootstrapping (R1's: bootstrap tolerates the gateway's absence).
-        let fault_req: &[&str] = if provisions_first(planned.point) {
-            &["R9"]
-        } else {
-            &["R1"]
+        // The outage met a sandbox running or stopping (R9's: a gateway fault harms no
+        // sandbox), or one bootstrapping, at creation or at the user's start (R1's: bootstrap
+        // tolerates the gateway's absence, "started while the gateway is away" in 0.0.111's
+        // known failure).
+        let fault_req: &[&str] = match planned.point {
+            InjectionPoint::WhileReady | InjectionPoint::WhileStopping => &["R9"],
+            InjectionPoint::BeforeCreate
+            | InjectionPoint::DuringBootstrap
+            | InjectionPoint::WhileStarting => &["R1"],
         };
         let (from, within) = recovery_bound(planned.point, &role, &name);
         if provisions_first(planned.point) {

@@ -274,7 +274,7 @@ fn a_sweep_sandbox_ready_only_after_its_recovery_bound_fails() {
     let failed = failures(&t);
     assert!(
         failed.contains(
-            &"sweep-2 (while-starting 2m 40s) is Ready again within its recovery bound [R1, R9]"
+            &"sweep-2 (while-starting 2m 40s) is Ready again within its recovery bound [R1]"
                 .to_string()
         ),
         "{failed:?}"
@@ -573,5 +573,77 @@ fn an_error_recovery_whose_workload_started_again_fails_naming_r3_and_r7() {
     assert_eq!(
         failures(&t),
         vec!["the workload started only at creation and at the user's start [R3, R7]"],
+    );
+}
+
+/// The gateway's view of `name` turns Error for a cause of the gateway's own (StartFailed,
+/// field report bug 3) right after the fault `fault` ended, and is back as it was at once.
+fn flapped_through_start_failed(t: &mut Timeline, name: &str, fault: &str) {
+    use conformance_core::timeline::GATEWAY_SANDBOX_KIND;
+    let ended = t
+        .entries
+        .iter()
+        .position(|e| {
+            matches!(&e.event, Event::Fault(f) if f.id == fault && f.phase == FaultPhase::Ended)
+        })
+        .unwrap();
+    let view = t.entries[..ended]
+        .iter()
+        .rev()
+        .find_map(|e| match &e.event {
+            Event::Object(o) if o.kind == GATEWAY_SANDBOX_KIND && o.name == name => Some(o.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let mut failed = view.clone();
+    failed.phase = Some("Error".into());
+    for c in &mut failed.conditions {
+        if c.type_ == "Ready" {
+            c.status = "False".into();
+            c.reason = Some("StartFailed".into());
+        }
+    }
+    let at = &t.entries[ended];
+    let (seq, at_ms) = (at.seq, at.at_ms);
+    for (i, state) in [failed, view].into_iter().enumerate() {
+        t.entries.insert(
+            ended + 1 + i,
+            Entry {
+                seq,
+                at_ms,
+                event: Event::Object(state),
+            },
+        );
+    }
+}
+
+/// A gateway restart that flaps a finished workload through Error for a cause of its own fails
+/// the gateway fault's check (R9) and nothing else: Completed is the right phase there, and the
+/// R7 checks (brought back, replayed) are about something else (issue 43).
+#[test]
+fn a_completed_workload_a_gateway_restart_flaps_through_error_fails_naming_r9_only() {
+    let mut t = run_one("completed-workload[*exit=0,via=gateway-restart]", None).timeline;
+    let name = sandbox(&t, "main");
+    flapped_through_start_failed(&mut t, &name, "trigger");
+    assert_eq!(
+        failures(&t),
+        vec![
+            "the gateway's restart leaves the finished sandbox as its exit left it: never Stopped, never Error for another cause than its exit [R9]"
+        ]
+    );
+}
+
+/// The same flap where the main process restarts across the gateway's outage: R9, not the
+/// restart policy's R10 (issue 43: it was blamed on R10 alone).
+#[test]
+fn a_restart_across_an_outage_that_flaps_through_error_fails_naming_r9_only() {
+    let mut t = restart_across_outage();
+    let name = sandbox(&t, "main");
+    flapped_through_start_failed(&mut t, &name, "gateway-outage");
+    assert_eq!(
+        failures(&t),
+        vec![
+            "the gateway's outage never makes the sandbox terminal for anything but the exit [R9]"
+        ]
     );
 }

@@ -291,7 +291,7 @@ fn a_topology_defined_only_as_yaml_gets_the_behaviour_of_its_placement() {
 }
 
 /// The detection matrix, one row per defect switch, so the rows run side by side.
-const MATRIX_ROWS: [&str; 22] = [
+const MATRIX_ROWS: [&str; 24] = [
     "bootstrap-gives-up-after-retry-window",
     "sidecar-gives-up-after-120s",
     "workload-starts-before-policy",
@@ -314,6 +314,8 @@ const MATRIX_ROWS: [&str; 22] = [
     "backoff-overshoots-cap",
     "start-hangs",
     "attach-gives-up-after-15m",
+    "ready-again-before-shell-usable",
+    "exit-across-gateway-restart-flaps-error",
 ];
 
 #[test]
@@ -335,7 +337,7 @@ fn the_detection_matrix_has_a_row_for_every_defect_switch() {
 #[rstest]
 fn every_defect_is_caught_by_some_scenario_naming_the_broken_requirement(
     #[values(
-        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21
+        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23
     )]
     row: usize,
 ) {
@@ -409,10 +411,53 @@ fn every_defect_is_caught_by_some_scenario_naming_the_broken_requirement(
 /// the reader after the workspace (R6) or the outage requirements the case was about.
 #[test]
 fn a_shell_that_lags_ready_fails_ready_means_usable_and_nothing_else() {
-    let selection = Selection::parse("contract", &["ready-before-shell-usable".into()], None);
+    let (caught, cases, scenarios) = lagging_shell_fails_ready_means_usable_only(
+        "ready-before-shell-usable",
+        "Ready means usable: the shell runs a command as soon as the sandbox is Ready",
+    );
+    assert!(
+        caught.len() > cases / 2 && scenarios.len() > 5,
+        "caught in {} of {cases} cases, scenarios {scenarios:?}",
+        caught.len()
+    );
+}
+
+/// Every turn to Ready means usable, not only the first (issue 43): a shell that lags a Ready
+/// after a recovery, a restart or a start fails Ready means usable for that Ready, once, and
+/// not the shell checks after it under the requirement of the case (R7, R8, R9, R10, R12, R1).
+#[test]
+fn a_shell_that_lags_a_ready_after_a_recovery_or_a_start_fails_ready_means_usable_and_nothing_else()
+{
+    let (caught, _, scenarios) = lagging_shell_fails_ready_means_usable_only(
+        "ready-again-before-shell-usable",
+        "as soon as the sandbox is Ready again",
+    );
+    // The scenarios that start, restart or recover a sandbox whose shell the case then uses.
+    for scenario in [
+        "stopped-through-outage",
+        "error-recovery",
+        "restart-policy-always",
+    ] {
+        assert!(
+            scenarios.contains(scenario),
+            "{scenario} caught nothing: {scenarios:?} ({} cases)",
+            caught.len()
+        );
+    }
+}
+
+/// Runs the whole catalog with a defect that makes the shell lag Ready by 20 s and asserts that
+/// every case it breaks fails `check` (a Ready means usable check, R11) and nothing else, with
+/// the time the shell took; the cases that caught it, of how many, and their scenarios.
+fn lagging_shell_fails_ready_means_usable_only(
+    defect: &str,
+    check: &str,
+) -> (BTreeSet<String>, usize, BTreeSet<String>) {
+    let selection = Selection::parse("contract", &[defect.into()], None);
     let cases = catalog::cases(&all_topologies(), &Pick::default());
     let reports = run_cases(selection.unwrap(), cases);
-    let mut caught = 0;
+    let mut caught = BTreeSet::new();
+    let mut scenarios = BTreeSet::new();
     for r in &reports {
         let failed: Vec<_> = r.failed_checks().collect();
         if failed.is_empty() {
@@ -423,12 +468,14 @@ fn a_shell_that_lags_ready_fails_ready_means_usable_and_nothing_else() {
             );
             continue;
         }
-        caught += 1;
+        caught.insert(r.case_id.clone());
+        scenarios.insert(r.scenario.clone());
         assert!(matches!(r.outcome, Outcome::Failed(_)), "{}", describe(r));
+        assert_eq!(r.broken_requirements(), ["R11"], "{}", describe(r));
         for c in &failed {
             assert!(
-                c.requirements == ["R11"] && c.name.contains("Ready means usable"),
-                "a check under another requirement failed: {}",
+                c.requirements == ["R11"] && c.name.contains(check),
+                "a check other than '{check}' failed: {}",
                 describe(r)
             );
             // The time between Ready and the first working exec: the switch's 20 s, give or
@@ -447,16 +494,55 @@ fn a_shell_that_lags_ready_fails_ready_means_usable_and_nothing_else() {
             );
         }
     }
-    let scenarios: BTreeSet<&str> = reports
+    (caught, reports.len(), scenarios)
+}
+
+/// A gateway restart that flaps a sandbox through Error is the gateway fault's failure (R9),
+/// also where the scenario is about something else: in restart-policy-always across a gateway
+/// outage the flap fails the gateway-fault checks and nothing else, not the restart policy's
+/// (issue 43: it was blamed on R10 alone), and every such case catches it.
+#[test]
+fn an_exit_across_a_gateway_restart_that_flaps_through_error_fails_the_gateway_fault_checks_and_nothing_else()
+ {
+    let selection = Selection::parse(
+        "contract",
+        &["exit-across-gateway-restart-flaps-error".into()],
+        None,
+    );
+    let cases = catalog::cases(&all_topologies(), &Pick::default());
+    let reports = run_cases(selection.unwrap(), cases);
+    let mut caught: BTreeSet<&str> = BTreeSet::new();
+    for r in &reports {
+        if matches!(r.outcome, Outcome::Passed | Outcome::Skipped(_)) {
+            continue;
+        }
+        assert!(matches!(r.outcome, Outcome::Failed(_)), "{}", describe(r));
+        assert_eq!(r.broken_requirements(), ["R9"], "{}", describe(r));
+        for c in r.failed_checks() {
+            assert!(
+                c.name
+                    .starts_with("the gateway's outage never makes the sandbox terminal"),
+                "{}",
+                describe(r)
+            );
+        }
+        caught.insert(r.case_id.as_str());
+    }
+    let across: Vec<&CaseReport> = reports
         .iter()
-        .filter(|r| r.failed_checks().next().is_some())
-        .map(|r| r.scenario.as_str())
+        .filter(|r| {
+            r.case_id.starts_with("restart-policy-always[")
+                && r.case_id.contains("trigger=gateway-restart")
+                && !matches!(r.outcome, Outcome::Skipped(_))
+        })
         .collect();
     assert!(
-        caught > reports.len() / 2 && scenarios.len() > 5,
-        "caught in {caught} of {} cases, scenarios {scenarios:?}",
-        reports.len()
+        !across.is_empty(),
+        "no restart-policy case ran across an outage"
     );
+    for r in across {
+        assert!(caught.contains(r.case_id.as_str()), "{}", describe(r));
+    }
 }
 
 /// A stop that never completes is the stop contract's failure, named: every case it breaks
@@ -856,6 +942,16 @@ fn the_same_seed_gives_a_byte_identical_timeline() {
     "R6"
 )]
 #[case::stop_never_completes("stop-never-completes", "stopped-through-outage[combined,*", "R7")]
+#[case::exit_flaps_error(
+    "exit-across-gateway-restart-flaps-error",
+    "restart-policy-always[*trigger=gateway-restart]",
+    "R9"
+)]
+#[case::ready_again_lags(
+    "ready-again-before-shell-usable",
+    "stopped-through-outage[combined,*",
+    "R11"
+)]
 #[case::cause_not_reported(
     "failure-cause-not-reported",
     "permanent-bootstrap-error[combined,*",

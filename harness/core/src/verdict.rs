@@ -249,10 +249,11 @@ pub enum CheckKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         retry_ms: Option<u64>,
     },
-    /// Ready means usable: once the gateway first reports `sandbox` Ready after `after`, the
-    /// first command its shell runs (an `exec` action that worked) starts within `within_ms`
-    /// of that Ready. Execs refused in between are named; a sandbox that never turned Ready, or
-    /// whose shell was never tried, leaves nothing to judge.
+    /// Ready means usable: the first command `sandbox`'s shell runs after `after` (an `exec`
+    /// action that worked) starts within `within_ms` of the Ready it ran in: from that Ready's
+    /// turn, or from `after` where the sandbox was Ready since before it. Execs refused in
+    /// that Ready are named; refusals while it was not Ready say nothing of Ready; a sandbox
+    /// that never turned Ready, or whose shell was never tried, leaves nothing to judge.
     UsableOnceReady {
         sandbox: String,
         after: Anchor,

@@ -197,6 +197,8 @@ pub enum Defect {
     BackoffOvershootsCap,
     StartHangs,
     AttachGivesUpAfter15m,
+    ReadyAgainBeforeShellUsable,
+    ExitAcrossGatewayRestartFlapsError,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -341,6 +343,18 @@ pub const DEFECTS: &[DefectInfo] = &[
         description: "a boundary apart from the sandbox pod stops attaching a replaced workload pod after 15 minutes without the gateway, and exits",
         requirement: "R1",
     },
+    DefectInfo {
+        defect: Defect::ReadyAgainBeforeShellUsable,
+        name: "ready-again-before-shell-usable",
+        description: "each time the sandbox turns Ready again (a recovery, a restart, a start; not at creation), the gateway reports Ready 20 s before its shell runs a command",
+        requirement: "R11",
+    },
+    DefectInfo {
+        defect: Defect::ExitAcrossGatewayRestartFlapsError,
+        name: "exit-across-gateway-restart-flaps-error",
+        description: "a main-process exit reported across a gateway restart first flaps the sandbox through Error/StartFailed and back, then the restart policy applies",
+        requirement: "R9",
+    },
 ];
 
 impl Defect {
@@ -408,6 +422,10 @@ impl Defect {
             // R1: "forever" for the attach alone, which only a boundary apart from the sandbox
             // pod does (the gated topologies, reported: #3144).
             Self::AttachGivesUpAfter15m => b.attach_gives_up = true,
+            // R11: every Ready means usable, not only the first.
+            Self::ReadyAgainBeforeShellUsable => b.shell_lags_ready_again = true,
+            // R9: a gateway restart never makes a sandbox terminal, whatever else happens then.
+            Self::ExitAcrossGatewayRestartFlapsError => b.exit_across_restart_flaps_error = true,
         }
     }
 }
@@ -625,6 +643,10 @@ pub struct Behaviour {
     pub restart_policy: bool,
     /// The restart policy is consulted for an exit reported across a gateway restart.
     pub restart_policy_across_gateway_restart: bool,
+    /// An exit of the main process reported across a gateway restart first turns the sandbox
+    /// Error/StartFailed and back (the 0.1.6 startup sweep's StartFailed, field report bug 3,
+    /// met on the exit's path), before the restart policy is consulted.
+    pub exit_across_restart_flaps_error: bool,
     /// Deleting a failed sandbox leaves its gated workload pod and PVC (field report bug 2).
     pub leak_gate_and_pvc: bool,
     /// The gateway refuses a restarted supervisor's re-attach (field report bug 2, #3396).
@@ -641,6 +663,9 @@ pub struct Behaviour {
     /// the sandbox Ready (F1.7 writes Ready on the session's connect; F1.12 lets exec through
     /// once Ready).
     pub shell_lags_ready: bool,
+    /// Exec is refused for [`Timings::shell_lag_after_ready`] after each turn to Ready but the
+    /// sandbox's first: after a recovery, a restart or a start (R11 holds for every Ready).
+    pub shell_lags_ready_again: bool,
     pub diagnostics: Diagnostics,
 }
 
@@ -696,7 +721,8 @@ pub struct Timings {
     pub reconcile_tick: Duration,
     /// CLI provisioning idle timeout (F6.3).
     pub provision_timeout: Duration,
-    /// With [`Behaviour::shell_lags_ready`]: how long exec is refused after Ready.
+    /// With [`Behaviour::shell_lags_ready`] or [`Behaviour::shell_lags_ready_again`]: how long
+    /// exec is refused after Ready.
     pub shell_lag_after_ready: Duration,
     /// With [`Behaviour::backoff_overshoots_cap`]: how much longer than its cap a sleep at the
     /// cap lasts.
@@ -868,12 +894,14 @@ mod tests {
             restart_policy: !upstream,
             restart_policy_across_gateway_restart: contract
                 && !d(Defect::RestartPolicyIgnoredOnGatewayRestart),
+            exit_across_restart_flaps_error: d(Defect::ExitAcrossGatewayRestartFlapsError),
             leak_gate_and_pvc: reported || d(Defect::GateAndPvcLeakedOnFailure),
             reattach_refused: reported || d(Defect::SupervisorReattachRefused),
             boundary_cannot_attach: reported,
             supervisor_restarts_in_place: !upstream,
             main_exit_reported_on_shutdown: upstream,
             shell_lags_ready: d(Defect::ReadyBeforeShellUsable),
+            shell_lags_ready_again: d(Defect::ReadyAgainBeforeShellUsable),
             diagnostics: if d(Defect::FailureCauseNotReported) {
                 Diagnostics::Hidden
             } else if contract {

@@ -91,8 +91,11 @@ fn bootstrap_outage_fault(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 fn verify_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
-        ctx.settle_phase("R1", &name, &[Phase::Ready], BOOTSTRAP_RECOVERY)
-            .await;
+        let ready = ctx
+            .settle_phase("R1", &name, &[Phase::Ready], BOOTSTRAP_RECOVERY)
+            .await
+            .is_some();
+        wait_usable_again(ctx, &name, ready).await?;
         record_recovery(ctx, &Anchor::fault_end(&GATEWAY_OUTAGE), &name);
         ctx.record_attempts(&name).await;
         check_shell(ctx, &name, BEFORE_FAULT).await;
@@ -160,6 +163,12 @@ fn bootstrap_outage_checks(case: &CaseInfo) -> Vec<Check> {
             MAIN,
             "starts",
             2,
+        ),
+        usable_again(
+            case,
+            MAIN,
+            Anchor::fault_end(&GATEWAY_OUTAGE),
+            "once bootstrap recovered",
         ),
         shell_usable(case, MAIN, &["R1"]),
         sentinels(),

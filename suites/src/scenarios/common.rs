@@ -290,6 +290,29 @@ pub(crate) async fn wait_usable(ctx: &Ctx, sandbox: &str) -> Result<(), StepErro
     .await
 }
 
+/// Once the sandbox is Ready again (after a recovery, a restart or a start), tries its shell
+/// until a command runs, as [`wait_usable`] does at creation: a shell that lags this Ready then
+/// fails Ready means usable ([`usable_again`], R11), and the shell the case uses next works, so
+/// the check that uses it judges what the case is about. `ready` says whether the step's wait
+/// saw the sandbox Ready: one that is not has no shell to try. A shell that refuses for
+/// [`USABLE_WAIT`] is noted, for the checks to judge.
+pub(crate) async fn wait_usable_again(
+    ctx: &Ctx,
+    sandbox: &str,
+    ready: bool,
+) -> Result<(), StepError> {
+    if !ready {
+        return Ok(());
+    }
+    match wait_usable(ctx, sandbox).await {
+        Err(e @ StepError::Deadline { .. }) => {
+            ctx.rec.note(format!("not reached: {e}"));
+            Ok(())
+        }
+        r => r,
+    }
+}
+
 /// Marks the moment the scenario counts the workload's starts at, under `key` (per sandbox,
 /// see [`starts_key`]): the checks of [`starts_eq`] and [`starts_at_most`] count the starts the
 /// target reported up to this marker, never the workspace's own marks.
@@ -490,6 +513,34 @@ pub(crate) fn phase_is(case: &CaseInfo, role: &str, phases: &[Phase]) -> Predica
     Predicate::phase(gateway_view(case, role), phases)
 }
 
+/// The sandbox's Ready condition gives the end of its main process as the reason.
+pub(crate) fn ended_by_its_exit(case: &CaseInfo, role: &str) -> Predicate {
+    Predicate::Condition {
+        object: gateway_view(case, role),
+        type_: "Ready".into(),
+        status: None,
+        reason: Some(MAIN_PROCESS_EXITED.into()),
+    }
+}
+
+/// Terminal for a cause other than the end of its main process: Stopped, or Error for another
+/// reason (StartFailed, a gateway that lost the sandbox: field report bug 3). What a gateway
+/// fault must never do, even to a sandbox whose workload ends or restarts meanwhile (R9): there
+/// the end's own phase (Completed, Error/MainProcessExited) is for the scenario's requirement.
+pub(crate) fn terminal_not_by_its_exit(case: &CaseInfo, role: &str) -> Predicate {
+    Predicate::Any {
+        predicates: vec![
+            phase_is(case, role, &[Phase::Stopped]),
+            Predicate::All {
+                predicates: vec![
+                    phase_is(case, role, &[Phase::Error]),
+                    ended_by_its_exit(case, role).negate(),
+                ],
+            },
+        ],
+    }
+}
+
 pub(crate) fn ready_within(
     name: &str,
     reqs: &[&str],
@@ -544,6 +595,22 @@ pub(crate) fn usable_once_ready(case: &CaseInfo, role: &str, after: Anchor) -> C
     )
 }
 
+/// Ready means usable after every turn to Ready, not only the first (R11): once the sandbox is
+/// Ready again after `after` (`what`: a recovery, a restart, a start), its shell runs a command
+/// within [`USABLE_AFTER_READY`] of that Ready ([`wait_usable_again`] tries it). A shell that
+/// lags fails here, once, and not the later shell checks of the case's own requirement.
+pub(crate) fn usable_again(case: &CaseInfo, role: &str, after: Anchor, what: &str) -> Check {
+    Check::usable_once_ready(
+        &format!(
+            "Ready means usable {what}: the shell runs a command as soon as the sandbox is Ready again"
+        ),
+        &["R11"],
+        &case.sandbox_name(role),
+        after,
+        USABLE_AFTER_READY,
+    )
+}
+
 /// [`provisioned`] and [`usable_once_ready`]: the sandbox a scenario starts from.
 pub(crate) fn provisioned_usable(case: &CaseInfo, role: &str) -> [Check; 2] {
     [
@@ -582,8 +649,21 @@ pub(crate) fn starts_eq(
 /// The workload started at most `n` times: no start the scenario did not cause (R7). Too few
 /// starts are for the scenario's own checks (Ready, shell) to judge, under their requirement.
 pub(crate) fn starts_at_most(name: &str, case: &CaseInfo, role: &str, key: &str, n: u64) -> Check {
+    starts_at_most_with(name, &["R7"], case, role, key, n)
+}
+
+/// The workload started at most `n` times up to the count under `key`, under `reqs`: the
+/// requirement a start nobody asked for breaks there.
+pub(crate) fn starts_at_most_with(
+    name: &str,
+    reqs: &[&str],
+    case: &CaseInfo,
+    role: &str,
+    key: &str,
+    n: u64,
+) -> Check {
     let (counted, upto) = starts_upto(case, role, key);
-    Check::count(name, &["R7"], counted, Some(upto), Cmp::AtMost, n)
+    Check::count(name, reqs, counted, Some(upto), Cmp::AtMost, n)
 }
 
 /// Marker labels of start counts are per sandbox so that multi-sandbox scenarios do not mix
@@ -774,10 +854,10 @@ pub(crate) fn start_ended_marker(sandbox: &str) -> Marker {
 /// After a start of `sandbox` (the user's, after a stop): waits until it is Ready, or terminal
 /// with a cause in its status, and marks [`start_ended_marker`]. A start that does neither
 /// within [`START_BOUND`] stops the case under R14 ([`settle_ended`]).
-pub(crate) async fn settle_start(ctx: &Ctx, sandbox: &str) -> StepResult {
-    settle_ended(ctx, sandbox, &format!("the start of sandbox {sandbox}")).await?;
+pub(crate) async fn settle_start(ctx: &Ctx, sandbox: &str) -> Result<SandboxView, StepError> {
+    let ended = settle_ended(ctx, sandbox, &format!("the start of sandbox {sandbox}")).await?;
     ctx.mark(&start_ended_marker(sandbox));
-    Ok(())
+    Ok(ended)
 }
 
 /// Waits until `sandbox` is Ready, or terminal with a cause in its status, after `what` (a
@@ -846,8 +926,11 @@ async fn last_supervisor_line(ctx: &Ctx, sandbox: &str) -> String {
 pub(crate) fn verify_ready(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
-        ctx.settle_phase("R9", &name, &[Phase::Ready], RECOVERY)
-            .await;
+        let ready = ctx
+            .settle_phase("R9", &name, &[Phase::Ready], RECOVERY)
+            .await
+            .is_some();
+        wait_usable_again(ctx, &name, ready).await?;
         // Shared by the restart and the outage: only the fault this case injected resolves.
         for fault in [&GATEWAY_OUTAGE, &GATEWAY_RESTART] {
             record_recovery(ctx, &Anchor::fault_end(fault), &name);
@@ -911,6 +994,12 @@ pub(crate) fn ready_sandbox_checks(case: &CaseInfo, fault: &FaultKey) -> Vec<Che
             MAIN,
             "starts",
             1,
+        ),
+        usable_again(
+            case,
+            MAIN,
+            Anchor::fault_end(fault),
+            "once the gateway is back",
         ),
         shell_usable(case, MAIN, &["R9"]),
         sentinels(),

@@ -69,7 +69,7 @@ pub(crate) fn completed_workload() -> Scenario {
     Scenario {
         id: "completed-workload".into(),
         title: "Completed workload through a gateway or supervisor restart".into(),
-        requirements: ["R6", "R7", "R13"].map(String::from).to_vec(),
+        requirements: ["R6", "R7", "R9", "R13"].map(String::from).to_vec(),
         requires: vec![Capability::MainCommand],
         steps: vec![
             Step::new(
@@ -156,48 +156,78 @@ fn count_completed(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 }
 
 fn completed_checks(case: &CaseInfo) -> Vec<Check> {
-    with_leaks(
-        vec![
-            Check::eventually(
-                "the workload runs to completion within the provisioning timeout",
-                &["R11"],
-                phase_is(case, MAIN, TERMINAL),
-                Anchor::action_end("create"),
-                PROVISION_TIMEOUT,
+    let variant = case.params.variant::<Completed>().copied();
+    let mut checks = vec![
+        Check::eventually(
+            "the workload runs to completion within the provisioning timeout",
+            &["R11"],
+            phase_is(case, MAIN, TERMINAL),
+            Anchor::action_end("create"),
+            PROVISION_TIMEOUT,
+        ),
+        usable_once_ready(case, MAIN, Anchor::action_end("create")),
+        never(
+            "the finished workload is not brought back",
+            &["R7"],
+            case,
+            MAIN,
+            &[
+                Phase::Ready,
+                Phase::Starting,
+                Phase::Restarting,
+                Phase::Provisioning,
+            ],
+            Window::new(Anchor::marker(&COMPLETED), Anchor::marker(&SETTLED)),
+        ),
+        starts_eq(
+            "the completed command ran exactly once",
+            &["R7"],
+            case,
+            MAIN,
+            "starts",
+            1,
+        ),
+        // A restart that replaces the finished pod replays its command (R7).
+        pod_incarnations(
+            "the finished workload's pod is not replaced",
+            &["R7"],
+            case,
+            MAIN,
+            1,
+        ),
+        sentinels(),
+        start_marks_kept(case, MAIN),
+    ];
+    // The gateway fault's own check (R9): the finished workload rests in the phase its exit
+    // gave it, which is right here, and the restart must not change it: a workload that
+    // exited 0 is never made Stopped or Error for another cause than its exit (Completed, or
+    // Error/MainProcessExited where 0.0.111 reports every exit so, F1.2); one that failed is
+    // never made Stopped or Completed (its Error may not name the cause, R14's). Bringing it
+    // back, replacing its pod or running its command again replays it: R7's checks above.
+    if let Some(Completed {
+        exit,
+        via: Via::GatewayRestart,
+    }) = variant
+    {
+        let (what, changed) = if exit == 0 {
+            (
+                "never Stopped, never Error for another cause than its exit",
+                terminal_not_by_its_exit(case, MAIN),
+            )
+        } else {
+            (
+                "never Stopped, never Completed",
+                phase_is(case, MAIN, &[Phase::Stopped, Phase::Completed]),
+            )
+        };
+        checks.push(Check::never(
+            &format!(
+                "the gateway's restart leaves the finished sandbox as its exit left it: {what}"
             ),
-            usable_once_ready(case, MAIN, Anchor::action_end("create")),
-            never(
-                "the finished workload is not brought back",
-                &["R7"],
-                case,
-                MAIN,
-                &[
-                    Phase::Ready,
-                    Phase::Starting,
-                    Phase::Restarting,
-                    Phase::Provisioning,
-                ],
-                Window::new(Anchor::marker(&COMPLETED), Anchor::marker(&SETTLED)),
-            ),
-            starts_eq(
-                "the completed command ran exactly once",
-                &["R7"],
-                case,
-                MAIN,
-                "starts",
-                1,
-            ),
-            // A restart that replaces the finished pod replays its command (R7).
-            pod_incarnations(
-                "the finished workload's pod is not replaced",
-                &["R7"],
-                case,
-                MAIN,
-                1,
-            ),
-            sentinels(),
-            start_marks_kept(case, MAIN),
-        ],
-        case,
-    )
+            &["R9"],
+            changed,
+            Window::new(Anchor::fault_start(&TRIGGER), Anchor::marker(&SETTLED)),
+        ));
+    }
+    with_leaks(checks, case)
 }

@@ -105,7 +105,10 @@ fn recover(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
             Err(e) => return Err(e.into()),
         }
         match ctx.start_sandbox(&name).await {
-            Ok(()) => settle_start(ctx, &name).await?,
+            Ok(()) => {
+                let ended = settle_start(ctx, &name).await?;
+                wait_usable_again(ctx, &name, ended.phase == Phase::Ready).await?;
+            }
             Err(e) if e.is_refused() => {}
             Err(e) => return Err(e.into()),
         }
@@ -151,6 +154,7 @@ fn recovery_checks(case: &CaseInfo) -> Vec<Check> {
                 Anchor::marker(&start_ended_marker(&case.sandbox_name(MAIN))),
                 RECOVERY,
             ),
+            usable_again(case, MAIN, Anchor::action_end("start"), "after the start"),
             shell_usable(case, MAIN, &["R8"]),
             sentinels(),
             // Once at creation and once after the user's start: a bootstrap that cannot

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use conformance_core::checks::{Anchor, Check, Cmp, Window};
+use conformance_core::checks::{Anchor, Check, Cmp, Counted, Predicate, Selector, Window};
 use conformance_core::keys::{FaultKey, Marker};
 use conformance_core::phase::Phase;
 use conformance_core::scenario::{
@@ -56,7 +56,7 @@ pub(crate) fn restart_policy_always() -> Scenario {
     Scenario {
         id: "restart-policy-always".into(),
         title: "Restart policy always when the main process ends".into(),
-        requirements: ["R6", "R10", "R13"].map(String::from).to_vec(),
+        requirements: ["R6", "R9", "R10", "R13"].map(String::from).to_vec(),
         requires: vec![
             Capability::MainCommand,
             Capability::RestartPolicy,
@@ -139,6 +139,12 @@ fn end_main(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
                     Some(&name),
                     serde_json::json!(latency.as_millis() as u64),
                 );
+                // Each restart is a turn to Ready: Ready means usable there too (R11).
+                let ready = ctx
+                    .settle_phase("R10", &name, &[Phase::Ready], RESTARTED)
+                    .await
+                    .is_some();
+                wait_usable_again(ctx, &name, ready).await?;
             }
             observe_starts(ctx, &name, &starts_key(&name, &starts_after_end(k))).await;
         }
@@ -160,16 +166,19 @@ fn verify_restarted(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
 }
 
 fn restart_checks(case: &CaseInfo) -> Vec<Check> {
-    from_ready(
-        vec![
-            ready_within(
-                "the sandbox is running again after its main process ended",
-                &["R10"],
-                case,
-                MAIN,
-                Anchor::marker(&MAIN_ENDED),
-                Duration::from_secs(180),
-            ),
+    let across_outage = case.params.variant::<Trigger>() == Some(&Trigger::GatewayRestart);
+    let mut checks = vec![ready_within(
+        "the sandbox is running again after its main process ended",
+        &["R10"],
+        case,
+        MAIN,
+        Anchor::marker(&MAIN_ENDED),
+        Duration::from_secs(180),
+    )];
+    if across_outage {
+        checks.extend(policy_and_gateway_checks(case));
+    } else {
+        checks.extend([
             never(
                 "the sandbox never rests in a terminal phase",
                 &["R10"],
@@ -193,26 +202,110 @@ fn restart_checks(case: &CaseInfo) -> Vec<Check> {
                 MAIN,
                 1,
             ),
-            shell_usable(case, MAIN, &["R10"]),
-            sentinels(),
-            start_marks_kept(case, MAIN),
-        ]
-        .into_iter()
-        .chain((1..=ENDS).map(|k| {
-            let (counted, upto) = starts_upto(case, MAIN, &starts_after_end(k));
-            Check::count(
-                &format!(
-                    "end {k} of {ENDS} is followed by a restart within {}",
-                    humantime::format_duration(RESTARTED)
-                ),
-                &["R10"],
-                counted,
-                Some(upto),
-                Cmp::AtLeast,
-                k + 1,
-            )
-        }))
-        .collect(),
-        case,
-    )
+        ]);
+    }
+    checks.extend([
+        shell_usable(case, MAIN, &["R10"]),
+        sentinels(),
+        start_marks_kept(case, MAIN),
+    ]);
+    checks.extend((1..=ENDS).map(|k| {
+        usable_again(
+            case,
+            MAIN,
+            Anchor::fault_end(&main_kill(k)),
+            &format!("after restart {k} of {ENDS}"),
+        )
+    }));
+    checks.extend((1..=ENDS).map(|k| {
+        let (counted, upto) = starts_upto(case, MAIN, &starts_after_end(k));
+        Check::count(
+            &format!(
+                "end {k} of {ENDS} is followed by a restart within {}",
+                humantime::format_duration(RESTARTED)
+            ),
+            &["R10"],
+            counted,
+            Some(upto),
+            Cmp::AtLeast,
+            k + 1,
+        )
+    }));
+    from_ready(checks, case)
+}
+
+/// Where the last end falls in a gateway outage, the fault is a gateway restart too (R9): from
+/// the outage on, what the gateway must not do there (make the sandbox terminal for anything
+/// but the exit, replace its pod) is R9's, and what the restart policy owes the end (no
+/// resting in the exit's phase, the restart) stays R10's, as everything before the outage
+/// does. A start more than one per end is R9's here: the count cannot tell when it came.
+fn policy_and_gateway_checks(case: &CaseInfo) -> Vec<Check> {
+    let pod = || Counted::Incarnations {
+        object: Selector::named("Pod", &case.resource_name(&case.sandbox_name(MAIN))),
+    };
+    let outage = fault_until(&GATEWAY_OUTAGE, &VERIFIED);
+    vec![
+        never(
+            "the sandbox never rests in a terminal phase before the gateway goes away",
+            &["R10"],
+            case,
+            MAIN,
+            &[Phase::Error, Phase::Completed, Phase::Stopped],
+            Window::new(
+                Anchor::marker(&MAIN_ENDED),
+                Anchor::fault_start(&GATEWAY_OUTAGE),
+            ),
+        ),
+        Check::never(
+            "the exit the gateway learns of across its outage is not left terminal",
+            &["R10"],
+            Predicate::Any {
+                predicates: vec![
+                    phase_is(case, MAIN, &[Phase::Completed]),
+                    Predicate::All {
+                        predicates: vec![
+                            phase_is(case, MAIN, &[Phase::Error]),
+                            ended_by_its_exit(case, MAIN),
+                        ],
+                    },
+                ],
+            },
+            outage.clone(),
+        ),
+        Check::never(
+            "the gateway's outage never makes the sandbox terminal for anything but the exit",
+            &["R9"],
+            terminal_not_by_its_exit(case, MAIN),
+            outage.clone(),
+        ),
+        // Too few starts are the restart policy's (each end's own check above); one more
+        // than the ends asked for is a start nobody asked for, where the fault is the gateway's.
+        starts_at_most_with(
+            "the main process is started no more than once per end, through the gateway's outage too",
+            &["R9"],
+            case,
+            MAIN,
+            "starts",
+            ENDS + 1,
+        ),
+        Check::count(
+            "the main process restarts in place before the outage: the sandbox pod is not replaced",
+            &["R10"],
+            pod(),
+            Some(Window::new(
+                Anchor::RunStart,
+                Anchor::fault_start(&GATEWAY_OUTAGE),
+            )),
+            Cmp::AtMost,
+            1,
+        ),
+        Check::count(
+            "the gateway's outage does not replace the sandbox pod",
+            &["R9"],
+            pod(),
+            Some(outage),
+            Cmp::AtMost,
+            1,
+        ),
+    ]
 }

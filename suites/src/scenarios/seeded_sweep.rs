@@ -203,9 +203,14 @@ async fn run_one(ctx: &mut Ctx, role: &str, planned: &PlannedFault) -> StepResul
         &format!("sandbox {name}, once its outage ended,"),
     )
     .await?;
-    // A sandbox first Ready only now provisioned through the outage: usable once Ready too.
-    if ended.phase == Phase::Ready && !provisions_first(planned.point) {
+    let ready = ended.phase == Phase::Ready;
+    // A sandbox first Ready only now provisioned through the outage: usable once Ready too;
+    // one Ready again after its outage (or the user's start), usable once Ready again.
+    if ready && !provisions_first(planned.point) {
         wait_usable(ctx, &name).await?;
+    }
+    if provisions_first(planned.point) {
+        wait_usable_again(ctx, &name, ready).await?;
     }
     record_recovery(ctx, &recovery_bound(planned.point, role, &name).0, &name);
     if matches!(
@@ -256,27 +261,49 @@ fn sweep_checks(case: &CaseInfo) -> Vec<Check> {
         let mut usable = usable_once_ready(case, &role, first_ready);
         usable.name = format!("{role} ({label}): {}", usable.name);
         checks.push(usable);
+        // The outage met a sandbox running or stopping (R9's: a gateway fault harms no
+        // sandbox), or one bootstrapping, at creation or at the user's start (R1's: bootstrap
+        // tolerates the gateway's absence, "started while the gateway is away" in 0.0.111's
+        // known failure).
+        let fault_req: &[&str] = match planned.point {
+            InjectionPoint::WhileReady | InjectionPoint::WhileStopping => &["R9"],
+            InjectionPoint::BeforeCreate
+            | InjectionPoint::DuringBootstrap
+            | InjectionPoint::WhileStarting => &["R1"],
+        };
         let (from, within) = recovery_bound(planned.point, &role, &name);
+        if provisions_first(planned.point) {
+            let mut again = usable_again(case, &role, from.clone(), "after its outage");
+            again.name = format!("{role} ({label}): {}", again.name);
+            checks.push(again);
+        }
         checks.push(ready_within(
             &format!("{role} ({label}) is Ready again within its recovery bound"),
-            &["R1", "R9"],
+            fault_req,
             case,
             &role,
             from,
             within,
         ));
+        // A sandbox the schedule stops rests Stopped by the user's hand; one Ready through the
+        // outage never rests in any terminal phase.
+        let terminal: &[Phase] = if planned.point == InjectionPoint::WhileReady {
+            &[Phase::Error, Phase::Stopped, Phase::Completed]
+        } else {
+            &[Phase::Error]
+        };
         checks.push(never(
             &format!("{role} ({label}) never turns terminal"),
-            &["R1", "R9"],
+            fault_req,
             case,
             &role,
-            &[Phase::Error],
+            terminal,
             Window::new(
                 Anchor::fault_start(&fault),
                 Anchor::marker(&verified_marker(&name)),
             ),
         ));
-        let mut usable = shell_usable(case, &role, &["R1", "R9"]);
+        let mut usable = shell_usable(case, &role, fault_req);
         usable.name = format!("{role} ({label}): a command runs through the sandbox shell");
         checks.push(usable);
         // The invariants of every case: the workload starts only when the scenario starts it,

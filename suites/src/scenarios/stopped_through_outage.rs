@@ -81,7 +81,8 @@ fn start_and_verify(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
         ctx.start_sandbox(&name).await?;
-        settle_start(ctx, &name).await?;
+        let ended = settle_start(ctx, &name).await?;
+        wait_usable_again(ctx, &name, ended.phase == Phase::Ready).await?;
         wait_starts(ctx, "R7", &name, 2, RECOVERY).await;
         check_shell(ctx, &name, BEFORE_FAULT).await;
         observe_starts(ctx, &name, &starts_key(&name, "starts")).await;
@@ -137,6 +138,7 @@ fn stopped_checks(case: &CaseInfo) -> Vec<Check> {
                 MAIN,
                 2,
             ),
+            usable_again(case, MAIN, Anchor::action_end("start"), "after the start"),
             shell_usable(case, MAIN, &["R7"]),
             sentinels(),
         ],

@@ -81,8 +81,11 @@ const SUPERVISOR_LOST: Marker = Marker::new("supervisor-lost");
 fn verify_reattached(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {
     Box::pin(async move {
         let name = ctx.sandbox_name(MAIN);
-        ctx.settle_phase("R12", &name, &[Phase::Ready], RECOVERY)
-            .await;
+        let ready = ctx
+            .settle_phase("R12", &name, &[Phase::Ready], RECOVERY)
+            .await
+            .is_some();
+        wait_usable_again(ctx, &name, ready).await?;
         // Let a crash loop, if any, show itself.
         ctx.sleep(SETTLE).await;
         ctx.get_sandbox(&name).await.ok();
@@ -130,6 +133,12 @@ fn supervisor_checks(case: &CaseInfo) -> Vec<Check> {
                 case,
                 MAIN,
                 1,
+            ),
+            usable_again(
+                case,
+                MAIN,
+                Anchor::marker(&SUPERVISOR_LOST),
+                "once the workload re-attached",
             ),
             shell_usable(case, MAIN, &["R12"]),
             sentinels(),

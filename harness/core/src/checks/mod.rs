@@ -767,71 +767,95 @@ fn eval_usable_once_ready(t: &Timeline, sandbox: &str, after: &Anchor, within_ms
     let view = Selector::named(crate::timeline::GATEWAY_SANDBOX_KIND, sandbox);
     let ready = Predicate::phase(view.clone(), &[crate::phase::Phase::Ready]);
     let mut world = world_through(t, i);
-    let mut first_ready = None;
-    for j in i..t.entries.len() {
-        if j > i {
-            world.apply(&t.entries[j].event);
-        }
-        if ready.holds(&world) {
-            first_ready = Some(j);
-            break;
-        }
-    }
-    let Some(r) = first_ready else {
-        return Verdict::without_premise(format!(
-            "{sandbox} was never Ready after {after}: whether Ready was usable cannot be told (the checks on Ready judge that)"
-        ));
-    };
-    let ready_at = t.entries[r].at_ms;
-    let last_seen = seen(&world, &[&view]);
-    // The shell's answers after that Ready, in order: (started at, worked, why not).
-    let mut started: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
-    let mut refused: Vec<(u64, String)> = Vec::new();
+    // Since when the view has been Ready, counted from the anchor at the earliest: a Ready
+    // that held before the anchor (a gateway's stored phase, say) is judged from the anchor,
+    // and a Ready the sandbox left and reached again from its latest turn.
+    let mut ready_since = ready.holds(&world).then_some(t.entries[i].at_ms);
+    let mut first_ready = ready_since;
+    // The shell's answers after the anchor, in order: (started at, the Ready it started in).
+    let mut started: std::collections::BTreeMap<u64, (u64, Option<u64>)> =
+        std::collections::BTreeMap::new();
+    let mut refused: Vec<(u64, u64, String)> = Vec::new();
     let mut worked = None;
-    for e in &t.entries[r..] {
+    for (j, e) in t.entries.iter().enumerate().skip(i) {
+        if j > i {
+            world.apply(&e.event);
+            if let Event::Object(_) = &e.event {
+                match (ready.holds(&world), ready_since) {
+                    (true, None) => {
+                        ready_since = Some(e.at_ms);
+                        first_ready.get_or_insert(e.at_ms);
+                    }
+                    (false, Some(_)) => ready_since = None,
+                    _ => {}
+                }
+            }
+        }
         let Event::Action(a) = &e.event else { continue };
         if a.name != "exec" || a.subject.as_deref() != Some(sandbox) {
             continue;
         }
         match a.status {
             ActionStatus::Started => {
-                started.insert(a.id, e.at_ms);
+                started.insert(a.id, (e.at_ms, ready_since));
             }
             ActionStatus::Ok => {
-                worked = Some(started.get(&a.id).copied().unwrap_or(e.at_ms));
+                worked = Some(
+                    started
+                        .get(&a.id)
+                        .copied()
+                        .unwrap_or((e.at_ms, ready_since)),
+                );
                 break;
             }
-            ActionStatus::Refused | ActionStatus::Error => refused.push((
-                started.get(&a.id).copied().unwrap_or(e.at_ms),
-                a.detail.clone().unwrap_or_default(),
-            )),
+            // A refusal while the sandbox was not Ready says nothing of Ready.
+            ActionStatus::Refused | ActionStatus::Error => {
+                let (at, since) = started
+                    .get(&a.id)
+                    .copied()
+                    .unwrap_or((e.at_ms, ready_since));
+                if let Some(since) = since {
+                    refused.push((at, since, a.detail.clone().unwrap_or_default()));
+                }
+            }
         }
     }
-    let refusals = match refused.as_slice() {
-        [] => String::new(),
-        [(at, why), ..] => format!(
-            "; its shell refused {} command(s) before, the first at {}: {why}",
-            refused.len(),
-            fmt_ms(*at)
-        ),
+    let Some(first_ready) = first_ready else {
+        return Verdict::without_premise(format!(
+            "{sandbox} was never Ready after {after}: whether Ready was usable cannot be told (the checks on Ready judge that)"
+        ));
     };
-    let window = Some(WindowMs {
-        from_ms: ready_at,
-        to_ms: ready_at + within_ms,
-    });
+    let last_seen = seen(&world, &[&view]);
+    // The refusals within the Ready that began at `since`.
+    let refusals = |since: u64| {
+        let within: Vec<&(u64, u64, String)> =
+            refused.iter().filter(|(_, s, _)| *s == since).collect();
+        match within.as_slice() {
+            [] => String::new(),
+            [(at, _, why), ..] => format!(
+                "; its shell refused {} command(s) before, the first at {}: {why}",
+                within.len(),
+                fmt_ms(*at)
+            ),
+        }
+    };
     match worked {
-        Some(at) => {
+        Some((at, Some(ready_at))) => {
             let gap = at.saturating_sub(ready_at);
             let passed = gap <= within_ms;
             Verdict {
                 lack: Lack::Judged,
                 passed,
-                window,
+                window: Some(WindowMs {
+                    from_ms: ready_at,
+                    to_ms: ready_at + within_ms,
+                }),
                 message: format!(
-                    "{sandbox} Ready at {}; the first command that worked through its shell started at {}, {} after Ready{refusals}{}",
+                    "{sandbox} Ready at {}; the first command that worked through its shell started at {}, {} after Ready{}{}",
                     fmt_ms(ready_at),
                     fmt_ms(at),
                     fmt_ms(gap),
+                    refusals(ready_at),
                     if passed {
                         ""
                     } else {
@@ -841,21 +865,39 @@ fn eval_usable_once_ready(t: &Timeline, sandbox: &str, after: &Anchor, within_ms
                 last_seen,
             }
         }
-        // The steps did not get to try it (they stopped, or the sandbox left Ready first).
-        None if refused.is_empty() => Verdict::without_premise(format!(
-            "no command was run through the shell of {sandbox} after it was Ready at {}",
-            fmt_ms(ready_at)
-        )),
-        None => Verdict {
+        // It worked before the harness saw the Ready it ran in: usable by then.
+        Some((at, None)) => Verdict {
             lack: Lack::Judged,
-            passed: false,
-            window,
+            passed: true,
+            window: None,
             message: format!(
-                "{sandbox} Ready at {}, but no command worked through its shell after it{refusals}: Ready, but not usable",
-                fmt_ms(ready_at)
+                "a command worked through the shell of {sandbox} at {}, while it was not seen Ready",
+                fmt_ms(at)
             ),
             last_seen,
         },
+        // The steps did not get to try it (they stopped, or the sandbox left Ready first).
+        None if refused.is_empty() => Verdict::without_premise(format!(
+            "no command was run through the shell of {sandbox} while it was Ready after {}",
+            fmt_ms(first_ready)
+        )),
+        None => {
+            let since = refused[0].1;
+            Verdict {
+                lack: Lack::Judged,
+                passed: false,
+                window: Some(WindowMs {
+                    from_ms: since,
+                    to_ms: since + within_ms,
+                }),
+                message: format!(
+                    "{sandbox} Ready at {}, but no command worked through its shell after it{}: Ready, but not usable",
+                    fmt_ms(since),
+                    refusals(since)
+                ),
+                last_seen,
+            }
+        }
     }
 }
 

@@ -1172,6 +1172,65 @@ fn a_shell_that_refuses_past_the_bound_after_ready_fails_naming_ready_but_not_us
 }
 
 #[test]
+fn a_ready_reached_again_is_judged_from_its_own_turn_and_a_ready_held_through_the_anchor_from_the_anchor()
+ {
+    let again = |worked_s: f64| {
+        Check::usable_once_ready(
+            "usable again",
+            &["R11"],
+            "a",
+            Anchor::marker(&Marker::new("fault-over")),
+            Duration::from_secs(5),
+        )
+        .evaluate(
+            &Tb::default()
+                .phase(1.0, "a", Phase::Ready)
+                .mark(10.0, "fault-over")
+                // Refused while the sandbox recovers: not Ready, so not counted.
+                .exec(11.0, 1, "a", ActionStatus::Started)
+                .phase(11.5, "a", Phase::Provisioning)
+                .exec(12.0, 1, "a", ActionStatus::Refused)
+                .phase(30.0, "a", Phase::Ready)
+                .exec(worked_s - 1.0, 2, "a", ActionStatus::Started)
+                .exec(worked_s - 1.0, 2, "a", ActionStatus::Refused)
+                .exec(worked_s, 3, "a", ActionStatus::Started)
+                .exec(worked_s, 3, "a", ActionStatus::Ok)
+                .t,
+        )
+    };
+    let o = again(32.0);
+    assert_eq!(o.status(), CheckStatus::Passed, "{}", o.diagnosis());
+    assert!(o.message.contains("Ready at 30s"), "{}", o.message);
+    let o = again(50.0);
+    assert_eq!(o.status(), CheckStatus::Failed, "{}", o.diagnosis());
+    for said in [
+        "Ready at 30s",
+        "20s after Ready",
+        "refused 1 command(s) before, the first at 49s",
+    ] {
+        assert!(o.message.contains(said), "{said}: {}", o.message);
+    }
+    // Ready through the anchor and never left: counted from the anchor, not from 1 s.
+    let held = Check::usable_once_ready(
+        "usable again",
+        &["R11"],
+        "a",
+        Anchor::marker(&Marker::new("fault-over")),
+        Duration::from_secs(5),
+    )
+    .evaluate(
+        &Tb::default()
+            .phase(1.0, "a", Phase::Ready)
+            .mark(10.0, "fault-over")
+            .exec(12.0, 1, "a", ActionStatus::Started)
+            .exec(12.0, 1, "a", ActionStatus::Ok)
+            .t,
+    );
+    assert_eq!(held.status(), CheckStatus::Passed, "{}", held.diagnosis());
+    assert!(held.message.contains("Ready at 10s"), "{}", held.message);
+}
+
+#[test]
 fn a_sandbox_never_ready_leaves_ready_means_usable_not_evaluated_whatever_the_steps_did() {
     let t = Tb::default()
         .action(0.0, "create", ActionStatus::Ok)

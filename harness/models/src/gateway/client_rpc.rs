@@ -192,6 +192,10 @@ impl Gateway {
                 .get(name)
                 .and_then(|s| s.shell_from)
                 .is_some_and(|t| tokio::time::Instant::now() < t)
+                || core
+                    .shell_lag_until
+                    .get(name)
+                    .is_some_and(|t| tokio::time::Instant::now() < *t)
             {
                 return Err(Status::unavailable(
                     "sandbox shell not reachable yet: the supervisor's relay is not up",

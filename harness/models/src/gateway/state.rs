@@ -13,6 +13,7 @@ use super::core::Rules;
 use super::rpc::Status;
 use super::store::{SandboxRecord, Store};
 use crate::model::OpenShellModel;
+use conformance_core::phase::Phase;
 use conformance_core::target::SandboxView;
 use kube_emulator::Cluster;
 
@@ -51,6 +52,9 @@ pub(crate) struct Core {
     pub store: Store,
     pub sessions: BTreeMap<String, SessionEntry>,
     pub next_session: u64,
+    /// Until when exec is refused after a sandbox turned Ready again (defect
+    /// `ready-again-before-shell-usable`: every turn to Ready but the sandbox's first).
+    pub shell_lag_until: BTreeMap<String, Instant>,
 }
 
 /// What a gateway started from the chart's config file shows its sandboxes.
@@ -102,6 +106,7 @@ impl Gateway {
                 store,
                 sessions: BTreeMap::new(),
                 next_session: 1,
+                shell_lag_until: BTreeMap::new(),
             }),
             alive: watch::channel(true).0,
             wake: Notify::new(),
@@ -211,6 +216,18 @@ impl Gateway {
         };
         let before = rec.clone();
         f(&rules, rec);
+        if rec.phase == Phase::Ready && before.phase != Phase::Ready {
+            // Defect `ready-again-before-shell-usable`: each Ready but the first lags.
+            let again = rec.readies > 0;
+            rec.readies += 1;
+            if rules.b.shell_lags_ready_again && again {
+                let until = Instant::now() + self.model.timings.shell_lag_after_ready;
+                core.shell_lag_until.insert(name.to_string(), until);
+            }
+        }
+        let Some(rec) = core.store.get_mut(name) else {
+            return;
+        };
         if *rec != before {
             if rec.phase != before.phase {
                 let (id, old, new) = (rec.id.clone(), before.phase.name(), rec.phase.name());

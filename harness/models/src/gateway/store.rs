@@ -69,6 +69,9 @@ pub struct SandboxRecord {
     /// The first supervisor session's shell lag was served (defect `ready-before-shell-usable`).
     #[serde(default)]
     pub shell_lag_served: bool,
+    /// How many times the sandbox turned Ready (defect `ready-again-before-shell-usable`).
+    #[serde(default)]
+    pub readies: u64,
     /// StartSandbox calls accepted so far (a new boundary epoch on the gateway topology).
     #[serde(default)]
     pub starts: u64,

@@ -237,6 +237,27 @@ impl Gateway {
             .map(|r| r.name.clone())
             .ok_or_else(|| Status::not_found(format!("sandbox {id} not found")))?;
         let across_restart = exited_at < self.started;
+        if across_restart && self.rules().b.exit_across_restart_flaps_error {
+            // Defect `exit-across-gateway-restart-flaps-error`: Error/StartFailed, then back.
+            let mut held = None;
+            self.commit(&mut core, &name, |r, rec| {
+                if matches!(rec.phase, Phase::Ready | Phase::Provisioning) {
+                    held = Some((rec.phase.clone(), rec.reason.clone(), rec.message.clone()));
+                    r.set_error(
+                        rec,
+                        "StartFailed",
+                        "main process exit reported after a gateway restart",
+                    );
+                }
+            });
+            if let Some((phase, reason, message)) = held {
+                self.commit(&mut core, &name, |_, rec| {
+                    rec.phase = phase;
+                    rec.reason = reason;
+                    rec.message = message;
+                });
+            }
+        }
         let mut ack = ExitAck::Ignored;
         self.commit(&mut core, &name, |r, rec| {
             ack = r.main_exited(rec, instance, code, across_restart);

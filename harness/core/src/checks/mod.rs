@@ -133,9 +133,13 @@ impl Check {
                 }
             }
         };
+        // A case stopped by a step names that step first: it is why the evidence, or the
+        // premise (a Ready that never came after a hung start), is missing.
         let not_evaluated = match (verdict.lack, stopped) {
-            (Lack::Evidence, Some(step)) => Some(format!("{step}; {}", verdict.message)),
-            (Lack::Premise, _) => Some(verdict.message.clone()),
+            (Lack::Evidence | Lack::Premise, Some(step)) => {
+                Some(format!("{step}; {}", verdict.message))
+            }
+            (Lack::Premise, None) => Some(verdict.message.clone()),
             _ => None,
         };
         CheckOutcome {

@@ -814,17 +814,25 @@ impl Recorder {
     /// Records an object state a watcher or poller saw, unless it equals the last one recorded
     /// for that object (resourceVersion aside). Returns whether it was recorded.
     pub fn observe(&self, state: ObjectState) -> bool {
-        self.observe_as(state, true).recorded
+        self.observe_as(state, true, false).recorded
+    }
+
+    /// Records a state an observer was sent as it came back after a gap, even where it equals
+    /// the last one recorded: what held during the gap may be filled in later, at the times it
+    /// held (from the gateway's log), and the state seen when the observer was back must then
+    /// still follow it on the timeline. Returns whether it was recorded.
+    pub fn observe_after_gap(&self, state: ObjectState) -> bool {
+        self.observe_as(state, true, true).recorded
     }
 
     /// Records an object state the harness itself read in a step (the gateway's answer to a
     /// `get`), which may cause what the step does next. Returns whether it was taken for the
     /// record the gateway stored before a fault ([`STORED_BEFORE_FAULT_REASON`]).
     pub(crate) fn observe_direct(&self, state: ObjectState) -> bool {
-        self.observe_as(state, false).stored
+        self.observe_as(state, false, false).stored
     }
 
-    fn observe_as(&self, state: ObjectState, watched: bool) -> Observed {
+    fn observe_as(&self, state: ObjectState, watched: bool, after_gap: bool) -> Observed {
         let mut inner = self.lock();
         let key = state.object_ref();
         let stored = inner.stored_before_fault(&state);
@@ -839,10 +847,11 @@ impl Recorder {
                 state
             }
         };
-        if inner
-            .last_state
-            .get(&key)
-            .is_some_and(|prev| prev.same_but_version(&state))
+        if !after_gap
+            && inner
+                .last_state
+                .get(&key)
+                .is_some_and(|prev| prev.same_but_version(&state))
         {
             return Observed {
                 recorded: false,

@@ -319,7 +319,7 @@ pub(crate) fn resource_version(version: u64) -> Option<String> {
 /// the stream carries and the CLI's JSON does not (docs/upstream-facts.md F6.4): what the
 /// gateway reports as the cause of a failure. `restarts` is the restart count recorded last for
 /// it, so a count is recorded once per change.
-fn record(rec: &Recorder, s: &Sandbox, restarts: &mut Option<u32>) {
+fn record(rec: &Recorder, s: &Sandbox, restarts: &mut Option<u32>, after_gap: bool) {
     let Some(name) = s.metadata.as_ref().map(|m| m.name.clone()) else {
         return;
     };
@@ -336,7 +336,11 @@ fn record(rec: &Recorder, s: &Sandbox, restarts: &mut Option<u32>) {
             .as_ref()
             .and_then(|m| resource_version(m.resource_version)),
     };
-    rec.observe(view.to_state());
+    if after_gap {
+        rec.observe_after_gap(view.to_state());
+    } else {
+        rec.observe(view.to_state());
+    }
     // Field 14 exists from 0.1.x on; v0.0.111 sends none, which reads as 0, so only a count
     // above zero says anything (docs/upstream-facts.md F7.6).
     if status.restart_count > 0 && *restarts != Some(status.restart_count) {
@@ -457,7 +461,7 @@ async fn streams(
                 }
                 // The list's state first: the stream's snapshot repeats it (and is not
                 // recorded twice), and a sandbox gone before its stream opens is still seen.
-                record(rec, &s, &mut None);
+                record(rec, &s, &mut None, false);
                 streamed.insert(meta.name.clone(), meta.id.clone());
                 tasks.spawn(watch_one(
                     channel.clone(),
@@ -519,6 +523,9 @@ async fn watch_one(
         let call = tokio::time::timeout(settings.call_timeout, client.watch_sandbox(req)).await;
         let failure = match call {
             Ok(Ok(resp)) => {
+                // The first state sent after a gap is recorded even if unchanged: the
+                // completeness check may put commits made during the gap before it.
+                let mut after_gap = broken.is_some();
                 if let Some(why) = broken.take() {
                     record_stream_state(&rec, &name, CONNECTED);
                     rec.note(format!(
@@ -532,7 +539,7 @@ async fn watch_one(
                     match stream.message().await {
                         Ok(Some(ev)) => {
                             if let Some(Payload::Sandbox(s)) = ev.payload {
-                                record(&rec, &s, &mut restarts);
+                                record(&rec, &s, &mut restarts, std::mem::take(&mut after_gap));
                             }
                         }
                         // The v0.0.111 gateway ends the stream when the sandbox leaves its

@@ -234,3 +234,59 @@ async fn a_commit_logged_inside_a_gap_is_not_matched_by_a_phase_recorded_before_
         "the gap's commits, when they were logged"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_state_the_stream_sends_when_back_follows_the_commits_taken_from_the_log() {
+    // A restarted gateway commits Ready -> Provisioning while the stream is down (2 s to 4 s)
+    // and is Ready again through its supervisor's session, which it logs no commit for; the
+    // stream, back, sends Ready. Taken from the log, the Provisioning must not become the last
+    // word on the timeline: the Ready sent when the stream was back follows it.
+    let rec = recorder(0);
+    seen(&rec, "a", Phase::Provisioning);
+    seen(&rec, "a", Phase::Ready);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stream(&rec, "a", crate::watch::DISCONNECTED);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stream(&rec, "a", crate::watch::CONNECTED);
+    assert!(
+        rec.observe_after_gap(
+            SandboxView {
+                name: "a".into(),
+                phase: Phase::Ready,
+                ..SandboxView::default()
+            }
+            .to_state()
+        ),
+        "recorded though unchanged"
+    );
+    let log = GatewayLogRead {
+        text: [
+            "1970-01-01T00:00:00.000Z INFO c: Sandbox phase changed sandbox_name=a old_phase=Unspecified new_phase=Provisioning",
+            "1970-01-01T00:00:03.000Z INFO c: Sandbox phase changed sandbox_name=a old_phase=Ready new_phase=Provisioning",
+        ]
+        .join("\n"),
+        unreadable: vec![],
+    };
+    let sandboxes = BTreeSet::from(["a".to_string()]);
+    verify(&rec, &log, &sandboxes, Duration::from_secs(1))
+        .await
+        .unwrap();
+    let phases: Vec<(u64, String)> = rec
+        .snapshot()
+        .entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Object(o) => Some((e.at_ms, o.phase.clone().unwrap_or_default())),
+            _ => None,
+        })
+        .collect();
+    let want: Vec<(u64, String)> = [
+        (0, "Provisioning"),
+        (0, "Ready"),
+        (3_000, "Provisioning"),
+        (4_000, "Ready"),
+    ]
+    .map(|(at, p)| (at, p.to_string()))
+    .to_vec();
+    assert_eq!(phases, want);
+}

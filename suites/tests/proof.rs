@@ -554,33 +554,8 @@ fn a_stop_that_never_completes_fails_the_stop_contract_by_name_and_nothing_else(
     let selection = Selection::parse("contract", &["stop-never-completes".into()], None);
     let cases = catalog::cases(&all_topologies(), &Pick::default());
     let reports = run_cases(selection.unwrap(), cases);
-    let mut caught: BTreeSet<&str> = BTreeSet::new();
-    for r in &reports {
-        if matches!(r.outcome, Outcome::Passed | Outcome::Skipped(_)) {
-            continue;
-        }
-        assert!(matches!(r.outcome, Outcome::Failed(_)), "{}", describe(r));
-        assert_eq!(r.broken_requirements(), ["R7"], "{}", describe(r));
-        let reason = r.outcome.reason().unwrap_or_default();
-        assert!(
-            reason.starts_with("[R7] ") && reason.contains("to be Stopped"),
-            "{}",
-            describe(r)
-        );
-        for c in &r.checks {
-            assert!(
-                c.passed
-                    || c.not_evaluated
-                        .as_deref()
-                        .is_some_and(|w| w.contains("[R7]")),
-                "{}: check '{}' neither passed nor said why it was not evaluated: {}",
-                r.case_id,
-                c.name,
-                c.diagnosis()
-            );
-        }
-        caught.insert(r.case_id.as_str());
-    }
+    let caught =
+        stopped_by_a_step_failing_only(&reports, "R7", |reason| reason.contains("to be Stopped"));
     // The scenario built around a stop catches it on every topology.
     let missed: Vec<&str> = reports
         .iter()
@@ -645,36 +620,11 @@ fn a_start_that_hangs_fails_diagnosability_naming_its_phase_and_the_supervisors_
     let selection = Selection::parse("contract", &["start-hangs".into()], None);
     let cases = catalog::cases(&all_topologies(), &Pick::default());
     let reports = run_cases(selection.unwrap(), cases);
-    let mut caught: BTreeSet<&str> = BTreeSet::new();
-    for r in &reports {
-        if matches!(r.outcome, Outcome::Passed | Outcome::Skipped(_)) {
-            continue;
-        }
-        assert!(matches!(r.outcome, Outcome::Failed(_)), "{}", describe(r));
-        assert_eq!(r.broken_requirements(), ["R14"], "{}", describe(r));
-        let reason = r.outcome.reason().unwrap_or_default();
-        assert!(
-            reason.starts_with("[R14] ")
-                && reason.contains("hangs in Starting")
-                && reason.contains("after 3m 20s")
-                && reason.contains("the supervisor's last log line: "),
-            "{}",
-            describe(r)
-        );
-        for c in &r.checks {
-            assert!(
-                c.passed
-                    || c.not_evaluated
-                        .as_deref()
-                        .is_some_and(|w| w.contains("[R14]")),
-                "{}: check '{}' neither passed nor said why it was not evaluated: {}",
-                r.case_id,
-                c.name,
-                c.diagnosis()
-            );
-        }
-        caught.insert(r.case_id.as_str());
-    }
+    let caught = stopped_by_a_step_failing_only(&reports, "R14", |reason| {
+        reason.contains("hangs in Starting")
+            && reason.contains("after 3m 20s")
+            && reason.contains("the supervisor's last log line: ")
+    });
     for scenario in ["stopped-through-outage", "error-recovery"] {
         let missed: Vec<&str> = reports
             .iter()
@@ -683,6 +633,42 @@ fn a_start_that_hangs_fails_diagnosability_naming_its_phase_and_the_supervisors_
             .collect();
         assert!(missed.is_empty(), "{scenario} not caught: {missed:?}");
     }
+}
+
+/// The cases of `reports` that did not pass, each asserted to be stopped by a step that failed
+/// `req` alone, with a reason `says` accepts, and every check of it passed or not evaluated
+/// naming that step: a case a wait gave up on names one requirement, and nothing else.
+fn stopped_by_a_step_failing_only<'a>(
+    reports: &'a [CaseReport],
+    req: &str,
+    says: impl Fn(&str) -> bool,
+) -> BTreeSet<&'a str> {
+    let mut caught = BTreeSet::new();
+    let tag = format!("[{req}]");
+    for r in reports {
+        if matches!(r.outcome, Outcome::Passed | Outcome::Skipped(_)) {
+            continue;
+        }
+        assert!(matches!(r.outcome, Outcome::Failed(_)), "{}", describe(r));
+        assert_eq!(r.broken_requirements(), [req], "{}", describe(r));
+        let reason = r.outcome.reason().unwrap_or_default();
+        assert!(
+            reason.starts_with(&format!("{tag} ")) && says(reason),
+            "{}",
+            describe(r)
+        );
+        for c in &r.checks {
+            assert!(
+                c.passed || c.not_evaluated.as_deref().is_some_and(|w| w.contains(&tag)),
+                "{}: check '{}' neither passed nor said why it was not evaluated: {}",
+                r.case_id,
+                c.name,
+                c.diagnosis()
+            );
+        }
+        caught.insert(r.case_id.as_str());
+    }
+    caught
 }
 
 fn upstream(agent_sandbox: Option<&str>) -> Selection {

@@ -32,6 +32,11 @@ pub enum Quirk {
     InstallFails,
     /// Ready sandboxes do not run commands: the shell exits non-zero.
     ShellBroken,
+    /// Like OpenShell v0.0.111's supervisor on a loaded machine (docs/upstream-facts.md
+    /// F2.14): a write reports exit 1 with no output, having written (`true`) or not.
+    WriteStatusLost {
+        took_effect: bool,
+    },
     /// Restoring the gateway reports success but leaves it down.
     RestoreHasNoEffect,
     /// Like OpenShell v0.0.111 (docs/upstream-facts.md F1.18): the gateway keeps its record
@@ -250,6 +255,15 @@ impl Target for Fake {
         };
         if let Some((_, rest)) = script.split_once("printf %s '") {
             let (value, path) = rest.split_once("' > ").unwrap();
+            if let Quirk::WriteStatusLost { took_effect } = self.quirk {
+                if took_effect {
+                    s.files.insert(path.to_string(), value.to_string());
+                }
+                return Ok(ExecResult {
+                    exit_code: 1,
+                    ..ExecResult::default()
+                });
+            }
             s.files.insert(path.to_string(), value.to_string());
             return Ok(ExecResult::default());
         }

@@ -350,6 +350,45 @@ async fn a_shell_that_fails_on_a_ready_sandbox_is_a_product_failure_naming_its_r
     assert_eq!(seed.status, conformance_core::timeline::StageStatus::Failed);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_write_reported_failed_with_no_output_that_took_effect_counts_with_a_note() {
+    let r = engine(Factory::new(Quirk::WriteStatusLost { took_effect: true }))
+        .run_case(&case(standard_steps()))
+        .await;
+    assert_eq!(r.outcome, Outcome::Passed, "{:#?}", r.stages);
+    let notes: Vec<&str> = r
+        .timeline
+        .entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Note { message } => Some(message.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        notes.iter().any(|n| n.contains("sentinel s1")
+            && n.contains("exit 1 with no output")
+            && n.contains("F2.14")),
+        "{notes:#?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_reported_failed_with_no_output_that_did_not_take_effect_fails_the_sentinels_requirement()
+ {
+    let r = engine(Factory::new(Quirk::WriteStatusLost { took_effect: false }))
+        .run_case(&case(standard_steps()))
+        .await;
+    let Outcome::Failed(reason) = &r.outcome else {
+        panic!("expected a product failure, got {:?}", r.outcome)
+    };
+    assert!(
+        reason.starts_with("[R6] could not write sentinel s1"),
+        "{reason}"
+    );
+    assert!(reason.ends_with("through its shell: exit 1: "), "{reason}");
+}
+
 /// Creates, stops and starts a sandbox in one step, waiting for all three behaviours; the
 /// fake supports no stop or start, so only a refusal of one stops the step.
 fn create_stop_and_start(ctx: &mut Ctx) -> BoxFuture<'_, StepResult> {

@@ -434,7 +434,9 @@ impl OpenShellCli {
 
     fn failure(&self, what: &str, out: &CmdOutput) -> TargetError {
         match parse_refusal(&out.stderr) {
-            Some((code, message)) => TargetError::refused(&code, message),
+            Some((code, message)) => {
+                crate::scaled_race::refusal(&code, &message, conformance_core::clock::scale())
+            }
             None => TargetError::infra(format!(
                 "openshell {what} exited with code {}: {}",
                 out.code,
@@ -543,7 +545,11 @@ impl OpenShellCli {
             && cli_error
             && let Some((code, message)) = parse_refusal(&out.stderr)
         {
-            return Err(TargetError::refused(&code, message));
+            return Err(crate::scaled_race::refusal(
+                &code,
+                &message,
+                conformance_core::clock::scale(),
+            ));
         }
         Ok(ExecResult {
             exit_code: out.code,

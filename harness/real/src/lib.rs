@@ -41,6 +41,7 @@ mod portforward;
 mod private;
 mod reads;
 mod realtime;
+mod scaled_race;
 mod steps;
 pub mod target;
 mod watch;

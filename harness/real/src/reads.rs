@@ -193,9 +193,10 @@ impl GatewayReads {
                 return Err(Failed::AskCli(format!("{rpc}: {}", status_line(&s))));
             }
             // As the CLI reports a status (`cli.rs` `parse_refusal`): its code and message.
-            return Err(Failed::Error(TargetError::refused(
+            return Err(Failed::Error(crate::scaled_race::refusal(
                 &format!("{:?}", s.code()),
                 s.message(),
+                conformance_core::clock::scale(),
             )));
         }
     }

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use conformance_catalog::catalog::{self, Selection as Pick};
+use conformance_core::checks::CheckOutcome;
 use conformance_core::engine::{CaseReport, Outcome};
 use conformance_core::phase::Phase;
 use conformance_core::scenario::Case;
@@ -511,23 +512,10 @@ fn an_exit_across_a_gateway_restart_that_flaps_through_error_fails_the_gateway_f
     );
     let cases = catalog::cases(&all_topologies(), &Pick::default());
     let reports = run_cases(selection.unwrap(), cases);
-    let mut caught: BTreeSet<&str> = BTreeSet::new();
-    for r in &reports {
-        if matches!(r.outcome, Outcome::Passed | Outcome::Skipped(_)) {
-            continue;
-        }
-        assert!(matches!(r.outcome, Outcome::Failed(_)), "{}", describe(r));
-        assert_eq!(r.broken_requirements(), ["R9"], "{}", describe(r));
-        for c in r.failed_checks() {
-            assert!(
-                c.name
-                    .starts_with("the gateway's outage never makes the sandbox terminal"),
-                "{}",
-                describe(r)
-            );
-        }
-        caught.insert(r.case_id.as_str());
-    }
+    let caught = failing_checks_naming_only(&reports, "R9", |c| {
+        c.name
+            .starts_with("the gateway's outage never makes the sandbox terminal")
+    });
     let across: Vec<&CaseReport> = reports
         .iter()
         .filter(|r| {
@@ -575,24 +563,11 @@ fn a_back_off_sleep_2_s_over_its_cap_fails_the_back_off_check_and_nothing_else()
     let selection = Selection::parse("contract", &["backoff-overshoots-cap".into()], None);
     let cases = catalog::cases(&all_topologies(), &Pick::default());
     let reports = run_cases(selection.unwrap(), cases);
-    let mut caught: BTreeSet<&str> = BTreeSet::new();
-    for r in &reports {
-        if matches!(r.outcome, Outcome::Passed | Outcome::Skipped(_)) {
-            continue;
-        }
-        assert!(matches!(r.outcome, Outcome::Failed(_)), "{}", describe(r));
-        assert_eq!(r.broken_requirements(), ["R5"], "{}", describe(r));
-        for c in r.failed_checks() {
-            assert!(
-                c.requirements == ["R5"]
-                    && c.name.contains("back off")
-                    && c.message.contains("by a retry, refused again,"),
-                "{}",
-                describe(r)
-            );
-        }
-        caught.insert(r.case_id.as_str());
-    }
+    let caught = failing_checks_naming_only(&reports, "R5", |c| {
+        c.requirements == ["R5"]
+            && c.name.contains("back off")
+            && c.message.contains("by a retry, refused again,")
+    });
     for (what, prefix) in [
         ("the gateway topology", "gateway-outage[gateway,"),
         ("the seeded sweep", "seeded-sweep["),
@@ -633,6 +608,28 @@ fn a_start_that_hangs_fails_diagnosability_naming_its_phase_and_the_supervisors_
             .collect();
         assert!(missed.is_empty(), "{scenario} not caught: {missed:?}");
     }
+}
+
+/// The cases of `reports` that did not pass, each asserted to have failed `req` alone through
+/// checks `is_expected` accepts: a defect caught under its requirement and nothing else.
+fn failing_checks_naming_only<'a>(
+    reports: &'a [CaseReport],
+    req: &str,
+    is_expected: impl Fn(&CheckOutcome) -> bool,
+) -> BTreeSet<&'a str> {
+    let mut caught = BTreeSet::new();
+    for r in reports {
+        if matches!(r.outcome, Outcome::Passed | Outcome::Skipped(_)) {
+            continue;
+        }
+        assert!(matches!(r.outcome, Outcome::Failed(_)), "{}", describe(r));
+        assert_eq!(r.broken_requirements(), [req], "{}", describe(r));
+        for c in r.failed_checks() {
+            assert!(is_expected(c), "{}", describe(r));
+        }
+        caught.insert(r.case_id.as_str());
+    }
+    caught
 }
 
 /// The cases of `reports` that did not pass, each asserted to be stopped by a step that failed

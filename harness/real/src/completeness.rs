@@ -185,8 +185,8 @@ pub(crate) fn missed_commits<'a>(t: &Timeline, commits: &'a [PhaseCommit]) -> Ve
 /// it lasts): a window where the sandbox's WatchSandbox stream was down, or where the timeline
 /// records the gateway as unreachable for it (a gap state up to the next state that is none).
 fn gap_around(t: &Timeline, c: &PhaseCommit) -> Option<(u64, Option<u64>)> {
-    let at = u64::try_from(c.logged_unix_ms? - wall_zero(t)?).ok()?;
-    let inside = |(from, to): &(u64, Option<u64>)| *from <= at && to.is_none_or(|to| at <= to);
+    let at = logged_at(t, c)?;
+    let inside = |w: &(u64, Option<u64>)| covers(w, at);
     if let Some(w) = disconnected(t, &c.sandbox).into_iter().find(inside) {
         return Some(w);
     }
@@ -239,11 +239,21 @@ fn disconnected(t: &Timeline, sandbox: &str) -> Vec<(u64, Option<u64>)> {
 /// Where on the timeline `c` was logged, if it was logged while its sandbox's stream was down
 /// (so the observer could not have been sent it).
 fn while_disconnected(t: &Timeline, c: &PhaseCommit) -> Option<u64> {
-    let at = u64::try_from(c.logged_unix_ms? - wall_zero(t)?).ok()?;
+    let at = logged_at(t, c)?;
     disconnected(t, &c.sandbox)
-        .into_iter()
-        .any(|(from, to)| from <= at && to.is_none_or(|to| at <= to))
+        .iter()
+        .any(|w| covers(w, at))
         .then_some(at)
+}
+
+/// When the gateway logged commit `c`, on the timeline's clock.
+fn logged_at(t: &Timeline, c: &PhaseCommit) -> Option<u64> {
+    u64::try_from(c.logged_unix_ms? - wall_zero(t)?).ok()
+}
+
+/// Whether window (from, to), open while `to` is None, holds `at`.
+fn covers(&(from, to): &(u64, Option<u64>), at: u64) -> bool {
+    from <= at && to.is_none_or(|to| at <= to)
 }
 
 /// Puts on the timeline, at the time the gateway logged it, each missed commit made while the

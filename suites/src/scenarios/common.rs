@@ -642,8 +642,7 @@ pub(crate) fn starts_eq(
     key: &str,
     n: u64,
 ) -> Check {
-    let (counted, upto) = starts_upto(case, role, key);
-    Check::count(name, reqs, counted, Some(upto), Cmp::Eq, n)
+    starts_compared(name, reqs, case, role, key, Cmp::Eq, n)
 }
 
 /// The workload started at most `n` times: no start the scenario did not cause (R7). Too few
@@ -662,8 +661,21 @@ pub(crate) fn starts_at_most_with(
     key: &str,
     n: u64,
 ) -> Check {
+    starts_compared(name, reqs, case, role, key, Cmp::AtMost, n)
+}
+
+/// The workload's starts up to the count under `key`, compared with `n` by `cmp`.
+fn starts_compared(
+    name: &str,
+    reqs: &[&str],
+    case: &CaseInfo,
+    role: &str,
+    key: &str,
+    cmp: Cmp,
+    n: u64,
+) -> Check {
     let (counted, upto) = starts_upto(case, role, key);
-    Check::count(name, reqs, counted, Some(upto), Cmp::AtMost, n)
+    Check::count(name, reqs, counted, Some(upto), cmp, n)
 }
 
 /// Marker labels of start counts are per sandbox so that multi-sandbox scenarios do not mix

@@ -618,18 +618,28 @@ fn failing_checks_naming_only<'a>(
     is_expected: impl Fn(&CheckOutcome) -> bool,
 ) -> BTreeSet<&'a str> {
     let mut caught = BTreeSet::new();
-    for r in reports {
-        if matches!(r.outcome, Outcome::Passed | Outcome::Skipped(_)) {
-            continue;
-        }
-        assert!(matches!(r.outcome, Outcome::Failed(_)), "{}", describe(r));
-        assert_eq!(r.broken_requirements(), [req], "{}", describe(r));
+    for r in failed_naming_only(reports, req) {
         for c in r.failed_checks() {
             assert!(is_expected(c), "{}", describe(r));
         }
         caught.insert(r.case_id.as_str());
     }
     caught
+}
+
+/// The cases of `reports` that did not pass, each asserted to have failed, breaking `req`
+/// alone.
+fn failed_naming_only<'a, 'r>(
+    reports: &'a [CaseReport],
+    req: &'r str,
+) -> impl Iterator<Item = &'a CaseReport> + use<'a, 'r> {
+    reports
+        .iter()
+        .filter(|r| !matches!(r.outcome, Outcome::Passed | Outcome::Skipped(_)))
+        .inspect(move |r| {
+            assert!(matches!(r.outcome, Outcome::Failed(_)), "{}", describe(r));
+            assert_eq!(r.broken_requirements(), [req], "{}", describe(r));
+        })
 }
 
 /// The cases of `reports` that did not pass, each asserted to be stopped by a step that failed
@@ -642,12 +652,7 @@ fn stopped_by_a_step_failing_only<'a>(
 ) -> BTreeSet<&'a str> {
     let mut caught = BTreeSet::new();
     let tag = format!("[{req}]");
-    for r in reports {
-        if matches!(r.outcome, Outcome::Passed | Outcome::Skipped(_)) {
-            continue;
-        }
-        assert!(matches!(r.outcome, Outcome::Failed(_)), "{}", describe(r));
-        assert_eq!(r.broken_requirements(), [req], "{}", describe(r));
+    for r in failed_naming_only(reports, req) {
         let reason = r.outcome.reason().unwrap_or_default();
         assert!(
             reason.starts_with(&format!("{tag} ")) && says(reason),

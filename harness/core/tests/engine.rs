@@ -111,14 +111,22 @@ async fn a_sandbox_left_in_error_fails_the_requirement_its_wait_served_with_the_
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn lost_workspace_files_fail_the_sentinel_check_only() {
-    let r = engine(Factory::new(Quirk::LosesFiles))
+/// The standard case on a fake with `quirk`, which must fail it as a product failure: the
+/// report and the failure's reason.
+async fn product_failure(quirk: Quirk) -> (conformance_core::engine::CaseReport, String) {
+    let r = engine(Factory::new(quirk))
         .run_case(&case(standard_steps()))
         .await;
     let Outcome::Failed(reason) = &r.outcome else {
-        panic!("{:?}", r.outcome)
+        panic!("expected a product failure, got {:?}", r.outcome)
     };
+    let reason = reason.clone();
+    (r, reason)
+}
+
+#[tokio::test(start_paused = true)]
+async fn lost_workspace_files_fail_the_sentinel_check_only() {
+    let (r, reason) = product_failure(Quirk::LosesFiles).await;
     assert!(
         reason.starts_with("[R6] workspace sentinels retained: 1 of 1 sentinels not intact"),
         "{reason}"
@@ -332,12 +340,7 @@ async fn an_outage_longer_than_the_fault_stage_default_deadline_passes_on_a_corr
 
 #[tokio::test(start_paused = true)]
 async fn a_shell_that_fails_on_a_ready_sandbox_is_a_product_failure_naming_its_requirement() {
-    let r = engine(Factory::new(Quirk::ShellBroken))
-        .run_case(&case(standard_steps()))
-        .await;
-    let Outcome::Failed(reason) = &r.outcome else {
-        panic!("expected a product failure, got {:?}", r.outcome)
-    };
+    let (r, reason) = product_failure(Quirk::ShellBroken).await;
     assert!(
         reason.starts_with("[R6] could not write sentinel s1 into main-outag-"),
         "{reason}"
@@ -376,12 +379,7 @@ async fn a_write_reported_failed_with_no_output_that_took_effect_counts_with_a_n
 #[tokio::test(start_paused = true)]
 async fn a_write_reported_failed_with_no_output_that_did_not_take_effect_fails_the_sentinels_requirement()
  {
-    let r = engine(Factory::new(Quirk::WriteStatusLost { took_effect: false }))
-        .run_case(&case(standard_steps()))
-        .await;
-    let Outcome::Failed(reason) = &r.outcome else {
-        panic!("expected a product failure, got {:?}", r.outcome)
-    };
+    let (_, reason) = product_failure(Quirk::WriteStatusLost { took_effect: false }).await;
     assert!(
         reason.starts_with("[R6] could not write sentinel s1"),
         "{reason}"
